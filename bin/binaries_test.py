@@ -1,0 +1,84 @@
+"""Runs the bin/ programs as a user would: separate processes, flags, exit codes and messages."""
+
+import json
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TESTDATA = os.path.join(_REPO, "testdata")
+
+
+def _run(script, *args):
+  env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+  return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
+                        capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+class GenerateRetrievalCorpusTest(tf.test.TestCase):
+
+  def _generate(self, input_path, prefix, *extra):
+    return _run("generate_retrieval_corpus.py", f"--input_path={input_path}",
+                f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_prefix={prefix}", *extra)
+
+  def test_writes_testdata_corpus(self):
+    prefix = os.path.join(self.create_tempdir().full_path, "blocks")
+    result = self._generate(os.path.join(_TESTDATA, "corpus.jsonl"), prefix, "--num_output_shards=3")
+    self.assertEqual(result.returncode, 0, result.stderr)
+    with open(prefix + ".manifest.json") as f:
+      manifest = json.load(f)
+    self.assertEqual(manifest["num_documents"], 300)
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [100, 100, 100])
+    self.assertIn("wrote 300 documents into 3 shards", result.stderr)
+
+  def test_bad_line_fails_without_partial_shards(self):
+    tmp = self.create_tempdir().full_path
+    bad = os.path.join(tmp, "docs.jsonl")
+    with open(bad, "w") as f:
+      f.write('{"title": "A", "body": "fine"}\n{"title": "B", "body": \n{"title": "C", "body": "x"}\n')
+    prefix = os.path.join(tmp, "out", "blocks")
+    result = self._generate(bad, prefix)
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn(f"{bad}:2: not a JSON object", result.stderr)
+    self.assertIn("--skip_invalid", result.stderr)
+    self.assertFalse(os.path.exists(os.path.dirname(prefix)) and os.listdir(os.path.dirname(prefix)))
+
+  def test_skip_invalid_reports_count(self):
+    tmp = self.create_tempdir().full_path
+    bad = os.path.join(tmp, "docs.tsv")
+    with open(bad, "wb") as f:
+      f.write(b"id\ttext\ttitle\n1\tgood text\tT1\n2\tonly two columns\n3\t\xff\xfe bad\tT3\n"
+              b"4\tmore text\tT4\n5\t\t\n")
+    prefix = os.path.join(tmp, "blocks")
+    result = self._generate(bad, prefix, "--skip_invalid", "--num_output_shards=1")
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("3 invalid documents skipped", result.stderr)
+    with open(prefix + ".manifest.json") as f:
+      manifest = json.load(f)
+    self.assertEqual(manifest["num_documents"], 2)
+    self.assertEqual(manifest["num_skipped"], 3)
+
+  def test_missing_vocab_is_a_clear_error(self):
+    tmp = self.create_tempdir().full_path
+    result = _run("generate_retrieval_corpus.py", f"--input_path={_TESTDATA}/corpus.jsonl",
+                  f"--vocab_path={tmp}/nope.txt", f"--output_prefix={tmp}/blocks")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn(f"vocab file {tmp}/nope.txt does not exist", result.stderr)
+
+
+class DemoTest(tf.test.TestCase):
+
+  def test_demo_runs_and_summarizes(self):
+    out = self.create_tempdir().full_path
+    result = _run("run_demo.py", f"--output_dir={out}")
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("regenerated files identical to the committed testdata/: True", result.stdout)
+    self.assertIn("300 documents in 4 shards", result.stdout)
+    self.assertIn("[MASK]", result.stdout)
+    self.assertTrue(result.stdout.rstrip().endswith("demo done."))
+
+
+if __name__ == "__main__":
+  tf.test.main()

@@ -1,0 +1,108 @@
+r"""The main job on the bundled defaults (run it through bin/demo, which sets up the environment).
+
+Today it runs the text-to-features path of REALM end to end on testdata and prints what happened:
+  1. regenerates the synthetic testdata and checks it matches the committed files byte for byte;
+  2. writes the retrieval corpus (sharded TFRecords) from testdata/corpus.jsonl;
+  3. featurizes pre-training sentences the way the REALM trainer sees them: one salient span masked,
+     the query, the null document and the candidates packed into BERT inputs.
+"""
+
+import filecmp
+import os
+import random
+
+from absl import app
+from absl import flags
+
+from realm_tf import featurization
+from realm_tf import tokenization
+from realm_tf.data import corpus
+from realm_tf.data import synthetic
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", os.path.join(_REPO, "demo_output"),
+                                  "Where the demo writes its files.")
+_QUERY_SEQ_LEN = flags.DEFINE_integer("query_seq_len", 32, "Q: packed query length.")
+_CANDIDATE_SEQ_LEN = flags.DEFINE_integer("candidate_seq_len", 80, "C: packed candidate length.")
+_MAX_MASKS = flags.DEFINE_integer("max_masks", 6, "M: predicted positions per query.")
+
+
+def _show(tokenizer, title, inputs):
+  tokens = tokenizer.ids_to_tokens([i for i, m in zip(inputs.token_ids, inputs.mask) if m])
+  segments = "".join(str(s) for s, m in zip(inputs.segment_ids, inputs.mask) if m)
+  print(f"  {title:10s} {' '.join(tokens)}")
+  print(f"  {'segments':10s} {segments}")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  out = _OUTPUT_DIR.value
+  testdata = os.path.join(_REPO, "testdata")
+
+  print("== 1. testdata")
+  regenerated = os.path.join(out, "testdata")
+  counts = synthetic.write_testdata(regenerated)
+  same = all(filecmp.cmp(os.path.join(regenerated, n), os.path.join(testdata, n), shallow=False)
+             for n in counts)
+  for name, count in counts.items():
+    print(f"  {name:18s} {count:5d} lines")
+  print(f"  regenerated files identical to the committed testdata/: {same}")
+  if not same:
+    raise app.UsageError("testdata/ differs from what the generator writes; run "
+                         "`python bin/generate_testdata.py --output_dir=testdata` and commit it")
+
+  print("== 2. retrieval corpus")
+  tokenizer = tokenization.Tokenizer(os.path.join(testdata, "vocab.txt"))
+  prefix = os.path.join(out, "corpus", "blocks")
+  stats = corpus.write_corpus(
+      lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")), tokenizer, prefix,
+      num_shards=4)
+  print(f"  {stats.num_documents} documents in {stats.num_shards} shards under {prefix}-*")
+  print(f"  body length in wordpieces: mean {stats.mean_body_wordpieces:.1f}, "
+        f"max {stats.max_body_wordpieces}; duplicate uids: {stats.num_duplicate_uids}")
+  docs = {d["uid"]: d for d in corpus.read_corpus(prefix)}
+
+  print("== 3. featurization of pre-training sentences")
+  featurizer = featurization.Featurizer.from_tokenizer(
+      tokenizer, query_seq_len=_QUERY_SEQ_LEN.value, candidate_seq_len=_CANDIDATE_SEQ_LEN.value,
+      max_masks=_MAX_MASKS.value)
+  rng = random.Random(0)
+  sentences, spans, owners = [], [], []
+  for record in synthetic.load_jsonl(os.path.join(testdata, "pretraining.jsonl")):
+    text = record["text"].encode("utf-8")
+    for start, limit in record["sentences"]:
+      inside = [(s - start, e - start) for s, e in record["spans"] if s >= start and e <= limit]
+      if inside:
+        sentences.append(text[start:limit])
+        spans.append(rng.choice(inside))
+        owners.append(corpus.document_uid(record["title"], record["text"]))
+  ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
+  masked = featurizer.mask_salient_span(ids, starts, limits, [s for s, _ in spans],
+                                        [e for _, e in spans])
+  status = masked.status.numpy()
+  print(f"  {len(sentences)} sentences with a salient span; maskable: "
+        f"{int((status == featurization.MaskingStatus.OK).sum())}")
+  for code, reason in featurization.SKIP_REASONS.items():
+    print(f"  skipped ({reason}): {int((status == code).sum())}")
+
+  example = 1
+  query = featurizer.query_inputs(masked.token_ids[example:example + 1])
+  owner = docs[owners[example]]
+  other = next(d for uid, d in docs.items() if uid != owners[example])
+  candidates = featurizer.candidate_inputs([[], other["title_token_ids"]], [[], other["body_token_ids"]])
+  joint = featurizer.joint_inputs(masked.token_ids[example:example + 1], [other["body_token_ids"]])
+  span = sentences[example][spans[example][0]:spans[example][1]].decode("utf-8")
+  print(f"  example: {sentences[example].decode('utf-8')!r}, salient span {span!r} "
+        f"(its own document {owner['title']!r} is excluded from the candidates)")
+  _show(tokenizer, "query", featurization.BertInputs(*(t[0].numpy() for t in query)))
+  print(f"  {'mlm':10s} positions {masked.mlm_positions[example].numpy().tolist()} targets "
+        f"{tokenizer.ids_to_tokens(masked.mlm_targets[example].numpy().tolist())}")
+  _show(tokenizer, "null doc", featurization.BertInputs(*(t[0].numpy() for t in candidates)))
+  _show(tokenizer, "candidate", featurization.BertInputs(*(t[1].numpy() for t in candidates)))
+  _show(tokenizer, "joint", featurization.BertInputs(*(t[0].numpy() for t in joint)))
+  print("demo done.")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,59 @@
+# Sourced by bin/demo and bin/test: makes sure the Debian packages and the Python venv exist, so that a
+# fresh clone needs nothing else. The venv lives in $REALM_TF_VENV (default: <repo>/.venv) and is rebuilt
+# only when requirements.txt (or the Python version) changes: its hash is stamped inside the venv.
+set -euo pipefail
+
+REALM_TF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REALM_TF_VENV="${REALM_TF_VENV:-$REALM_TF_ROOT/.venv}"
+export REALM_TF_ROOT REALM_TF_VENV
+
+_realm_log() { echo "[realm_tf setup] $*" >&2; }
+
+# Installs the named Debian packages that are missing (apt-get needs root or sudo).
+realm_tf_apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { _realm_log "need root to install: ${missing[*]}"; return 1; }
+    sudo="sudo"
+  fi
+  _realm_log "installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+realm_tf_python() {
+  # TensorFlow 2.20 wheels exist for CPython 3.9-3.13.
+  for candidate in "${REALM_TF_PYTHON:-}" python3.11 python3.12 python3.10 python3; do
+    [ -n "$candidate" ] && command -v "$candidate" >/dev/null && { command -v "$candidate"; return 0; }
+  done
+  realm_tf_apt_install python3 python3-venv && command -v python3
+}
+
+realm_tf_setup_venv() {
+  local python stamp
+  python="$(realm_tf_python)"
+  "$python" -c 'import venv, ensurepip' 2>/dev/null || realm_tf_apt_install python3-venv
+  stamp="$( (cat "$REALM_TF_ROOT/requirements.txt"; "$python" --version) | sha256sum | cut -d' ' -f1)"
+  if [ -f "$REALM_TF_VENV/.requirements.sha256" ] && [ "$(cat "$REALM_TF_VENV/.requirements.sha256")" = "$stamp" ]; then
+    return 0
+  fi
+  _realm_log "creating venv $REALM_TF_VENV from requirements.txt (about 2 minutes, once)"
+  rm -rf "$REALM_TF_VENV"
+  "$python" -m venv "$REALM_TF_VENV"
+  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
+    | grep -v "is ignored" >&2 || true
+  "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann' \
+    || { _realm_log "the venv at $REALM_TF_VENV did not install; see the pip output above"; exit 1; }
+  echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
+}
+
+# Quiet TensorFlow's C++ start-up noise and keep Keras on tf_keras (Model Garden needs Keras 2).
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+export TF_USE_LEGACY_KERAS=1
+export PYTHONPATH="$REALM_TF_ROOT${PYTHONPATH:+:$PYTHONPATH}"

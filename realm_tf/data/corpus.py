@@ -1,0 +1,285 @@
+"""The retrieval corpus: raw documents in, sharded TFRecords of tokenized documents out, and back.
+
+Shards are GZIP TFRecord files `{prefix}-{i:05d}-of-{n:05d}` of tf.Example with
+  title, body            bytes, UTF-8
+  title_token_ids        int64 wordpiece ids of the title
+  body_token_ids         int64 wordpiece ids of the body
+  uid                    bytes, hex sha1 of "{title} <sep> {body}" (the original's document uid; the
+                         pre-training pipeline uses it to drop a sentence's own document)
+  doc_id                 bytes, the source id (TSV id column, JSONL "id"), or the 0-based input row
+Documents are split into contiguous runs, so the row order of the corpus (sorted shard order, then
+record order) is the input order and stable across runs: index row i is document i.
+`{prefix}.manifest.json` records the counts, the vocab and a checksum per shard; it is written last.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Callable, Iterable, Iterator, List, Optional
+
+import tensorflow as tf
+
+from realm_tf import io_utils
+from realm_tf.data import text_records
+
+MANIFEST_SUFFIX = ".manifest.json"
+FORMAT_VERSION = 1
+DPR_TSV_COLUMNS = ["id", "text", "title"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+  title: str
+  body: str
+  doc_id: str = ""
+
+  @property
+  def uid(self) -> str:
+    return document_uid(self.title, self.body)
+
+
+def document_uid(title: str, body: str) -> str:
+  """sha1 of "{title} <sep> {body}" as hex, exactly the bytes the original hashed."""
+  return hashlib.sha1(f"{title} <sep> {body}".encode("utf-8")).hexdigest()
+
+
+def _validated(path: str, line_number: int, title, body, doc_id,
+               skipped: Optional[text_records.SkipCounter]) -> Optional[Document]:
+  if not isinstance(title, str) or not isinstance(body, str):
+    text_records.handle_invalid(text_records.InputError(
+        f"{path}:{line_number}: title and body must be strings; fix the record or pass --skip_invalid"),
+        skipped)
+    return None
+  if not title.strip() and not body.strip():
+    text_records.handle_invalid(text_records.InputError(
+        f"{path}:{line_number}: the document has an empty title and body (it would be "
+        "indistinguishable from the null document); remove it or pass --skip_invalid"), skipped)
+    return None
+  return Document(title=title, body=body, doc_id=str(doc_id))
+
+
+def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None
+                   ) -> Iterator[Document]:
+  """Reads raw documents from JSONL ({"title", "body"} or {"title", "text"}, optional "id") or from a
+  DPR-style TSV (id, text, title; a header row is optional and extra columns such as SQuAD's split are
+  ignored). The format follows the extension: .jsonl/.json or .tsv.
+  """
+  if not tf.io.gfile.exists(path):
+    raise text_records.InputError(f"{path} does not exist; pass --input_path pointing at a JSONL or "
+                                  "TSV file of documents")
+  lower = path.lower()
+  if lower.endswith((".jsonl", ".json")):
+    for row_index, (line_number, record) in enumerate(text_records.read_jsonl(path, skipped)):
+      body = record.get("body", record.get("text"))
+      if "title" not in record or body is None:
+        text_records.handle_invalid(text_records.InputError(
+            f"{path}:{line_number}: a document needs \"title\" and \"body\" (or \"text\") fields, got "
+            f"{sorted(record)}; fix the record or pass --skip_invalid"), skipped)
+        continue
+      doc = _validated(path, line_number, record["title"], body, record.get("id", row_index), skipped)
+      if doc is not None:
+        yield doc
+  elif lower.endswith(".tsv"):
+    for line_number, row in text_records.read_tsv(path, DPR_TSV_COLUMNS, skipped):
+      doc = _validated(path, line_number, row["title"], row["text"], row["id"], skipped)
+      if doc is not None:
+        yield doc
+  else:
+    raise text_records.InputError(
+        f"{path}: unknown corpus format; use a .jsonl file of {{\"title\", \"body\"}} objects or a "
+        ".tsv file with id, text, title columns")
+
+
+def shard_paths(prefix: str, num_shards: int) -> List[str]:
+  return [f"{prefix}-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
+
+
+def _int64_feature(values) -> tf.train.Feature:
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def _bytes_feature(value: str) -> tf.train.Feature:
+  return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode("utf-8")]))
+
+
+def _to_example(doc: Document, title_ids, body_ids) -> bytes:
+  return tf.train.Example(features=tf.train.Features(feature={
+      "title": _bytes_feature(doc.title),
+      "body": _bytes_feature(doc.body),
+      "title_token_ids": _int64_feature(title_ids),
+      "body_token_ids": _int64_feature(body_ids),
+      "uid": _bytes_feature(doc.uid),
+      "doc_id": _bytes_feature(doc.doc_id),
+  })).SerializeToString()
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class CorpusStats:
+  num_documents: int
+  num_shards: int
+  num_skipped: int
+  num_duplicate_uids: int
+  mean_body_wordpieces: float
+  max_body_wordpieces: int
+  shard_paths: List[str]
+
+
+def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_prefix: str,
+                 num_shards: int, batch_size: int = 512,
+                 skipped: Optional[text_records.SkipCounter] = None,
+                 log: Callable[[str], None] = lambda message: None) -> CorpusStats:
+  """Tokenizes documents and writes them as shards under output_prefix.
+
+  Args:
+    documents: a callable returning a fresh iterable of documents; it is called twice (once to count,
+      so shards can be contiguous runs, once to write), which keeps memory flat for large corpora.
+    tokenizer: a realm_tf.tokenization.Tokenizer.
+    output_prefix: path prefix of the shards, e.g. /data/corpus/blocks.
+    num_shards: number of shards (reduced to the number of documents when there are fewer).
+    skipped: the counter that documents() fills under --skip_invalid (reset at each pass); its count
+      after the writing pass goes into the manifest.
+
+  Shards are written under temporary names and renamed only after all of them are complete; shards of
+  an earlier corpus under the same prefix with another shard count are removed afterwards.
+  """
+  total = sum(1 for _ in documents())
+  if total == 0:
+    raise text_records.InputError("the input holds no documents; nothing to write")
+  num_shards = max(1, min(num_shards, total))
+  finals = shard_paths(output_prefix, num_shards)
+  temps = [io_utils.temporary_path(p) for p in finals]
+  output_dir = os.path.dirname(output_prefix) or "."
+  tf.io.gfile.makedirs(output_dir)
+  boundaries = [total * i // num_shards for i in range(num_shards + 1)]
+
+  uids = set()
+  duplicates = 0
+  body_lengths_sum = 0
+  body_length_max = 0
+  written = 0
+  writers = []
+  try:
+    writers = [tf.io.TFRecordWriter(p, options="GZIP") for p in temps]
+    shard = 0
+    batch: List[Document] = []
+
+    def flush():
+      nonlocal shard, written, duplicates, body_lengths_sum, body_length_max
+      titles = tokenizer.tokenize([d.title.encode("utf-8") for d in batch]).to_list()
+      bodies = tokenizer.tokenize([d.body.encode("utf-8") for d in batch]).to_list()
+      for doc, title_ids, body_ids in zip(batch, titles, bodies):
+        while written >= boundaries[shard + 1]:
+          shard += 1
+        writers[shard].write(_to_example(doc, title_ids, body_ids))
+        written += 1
+        if doc.uid in uids:
+          duplicates += 1
+        uids.add(doc.uid)
+        body_lengths_sum += len(body_ids)
+        body_length_max = max(body_length_max, len(body_ids))
+      batch.clear()
+      log(f"tokenized {written}/{total} documents")
+
+    for doc in documents():
+      batch.append(doc)
+      if len(batch) == batch_size:
+        flush()
+    if batch:
+      flush()
+    if written != total:
+      raise RuntimeError(f"the input changed while it was read: counted {total} documents, then "
+                         f"read {written}; write the corpus from a file that is not being modified")
+    for w in writers:
+      w.close()
+    writers = []
+    for tmp, final in zip(temps, finals):
+      io_utils.publish(tmp, final)
+  finally:
+    for w in writers:
+      w.close()
+    for tmp in temps:
+      if tf.io.gfile.exists(tmp):
+        tf.io.gfile.remove(tmp)
+
+  stale = sorted(set(tf.io.gfile.glob(f"{output_prefix}-?????-of-?????")) - set(finals))
+  for path in stale:
+    log(f"removing {path}: a shard of an earlier corpus with another shard count")
+    tf.io.gfile.remove(path)
+
+  num_skipped = skipped.count if skipped is not None else 0
+  manifest = {
+      "format_version": FORMAT_VERSION,
+      "num_documents": total,
+      "num_skipped": num_skipped,
+      "num_duplicate_uids": duplicates,
+      "vocab_size": tokenizer.vocab_size,
+      "vocab_sha256": _sha256(tokenizer.vocab_path),
+      "do_lower_case": tokenizer.do_lower_case,
+      "shards": [{"path": os.path.basename(p), "num_documents": boundaries[i + 1] - boundaries[i],
+                  "sha256": _sha256(p)} for i, p in enumerate(finals)],
+  }
+  io_utils.write_json_atomic(output_prefix + MANIFEST_SUFFIX, manifest)
+  return CorpusStats(num_documents=total, num_shards=num_shards, num_skipped=num_skipped,
+                     num_duplicate_uids=duplicates,
+                     mean_body_wordpieces=body_lengths_sum / total,
+                     max_body_wordpieces=body_length_max, shard_paths=finals)
+
+
+def read_manifest(output_prefix: str) -> dict:
+  path = output_prefix + MANIFEST_SUFFIX
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"{path} does not exist: {output_prefix} is not a complete realm_tf corpus; "
+                            "write it with bin/generate_retrieval_corpus")
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+def corpus_shards(output_prefix: str) -> List[str]:
+  """The shard paths of a complete corpus, in row order, checked against its manifest."""
+  manifest = read_manifest(output_prefix)
+  directory = os.path.dirname(output_prefix)
+  paths = [os.path.join(directory, s["path"]) for s in manifest["shards"]]
+  missing = [p for p in paths if not tf.io.gfile.exists(p)]
+  if missing:
+    raise FileNotFoundError(f"corpus {output_prefix}: shards listed in its manifest are missing: "
+                            f"{missing}; regenerate the corpus")
+  return paths
+
+
+FEATURE_SPEC = {
+    "title": tf.io.FixedLenFeature([], tf.string),
+    "body": tf.io.FixedLenFeature([], tf.string),
+    "title_token_ids": tf.io.RaggedFeature(tf.int64),
+    "body_token_ids": tf.io.RaggedFeature(tf.int64),
+    "uid": tf.io.FixedLenFeature([], tf.string),
+    "doc_id": tf.io.FixedLenFeature([], tf.string),
+}
+
+
+def corpus_dataset(output_prefix: str) -> tf.data.Dataset:
+  """The corpus as a dataset of parsed documents, in row order (deterministic, not shuffled)."""
+  files = tf.data.Dataset.from_tensor_slices(corpus_shards(output_prefix))
+  records = tf.data.TFRecordDataset(files, compression_type="GZIP")
+  return records.map(lambda r: tf.io.parse_single_example(r, FEATURE_SPEC))
+
+
+def read_corpus(output_prefix: str) -> Iterator[dict]:
+  """Yields each document as a dict of Python values (str, list of int), in row order."""
+  for features in corpus_dataset(output_prefix).as_numpy_iterator():
+    yield {
+        "title": features["title"].decode("utf-8"),
+        "body": features["body"].decode("utf-8"),
+        "title_token_ids": features["title_token_ids"].tolist(),
+        "body_token_ids": features["body_token_ids"].tolist(),
+        "uid": features["uid"].decode("utf-8"),
+        "doc_id": features["doc_id"].decode("utf-8"),
+    }

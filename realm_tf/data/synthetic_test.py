@@ -1,0 +1,96 @@
+"""Tests of the synthetic testdata generator and of the committed testdata/ it wrote."""
+
+import filecmp
+import json
+import os
+
+import tensorflow as tf
+
+from realm_tf import tokenization
+from realm_tf.data import corpus
+from realm_tf.data import synthetic
+
+_TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
+
+
+class SyntheticTest(tf.test.TestCase):
+
+  def test_regenerates_committed_testdata_byte_for_byte(self):
+    out = self.create_tempdir().full_path
+    counts = synthetic.write_testdata(out)
+    self.assertEqual(set(counts), {"vocab.txt", "corpus.jsonl", "pretraining.jsonl",
+                                   "qa.train.jsonl", "qa.dev.jsonl", "qa.test.jsonl"})
+    for name in counts:
+      self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(_TESTDATA, name),
+                                  shallow=False), f"{name} differs from testdata/{name}")
+
+  def test_another_seed_gives_another_world(self):
+    a = synthetic.generate(seed=1, num_people=10, num_villages=5)
+    b = synthetic.generate(seed=2, num_people=10, num_villages=5)
+    self.assertNotEqual(a["corpus.jsonl"], b["corpus.jsonl"])
+    self.assertEqual(a, synthetic.generate(seed=1, num_people=10, num_villages=5))
+
+  def test_each_answer_lies_in_exactly_its_document(self):
+    docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    self.assertLen(docs, 300)
+    by_id = {d["id"]: d for d in docs}
+    questions = []
+    for split in ("train", "dev", "test"):
+      questions += synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
+    self.assertGreaterEqual(len(questions), 900)
+    for qa in questions:
+      answer = qa["answer"][0]
+      holders = [d["id"] for d in docs if answer in d["body"] or answer in d["title"]]
+      self.assertEqual(holders, [qa["doc_id"]], qa)
+      self.assertEqual(by_id[qa["doc_id"]]["title"], qa["title"])
+    dev_questions = {q["question"] for q in synthetic.load_jsonl(
+        os.path.join(_TESTDATA, "qa.dev.jsonl"))}
+    train_questions = {q["question"] for q in synthetic.load_jsonl(
+        os.path.join(_TESTDATA, "qa.train.jsonl"))}
+    self.assertEmpty(dev_questions & train_questions)
+
+  def test_pretraining_offsets_are_sentences_and_salient_spans(self):
+    corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    records = synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
+    self.assertLen(records, len(corpus_docs))
+    for record, doc in zip(records, corpus_docs):
+      # The same bytes as the retrieval corpus, so the pre-training pipeline can exclude the
+      # sentence's own document by uid.
+      self.assertEqual(corpus.document_uid(record["title"], record["text"]),
+                       corpus.document_uid(doc["title"], doc["body"]))
+      text = record["text"].encode("utf-8")
+      sentences = record["sentences"]
+      self.assertEqual(sentences[0][0], 0)
+      self.assertEqual(sentences[-1][1], len(text))
+      for start, limit in sentences:
+        self.assertTrue(text[start:limit].endswith(b"."))
+      for start, limit in record["spans"]:
+        self.assertTrue(any(s <= start and limit <= e for s, e in sentences))
+        span = text[start:limit].decode("utf-8")
+        self.assertEqual(span.strip(), span)
+        self.assertTrue(span[0].isupper() or span[0].isdigit(), span)
+
+  def test_vocab_covers_the_corpus_and_splits_names(self):
+    tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
+    docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    tokenized = tokenizer.tokenize_texts([d["title"] + " " + d["body"] for d in docs])
+    self.assertNotIn(tokenizer.unk_id, [i for t in tokenized for i in t.ids])
+    # Invented names are not whole words of the vocab: they split into syllable pieces.
+    name_ids = tokenizer.tokenize_texts([docs[0]["title"].split()[0]])[0].ids
+    self.assertGreater(len(name_ids), 1)
+    self.assertTrue(tokenizer.vocab[name_ids[1]].startswith("##"))
+
+  def test_accented_names_exist_and_tokenize(self):
+    docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    accented = [d for d in docs if "é" in d["body"]]
+    self.assertNotEmpty(accented)
+    tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
+    body = accented[0]["body"]
+    piece = tokenizer.tokenize_texts([body])[0]
+    raw = body.encode("utf-8")
+    covered = [raw[s:e].decode("utf-8") for s, e in zip(piece.starts, piece.limits)]
+    self.assertTrue(any("é" in c for c in covered), covered)
+
+
+if __name__ == "__main__":
+  tf.test.main()

@@ -1,0 +1,56 @@
+"""Helpers shared by the tests.
+
+The public data sets the tests read live outside the repository, in ../shared/data (see its README);
+bin/test passes their location to Bazel tests as REALM_TF_SHARED_DATA. Tests that need them call
+shared_data_dir() and skip when it returns None.
+"""
+
+import os
+import string
+from typing import List, Optional, Sequence
+
+SHARED_DATA_ENV = "REALM_TF_SHARED_DATA"
+
+
+def repo_root() -> str:
+  """The repository root, found from this file's real location (Bazel runfiles are symlinks)."""
+  return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def shared_data_dir() -> Optional[str]:
+  """The shared data directory: $REALM_TF_SHARED_DATA if set, else <repo>/../shared/data; None if absent."""
+  path = os.environ.get(SHARED_DATA_ENV) or os.path.join(repo_root(), "..", "shared", "data")
+  path = os.path.normpath(path)
+  return path if os.path.isdir(path) else None
+
+
+def shared_data_path(*parts: str) -> Optional[str]:
+  """A file under the shared data directory, or None when the directory or the file is missing."""
+  root = shared_data_dir()
+  if root is None:
+    return None
+  path = os.path.join(root, *parts)
+  return path if os.path.exists(path) else None
+
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_vocab_tokens() -> List[str]:
+  """A tiny uncased WordPiece vocab: the special tokens, a few words, and every lower-case ASCII letter
+  and digit alone and as a ## continuation, plus ASCII punctuation, so that any English text
+  tokenizes into real pieces (non-ASCII letters become [UNK])."""
+  words = ["the", "of", "and", "in", "to", "a", "is", "was", "for", "on", "##s", "##ed", "##ing"]
+  singles = list(string.ascii_lowercase + string.digits)
+  tokens = SPECIAL_TOKENS + words + singles + ["##" + c for c in singles] + list(string.punctuation)
+  seen = set()
+  return [t for t in tokens if not (t in seen or seen.add(t))]
+
+
+def write_vocab(directory: str, tokens: Optional[Sequence[str]] = None,
+                name: str = "vocab.txt") -> str:
+  """Writes a vocab file (one token per line; tiny_vocab_tokens() by default) and returns its path."""
+  path = os.path.join(directory, name)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token in (tiny_vocab_tokens() if tokens is None else tokens)))
+  return path
