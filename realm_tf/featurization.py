@@ -110,6 +110,10 @@ class Featurizer:
 
   @classmethod
   def from_tokenizer(cls, tokenizer, **kwargs) -> "Featurizer":
+    if tokenizer.pad_id != 0:
+      # Padding writes id 0 (tensorflow_text.pad_model_inputs), as every BERT vocab expects.
+      raise ValueError(f"{tokenizer.vocab_path}: [PAD] must be the first token (id 0), found at id "
+                       f"{tokenizer.pad_id}")
     return cls(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id, **kwargs)
 
   @property

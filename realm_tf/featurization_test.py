@@ -155,14 +155,25 @@ class BertFormatTest(tf.test.TestCase):
     # The null document is what an empty title and body become.
     self.assertAllEqual(f.null_candidate_inputs(1).token_ids, f.candidate_inputs([[]], [[]]).token_ids)
 
-  def test_from_tokenizer(self):
+  def _vocab(self, tokens):
     vocab_path = os.path.join(self.create_tempdir().full_path, "vocab.txt")
     with open(vocab_path, "w", encoding="utf-8") as f:
-      f.write("\n".join(["x", "[MASK]", "[SEP]", "[CLS]", "[UNK]", "[PAD]"]) + "\n")
-    f = featurization.Featurizer.from_tokenizer(tokenization.Tokenizer(vocab_path), query_seq_len=3,
-                                                candidate_seq_len=5, max_masks=1)
-    self.assertEqual((f.cls_id, f.sep_id, f.mask_id), (3, 2, 1))
-    self.assertAllEqual(f.query_inputs([[0, 0]]).token_ids, [[3, 0, 2]])
+      f.write("\n".join(tokens) + "\n")
+    return tokenization.Tokenizer(vocab_path)
+
+  def test_from_tokenizer(self):
+    tokenizer = self._vocab(["[PAD]", "x", "[MASK]", "[SEP]", "[CLS]", "[UNK]"])
+    f = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5,
+                                                max_masks=1)
+    self.assertEqual((f.cls_id, f.sep_id, f.mask_id), (4, 3, 2))
+    self.assertAllEqual(f.query_inputs([[1, 1]]).token_ids, [[4, 1, 3]])
+
+  def test_from_tokenizer_rejects_pad_not_at_zero(self):
+    # Padding writes id 0, so a vocab whose [PAD] is elsewhere would pad with a real token.
+    tokenizer = self._vocab(["x", "[MASK]", "[SEP]", "[CLS]", "[UNK]", "[PAD]"])
+    with self.assertRaisesRegex(ValueError, r"vocab.txt: \[PAD\] must be the first token"):
+      featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5,
+                                              max_masks=1)
 
 
 class MaskSalientSpanTest(tf.test.TestCase):

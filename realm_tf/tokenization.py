@@ -18,6 +18,9 @@ from typing import List, NamedTuple, Sequence
 
 import tensorflow as tf
 import tensorflow_text as text
+# BertTokenizer = BasicTokenizer + WordpieceTokenizer; the two are composed here (BasicTokenizer is not
+# re-exported at the top level) to get word offsets, which fix the spans of [UNK] words.
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -95,8 +98,9 @@ class Tokenizer(tf.Module):
     self.cls_id = self._token_to_id[CLS_TOKEN]
     self.sep_id = self._token_to_id[SEP_TOKEN]
     self.mask_id = self._token_to_id[MASK_TOKEN]
-    self._wordpiece = text.BertTokenizer(
-        vocab_path, lower_case=False, token_out_type=tf.int64, unknown_token=UNK_TOKEN)
+    self._basic = BasicTokenizer(lower_case=False)
+    self._wordpiece = text.WordpieceTokenizer(
+        vocab_path, token_out_type=tf.int64, unknown_token=UNK_TOKEN)
 
   @property
   def vocab_size(self) -> int:
@@ -136,10 +140,15 @@ class Tokenizer(tf.Module):
     norm_ends = tf.math.cumsum(norm_lengths, axis=1)
     norm_text = tf.strings.reduce_join(normalized, axis=1)
 
-    ids, norm_starts, norm_limits = self._wordpiece.tokenize_with_offsets(norm_text)
+    words, word_starts, word_limits = self._basic.tokenize_with_offsets(norm_text)  # [batch, (words)]
+    ids, piece_starts, piece_limits = self._wordpiece.tokenize_with_offsets(words)  # [b, (w), (pieces)]
+    # Piece offsets are relative to their word. An [UNK] stands for its whole word: WordPiece reports
+    # len("[UNK]") as its length, which is wrong for words over 100 bytes.
+    word_starts = tf.expand_dims(word_starts, -1)
+    norm_starts = (piece_starts + word_starts).merge_dims(1, 2)
+    norm_limits = tf.where(tf.equal(ids, self.unk_id), tf.expand_dims(word_limits, -1) + 0 * piece_limits,
+                           piece_limits + word_starts).merge_dims(1, 2)
     ids = ids.merge_dims(1, 2)
-    norm_starts = norm_starts.merge_dims(1, 2)
-    norm_limits = norm_limits.merge_dims(1, 2)
 
     # Map each normalized byte offset to the original character holding it, for all rows at once: one
     # sorted flat array where row r's offsets are shifted by r * _ROW_STRIDE.
@@ -147,7 +156,9 @@ class Tokenizer(tf.Module):
     flat_ends = norm_ends.flat_values + char_row_base
     piece_row_base = tf.cast(ids.value_rowids(), tf.int64) * _ROW_STRIDE
     first_char = tf.searchsorted(flat_ends, norm_starts.flat_values + piece_row_base, side="right")
-    last_char = tf.searchsorted(flat_ends, norm_limits.flat_values - 1 + piece_row_base, side="right")
+    # The last character whose normalized bytes end at or before the piece's limit; this includes marks
+    # that normalize to nothing (a combining accent after the word's last letter).
+    last_char = tf.searchsorted(flat_ends, norm_limits.flat_values + piece_row_base, side="right") - 1
     starts = ids.with_flat_values(tf.gather(char_starts.flat_values, first_char))
     limits = ids.with_flat_values(tf.gather(char_limits.flat_values, last_char))
     return tf.cast(ids, tf.int64), starts, limits

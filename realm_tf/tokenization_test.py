@@ -3,7 +3,6 @@
 import os
 import string
 import tempfile
-import unittest
 
 from hypothesis import configuration as hypothesis_configuration
 from hypothesis import given
@@ -264,19 +263,16 @@ class TokenizationTest(tf.test.TestCase):
     self.assertEqual(limits[0].numpy().tolist(), list(range(1, 101)))
     self.assertEqual(ids[1].numpy().tolist(), [1])
 
-  @unittest.expectedFailure
   def test_over_long_word_unk_spans_whole_word(self):
-    # KNOWN BUG (reported): for a word longer than max_chars_per_token (100), tf_text's WordPiece
+    # Regression: for a word longer than max_chars_per_token (100), tf_text's WordPiece
     # returns the [UNK] with limit = start + len("[UNK]") instead of the end of the word, and the
-    # tokenizer maps that through: "ab" * 51 gives (0, 5), "é" * 101 gives (2, 12) instead of (2, 204).
-    # Remove expectedFailure once fixed.
+    # tokenizer must not pass that on ("ab" * 51 gave (0, 5); "é" * 101 gave (2, 12), not (2, 204)).
     self.assertTokens(self.tokenizer, "ab" * 51, ["[UNK]"], [(0, 102)])
 
-  @unittest.expectedFailure
   def test_trailing_combining_mark_is_inside_last_piece_span(self):
-    # KNOWN ISSUE (reported): a combining mark at the end of a word normalizes to no bytes, so the span
-    # of the word's last piece stops before it: decomposed "cafe\u0301" gives (0, 4), not (0, 6), and
-    # an [UNK] over "e\u0301" gives (0, 1). Remove expectedFailure once fixed.
+    # Regression: a combining mark at the end of a word normalizes to no bytes, so the span
+    # of the word's last piece stopped before it: decomposed "cafe\u0301" gave (0, 4), not (0, 6), and
+    # an [UNK] over "e\u0301" gave (0, 1).
     self.assertTokens(self.tokenizer, "cafe\u0301", ["cafe"], [(0, 6)])
     self.assertTokens(self.tokenizer, "cafe\u0301s", ["cafe", "##s"], [(0, 6), (6, 7)])
 

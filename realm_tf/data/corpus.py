@@ -6,7 +6,8 @@ Shards are GZIP TFRecord files `{prefix}-{i:05d}-of-{n:05d}` of tf.Example with
   body_token_ids         int64 wordpiece ids of the body
   uid                    bytes, hex sha1 of "{title} <sep> {body}" (the original's document uid; the
                          pre-training pipeline uses it to drop a sentence's own document)
-  doc_id                 bytes, the source id (TSV id column, JSONL "id"), or the 0-based input row
+  doc_id                 bytes, the source id (TSV id column, JSONL "id"), or "line-N" for a JSONL
+                         record without one (N its line number, so skipped lines shift nothing)
 Documents are split into contiguous runs, so the row order of the corpus (sorted shard order, then
 record order) is the input order and stable across runs: index row i is document i.
 `{prefix}.manifest.json` records the counts, the vocab and a checksum per shard; it is written last.
@@ -16,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from typing import Callable, Iterable, Iterator, List, Optional
 
 import tensorflow as tf
@@ -70,14 +72,14 @@ def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None
                                   "TSV file of documents")
   lower = path.lower()
   if lower.endswith((".jsonl", ".json")):
-    for row_index, (line_number, record) in enumerate(text_records.read_jsonl(path, skipped)):
+    for line_number, record in text_records.read_jsonl(path, skipped):
       body = record.get("body", record.get("text"))
       if "title" not in record or body is None:
         text_records.handle_invalid(text_records.InputError(
             f"{path}:{line_number}: a document needs \"title\" and \"body\" (or \"text\") fields, got "
             f"{sorted(record)}; fix the record or pass --skip_invalid"), skipped)
         continue
-      doc = _validated(path, line_number, record["title"], body, record.get("id", row_index), skipped)
+      doc = _validated(path, line_number, record["title"], body, record.get("id", f"line-{line_number}"), skipped)
       if doc is not None:
         yield doc
   elif lower.endswith(".tsv"):
@@ -177,6 +179,9 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
       titles = tokenizer.tokenize([d.title.encode("utf-8") for d in batch]).to_list()
       bodies = tokenizer.tokenize([d.body.encode("utf-8") for d in batch]).to_list()
       for doc, title_ids, body_ids in zip(batch, titles, bodies):
+        if written == total:
+          raise RuntimeError(f"the input changed while it was read: counted {total} documents, then "
+                             "read more; write the corpus from a file that is not being modified")
         while written >= boundaries[shard + 1]:
           shard += 1
         writers[shard].write(_to_example(doc, title_ids, body_ids))
@@ -210,7 +215,10 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
       if tf.io.gfile.exists(tmp):
         tf.io.gfile.remove(tmp)
 
-  stale = sorted(set(tf.io.gfile.glob(f"{output_prefix}-?????-of-?????")) - set(finals))
+  # Matched by name, not glob: brackets or '*' in a user's prefix must not reach other directories.
+  shard_name = re.compile(re.escape(os.path.basename(output_prefix)) + r"-\d{5}-of-\d{5}$")
+  stale = sorted(os.path.join(output_dir, name) for name in tf.io.gfile.listdir(output_dir)
+                 if shard_name.match(name) and os.path.join(output_dir, name) not in finals)
   for path in stale:
     log(f"removing {path}: a shard of an earlier corpus with another shard count")
     tf.io.gfile.remove(path)

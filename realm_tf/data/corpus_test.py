@@ -3,7 +3,6 @@
 import hashlib
 import json
 import os
-import unittest
 
 import tensorflow as tf
 
@@ -71,8 +70,8 @@ class ReadDocumentsTest(CorpusTestCase):
     ]) + "\n")
     self.assertEqual(list(corpus.read_documents(path)), [
         corpus.Document("A", "first", "x1"),
-        corpus.Document("B", "second", "1"),  # no id: the 0-based record index
-        corpus.Document("", "no title", "2"),
+        corpus.Document("B", "second", "line-3"),  # no id: its line number, so skips shift nothing
+        corpus.Document("", "no title", "line-4"),
         corpus.Document("Only title", "", "42"),
     ])
 
@@ -261,11 +260,10 @@ class WriteCorpusTest(CorpusTestCase):
     self.assertEqual(stats.num_shards, 2)
     self.assertEqual([r["doc_id"] for r in corpus.read_corpus(self.prefix)], [d.doc_id for d in docs])
 
-  @unittest.expectedFailure
   def test_stale_shard_cleanup_does_not_glob_the_prefix(self):
-    # KNOWN BUG (reported): stale shards are found with tf.io.gfile.glob(f"{prefix}-?????-of-?????"),
+    # Regression: stale shards are found with tf.io.gfile.glob(f"{prefix}-?????-of-?????"),
     # so glob metacharacters in the prefix match other paths: writing to ".../run[12]/c" deletes
-    # ".../run1/c-00000-of-00004". Remove expectedFailure once fixed.
+    # ".../run1/c-00000-of-00004".
     other = os.path.join(self.out_dir, "run1", "c-00000-of-00004")
     os.makedirs(os.path.dirname(other))
     self.write(os.path.basename(other), b"another corpus", directory=os.path.dirname(other))
@@ -339,11 +337,9 @@ class WriteCorpusTest(CorpusTestCase):
       corpus.write_corpus(documents, self.tokenizer, self.prefix, num_shards=3)
     self.assertEqual(os.listdir(self.out_dir), [])
 
-  @unittest.expectedFailure
   def test_input_that_grows_between_passes(self):
-    # KNOWN BUG (reported): a second pass longer than the first runs past the last shard boundary in
-    # flush() and raises IndexError instead of the RuntimeError that explains the problem. Remove
-    # expectedFailure once fixed.
+    # Regression: a second pass longer than the first runs past the last shard boundary in
+    # flush() and raises IndexError instead of the RuntimeError that explains the problem.
     calls = []
 
     def documents():
