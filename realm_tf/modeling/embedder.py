@@ -1,0 +1,116 @@
+"""The REALM/ORQA retriever: BERT embedders of queries and documents and their inner-product scores.
+
+Embedder (Guu et al. 2020, sec. 3.2; the released ICT and REALM modules):
+  BERT(pooled_output) -> Dense(projection_size, default 128) -> LayerNorm -> Dropout (training only)
+The pooled output is BERT's tanh pooler over [CLS], not the raw [CLS] vector. Two released flavours differ
+only in numerics: the REALM-released embedder uses a BERT-style LayerNorm (epsilon 1e-12), the ICT module
+Keras LayerNormalization (epsilon 1e-3) with dropout 0.1 in training; both are constructor arguments.
+
+The query and document towers share one embedder by default (the original's share_embedders=True). With
+share_embedders=False they are two embedders with their own weights; the original's separate-tower path
+was broken (both towers ended up with one set of weights), so ours has a test of its own.
+"""
+
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras
+
+from realm_tf.modeling import bert
+
+
+def flatten_bert_inputs(inputs):
+  """(token_ids, mask, segment_ids) with any leading shape [..., L] -> a BertEncoderV2 dict of [-1, L]."""
+  token_ids, mask, segment_ids = inputs
+  seq_len = tf.shape(token_ids)[-1]
+  return bert.encoder_inputs(tf.reshape(token_ids, [-1, seq_len]), tf.reshape(mask, [-1, seq_len]),
+                             tf.reshape(segment_ids, [-1, seq_len]))
+
+
+class RetrieverEmbedder(tf_keras.Model):
+  """Embeds BERT inputs into projection_size vectors.
+
+  Args:
+    config: the BERT encoder's configuration.
+    projection_size: D, the index dimension (128 in REALM and ORQA).
+    layer_norm_epsilon: 1e-12 for the REALM-released embedder, 1e-3 for the ICT module.
+    dropout_rate: dropout after the LayerNorm in training (ICT: 0.1; REALM embedder: 0).
+
+  Call:
+    inputs: (token_ids, mask, segment_ids), int32 [..., seq_len].
+    Returns float32 [..., projection_size].
+  """
+
+  def __init__(self, config: bert.BertConfig, projection_size: int = 128,
+               layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0, name: str = "embedder",
+               **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    self.projection_size = projection_size
+    self.encoder = bert.build_encoder(config, name="bert")
+    self.projection = tf_keras.layers.Dense(
+        projection_size,
+        kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+        name="projection")
+    # float32: the scores that feed softmaxes stay in full precision under mixed_bfloat16.
+    self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm",
+                                                         dtype=tf.float32)
+    self.dropout = tf_keras.layers.Dropout(dropout_rate)
+
+  def call(self, inputs, training=None):
+    token_ids = inputs[0]
+    pooled = self.encoder(flatten_bert_inputs(inputs), training=training)["pooled_output"]
+    embedding = self.dropout(self.layer_norm(self.projection(pooled)), training=training)
+    return tf.reshape(embedding, tf.concat([tf.shape(token_ids)[:-1], [self.projection_size]], 0))
+
+
+class Retriever(tf_keras.Model):
+  """Query and document towers; scores are raw inner products (no temperature), as in REALM.
+
+  Args:
+    config, projection_size, layer_norm_epsilon, dropout_rate: see RetrieverEmbedder.
+    share_embedders: one embedder for both towers (default) or two.
+  """
+
+  def __init__(self, config: bert.BertConfig, projection_size: int = 128,
+               layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
+               share_embedders: bool = True, name: str = "retriever", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.share_embedders = share_embedders
+    self.doc_embedder = RetrieverEmbedder(config, projection_size, layer_norm_epsilon, dropout_rate,
+                                          name="doc_embedder")
+    self.query_embedder = self.doc_embedder if share_embedders else RetrieverEmbedder(
+        config, projection_size, layer_norm_epsilon, dropout_rate, name="query_embedder")
+
+  def embed_queries(self, inputs, training=None):
+    """[..., Q] query inputs -> float32 [..., D]."""
+    return self.query_embedder(inputs, training=training)
+
+  def embed_documents(self, inputs, training=None):
+    """[..., C] candidate inputs -> float32 [..., D]."""
+    return self.doc_embedder(inputs, training=training)
+
+  def call(self, inputs, training=None):
+    """Scores candidates of each query.
+
+    Args:
+      inputs: (query_inputs, candidate_inputs): BertInputs-like triples, [B, Q] and [B, N, C].
+
+    Returns:
+      float32 [B, N], q . d for each candidate.
+    """
+    query_inputs, candidate_inputs = inputs
+    query = self.embed_queries(query_inputs, training=training)
+    candidates = self.embed_documents(candidate_inputs, training=training)
+    return tf.einsum("bd,bnd->bn", query, candidates)
+
+
+def build_retriever(config: bert.BertConfig, projection_size: int = 128,
+                    layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
+                    share_embedders: bool = True, seq_len: Optional[int] = 8) -> Retriever:
+  """A Retriever with its variables created (a forward pass on a dummy batch), ready to restore into."""
+  retriever = Retriever(config, projection_size, layer_norm_epsilon, dropout_rate, share_embedders)
+  dummy = tf.zeros([1, seq_len], tf.int32)
+  retriever.embed_queries((dummy, dummy, dummy))
+  retriever.embed_documents((dummy, dummy, dummy))
+  return retriever
