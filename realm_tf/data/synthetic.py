@@ -6,6 +6,12 @@ question asks about (a birthplace, a founded guild, a famous work, a full birth 
 exactly one document, so a retriever's recall of the answer-bearing document is measurable. The generator
 checks that property and drops any question that breaks it.
 
+Documents also mention each other, as Wikipedia articles do: a person studied under a mentor (both
+documents name both people) and worked in a village (both documents name both). Those mentions are never
+answers; they are what REALM's pre-training learns from, because it never retrieves a sentence's own
+document: masking "Hulera Lomar" in "Velin studied under Hulera Lomar." is helped only by retrieving
+Lomar's document, which says "Lomar taught Zorbak Velin.".
+
 Outputs (all deterministic for a seed; `bin/generate_testdata` rewrites testdata/ byte for byte):
   vocab.txt          WordPiece vocab covering the corpus (specials, words, syllable pieces, characters)
   corpus.jsonl       {"id", "title", "body"}: the retrieval corpus
@@ -91,7 +97,7 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
   died = founded + rng.randint(5, 40)
   doc = _Doc(doc_id=f"person-{i:04d}", title=full)
   doc.sentences = [
-      f"{full} was a {profession} from {town}.",
+      f"{full} was {'an' if profession[0] in 'aeiou' else 'a'} {profession} from {town}.",
       f"{last} was born on {date} in {town}.",
       f"In {founded}, {last} founded the {org}.",
       f"{last} is best known for the {work}.",
@@ -127,6 +133,25 @@ def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
       (f"Who first recorded {village}?", founder),
   ]
   return doc
+
+
+def _mention(doc: _Doc, sentence: str, salient: Sequence[str]) -> None:
+  doc.sentences.append(sentence)
+  doc.salient.extend((len(doc.sentences) - 1, name) for name in salient)
+
+
+def _link(people: List[_Doc], villages: List[_Doc], rng: random.Random) -> None:
+  """Adds the cross-document mentions: mentors and students, workplaces and notable residents."""
+  for i, student in enumerate(people):
+    mentor = people[rng.randrange(len(people) - 1)]
+    if mentor is student:
+      mentor = people[-1]
+    student_last, mentor_last = student.title.split()[-1], mentor.title.split()[-1]
+    _mention(student, f"{student_last} studied under {mentor.title}.", [student_last, mentor.title])
+    _mention(mentor, f"{mentor_last} taught {student.title}.", [mentor_last, student.title])
+    village = villages[i % len(villages)]
+    _mention(student, f"{student_last} worked in {village.title}.", [student_last, village.title])
+    _mention(village, f"{student.title} worked in {village.title}.", [student.title, village.title])
 
 
 def _assemble(doc: _Doc) -> dict:
@@ -185,8 +210,10 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
   rng = random.Random(seed)
   names = _Names(rng)
   dates: set = set()
-  docs = [_person(i, rng, names, dates) for i in range(num_people)]
-  docs += [_village(i, rng, names) for i in range(num_villages)]
+  people = [_person(i, rng, names, dates) for i in range(num_people)]
+  villages = [_village(i, rng, names) for i in range(num_villages)]
+  _link(people, villages, rng)
+  docs = people + villages
   rng.shuffle(docs)
 
   assembled = [_assemble(d) for d in docs]

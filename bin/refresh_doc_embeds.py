@@ -1,0 +1,72 @@
+r"""The index refresher: a process of its own beside bin/train_realm.
+
+Waits for the trainer's checkpoints in --model_dir (blocking; never busy-polls), re-embeds the corpus with
+the document tower of the newest one, builds the MIPS index and publishes it atomically as
+MODEL_DIR/index/<step>/ with the query tower of the same step; keeps the newest --keep. Exits when the
+trainer writes its done marker or after --max_refreshes.
+
+  python bin/refresh_doc_embeds.py --model_dir=/runs/realm --retrieval_corpus_path=/data/corpus/blocks
+
+Bootstrap index (step 0) from a warm-start checkpoint, before training starts:
+  python bin/refresh_doc_embeds.py --once --init_checkpoint=/runs/ict/ckpt-10000 \
+      --config_path=/runs/ict/realm_config.json --model_dir=/runs/realm \
+      --retrieval_corpus_path=/data/corpus/blocks
+"""
+
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import refresher
+from realm_tf.training import distribute
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "The trainer's model directory.", required=True)
+_CORPUS = flags.DEFINE_string("retrieval_corpus_path", None,
+                              "Prefix of the retrieval corpus (bin/generate_retrieval_corpus).",
+                              required=True)
+_INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
+                           "MIPS implementation of the published index.")
+_KEEP = flags.DEFINE_integer("keep", 3, "Published indexes to keep.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
+_MAX_REFRESHES = flags.DEFINE_integer("max_refreshes", None, "Exit after this many refreshes.")
+_POLL_SECONDS = flags.DEFINE_float("poll_seconds", 5.0, "Seconds between looks for a checkpoint.")
+_START_AT_STEP = flags.DEFINE_integer("start_at_step", 0, "Ignore checkpoints before this step.")
+_ONCE = flags.DEFINE_bool("once", False, "Publish one index from --init_checkpoint (step 0) and exit.")
+_INIT_CHECKPOINT = flags.DEFINE_string("init_checkpoint", None,
+                                       "With --once: warm-start checkpoint of the retriever.")
+_CONFIG_PATH = flags.DEFINE_string("config_path", None,
+                                   "With --once: realm_config.json to build the retriever from "
+                                   "(default: the one in --model_dir).")
+_NUM_WORKERS = flags.DEFINE_integer("num_workers", 1, "Hosts sharing the corpus embedding.")
+_WORKER_INDEX = flags.DEFINE_integer("worker_index", 0, "This host's index in [0, num_workers).")
+_STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES,
+                              "Distribution strategy of the embedding.")
+_TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
+_NUM_CPU_DEVICES = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs (mirrored on CPU).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _NUM_CPU_DEVICES.value > 1:
+    distribute.configure_logical_cpus(_NUM_CPU_DEVICES.value)
+  strategy = distribute.get_strategy(_STRATEGY.value, tpu=_TPU.value,
+                                     num_cpu_devices=_NUM_CPU_DEVICES.value)
+  options = refresher.RefresherOptions(
+      model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
+      keep=_KEEP.value, batch_size=_BATCH_SIZE.value, max_refreshes=_MAX_REFRESHES.value,
+      poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
+      num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value)
+  if _ONCE.value:
+    config_path = _CONFIG_PATH.value or os.path.join(_MODEL_DIR.value, realm_config_lib.CONFIG_NAME)
+    config = realm_config_lib.RealmConfig.load(config_path)
+    refresher.bootstrap(config, _INIT_CHECKPOINT.value, options, strategy, log=logging.info)
+    return
+  refresher.run(options, strategy, log=logging.info)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,95 @@
+"""Checkpoint layouts of realm_tf's trainers and restoring parts of them into other models.
+
+Trainers save tf.train.Checkpoint(model=<task model>, optimizer=...). Other processes need only a part:
+the refresher the retriever of a REALM checkpoint, REALM's warm start the embedder of an ICT checkpoint,
+exports the towers. The layout is recognized from the variable names, so any of these can be passed
+wherever a retriever checkpoint is expected:
+  model/retriever/...   bin/train_realm (RealmPretrainer.retriever) and bin/train_orqa
+  model/embedder/...    bin/train_ict (one embedder: loaded into both towers)
+  retriever/...         bin/convert_checkpoint output of a released REALM/ORQA embedder
+"""
+
+import os
+import re
+from typing import Optional
+
+import tensorflow as tf
+
+DONE_MARKER = "TRAINING_DONE"
+_STEP = re.compile(r"ckpt-(\d+)$")
+
+
+def checkpoint_step(checkpoint_path: str) -> int:
+  """The step number of a CheckpointManager path like MODEL_DIR/ckpt-1200."""
+  match = _STEP.search(checkpoint_path)
+  if not match:
+    raise ValueError(f"{checkpoint_path}: not a checkpoint path ending in ckpt-<step>")
+  return int(match.group(1))
+
+
+def resolve_checkpoint(path: str) -> str:
+  """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest is None:
+      raise FileNotFoundError(f"{path} holds no checkpoint; pass a checkpoint prefix such as "
+                              f"{os.path.join(path, 'ckpt-1000')}")
+    return latest
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(f"checkpoint {path} does not exist (no {path}.index)")
+  return path
+
+
+def _layout(names, checkpoint_path: str) -> str:
+  for prefix in ("model/retriever/", "model/embedder/", "retriever/"):
+    if any(n.startswith(prefix) for n in names):
+      return prefix
+  shown = sorted({n.split("/.ATTRIBUTES")[0].rsplit("/", 3)[0] for n in names})[:8]
+  raise ValueError(f"{checkpoint_path} holds no retriever (expected variables under model/retriever/, "
+                   f"model/embedder/ or retriever/; found e.g. {shown}). Pass a checkpoint of "
+                   "bin/train_realm, bin/train_ict, bin/train_orqa or bin/convert_checkpoint")
+
+
+def restore_retriever(retriever, checkpoint_path: str) -> str:
+  """Restores a realm_tf.modeling.embedder.Retriever (variables created) from any known layout.
+
+  Returns the resolved checkpoint path. Raises ValueError naming the file when a retriever weight is
+  missing from the checkpoint or has another shape.
+  """
+  checkpoint_path = resolve_checkpoint(checkpoint_path)
+  names = [name for name, _ in tf.train.list_variables(checkpoint_path)]
+  layout = _layout(names, checkpoint_path)
+  towers = [retriever.doc_embedder]
+  if retriever.query_embedder is not retriever.doc_embedder:
+    towers.append(retriever.query_embedder)
+  try:
+    if layout == "model/retriever/":
+      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).restore(
+          checkpoint_path)]
+    elif layout == "retriever/":
+      statuses = [tf.train.Checkpoint(retriever=retriever).restore(checkpoint_path)]
+    else:  # ICT: its single embedder initializes every tower.
+      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=tower)).restore(
+          checkpoint_path) for tower in towers]
+    for status in statuses:
+      status.expect_partial()
+      status.assert_existing_objects_matched()
+  except (AssertionError, ValueError, tf.errors.OpError) as e:
+    raise ValueError(f"{checkpoint_path}: cannot restore the retriever from it ({layout} layout): "
+                     f"{e}") from e
+  return checkpoint_path
+
+
+def write_done_marker(model_dir: str) -> None:
+  """Tells the refresher that training finished (it exits once it has seen the last checkpoint)."""
+  with tf.io.gfile.GFile(os.path.join(model_dir, DONE_MARKER), "w") as f:
+    f.write("done\n")
+
+
+def training_done(model_dir: str) -> bool:
+  return tf.io.gfile.exists(os.path.join(model_dir, DONE_MARKER))
+
+
+def latest_step(model_dir: str) -> Optional[int]:
+  latest = tf.train.latest_checkpoint(model_dir)
+  return None if latest is None else checkpoint_step(latest)

@@ -1,0 +1,108 @@
+"""The configuration a REALM/ICT/ORQA run shares between its processes.
+
+The trainer writes MODEL_DIR/realm_config.json once; the refresher, the exporters and the evaluators
+rebuild the same models and featurizer from it, so nothing has to be repeated on their command lines and
+nothing can silently disagree (a refresher embedding with another sequence length or vocab than the
+trainer's would produce a useless index).
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+
+from realm_tf import featurization
+from realm_tf import io_utils
+from realm_tf import tokenization
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder as embedder_lib
+
+CONFIG_NAME = "realm_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RealmConfig:
+  """Models and featurization of a run.
+
+  Attributes:
+    retriever_bert: BERT of the query/document embedders.
+    reader_bert: BERT of the knowledge-augmented encoder (REALM) or span reader (ORQA).
+    vocab_path, do_lower_case: the tokenizer (one vocab for both BERTs).
+    projection_size: D of the retriever (128).
+    embedder_layer_norm_epsilon: 1e-12 (REALM embedder) or 1e-3 (ICT module).
+    embedder_dropout_rate: dropout after the embedder's LayerNorm in training.
+    share_embedders: one tower for queries and documents.
+    query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
+      including the null document).
+  """
+  retriever_bert: bert.BertConfig
+  reader_bert: bert.BertConfig
+  vocab_path: str
+  do_lower_case: bool = True
+  projection_size: int = 128
+  embedder_layer_norm_epsilon: float = 1e-12
+  embedder_dropout_rate: float = 0.0
+  share_embedders: bool = True
+  query_seq_len: int = 96
+  candidate_seq_len: int = 288
+  max_masks: int = 10
+  num_candidates: int = 8
+
+  def to_dict(self) -> Dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values: Dict[str, Any]) -> "RealmConfig":
+    values = dict(values)
+    for key in ("retriever_bert", "reader_bert"):
+      values[key] = bert.BertConfig(**values[key])
+    return cls(**values)
+
+  def save(self, model_dir: str) -> str:
+    tf.io.gfile.makedirs(model_dir)
+    path = os.path.join(model_dir, CONFIG_NAME)
+    io_utils.write_json_atomic(path, self.to_dict())
+    return path
+
+  @classmethod
+  def load(cls, model_dir_or_file: str) -> "RealmConfig":
+    path = model_dir_or_file
+    if tf.io.gfile.isdir(path):
+      path = os.path.join(path, CONFIG_NAME)
+    if not tf.io.gfile.exists(path):
+      raise FileNotFoundError(f"{path} does not exist: the trainer writes it when it starts; start "
+                              "bin/train_realm (or pass the run's model dir)")
+    with tf.io.gfile.GFile(path) as f:
+      try:
+        return cls.from_dict(json.load(f))
+      except (json.JSONDecodeError, TypeError, KeyError) as e:
+        raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
+
+  def check_matches(self, saved: "RealmConfig", path: str) -> None:
+    """A restarted run must use the configuration its checkpoints were written with."""
+    mine, theirs = self.to_dict(), saved.to_dict()
+    differences = [f"{k}: {theirs[k]!r} (saved) vs {mine[k]!r} (flags)" for k in mine
+                   if k != "vocab_path" and mine[k] != theirs[k]]
+    if differences:
+      raise ValueError(f"{path} was written with another configuration; use a new --model_dir or the "
+                       "same flags. Differences: " + "; ".join(differences))
+
+  def tokenizer(self) -> tokenization.Tokenizer:
+    tokenizer = tokenization.Tokenizer(self.vocab_path, self.do_lower_case)
+    for name, config in (("retriever", self.retriever_bert), ("reader", self.reader_bert)):
+      if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"vocab {self.vocab_path} has {tokenizer.vocab_size} tokens but the {name} "
+                         f"BERT has vocab_size {config.vocab_size}; use the vocab of the checkpoint")
+    return tokenizer
+
+  def featurizer(self, tokenizer: Optional[tokenization.Tokenizer] = None) -> featurization.Featurizer:
+    return featurization.Featurizer.from_tokenizer(
+        tokenizer or self.tokenizer(), query_seq_len=self.query_seq_len,
+        candidate_seq_len=self.candidate_seq_len, max_masks=self.max_masks)
+
+  def build_retriever(self) -> embedder_lib.Retriever:
+    return embedder_lib.build_retriever(
+        self.retriever_bert, self.projection_size, self.embedder_layer_norm_epsilon,
+        self.embedder_dropout_rate, self.share_embedders)

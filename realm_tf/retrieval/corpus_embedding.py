@@ -1,0 +1,144 @@
+"""Embedding the whole retrieval corpus with the document tower, in corpus row order.
+
+Row i of the result is document i of the corpus (sorted shard order), because the index maps rows back
+to documents. Batches are static-shaped for XLA/TPU: the last partial batch is padded with copies of its
+first document and the padding trimmed afterwards (the original DocumentEmbedder padded the same way).
+Under a distribution strategy each global batch is split across replicas in order and reassembled in
+replica order. Several workers (hosts) can each take a contiguous run of rows (--num_workers,
+--worker_index); `merge_worker_embeddings` concatenates their outputs in worker order.
+"""
+
+import dataclasses
+import os
+import time
+from typing import Callable, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import featurization
+from realm_tf import io_utils
+from realm_tf.data import corpus as corpus_lib
+
+
+def worker_rows(num_docs: int, num_workers: int, worker_index: int) -> range:
+  """The contiguous rows [start, limit) that worker_index embeds."""
+  if not 0 <= worker_index < num_workers:
+    raise ValueError(f"--worker_index must be in [0, {num_workers}), got {worker_index}")
+  return range(num_docs * worker_index // num_workers, num_docs * (worker_index + 1) // num_workers)
+
+
+@dataclasses.dataclass
+class EmbeddingProgress:
+  done: int
+  total: int
+  seconds: float
+
+  @property
+  def docs_per_second(self) -> float:
+    return self.done / self.seconds if self.seconds > 0 else 0.0
+
+  def __str__(self) -> str:
+    rate = self.docs_per_second
+    eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+    return (f"embedded {self.done}/{self.total} documents, {rate:.1f} docs/s, "
+            f"ETA {eta:.0f} s")
+
+
+def candidate_dataset(corpus_prefix: str, featurizer: featurization.Featurizer,
+                      rows: Optional[range] = None) -> tf.data.Dataset:
+  """The corpus as packed candidate inputs ([CLS] title [SEP] body [SEP]), one document per element."""
+  dataset = corpus_lib.corpus_dataset(corpus_prefix)
+  if rows is not None:
+    dataset = dataset.skip(rows.start).take(len(rows))
+
+  def featurize(batch):
+    inputs = featurizer.candidate_inputs(batch["title_token_ids"], batch["body_token_ids"])
+    return inputs._asdict()
+
+  # Featurize in batches (ragged ops vectorize), then hand out single documents.
+  return dataset.ragged_batch(256).map(featurize).unbatch()
+
+
+def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurization.Featurizer,
+                 batch_size: int = 256, strategy: Optional[tf.distribute.Strategy] = None,
+                 num_workers: int = 1, worker_index: int = 0,
+                 log: Callable[[str], None] = print, log_every_seconds: float = 30.0) -> np.ndarray:
+  """Embeds this worker's rows of the corpus.
+
+  Args:
+    embed_fn: (token_ids, mask, segment_ids) int32 [b, C] -> float32 [b, D]; e.g. a RetrieverEmbedder
+      called with training=False. Runs under `strategy` when one is given.
+    corpus_prefix: a corpus written by realm_tf.data.corpus.write_corpus.
+    featurizer: packs candidates to featurizer.candidate_seq_len.
+    batch_size: global batch size (divisible by the number of replicas).
+    strategy: distribution strategy for the embedding (default: none).
+    num_workers, worker_index: which contiguous run of rows to embed.
+
+  Returns:
+    float32 [num_rows_of_this_worker, D].
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  if batch_size % strategy.num_replicas_in_sync:
+    raise ValueError(f"batch_size {batch_size} is not divisible by the {strategy.num_replicas_in_sync} "
+                     "replicas")
+  num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
+  rows = worker_rows(num_docs, num_workers, worker_index)
+  total = len(rows)
+  if total == 0:
+    return np.zeros([0, 0], np.float32)
+  num_batches = -(-total // batch_size)
+  padded_total = num_batches * batch_size
+
+  dataset = candidate_dataset(corpus_prefix, featurizer, rows)
+  # Static shapes: pad the last batch with copies of the first document of the corpus run.
+  padding = dataset.take(1).repeat(padded_total - total)
+  dataset = dataset.concatenate(padding).batch(batch_size, drop_remainder=True).prefetch(2)
+  distributed = strategy.experimental_distribute_dataset(dataset)
+
+  @tf.function
+  def step(batch):
+    per_replica = strategy.run(
+        lambda b: embed_fn((b["token_ids"], b["mask"], b["segment_ids"])), args=(batch,))
+    return strategy.experimental_local_results(per_replica)
+
+  outputs: List[np.ndarray] = []
+  start = time.time()
+  last_log = start
+  for batch in distributed:
+    outputs.extend(np.asarray(part) for part in step(batch))
+    done = min(sum(len(o) for o in outputs), total)
+    now = time.time()
+    if now - last_log >= log_every_seconds or done == total:
+      log(str(EmbeddingProgress(done, total, now - start)))
+      last_log = now
+  embeddings = np.concatenate(outputs, axis=0)[:total].astype(np.float32)
+  return embeddings
+
+
+def worker_embeddings_path(output_dir: str, num_workers: int, worker_index: int) -> str:
+  return os.path.join(output_dir, f"embeddings-{worker_index:05d}-of-{num_workers:05d}.npy")
+
+
+def save_worker_embeddings(embeddings: np.ndarray, output_dir: str, num_workers: int,
+                           worker_index: int) -> str:
+  """Writes one worker's rows atomically (no pickle) and returns the path."""
+  tf.io.gfile.makedirs(output_dir)
+  path = worker_embeddings_path(output_dir, num_workers, worker_index)
+  with io_utils.atomic_write(path, "wb") as f:
+    np.save(f, embeddings, allow_pickle=False)
+  return path
+
+
+def merge_worker_embeddings(output_dir: str, num_workers: int) -> np.ndarray:
+  """Concatenates all workers' rows in worker order; a clear error names any missing worker."""
+  paths = [worker_embeddings_path(output_dir, num_workers, w) for w in range(num_workers)]
+  missing = [p for p in paths if not tf.io.gfile.exists(p)]
+  if missing:
+    raise FileNotFoundError(f"cannot merge: {len(missing)} of {num_workers} workers have not written "
+                            f"their embeddings yet: {missing}")
+  parts = []
+  for path in paths:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      parts.append(np.load(f, allow_pickle=False))
+  return np.concatenate(parts, axis=0)

@@ -1,0 +1,396 @@
+"""Tests for realm_tf.retrieval.index: exactness, ScaNN recall, save/load, corruption and validation."""
+
+import json
+import os
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.retrieval import index as index_lib
+
+CorruptIndexError = index_lib.CorruptIndexError
+
+
+def _random(num, dim, seed=0):
+  return np.random.default_rng(seed).normal(size=(num, dim)).astype(np.float32)
+
+
+def _clustered(num, dim, num_clusters, seed=0, sigma=0.3):
+  """Points around num_clusters Gaussian centres; queries should be drawn near the points."""
+  rng = np.random.default_rng(seed)
+  centres = rng.normal(size=(num_clusters, dim)).astype(np.float32)
+  points = centres[rng.integers(0, num_clusters, size=num)]
+  return points + sigma * rng.standard_normal(size=(num, dim), dtype=np.float32)
+
+
+def _near(points, num, seed=1, sigma=0.3):
+  rng = np.random.default_rng(seed)
+  picked = points[rng.integers(0, points.shape[0], size=num)]
+  return picked + sigma * rng.standard_normal(size=picked.shape, dtype=np.float32)
+
+
+def _numpy_top_k(queries, embeddings, k):
+  """Exact top-k rows by score descending, ties by lower row (stable argsort)."""
+  scores = queries.astype(np.float64) @ embeddings.astype(np.float64).T
+  rows = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+  return rows, np.take_along_axis(scores, rows, axis=1)
+
+
+class BruteForceIndexTest(tf.test.TestCase):
+
+  def test_matches_numpy_argsort_across_blocks_and_query_batches(self):
+    embeddings, queries = _random(1000, 16), _random(11, 16, seed=1)
+    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=97, query_batch_size=4)
+    ids, scores = index.search(queries, 10)
+    want_rows, want_scores = _numpy_top_k(queries, embeddings, 10)
+    self.assertEqual(ids.dtype, np.int64)
+    self.assertEqual(scores.dtype, np.float32)
+    self.assertAllEqual(ids, want_rows)
+    self.assertAllClose(scores, want_scores, rtol=1e-5, atol=1e-5)
+    self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
+
+  def test_ties_are_broken_by_lower_row_across_blocks(self):
+    embeddings = np.zeros([12, 4], np.float32)
+    embeddings[[2, 5, 9, 11], 0] = 1.0  # four equal best documents in different blocks
+    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=4)
+    ids, scores = index.search(np.array([[1.0, 0, 0, 0]], np.float32), 3)
+    self.assertAllEqual(ids, [[2, 5, 9]])
+    self.assertAllEqual(scores, [[1.0, 1.0, 1.0]])
+
+  def test_doc_ids_are_returned_instead_of_rows(self):
+    embeddings, queries = _random(50, 8), _random(3, 8, seed=1)
+    doc_ids = np.arange(50, dtype=np.int64)[::-1] * 1000 + 7
+    ids, _ = index_lib.BruteForceIndex.build(embeddings, doc_ids).search(queries, 5)
+    rows, _ = _numpy_top_k(queries, embeddings, 5)
+    self.assertAllEqual(ids, doc_ids[rows])
+
+  def test_empty_query_batch(self):
+    index = index_lib.BruteForceIndex.build(_random(10, 4))
+    ids, scores = index.search(np.zeros([0, 4], np.float32), 3)
+    self.assertEqual(ids.shape, (0, 3))
+    self.assertEqual(scores.shape, (0, 3))
+
+  def test_embeddings_property_is_a_read_only_copy(self):
+    embeddings = _random(30, 4)
+    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=7)
+    self.assertAllEqual(index.embeddings, embeddings)
+    self.assertFalse(index.embeddings.flags.writeable)
+    self.assertEqual((index.num_docs, index.dim), (30, 4))
+
+
+class ValidationTest(tf.test.TestCase):
+
+  def test_query_dimension_mismatch_names_both_dims(self):
+    for cls in (index_lib.BruteForceIndex, index_lib.ScannIndex):
+      index = cls.build(_random(20, 128))
+      with self.assertRaisesRegex(ValueError, r"index has D=128, queries have 64"):
+        index.search(_random(2, 64), 5)
+
+  def test_k_larger_than_num_docs_returns_every_document(self):
+    embeddings, queries = _random(5, 8), _random(3, 8, seed=1)
+    want_rows, _ = _numpy_top_k(queries, embeddings, 5)
+    for cls in (index_lib.BruteForceIndex, index_lib.ScannIndex):
+      ids, scores = cls.build(embeddings).search(queries, 10)
+      self.assertEqual(ids.shape, (3, 5), cls.__name__)
+      self.assertEqual(scores.shape, (3, 5), cls.__name__)
+      self.assertAllEqual(ids, want_rows)
+
+  def test_bad_k(self):
+    index = index_lib.BruteForceIndex.build(_random(5, 4))
+    for k in (0, -1, 2.5, True):
+      with self.assertRaisesRegex(ValueError, "k must be a positive integer"):
+        index.search(_random(1, 4), k)
+
+  def test_bad_embeddings(self):
+    build = index_lib.BruteForceIndex.build
+    with self.assertRaisesRegex(ValueError, "must be float32, got float64"):
+      build(np.zeros([3, 4]))
+    with self.assertRaisesRegex(ValueError, r"must be \[num_docs, dim\]"):
+      build(np.zeros([4], np.float32))
+    with self.assertRaisesRegex(ValueError, "at least one document"):
+      build(np.zeros([0, 4], np.float32))
+    with self.assertRaisesRegex(ValueError, "numpy array"):
+      build([[1.0, 2.0]])
+    bad = _random(10, 4)
+    bad[7, 2] = np.nan
+    with self.assertRaisesRegex(ValueError, "row 7 has NaN"):
+      build(bad)
+
+  def test_bad_doc_ids(self):
+    embeddings = _random(4, 2)
+    with self.assertRaisesRegex(ValueError, r"\[num_docs\] = \[4\]"):
+      index_lib.BruteForceIndex.build(embeddings, np.arange(3))
+    with self.assertRaisesRegex(ValueError, "duplicates"):
+      index_lib.BruteForceIndex.build(embeddings, np.array([1, 2, 2, 3]))
+    with self.assertRaisesRegex(ValueError, "integers"):
+      index_lib.BruteForceIndex.build(embeddings, np.arange(4, dtype=np.float32))
+
+  def test_bad_queries(self):
+    index = index_lib.ScannIndex.build(_random(10, 4))
+    with self.assertRaisesRegex(ValueError, r"q\[None, :\]"):
+      index.search(np.zeros([4], np.float32), 1)
+    with self.assertRaisesRegex(ValueError, "NaN"):
+      index.search(np.full([1, 4], np.nan, np.float32), 1)
+    with self.assertRaisesRegex(ValueError, "floating point"):
+      index.search(np.zeros([1, 4], np.int32), 1)
+    ids, _ = index.search(tf.ones([2, 4], tf.float64), 3)  # tensors and other float dtypes are fine
+    self.assertEqual(ids.shape, (2, 3))
+
+  def test_abstract_build_and_unknown_implementation(self):
+    with self.assertRaisesRegex(TypeError, "abstract"):
+      index_lib.MipsIndex.build(_random(3, 2))
+    with self.assertRaisesRegex(ValueError, "unknown index implementation 'faiss'"):
+      index_lib.build_index(_random(3, 2), implementation="faiss")
+    self.assertIsInstance(index_lib.build_index(_random(3, 2), implementation="brute_force"),
+                          index_lib.BruteForceIndex)
+
+
+class ScannIndexTest(tf.test.TestCase):
+
+  def test_recall_at_10_on_clustered_data(self):
+    embeddings = _clustered(20000, 64, num_clusters=200)
+    queries = _near(embeddings, 64)
+    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
+    index = index_lib.ScannIndex.build(embeddings)
+    self.assertEqual(index.parameters["mode"], "tree_ah")
+    self.assertEqual(index.parameters["num_leaves"], 200)
+    ids, scores = index.search(queries, 10)
+    self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.95)
+    # Scores are the exact inner products of the returned documents, sorted.
+    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, embeddings[ids]), rtol=1e-5,
+                        atol=1e-4)
+    self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
+    # Fewer candidates and leaves can only lose recall; the knobs reach ScaNN.
+    ids_narrow, _ = index.search(queries, 10, num_candidates=10, num_leaves_to_search=1)
+    self.assertLess(index_lib.recall_at_k(ids_narrow, exact_ids, 10), 0.95)
+
+  def test_small_corpus_is_exact(self):
+    embeddings, queries = _random(300, 16), _random(9, 16, seed=1)
+    index = index_lib.ScannIndex.build(embeddings)
+    self.assertEqual(index.parameters["mode"], "brute_force")
+    ids, scores = index.search(queries, 20)
+    want_rows, want_scores = _numpy_top_k(queries, embeddings, 20)
+    self.assertAllEqual(ids, want_rows)
+    self.assertAllClose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+  def test_large_k_gives_full_unique_sorted_rows(self):
+    embeddings = _clustered(6000, 16, num_clusters=60)
+    index = index_lib.ScannIndex.build(embeddings)
+    self.assertEqual(index.parameters["mode"], "tree_ah")
+    ids, scores = index.search(_near(embeddings, 4), 2000)
+    self.assertEqual(ids.shape, (4, 2000))
+    for row in ids:
+      self.assertLen(set(row.tolist()), 2000)
+    self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
+
+  def test_short_scann_results_fall_back_to_exact_search(self):
+    embeddings, queries = _random(6000, 8), _random(3, 8, seed=1)
+    index = index_lib.ScannIndex.build(embeddings)
+    real_search = index._searcher.search_batched
+
+    def short_search(q, final_num_neighbors, leaves_to_search):
+      rows, distances = real_search(q, final_num_neighbors=final_num_neighbors,
+                                    leaves_to_search=leaves_to_search)
+      distances = np.array(distances)
+      distances[1, 3:] = np.nan  # query 1 found only 3 documents
+      return rows, distances
+
+    with mock.patch.object(index._searcher, "search_batched", short_search):
+      ids, scores = index.search(queries, 10)
+    want_rows, want_scores = _numpy_top_k(queries[1:2], embeddings, 10)
+    self.assertAllEqual(ids[1:2], want_rows)
+    self.assertAllClose(scores[1:2], want_scores, rtol=1e-5, atol=1e-5)
+
+  def test_parameters_scale_with_num_docs(self):
+    options = index_lib.ScannOptions()
+    self.assertEqual(options.resolve(4999)["mode"], "brute_force")
+    for num_docs, leaves, searched, sample in ((20000, 200, 10, 20000), (100000, 632, 32, 100000),
+                                              (1000000, 2000, 100, 100000),
+                                              (13000000, 2500, 125, 100000)):
+      params = options.resolve(num_docs)
+      self.assertEqual((params["mode"], params["num_leaves"], params["num_leaves_to_search"],
+                        params["training_sample_size"]),
+                       ("tree_ah", leaves, searched, sample), num_docs)
+
+  def test_options_are_overridable_and_checked(self):
+    index = index_lib.ScannIndex.build(_clustered(6000, 8, 60), num_leaves=30, num_leaves_to_search=3,
+                                       num_candidates=50, anisotropic_quantization_threshold=0.2)
+    self.assertEqual(index.parameters["num_leaves"], 30)
+    self.assertEqual(index.parameters["num_leaves_to_search"], 3)
+    self.assertEqual(index.parameters["num_candidates"], 50)
+    self.assertEqual(index.parameters["anisotropic_quantization_threshold"], 0.2)
+    with self.assertRaisesRegex(ValueError, "num_leaves must be a positive integer"):
+      index_lib.ScannIndex.build(_random(6000, 4), num_leaves=0)
+    with self.assertRaisesRegex(ValueError, "num_leaves_to_search=40 exceeds num_leaves=30"):
+      index_lib.ScannIndex.build(_random(6000, 4), num_leaves=30, num_leaves_to_search=40)
+    with self.assertRaises(TypeError):
+      index_lib.ScannIndex.build(_random(10, 4), leaves=3)
+
+
+class RecallAtKTest(tf.test.TestCase):
+
+  def test_values(self):
+    exact = np.array([[1, 2, 3], [4, 5, 6]])
+    self.assertEqual(index_lib.recall_at_k(exact, exact, 3), 1.0)
+    self.assertAlmostEqual(index_lib.recall_at_k(np.array([[3, 9, 1], [7, 8, 9]]), exact, 3), 2 / 6)
+    self.assertAlmostEqual(index_lib.recall_at_k(np.array([[2, 1], [4, 0]]), exact, 2), 3 / 4)
+    self.assertEqual(index_lib.recall_at_k(exact, exact, 10), 1.0)  # k clamped to 3 columns
+
+  def test_shape_errors(self):
+    with self.assertRaisesRegex(ValueError, "same non-zero batch"):
+      index_lib.recall_at_k(np.zeros([2, 3]), np.zeros([3, 3]), 3)
+    with self.assertRaisesRegex(ValueError, "fewer than k=3"):
+      index_lib.recall_at_k(np.zeros([2, 2]), np.zeros([2, 3]), 3)
+
+
+class SaveLoadTest(tf.test.TestCase):
+
+  def _built(self, implementation, num_docs=6000):
+    embeddings = _clustered(num_docs, 16, num_clusters=60)
+    doc_ids = np.arange(num_docs, dtype=np.int64) * 3 + 100
+    return index_lib.build_index(embeddings, doc_ids, implementation=implementation), embeddings
+
+  def _saved(self, implementation="scann", num_docs=6000):
+    index, _ = self._built(implementation, num_docs)
+    directory = os.path.join(self.create_tempdir().full_path, "index", "42")
+    index.save(directory, step=42)
+    return directory
+
+  def test_round_trip_gives_identical_results(self):
+    for implementation in ("brute_force", "scann"):
+      index, embeddings = self._built(implementation)
+      queries = _near(embeddings, 16)
+      want_ids, want_scores = index.search(queries, 10)
+      parent = os.path.join(self.create_tempdir().full_path, "index")
+      manifest = index.save(os.path.join(parent, "42"), step=42, extra={"checkpoint": "ckpt-42"})
+      self.assertEqual(os.listdir(parent), ["42"])  # no temporary directory left behind
+      loaded = index_lib.load_index(os.path.join(parent, "42"))
+      self.assertIs(type(loaded), type(index))
+      got_ids, got_scores = loaded.search(queries, 10)
+      self.assertAllEqual(got_ids, want_ids)
+      self.assertAllEqual(got_scores, want_scores)
+      self.assertAllEqual(loaded.doc_ids, index.doc_ids)
+      self.assertAllEqual(loaded.embeddings, embeddings)
+      self.assertEqual(loaded.parameters, index.parameters)
+      self.assertEqual(loaded.step, 42)
+      self.assertEqual(loaded.manifest, manifest)
+      self.assertEqual(manifest["implementation"], implementation)
+      self.assertEqual((manifest["num_docs"], manifest["dim"]), (6000, 16))
+      self.assertEqual(manifest["format_version"], index_lib.FORMAT_VERSION)
+      self.assertEqual(manifest["extra"], {"checkpoint": "ckpt-42"})
+      self.assertIn("created", manifest)
+      self.assertEqual(np.load(os.path.join(parent, "42", "embeddings.npy"), allow_pickle=False).dtype,
+                       np.float32)
+      with open(os.path.join(parent, "42", "manifest.json")) as f:
+        self.assertEqual(json.load(f), manifest)
+
+  def test_scann_files_are_listed_and_no_pickle_is_written(self):
+    directory = self._saved("scann")
+    manifest = index_lib.verify_index(directory)
+    self.assertIn("scann/scann_assets.pbtxt", manifest["files"])
+    self.assertIn("scann/hashed_dataset.npy", manifest["files"])
+    self.assertNotIn("scann/dataset.npy", manifest["files"])  # the float copy is embeddings.npy only
+    self.assertFalse([f for f in manifest["files"] if f.endswith(".pkl")])
+
+  def test_existing_directory_needs_overwrite(self):
+    index, _ = self._built("brute_force", num_docs=20)
+    directory = os.path.join(self.create_tempdir().full_path, "7")
+    index.save(directory, step=7)
+    with self.assertRaisesRegex(FileExistsError, "overwrite=True"):
+      index.save(directory, step=8)
+    index.save(directory, step=8, overwrite=True)
+    self.assertEqual(index_lib.load_index(directory).step, 8)
+    self.assertEqual(os.listdir(os.path.dirname(directory)), ["7"])
+
+  def test_failed_save_leaves_nothing(self):
+    index, _ = self._built("scann")
+    parent = self.create_tempdir().full_path
+    with mock.patch.object(index_lib.ScannIndex, "_write_implementation_files",
+                           side_effect=OSError("disk full")):
+      with self.assertRaisesRegex(OSError, "disk full"):
+        index.save(os.path.join(parent, "1"))
+    self.assertEqual(os.listdir(parent), [])
+
+  def test_bad_save_arguments(self):
+    index, _ = self._built("brute_force", num_docs=20)
+    directory = os.path.join(self.create_tempdir().full_path, "x")
+    with self.assertRaisesRegex(ValueError, "JSON-serializable"):
+      index.save(directory, extra={"array": np.zeros(2)})
+    with self.assertRaisesRegex(ValueError, "step must be a non-negative integer"):
+      index.save(directory, step=-1)
+    with self.assertRaisesRegex(ValueError, "POSIX"):
+      index.save("gs://bucket/index/1")
+    self.assertFalse(os.path.exists(directory))
+
+  def test_flipped_bytes_are_detected(self):
+    directory = self._saved("brute_force")
+    path = os.path.join(directory, "embeddings.npy")
+    with open(path, "r+b") as f:
+      f.seek(os.path.getsize(path) - 100)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 0xFF]))
+    with self.assertRaisesRegex(CorruptIndexError, r"embeddings\.npy does not match its sha256"):
+      index_lib.load_index(directory)
+
+  def test_corrupt_scann_file_is_detected(self):
+    directory = self._saved("scann")
+    with open(os.path.join(directory, "scann", "hashed_dataset.npy"), "ab") as f:
+      f.write(b"\0")
+    with self.assertRaisesRegex(CorruptIndexError, r"hashed_dataset\.npy has \d+ bytes"):
+      index_lib.verify_index(directory)
+
+  def test_missing_or_unlisted_files_are_detected(self):
+    directory = self._saved("scann")
+    with open(os.path.join(directory, "scann", "scann_docids.pkl"), "wb") as f:
+      f.write(b"not listed")
+    with self.assertRaisesRegex(CorruptIndexError, r"scann_docids\.pkl is not listed"):
+      index_lib.load_index(directory)
+    os.remove(os.path.join(directory, "scann", "scann_docids.pkl"))
+    os.remove(os.path.join(directory, "doc_ids.npy"))
+    with self.assertRaisesRegex(CorruptIndexError, r"doc_ids\.npy is missing"):
+      index_lib.load_index(directory)
+
+  def test_missing_or_bad_manifest(self):
+    directory = self._saved("brute_force", num_docs=20)
+    manifest_path = os.path.join(directory, "manifest.json")
+    with open(manifest_path) as f:
+      manifest = json.load(f)
+    with open(manifest_path, "w") as f:
+      f.write("{not json")
+    with self.assertRaisesRegex(CorruptIndexError, "not readable JSON"):
+      index_lib.load_index(directory)
+    with open(manifest_path, "w") as f:
+      json.dump(dict(manifest, num_docs=21), f)
+    with self.assertRaisesRegex(CorruptIndexError, r"float32 \[20, 16\], the manifest says float32 "
+                                r"\[21, 16\]"):
+      index_lib.load_index(directory)
+    with open(manifest_path, "w") as f:
+      json.dump(dict(manifest, format_version=99), f)
+    with self.assertRaisesRegex(CorruptIndexError, "format_version is 99"):
+      index_lib.load_index(directory)
+    os.remove(manifest_path)
+    with self.assertRaisesRegex(CorruptIndexError, "has no manifest.json"):
+      index_lib.load_index(directory)
+    with self.assertRaisesRegex(CorruptIndexError, "does not exist"):
+      index_lib.verify_index(os.path.join(directory, "nope"))
+
+  def test_temporary_directory_is_never_loaded(self):
+    directory = self._saved("brute_force", num_docs=20)
+    # A complete save renamed back to a temporary name, as a crash between writing and publishing
+    # would leave it: still refused.
+    temporary = os.path.join(os.path.dirname(directory), ".tmp-42-123-abcdef01")
+    os.rename(directory, temporary)
+    with self.assertRaisesRegex(CorruptIndexError, "temporary directory of an unfinished"):
+      index_lib.load_index(temporary)
+
+  def test_wrong_class_load(self):
+    directory = self._saved("scann", num_docs=20)
+    with self.assertRaisesRegex(ValueError, "holds a 'scann' index"):
+      index_lib.BruteForceIndex.load(directory)
+    self.assertIsInstance(index_lib.ScannIndex.load(directory), index_lib.ScannIndex)
+
+
+if __name__ == "__main__":
+  tf.test.main()

@@ -1,0 +1,148 @@
+"""The index refresher: re-embeds the corpus from the trainer's checkpoints and publishes new indexes.
+
+It waits for checkpoints with tf.train.checkpoints_iterator (a blocking wait that sleeps between looks,
+never a busy loop; when several checkpoints arrived meanwhile it jumps to the newest), restores the
+document tower of that step, embeds the whole corpus, builds the MIPS index, and publishes it with the
+query tower of the same step (realm_tf.retrieval.published_index). It stops when the trainer's done marker
+appears (after publishing the final checkpoint's index) or after max_refreshes.
+
+With several workers (hosts), each embeds a contiguous run of the corpus and writes its rows; worker 0
+waits for all of them, merges, builds and publishes.
+"""
+
+import dataclasses
+import os
+import shutil
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import published_index
+from realm_tf.modeling import checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
+class RefresherOptions:
+  """Options of bin/refresh_doc_embeds (see its flags)."""
+  model_dir: str
+  corpus_prefix: str
+  index_implementation: str = "scann"
+  keep: int = 3
+  batch_size: int = 128
+  max_refreshes: Optional[int] = None
+  poll_seconds: float = 5.0
+  start_at_step: int = 0
+  num_workers: int = 1
+  worker_index: int = 0
+
+
+def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int,
+                      options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
+                      info: Optional[dict] = None, log: Callable[[str], None] = print) -> Optional[str]:
+  """Embeds the corpus with `retriever`'s document tower and publishes the index of `step`.
+
+  Returns the published path, or None on a worker other than 0 (which only writes its rows).
+  """
+  featurizer = config.featurizer()
+  start = time.time()
+  embeddings = corpus_embedding.embed_corpus(
+      lambda inputs: retriever.embed_documents(inputs, training=False), options.corpus_prefix,
+      featurizer, batch_size=options.batch_size, strategy=strategy, num_workers=options.num_workers,
+      worker_index=options.worker_index, log=log)
+  embed_seconds = time.time() - start
+  if options.num_workers > 1:
+    shards_dir = os.path.join(published_index.index_root(options.model_dir), f".embeddings-{step}")
+    corpus_embedding.save_worker_embeddings(embeddings, shards_dir, options.num_workers,
+                                            options.worker_index)
+    if options.worker_index != 0:
+      return None
+    while True:
+      try:
+        embeddings = corpus_embedding.merge_worker_embeddings(shards_dir, options.num_workers)
+        break
+      except FileNotFoundError as e:
+        log(f"{e}; waiting")
+        time.sleep(options.poll_seconds)
+    shutil.rmtree(shards_dir, ignore_errors=True)
+  start = time.time()
+  mips = index_lib.build_index(embeddings, implementation=options.index_implementation)
+  build_seconds = time.time() - start
+  record = dict(info or {}, corpus_prefix=options.corpus_prefix, embed_seconds=embed_seconds,
+                build_seconds=build_seconds, implementation=options.index_implementation)
+  path = published_index.publish_index(options.model_dir, step, mips, retriever.query_embedder,
+                                       info=record, keep=options.keep, log=log)
+  log(f"published index of step {step} at {path}: {mips.num_docs} documents, embedded in "
+      f"{embed_seconds:.1f} s ({mips.num_docs / max(embed_seconds, 1e-9):.1f} docs/s), index built in "
+      f"{build_seconds:.1f} s")
+  return path
+
+
+def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[str],
+              options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
+              log: Callable[[str], None] = print) -> Optional[str]:
+  """Publishes the index of step 0 from a warm-start checkpoint (ICT, converted, or a REALM run);
+  without a checkpoint, from the freshly initialized retriever."""
+  with (strategy or tf.distribute.get_strategy()).scope():
+    retriever = config.build_retriever()
+  info = {"bootstrap": True}
+  if init_checkpoint:
+    info["checkpoint"] = checkpoints.restore_retriever(retriever, init_checkpoint)
+  return build_and_publish(config, retriever, 0, options, strategy, info, log)
+
+
+def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
+        log: Callable[[str], None] = print) -> int:
+  """The refresher loop; returns the number of indexes published (or, on workers > 0, embedded)."""
+  published_index.clean_temporary(options.model_dir, log)
+  config_path = os.path.join(options.model_dir, realm_config_lib.CONFIG_NAME)
+  announced = False
+  while not tf.io.gfile.exists(config_path):
+    if checkpoints.training_done(options.model_dir):
+      log(f"{options.model_dir} is marked done and has no {realm_config_lib.CONFIG_NAME}; exiting")
+      return 0
+    if not announced:
+      log(f"waiting for the trainer to write {config_path}")
+      announced = True
+    time.sleep(options.poll_seconds)
+  config = realm_config_lib.RealmConfig.load(config_path)
+  with (strategy or tf.distribute.get_strategy()).scope():
+    retriever = config.build_retriever()
+
+  refreshes = 0
+  done_seen = []
+
+  def stop_waiting() -> bool:
+    # Called when no new checkpoint arrived for a while: stop once training is done, but only after
+    # the final checkpoint (which the iterator yields first) was processed.
+    if checkpoints.training_done(options.model_dir):
+      if done_seen:
+        return True
+      done_seen.append(True)  # one more look: the final checkpoint may have landed just now
+    return False
+
+  for checkpoint_path in tf.train.checkpoints_iterator(
+      options.model_dir, min_interval_secs=options.poll_seconds, timeout=options.poll_seconds,
+      timeout_fn=stop_waiting):
+    step = checkpoints.checkpoint_step(checkpoint_path)
+    if step < options.start_at_step or step in published_index.published_steps(options.model_dir):
+      continue
+    try:
+      checkpoints.restore_retriever(retriever, checkpoint_path)
+    except (ValueError, FileNotFoundError) as e:
+      # The trainer's keep-K cleanup may delete a checkpoint between the look and the read.
+      log(f"WARNING: skipping {checkpoint_path}: {e}")
+      continue
+    build_and_publish(config, retriever, step, options, strategy,
+                      {"checkpoint": checkpoint_path}, log)
+    refreshes += 1
+    if options.max_refreshes is not None and refreshes >= options.max_refreshes:
+      log(f"published {refreshes} indexes (--max_refreshes); exiting")
+      break
+  else:
+    log(f"training is done ({checkpoints.DONE_MARKER} in {options.model_dir}); exiting after "
+        f"{refreshes} refreshes")
+  return refreshes

@@ -1,0 +1,61 @@
+"""Retriever recall@k of a realm_tf retriever over a corpus, on QA examples.
+
+Two recalls, as the open-QA papers report them:
+  gold document in top-k   when each example names its document (metadata "doc_id", e.g. testdata or
+                           SQuAD paragraphs), matched against the corpus doc_id column;
+  answer string in top-k   any retrieved document contains an answer (realm_tf.evaluation.has_answer).
+Questions are packed as [CLS] question [SEP] (query_seq_len) and embedded with the query tower; the
+corpus with the document tower (exact search: recall must not depend on an approximate index).
+"""
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import evaluation
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import qa as qa_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import index as index_lib
+
+
+def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: Sequence[str],
+                    batch_size: int = 256) -> np.ndarray:
+  """float32 [len(questions), D] from the query tower."""
+  tokenizer = config.tokenizer()
+  featurizer = config.featurizer(tokenizer)
+  outputs = []
+  for start in range(0, len(questions), batch_size):
+    chunk = [q.encode("utf-8") for q in questions[start:start + batch_size]]
+    inputs = featurizer.query_inputs(tokenizer.tokenize(chunk))
+    outputs.append(retriever.embed_queries(tuple(inputs), training=False).numpy())
+  return np.concatenate(outputs) if outputs else np.zeros([0, config.projection_size], np.float32)
+
+
+def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus_prefix: str,
+                     examples: List[qa_lib.QAExample], ks=(1, 5, 20, 100),
+                     doc_embeddings: Optional[np.ndarray] = None) -> Dict[str, float]:
+  """Recall percentages {"gold_recall@k", "answer_recall@k"} and the number of questions."""
+  if doc_embeddings is None:
+    doc_embeddings = corpus_embedding.embed_corpus(
+        lambda inputs: retriever.embed_documents(inputs, training=False), corpus_prefix,
+        config.featurizer(), log=lambda _: None)
+  documents = list(corpus_lib.read_corpus(corpus_prefix))
+  max_k = min(max(ks), len(documents))
+  index = index_lib.build_index(doc_embeddings, implementation="brute_force")
+  queries = embed_questions(retriever, config, [e.question for e in examples])
+  ids, _ = index.search(queries, max_k)
+  results: Dict[str, float] = {"num_questions": float(len(examples))}
+  answer_hits = [[evaluation.has_answer(documents[d]["title"] + " " + documents[d]["body"],
+                                        e.answers, e.answer_is_regex) for d in row]
+                 for row, e in zip(ids, examples)]
+  for name, value in evaluation.recall_at_k(answer_hits, ks).items():
+    results["answer_" + name] = value
+  if examples and all("doc_id" in e.metadata for e in examples):
+    gold_hits = [[documents[d]["doc_id"] == e.metadata["doc_id"] for d in row]
+                 for row, e in zip(ids, examples)]
+    for name, value in evaluation.recall_at_k(gold_hits, ks).items():
+      results["gold_" + name] = value
+  return results

@@ -1,0 +1,28 @@
+"""Helpers that turn common flag values into library objects (binaries stay thin; nothing reads FLAGS)."""
+
+import tf_keras
+
+from realm_tf import tokenization
+from realm_tf.modeling import bert
+from realm_tf.training import distribute
+
+
+def bert_config(spec: str, vocab_path: str) -> bert.BertConfig:
+  """--bert_config: a preset name ("tiny", "bert_base"; vocab size from the vocab file) or a path to a
+  Google bert_config.json / Hugging Face config.json."""
+  if spec in bert.PRESETS:
+    return bert.PRESETS[spec](len(tokenization.load_vocab(vocab_path)))
+  return bert.BertConfig.from_json_file(spec)
+
+
+def set_precision(mixed_precision: str) -> None:
+  """--mixed_precision: "float32" or "mixed_bfloat16" (what TPUs use); set before building models."""
+  if mixed_precision not in ("float32", "mixed_bfloat16"):
+    raise ValueError(f"--mixed_precision must be float32 or mixed_bfloat16, got {mixed_precision!r}")
+  tf_keras.mixed_precision.set_global_policy(mixed_precision)
+
+
+def strategy_from_flags(name: str, tpu: str, num_cpu_devices: int):
+  if num_cpu_devices > 1:
+    distribute.configure_logical_cpus(num_cpu_devices)
+  return distribute.get_strategy(name, tpu=tpu, num_cpu_devices=num_cpu_devices)

@@ -1,0 +1,73 @@
+"""ICT pre-training of the retriever embedder (bin/train_ict): REALM's warm start.
+
+Its checkpoints (model/embedder/...) warm-start bin/train_realm's retriever and the refresher's bootstrap
+index; MODEL_DIR/realm_config.json describes the embedder (LayerNorm epsilon 1e-3 and dropout 0.1, as the
+released ICT module), and train_realm's retriever flags must agree with it.
+"""
+
+import dataclasses
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from realm_tf.data import ict as ict_data
+from realm_tf.data import pretraining
+from realm_tf.modeling import bert_conversion
+from realm_tf.modeling import ict as ict_model
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.training import loop
+from realm_tf.training import optimization
+
+
+@dataclasses.dataclass(frozen=True)
+class IctTrainerOptions:
+  """What bin/train_ict's flags set."""
+  config: realm_config_lib.RealmConfig  # retriever_bert, projection, epsilon, dropout, query_seq_len
+  loop: loop.LoopOptions
+  pretraining_corpus_path: str
+  block_seq_len: int = 288
+  batch_size: int = 32
+  learning_rate: float = 1e-4
+  mask_rate: float = 0.9
+  adam_bias_correction: bool = False
+  init_bert_checkpoint: Optional[str] = None
+  seed: int = 0
+
+
+def build_model(config: realm_config_lib.RealmConfig) -> ict_model.IctModel:
+  model = ict_model.IctModel(config.retriever_bert, config.projection_size,
+                             config.embedder_layer_norm_epsilon, config.embedder_dropout_rate)
+  dummy = tf.zeros([1, 4], tf.int32)
+  model.embedder((dummy, dummy, dummy))
+  return model
+
+
+def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
+          log: Callable[[str], None] = print) -> Dict[str, float]:
+  config = options.config
+  tf.io.gfile.makedirs(options.loop.model_dir)
+  try:
+    config.check_matches(realm_config_lib.RealmConfig.load(options.loop.model_dir),
+                         options.loop.model_dir)
+  except FileNotFoundError:
+    config.save(options.loop.model_dir)
+  tokenizer = config.tokenizer()
+  featurizer = config.featurizer(tokenizer)
+  with strategy.scope():
+    model = build_model(config)
+    optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,
+                                              bias_correction=options.adam_bias_correction)
+
+  def warm_start():
+    if options.init_bert_checkpoint:
+      report = bert_conversion.load_bert_weights(model.embedder.encoder, options.init_bert_checkpoint,
+                                                 strict=False)
+      log(f"ICT embedder's BERT warm-started: {report.summary()}")
+
+  def dataset_fn(batches_done: int) -> tf.data.Dataset:
+    return ict_data.ict_dataset(
+        pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
+        options.block_seq_len, options.batch_size, options.mask_rate, options.seed,
+        skip_batches=batches_done)
+
+  return loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, log=log)

@@ -1,0 +1,251 @@
+"""The REALM pre-training input pipeline (tf.data on the host), as the original's example generators.
+
+For each example:
+  1. sample one salient span that lies inside a sentence (seeded: stateless random of (seed, example
+     number), so the stream is deterministic for a given index) and take that sentence as the query;
+  2. mask every wordpiece wholly inside the span ([MASK], no 80/10/10), skipping spans that cover no
+     wordpiece or would be truncated;
+  3. embed the masked query with the STALE query tower of the newest published index and search the top
+     candidates; drop the query's own document (same title and text) and duplicates; keep num_candidates-1;
+  4. put the learned null document first and featurize candidates ([CLS] title [SEP] body [SEP]) and
+     joint inputs ([CLS] query [SEP] body [SEP]).
+Step 3 runs in Python (tf.py_function) because the index changes under a running pipeline: every
+`check_every_batches` batches it looks for a newer published index and swaps it in. The trainer reports its
+step; when the index in use is more than `max_staleness_steps` behind, retrieval waits for the refresher
+(the REALM paper found a much staler index costs about a quarter of the accuracy).
+
+The query's own document is recognized by a 64-bit fingerprint of "title <sep> text" computed in-graph on
+both sides (the corpus stores the original's sha1 uid, which TensorFlow cannot compute in-graph).
+"""
+
+import threading
+import time
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import featurization
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.modeling import realm as realm_model
+from realm_tf.retrieval import published_index
+
+
+def document_fingerprint(title: tf.Tensor, body: tf.Tensor) -> tf.Tensor:
+  """int64 fingerprint of "title <sep> body" (same bytes as the sha1 uid), any shape of strings."""
+  joined = tf.strings.join([title, body], separator=" <sep> ")
+  return tf.strings.to_hash_bucket_fast(joined, 2**62)
+
+
+class CorpusTable:
+  """The retrieval corpus in memory: token ids of every row, and fingerprints for exclusion."""
+
+  def __init__(self, corpus_prefix: str):
+    titles, bodies, fingerprints = [], [], []
+    for batch in corpus_lib.corpus_dataset(corpus_prefix).ragged_batch(4096):
+      titles.append(batch["title_token_ids"])
+      bodies.append(batch["body_token_ids"])
+      fingerprints.append(document_fingerprint(batch["title"], batch["body"]).numpy())
+    self.title_ids = tf.concat(titles, axis=0)
+    self.body_ids = tf.concat(bodies, axis=0)
+    self.fingerprints = np.concatenate(fingerprints)
+    self.num_docs = len(self.fingerprints)
+
+
+class RetrievalState:
+  """The index the pipeline retrieves with; swapped for newer ones while training runs.
+
+  Args:
+    watcher: an IndexWatcher over the trainer's model dir.
+    corpus: the CorpusTable the published indexes were built over (same rows).
+    num_candidates: N including the null document.
+    check_every_batches: look for a newer index this often.
+    max_staleness_steps: wait for the refresher when the trainer step minus the index step exceeds it
+      (None: never wait).
+    log: logger.
+  """
+
+  def __init__(self, watcher: published_index.IndexWatcher, corpus: CorpusTable, num_candidates: int,
+               check_every_batches: int = 10, max_staleness_steps: Optional[int] = None,
+               wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print):
+    if corpus.num_docs < num_candidates:
+      raise ValueError(f"the corpus has {corpus.num_docs} documents, fewer than num_candidates - 1 + 1 "
+                       f"= {num_candidates} needed to fill every example")
+    self.watcher = watcher
+    self.corpus = corpus
+    self.num_candidates = num_candidates
+    self.check_every_batches = check_every_batches
+    self.max_staleness_steps = max_staleness_steps
+    self.wait_timeout_seconds = wait_timeout_seconds
+    self.trainer_step = 0
+    self.index: Optional[published_index.LoadedIndex] = None
+    self.indexes_used = []
+    self._batches = 0
+    self._log = log
+    self._lock = threading.Lock()
+
+  def _swap(self, loaded: published_index.LoadedIndex) -> None:
+    if loaded.mips.num_docs != self.corpus.num_docs:
+      raise ValueError(f"index {loaded.path} has {loaded.mips.num_docs} documents but the corpus has "
+                       f"{self.corpus.num_docs}; the refresher must use the trainer's "
+                       "--retrieval_corpus_path")
+    self.index = loaded
+    self.indexes_used.append(loaded.step)
+    self._log(f"retrieving with the index of step {loaded.step} ({loaded.path})")
+
+  def ensure_index(self) -> None:
+    """Loads the first index, waiting for the refresher when none is published yet."""
+    with self._lock:
+      if self.index is None:
+        loaded = self.watcher.load_newer(None) or self.watcher.wait_for_newer(
+            None, timeout_seconds=self.wait_timeout_seconds,
+            reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)")
+        if loaded is None:
+          raise TimeoutError(f"no index was published under {self.watcher.model_dir}")
+        self._swap(loaded)
+
+  def _maybe_refresh(self) -> None:
+    self._batches += 1
+    if self._batches % self.check_every_batches == 0:
+      newer = self.watcher.load_newer(self.index.step)
+      if newer is not None:
+        self._swap(newer)
+    if self.max_staleness_steps is not None:
+      while self.trainer_step - self.index.step > self.max_staleness_steps:
+        newer = self.watcher.wait_for_newer(
+            self.index.step, timeout_seconds=self.wait_timeout_seconds,
+            reason=f"the index of step {self.index.step} is {self.trainer_step - self.index.step} "
+                   f"steps behind the trainer (--max_index_staleness_steps="
+                   f"{self.max_staleness_steps})")
+        if newer is None:
+          raise TimeoutError("the refresher published no newer index in time")
+        self._swap(newer)
+
+  def retrieve(self, token_ids: np.ndarray, mask: np.ndarray, segment_ids: np.ndarray,
+               own_fingerprints: np.ndarray):
+    """Candidate rows int32 [B, N-1]: the top of the current index, own document and duplicates
+    dropped."""
+    token_ids, mask, segment_ids, own_fingerprints = (
+        np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
+    self.ensure_index()
+    with self._lock:
+      self._maybe_refresh()
+      index = self.index
+    queries = index.embed_queries(token_ids, mask, segment_ids)
+    wanted = self.num_candidates - 1
+    k = min(self.corpus.num_docs, wanted + 4)
+    ids, _ = index.mips.search(queries, k)
+    rows = np.zeros([len(ids), wanted], np.int32)
+    for b, (row_ids, own) in enumerate(zip(ids, own_fingerprints)):
+      kept, seen = [], {int(own)}
+      for doc in row_ids:
+        fingerprint = int(self.corpus.fingerprints[doc])
+        if fingerprint in seen:
+          continue
+        seen.add(fingerprint)
+        kept.append(doc)
+        if len(kept) == wanted:
+          break
+      if len(kept) < wanted:  # tiny corpora with duplicates: fall back to further documents
+        extra = [d for d in range(self.corpus.num_docs) if self.corpus.fingerprints[d] not in seen]
+        kept += extra[:wanted - len(kept)]
+      rows[b] = kept
+    return rows
+
+
+def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
+  """Picks one salient span inside a sentence, uniformly among such spans (the original drops spans
+  that cross sentences). Returns (sentence bytes, span start, span limit relative to it, found)."""
+  sentence_starts = example["sentence_byte_start"]
+  sentence_limits = example["sentence_byte_limit"]
+  span_starts = example["span_byte_start"]
+  span_limits = example["span_byte_limit"]
+  inside = tf.logical_and(span_starts[tf.newaxis, :] >= sentence_starts[:, tf.newaxis],
+                          span_limits[tf.newaxis, :] <= sentence_limits[:, tf.newaxis])  # [S, P]
+  valid_spans = tf.where(tf.reduce_any(inside, axis=0))[:, 0]
+  num_valid = tf.size(valid_spans)
+
+  def pick():
+    u = tf.random.stateless_uniform([], seed=tf.stack([tf.constant(seed, tf.int64), index]))
+    choice = tf.minimum(tf.cast(u * tf.cast(num_valid, tf.float32), tf.int32), num_valid - 1)
+    span = valid_spans[choice]
+    sentence = tf.argmax(tf.cast(inside[:, span], tf.int32), output_type=tf.int64)  # first holder
+    start, limit = sentence_starts[sentence], sentence_limits[sentence]
+    return start, limit, span_starts[span] - start, span_limits[span] - start
+
+  zero = tf.constant(0, tf.int64)
+  start, limit, span_start, span_limit = tf.cond(num_valid > 0, pick, lambda: (zero,) * 4)
+  return (tf.strings.substr(example["text"], start, limit - start), span_start, span_limit,
+          num_valid > 0)
+
+
+def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
+                  featurizer: featurization.Featurizer, state: RetrievalState, batch_size: int,
+                  seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0) -> tf.data.Dataset:
+  """Batches of REALM features (see realm_tf.modeling.realm); state.index says which index chose them.
+
+  Args:
+    pretraining_examples: parsed pre-training documents (realm_tf.data.pretraining), in row order.
+    tokenizer, featurizer: as the run's RealmConfig builds them.
+    state: the RetrievalState shared with the trainer.
+    batch_size: examples per batch (drop_remainder: static shapes).
+    seed: the example stream is a function of the seed (and of the index used for retrieval).
+    skip_batches: batches to skip, so a resumed run continues the same stream where it stopped.
+  """
+  num_candidates = state.num_candidates
+  examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
+                                                   reshuffle_each_iteration=True)
+  examples = examples.enumerate().map(
+      lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4])
+  examples = examples.filter(lambda title, text, sentence, s, e, ok: ok)
+
+  def mask(titles, texts, sentences, span_starts, span_limits, _):
+    ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
+    masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
+    query = featurizer.query_inputs(masked.token_ids)
+    return {
+        realm_model.QUERY + "_token_ids": query.token_ids,
+        realm_model.QUERY + "_mask": query.mask,
+        realm_model.QUERY + "_segment_ids": query.segment_ids,
+        realm_model.MLM_POSITIONS: masked.mlm_positions,
+        realm_model.MLM_TARGETS: masked.mlm_targets,
+        realm_model.MLM_MASK: masked.mlm_mask,
+        "own_fingerprint": document_fingerprint(titles, texts),
+        "status": masked.status,
+    }
+
+  queries = examples.batch(64).map(mask).unbatch().filter(
+      lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK)))
+  batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
+
+  def retrieve(features):
+    rows = tf.py_function(
+        state.retrieve,
+        [features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
+         features["own_fingerprint"]], tf.int32)
+    rows.set_shape([batch_size, num_candidates - 1])
+    return features, rows
+
+  def assemble(features, rows):
+    flat_rows = tf.reshape(rows, [-1])
+    titles = tf.gather(state.corpus.title_ids, flat_rows)
+    bodies = tf.gather(state.corpus.body_ids, flat_rows)
+    candidates = featurizer.candidate_inputs(titles, bodies)
+    null = featurizer.null_candidate_inputs(batch_size)
+    query_lengths = tf.reduce_sum(features["query_mask"], axis=1) - 2
+    query_ids = tf.RaggedTensor.from_tensor(features["query_token_ids"][:, 1:], lengths=query_lengths)
+    repeated_query = tf.gather(query_ids, tf.repeat(tf.range(batch_size), num_candidates - 1))
+    joint = featurizer.joint_inputs(repeated_query, bodies)
+    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
+                                             tf.zeros([batch_size], tf.int64))
+    null_joint = featurizer.joint_inputs(query_ids, empty)
+    out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
+    for prefix, real, first in ((realm_model.CANDIDATE, candidates, null),
+                                (realm_model.JOINT, joint, null_joint)):
+      for field, values, null_values in zip(realm_model.BERT_FIELDS, real, first):
+        values = tf.reshape(values, [batch_size, num_candidates - 1, -1])
+        out[f"{prefix}_{field}"] = tf.concat([null_values[:, tf.newaxis, :], values], axis=1)
+    return out
+
+  return batches.map(retrieve).map(assemble).prefetch(2)

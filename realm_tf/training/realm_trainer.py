@@ -1,0 +1,139 @@
+"""REALM pre-training: the trainer process (bin/train_realm).
+
+It writes MODEL_DIR/realm_config.json (the refresher builds its retriever from it), restores or warm-starts
+the RealmPretrainer, optionally publishes the bootstrap index itself, and trains with the shared loop on
+batches from the retrieval-augmented input pipeline, while bin/refresh_doc_embeds publishes fresher
+indexes beside it. At the end it writes the done marker, on which the refresher exits.
+"""
+
+import dataclasses
+import time
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from realm_tf.data import pretraining
+from realm_tf.modeling import bert_conversion
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import realm as realm_model
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+from realm_tf.training import loop
+from realm_tf.training import optimization
+from realm_tf.training import realm_input
+
+
+@dataclasses.dataclass(frozen=True)
+class RealmTrainerOptions:
+  """What bin/train_realm's flags set (see there for meanings)."""
+  config: realm_config_lib.RealmConfig
+  loop: loop.LoopOptions
+  pretraining_corpus_path: str
+  retrieval_corpus_path: str
+  batch_size: int = 16
+  learning_rate: float = 3e-5
+  adam_bias_correction: bool = False
+  init_retriever_checkpoint: Optional[str] = None
+  init_reader_checkpoint: Optional[str] = None
+  bootstrap_index: bool = False
+  index_implementation: str = "scann"
+  max_index_staleness_steps: Optional[int] = None
+  check_index_every_batches: int = 10
+  wait_for_index_seconds: Optional[float] = None
+  seed: int = 0
+
+
+def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretrainer:
+  """A RealmPretrainer with its variables created (so it can be restored into)."""
+  model = realm_model.RealmPretrainer(
+      config.retriever_bert, config.reader_bert, config.projection_size,
+      config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders)
+  q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
+  dummy = {}
+  for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),
+                        (realm_model.JOINT, [1, 2, q + c])):
+    for field in realm_model.BERT_FIELDS:
+      dummy[f"{prefix}_{field}"] = tf.zeros(shape, tf.int32)
+  dummy.update({realm_model.MLM_POSITIONS: tf.zeros([1, m], tf.int32),
+                realm_model.MLM_TARGETS: tf.zeros([1, m], tf.int32),
+                realm_model.MLM_MASK: tf.zeros([1, m], tf.float32)})
+  model(dummy)
+  return model
+
+
+def _write_config(config: realm_config_lib.RealmConfig, model_dir: str) -> None:
+  try:
+    saved = realm_config_lib.RealmConfig.load(model_dir)
+  except FileNotFoundError:
+    config.save(model_dir)
+    return
+  config.check_matches(saved, model_dir)
+
+
+def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
+          log: Callable[[str], None] = print) -> Dict:
+  """Runs REALM pre-training to options.loop.num_train_steps; returns a summary of the run."""
+  config = options.config
+  model_dir = options.loop.model_dir
+  tf.io.gfile.makedirs(model_dir)
+  _write_config(config, model_dir)
+  tokenizer = config.tokenizer()
+  featurizer = config.featurizer(tokenizer)
+
+  with strategy.scope():
+    model = build_model(config)
+    optimizer = optimization.create_optimizer(
+        options.learning_rate, options.loop.num_train_steps,
+        bias_correction=options.adam_bias_correction)
+
+  def warm_start():
+    if options.init_retriever_checkpoint:
+      path = checkpoints.restore_retriever(model.retriever, options.init_retriever_checkpoint)
+      log(f"retriever warm-started from {path}")
+    if options.init_reader_checkpoint:
+      report = bert_conversion.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
+                                                 masked_lm=model.encoder.masked_lm, strict=False)
+      log(f"knowledge-augmented encoder warm-started: {report.summary()}")
+    if options.bootstrap_index and not published_index.published_steps(model_dir):
+      log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
+      refresher.build_and_publish(
+          config, model.retriever, 0,
+          refresher.RefresherOptions(model_dir=model_dir,
+                                     corpus_prefix=options.retrieval_corpus_path,
+                                     index_implementation=options.index_implementation),
+          strategy, {"bootstrap": True}, log)
+
+  watcher = published_index.IndexWatcher(model_dir, log)
+  corpus = realm_input.CorpusTable(options.retrieval_corpus_path)
+  state = realm_input.RetrievalState(
+      watcher, corpus, config.num_candidates, options.check_index_every_batches,
+      options.max_index_staleness_steps, options.wait_for_index_seconds, log)
+
+  def dataset_fn(batches_done: int) -> tf.data.Dataset:
+    return realm_input.realm_dataset(
+        pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
+        state, options.batch_size, seed=options.seed, skip_batches=batches_done)
+
+  started = time.time()
+  first_loss = []
+
+  def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    state.trainer_step = step
+    if not first_loss:
+      first_loss.append(metrics["loss"])
+    index = state.index
+    published = index.record.get("published_unix_time", time.time()) if index else time.time()
+    return {
+        "index_step": float(index.step) if index else -1.0,
+        "index_staleness_steps": float(step - index.step) if index else -1.0,
+        "index_staleness_minutes": (time.time() - published) / 60.0,
+        "examples_per_second": step * options.batch_size / max(time.time() - started, 1e-9),
+    }
+
+  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  checkpoints.write_done_marker(model_dir)
+  log(f"wrote {checkpoints.DONE_MARKER}; indexes trained on: {sorted(set(state.indexes_used))}")
+  return {"first_loss": first_loss[0] if first_loss else None, "final": final,
+          "indexes_used": sorted(set(state.indexes_used))}

@@ -1,0 +1,126 @@
+"""One training step for every task (REALM, ICT, ORQA, FiD-KD), under any tf.distribute strategy.
+
+A task model exposes `compute_loss(features, training) -> losses.LossOutput`: per-replica SUMS with their
+weights. The step divides the replica's sum by the weight summed over all replicas, so the gradients the
+optimizer adds up across replicas are exactly those of the mean over the global batch (for REALM: over
+all real masked tokens of the global batch), whatever the number of replicas.
+
+The forward and backward pass is compiled with XLA when jit_compile=True: the CPU stand-in for "runs on
+TPU" (static shapes, no host-side ops). Cross-replica operations (all-reduce of the weights and metrics,
+the optimizer's update of mirrored variables) stay outside the compiled function, because outside TPUs
+XLA cannot contain a synchronization point (merge_call). This works because the weights (token counts,
+batch sizes) do not depend on the parameters: grad(sum / global_weight) = grad(sum) / global_weight.
+A model whose loss itself needs the other replicas (ICT's in-batch softmax over the global batch sets
+`cross_replica_loss = True`) runs uncompiled under a multi-replica strategy other than TPUStrategy, which
+compiles the whole step itself.
+"""
+
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from realm_tf.modeling import losses
+
+_SUM = tf.distribute.ReduceOp.SUM
+
+
+def _all_reduce_sum(value: tf.Tensor) -> tf.Tensor:
+  context = tf.distribute.get_replica_context()
+  return context.all_reduce(_SUM, value)
+
+
+def _global_metrics(loss_output: losses.LossOutput) -> Dict[str, tf.Tensor]:
+  """Inside a replica: the metrics as global means (sum over replicas / weight over replicas)."""
+  return {name: tf.math.divide_no_nan(_all_reduce_sum(tf.cast(total, tf.float32)),
+                                      _all_reduce_sum(tf.cast(weight, tf.float32)))
+          for name, (total, weight) in loss_output.metrics.items()}
+
+
+def _uses_compiler(model, strategy: tf.distribute.Strategy, jit_compile: bool) -> bool:
+  if not jit_compile:
+    return False
+  if getattr(model, "cross_replica_loss", False) and strategy.num_replicas_in_sync > 1:
+    return isinstance(strategy, (tf.distribute.TPUStrategy,))
+  return True
+
+
+class TrainStep:
+  """A compiled training step.
+
+  Args:
+    model: a tf_keras model with compute_loss(features, training) -> LossOutput, built under
+      strategy.scope().
+    optimizer: a tf_keras optimizer created under strategy.scope().
+    strategy: the distribution strategy (tf.distribute.get_strategy() for none).
+    jit_compile: compile the forward and backward pass with XLA.
+
+  Call with a per-replica batch (what iterating a strategy-distributed dataset yields); returns a dict of
+  scalar tensors: loss (global mean) and the model's metrics (global means).
+  """
+
+  def __init__(self, model, optimizer, strategy: Optional[tf.distribute.Strategy] = None,
+               jit_compile: bool = True):
+    self.model = model
+    self.optimizer = optimizer
+    self.strategy = strategy or tf.distribute.get_strategy()
+    self.jit_compile = _uses_compiler(model, self.strategy, jit_compile)
+    # A nested tf.function only when compiling: an uncompiled nested function would still be a
+    # separate graph, where a cross-replica loss (ICT) cannot synchronize.
+    self._gradients = (tf.function(self._loss_and_gradients, jit_compile=True) if self.jit_compile
+                       else self._loss_and_gradients)
+    self._step = tf.function(self._distributed_step)
+
+  def _loss_and_gradients(self, features: Dict[str, tf.Tensor]):
+    """This replica's LossOutput and the gradients of its loss SUM (no cross-replica op unless the
+    model's loss has one)."""
+    with tf.GradientTape() as tape:
+      output = self.model.compute_loss(features, training=True)
+      loss_sum = tf.cast(output.loss_sum, tf.float32)
+    variables = self.model.trainable_variables
+    return output, tape.gradient(loss_sum, variables)
+
+  def _replica_step(self, features: Dict[str, tf.Tensor]):
+    output, gradients = self._gradients(features)
+    global_weight = tf.maximum(_all_reduce_sum(tf.cast(output.loss_weight, tf.float32)), 1e-12)
+    # Variables the loss does not reach (e.g. the pooler under the MLM loss) get no update at all, not
+    # even weight decay, as in the original BERT optimizer.
+    pairs = [(g / tf.cast(global_weight, g.dtype), v)
+             for g, v in zip(gradients, self.model.trainable_variables) if g is not None]
+    self.optimizer.apply_gradients(pairs)
+    loss = _all_reduce_sum(tf.cast(output.loss_sum, tf.float32)) / global_weight
+    return dict(_global_metrics(output), loss=loss)
+
+  def _distributed_step(self, features):
+    per_replica = self.strategy.run(self._replica_step, args=(features,))
+    # Values are already all-reduced, hence identical on every replica: take the first.
+    return tf.nest.map_structure(
+        lambda v: self.strategy.experimental_local_results(v)[0], per_replica)
+
+  def __call__(self, features) -> Dict[str, tf.Tensor]:
+    return self._step(features)
+
+
+def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
+                   jit_compile: bool = True) -> Callable:
+  """A compiled evaluation step: loss and metrics (global means) without updating anything."""
+  strategy = strategy or tf.distribute.get_strategy()
+
+  compiled = _uses_compiler(model, strategy, jit_compile)
+
+  def replica_outputs(features):
+    return model.compute_loss(features, training=False)
+
+  outputs_fn = tf.function(replica_outputs, jit_compile=True) if compiled else replica_outputs
+
+  def replica_eval(features):
+    output = outputs_fn(features)
+    weight = tf.maximum(_all_reduce_sum(tf.cast(output.loss_weight, tf.float32)), 1e-12)
+    loss = _all_reduce_sum(tf.cast(output.loss_sum, tf.float32)) / weight
+    return dict(_global_metrics(output), loss=loss)
+
+  @tf.function
+  def step(features):
+    per_replica = strategy.run(replica_eval, args=(features,))
+    return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+
+  return step
