@@ -72,7 +72,7 @@ class DemoTest(tf.test.TestCase):
 
   def test_demo_runs_and_summarizes(self):
     out = self.create_tempdir().full_path
-    result = _run("run_demo.py", f"--output_dir={out}")
+    result = _run("run_demo.py", f"--output_dir={out}", "--features_only")
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn("regenerated files identical to the committed testdata/: True", result.stdout)
     self.assertIn("300 documents in 4 shards", result.stdout)

@@ -7,12 +7,14 @@ indexes beside it. At the end it writes the done marker, on which the refresher 
 """
 
 import dataclasses
+import os
 import time
 from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import io_utils
 from realm_tf.data import pretraining
 from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import checkpoints
@@ -23,6 +25,10 @@ from realm_tf.retrieval import refresher
 from realm_tf.training import loop
 from realm_tf.training import optimization
 from realm_tf.training import realm_input
+
+
+# Written at the end of a run: first loss, last metrics, the index steps trained on, seconds.
+SUMMARY_NAME = "train_summary.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +139,9 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
     }
 
   final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
+             "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
+  io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   checkpoints.write_done_marker(model_dir)
-  log(f"wrote {checkpoints.DONE_MARKER}; indexes trained on: {sorted(set(state.indexes_used))}")
-  return {"first_loss": first_loss[0] if first_loss else None, "final": final,
-          "indexes_used": sorted(set(state.indexes_used))}
+  log(f"wrote {checkpoints.DONE_MARKER}; indexes trained on: {summary['indexes_used']}")
+  return summary

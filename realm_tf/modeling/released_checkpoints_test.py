@@ -1,0 +1,588 @@
+"""Tests of released_checkpoints: the released REALM/ORQA layouts must load AND compute as the originals.
+
+Each test writes a tiny TF1 checkpoint (tf.compat.v1 graph, get_variable, Saver) with exactly the
+released variable names (peers.md 1.3, original_realm_orqa.md 5.3), Adam slots and global_step
+included, and checks the loaded Keras models against an independent float64 numpy implementation of the
+original maths: BERT (embeddings + LayerNorm 1e-12, masked multi-head attention, tanh gelu, tanh
+pooler), the REALM embedder (pooled_output -> dense -> LayerNorm 1e-12; scores q.d), the MLM head
+(transform dense + gelu + LayerNorm, decoder tied to the word embeddings, output bias) and ORQA's span
+scorer (dense -> start|end -> relu(start[s] + end[e]) -> LayerNorm 1e-3 -> dense_1, plus the retriever
+logit). Kernels are scaled so that activations are O(1): the tanh/erf gelu variants and the 1e-3/1e-12
+epsilons then differ measurably.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Dict
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import testing_utils
+from realm_tf.modeling import bert
+from realm_tf.modeling import bert_conversion
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
+from realm_tf.modeling import reader as reader_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.modeling import released_checkpoints as rc
+from realm_tf.retrieval import index as index_lib
+
+_VOCAB = 60
+_HEADS = 2
+_CONFIG = bert.BertConfig(vocab_size=_VOCAB, hidden_size=32, num_layers=2, num_attention_heads=_HEADS,
+                          intermediate_size=64, max_position_embeddings=16, type_vocab_size=2)
+_PROJECTION = 16
+_SPAN_HIDDEN = 8
+_ATOL = 1e-5
+
+# A batch with padding in the second row and two segments; MLM positions per row.
+_IDS = np.array([[2, 7, 9, 11, 3, 30], [2, 5, 59, 3, 0, 0]], np.int32)
+_MASK = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], np.int32)
+_TYPES = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]], np.int32)
+_POSITIONS = np.array([[1, 4], [2, 0]], np.int32)
+# Three documents for the retriever.
+_DOC_IDS = np.array([[2, 40, 41, 42, 3, 0], [2, 8, 3, 0, 0, 0], [2, 13, 17, 19, 23, 3]], np.int32)
+_DOC_MASK = (_DOC_IDS > 0).astype(np.int32)
+_DOC_TYPES = np.zeros_like(_DOC_IDS)
+# The reader: one question, two blocks of length 6: [CLS] q [SEP] block... (block mask on the block).
+_READER_IDS = np.array([[[2, 7, 3, 31, 32, 33], [2, 7, 3, 44, 45, 46]]], np.int32)
+_READER_TYPES = np.array([[[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1]]], np.int32)
+_BLOCK_MASK = np.array([[[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]]], np.int32)
+_MAX_SPAN_WIDTH = 3
+
+_EMBEDDER_BERT = "module/module/module/bert/"
+_EMBEDDER_HEAD = "module/module/"
+_ORQA_BERT = "module/module/module/module/bert/"
+_ORQA_HEAD = "module/module/module/"
+_READER_BERT = "reader/module/bert/"
+
+
+# ------------------------------------------------------------------------------------------------
+# Random weights with the released names.
+
+
+class _Params:
+  """Deterministic random weights, scaled so activations are O(1)."""
+
+  def __init__(self, seed: int):
+    self._rng = np.random.default_rng(seed)
+
+  def kernel(self, n_in, n_out):
+    return self._rng.normal(0.0, 1.5 / math.sqrt(n_in), [n_in, n_out])
+
+  def vector(self, n, center=0.0):
+    return center + self._rng.normal(0.0, 0.1, [n])
+
+  def table(self, rows, cols):
+    return self._rng.normal(0.0, 1.0, [rows, cols])
+
+  def bert_body(self, scope: str, config: bert.BertConfig = _CONFIG) -> Dict[str, np.ndarray]:
+    h, i = config.hidden_size, config.intermediate_size
+    params = {
+        "embeddings/word_embeddings": self.table(config.vocab_size, h),
+        "embeddings/position_embeddings": self.table(config.max_position_embeddings, h),
+        "embeddings/token_type_embeddings": self.table(config.type_vocab_size, h),
+        "embeddings/LayerNorm/gamma": self.vector(h, 1.0),
+        "embeddings/LayerNorm/beta": self.vector(h),
+    }
+    for layer in range(config.num_layers):
+      s = f"encoder/layer_{layer}/"
+      for name in ("query", "key", "value"):
+        params[f"{s}attention/self/{name}/kernel"] = self.kernel(h, h)
+        params[f"{s}attention/self/{name}/bias"] = self.vector(h)
+      for name, n_in, n_out in (("attention/output/dense", h, h), ("intermediate/dense", h, i),
+                                ("output/dense", i, h)):
+        params[f"{s}{name}/kernel"] = self.kernel(n_in, n_out)
+        params[f"{s}{name}/bias"] = self.vector(n_out)
+      for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+        params[f"{s}{name}/gamma"] = self.vector(h, 1.0)
+        params[f"{s}{name}/beta"] = self.vector(h)
+    params["pooler/dense/kernel"] = self.kernel(h, h)
+    params["pooler/dense/bias"] = self.vector(h)
+    return {scope + name: value for name, value in params.items()}
+
+  def mlm(self, scope: str, config: bert.BertConfig = _CONFIG) -> Dict[str, np.ndarray]:
+    h = config.hidden_size
+    return {scope + "transform/dense/kernel": self.kernel(h, h),
+            scope + "transform/dense/bias": self.vector(h),
+            scope + "transform/LayerNorm/gamma": self.vector(h, 1.0),
+            scope + "transform/LayerNorm/beta": self.vector(h),
+            scope + "output_bias": self.vector(config.vocab_size)}
+
+  def projection(self, scope: str) -> Dict[str, np.ndarray]:
+    return {scope + "dense/kernel": self.kernel(_CONFIG.hidden_size, _PROJECTION),
+            scope + "dense/bias": self.vector(_PROJECTION),
+            scope + "LayerNorm/gamma": self.vector(_PROJECTION, 1.0),
+            scope + "LayerNorm/beta": self.vector(_PROJECTION)}
+
+  def span_head(self, scope: str) -> Dict[str, np.ndarray]:
+    return {scope + "dense/kernel": self.kernel(_CONFIG.hidden_size, 2 * _SPAN_HIDDEN),
+            scope + "dense/bias": self.vector(2 * _SPAN_HIDDEN),
+            scope + "dense_1/kernel": self.kernel(_SPAN_HIDDEN, 1),
+            scope + "dense_1/bias": self.vector(1),
+            scope + "layer_normalization/gamma": self.vector(_SPAN_HIDDEN, 1.0),
+            scope + "layer_normalization/beta": self.vector(_SPAN_HIDDEN)}
+
+
+def _f32(params):
+  return {name: value.astype(np.float32) for name, value in params.items()}
+
+
+def _realm_bert_params(seed=0):
+  p = _Params(seed)
+  return _f32({**p.bert_body("bert/"), **p.mlm("cls/predictions/")})
+
+
+def _embedder_params(seed=1):
+  p = _Params(seed)
+  return _f32({**p.bert_body(_EMBEDDER_BERT), **p.mlm("module/module/module/cls/predictions/"),
+               **p.projection(_EMBEDDER_HEAD)})
+
+
+def _orqa_params(seed=2):
+  p = _Params(seed)
+  return _f32({**p.bert_body(_ORQA_BERT), **p.mlm("module/module/module/module/cls/predictions/"),
+               **p.projection(_ORQA_HEAD), **p.bert_body(_READER_BERT),
+               **p.mlm("reader/module/cls/predictions/"), **p.span_head("reader/")})
+
+
+def _with_optimizer(params):
+  """The params plus BERT-optimizer slots and global_step, as in the released checkpoints."""
+  variables = dict(params)
+  for name, value in params.items():
+    variables[name + "/adam_m"] = np.zeros_like(value)
+    variables[name + "/adam_v"] = np.ones_like(value)
+  variables["global_step"] = np.array(1000, np.int64)
+  return variables
+
+
+def _write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
+  """A TF1 name-based checkpoint holding exactly `variables` (graph mode, get_variable, Saver)."""
+  with tf.compat.v1.Graph().as_default() as graph:
+    tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
+               for name, value in variables.items()]
+    saver = tf.compat.v1.train.Saver(tf_vars)
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return saver.save(session, path, write_meta_graph=False)
+
+
+def _write_vocab(directory: str, size: int = _VOCAB) -> str:
+  tokens = testing_utils.SPECIAL_TOKENS + [f"[unused{i}]" for i in range(size - 5)]
+  return testing_utils.write_vocab(directory, tokens)
+
+
+# ------------------------------------------------------------------------------------------------
+# The independent numpy implementation (float64) of the original models.
+
+
+def _gelu_tanh(x):
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+  mean = x.mean(-1, keepdims=True)
+  variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+def _np_bert(params, prefix, ids, mask, types, num_heads=_HEADS):
+  """(sequence_output [B, L, H], pooled_output [B, H]) of Google BERT with the weights under prefix."""
+  p = {name[len(prefix):]: value.astype(np.float64) for name, value in params.items()
+       if name.startswith(prefix)}
+  batch, length = ids.shape
+  x = (p["embeddings/word_embeddings"][ids] + p["embeddings/position_embeddings"][:length]
+       + p["embeddings/token_type_embeddings"][types])
+  x = _layer_norm(x, p["embeddings/LayerNorm/gamma"], p["embeddings/LayerNorm/beta"], 1e-12)
+  hidden = x.shape[-1]
+  head_dim = hidden // num_heads
+  key_bias = (1.0 - mask[:, None, None, :]) * -1e9
+  layer = 0
+  while f"encoder/layer_{layer}/output/dense/kernel" in p:
+    s = f"encoder/layer_{layer}/"
+
+    def heads(name):
+      y = x @ p[f"{s}attention/self/{name}/kernel"] + p[f"{s}attention/self/{name}/bias"]
+      return y.reshape(batch, length, num_heads, head_dim).transpose(0, 2, 1, 3)
+
+    q, k, v = heads("query"), heads("key"), heads("value")
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head_dim) + key_bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
+    attention = context @ p[f"{s}attention/output/dense/kernel"] + p[f"{s}attention/output/dense/bias"]
+    x = _layer_norm(attention + x, p[f"{s}attention/output/LayerNorm/gamma"],
+                    p[f"{s}attention/output/LayerNorm/beta"], 1e-12)
+    inner = _gelu_tanh(x @ p[f"{s}intermediate/dense/kernel"] + p[f"{s}intermediate/dense/bias"])
+    out = inner @ p[f"{s}output/dense/kernel"] + p[f"{s}output/dense/bias"]
+    x = _layer_norm(out + x, p[f"{s}output/LayerNorm/gamma"], p[f"{s}output/LayerNorm/beta"], 1e-12)
+    layer += 1
+  pooled = np.tanh(x[:, 0] @ p["pooler/dense/kernel"] + p["pooler/dense/bias"])
+  return x, pooled
+
+
+def _np_mlm_logits(params, bert_prefix, mlm_prefix, ids, mask, types, positions):
+  p = {name: value.astype(np.float64) for name, value in params.items()}
+  sequence, _ = _np_bert(params, bert_prefix, ids, mask, types)
+  gathered = np.take_along_axis(sequence, positions[:, :, None], axis=1)
+  t = _gelu_tanh(gathered @ p[mlm_prefix + "transform/dense/kernel"]
+                 + p[mlm_prefix + "transform/dense/bias"])
+  t = _layer_norm(t, p[mlm_prefix + "transform/LayerNorm/gamma"],
+                  p[mlm_prefix + "transform/LayerNorm/beta"], 1e-12)
+  return t @ p[bert_prefix + "embeddings/word_embeddings"].T + p[mlm_prefix + "output_bias"]
+
+
+def _np_embed(params, bert_prefix, head, ids, mask, types):
+  p = {name: value.astype(np.float64) for name, value in params.items()}
+  _, pooled = _np_bert(params, bert_prefix, ids, mask, types)
+  projected = pooled @ p[head + "dense/kernel"] + p[head + "dense/bias"]
+  return _layer_norm(projected, p[head + "LayerNorm/gamma"], p[head + "LayerNorm/beta"], 1e-12)
+
+
+def _np_span_logits(params, retriever_logits):
+  """ORQA reader logits [B, K, S] over width-major spans, and the span (start, end) list."""
+  p = {name: value.astype(np.float64) for name, value in params.items()}
+  batch, beam, length = _READER_IDS.shape
+  flat = [x.reshape(batch * beam, length) for x in (_READER_IDS, np.ones_like(_READER_IDS),
+                                                     _READER_TYPES)]
+  sequence, _ = _np_bert(params, _READER_BERT, *flat)
+  projected = sequence @ p["reader/dense/kernel"] + p["reader/dense/bias"]
+  start, end = projected[..., :_SPAN_HIDDEN], projected[..., _SPAN_HIDDEN:]
+  spans = [(s, s + w - 1) for w in range(1, _MAX_SPAN_WIDTH + 1) for s in range(length - w + 1)]
+  block_mask = _BLOCK_MASK.reshape(batch * beam, length)
+  logits = np.zeros([batch * beam, len(spans)])
+  inside = np.zeros([batch * beam, len(spans)], bool)
+  for j, (s, e) in enumerate(spans):
+    h = np.maximum(start[:, s] + end[:, e], 0.0)
+    h = _layer_norm(h, p["reader/layer_normalization/gamma"], p["reader/layer_normalization/beta"],
+                    1e-3)
+    logits[:, j] = (h @ p["reader/dense_1/kernel"])[:, 0] + p["reader/dense_1/bias"][0]
+    inside[:, j] = block_mask[:, s] * block_mask[:, e] == 1
+  logits = logits.reshape(batch, beam, -1) + retriever_logits[:, :, None]
+  return logits, inside.reshape(batch, beam, -1), spans
+
+
+# ------------------------------------------------------------------------------------------------
+# Running the Keras models.
+
+
+def _bert_inputs(ids, mask, types):
+  return tuple(tf.constant(x) for x in (ids, mask, types))
+
+
+def _embeddings(retriever):
+  queries = retriever.embed_queries(_bert_inputs(_IDS, _MASK, _TYPES)).numpy()
+  docs = retriever.embed_documents(_bert_inputs(_DOC_IDS, _DOC_MASK, _DOC_TYPES)).numpy()
+  return queries, docs
+
+
+def _reader_logits(reader, retriever_logits):
+  inputs = _bert_inputs(_READER_IDS, np.ones_like(_READER_IDS), _READER_TYPES)
+  output = reader((inputs, tf.constant(_BLOCK_MASK), tf.constant(retriever_logits, tf.float32)))
+  return output
+
+
+def _kae_logits(model):
+  return model((_bert_inputs(_IDS, _MASK, _TYPES), tf.constant(_POSITIONS))).numpy()
+
+
+class ReleasedCheckpointsTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    tf.random.set_seed(1234)  # Initial weights differ from the loaded ones, the same in every run.
+    self._dir = self.create_tempdir().full_path
+
+  def _checkpoint(self, params, name="model.ckpt", optimizer=True):
+    variables = _with_optimizer(params) if optimizer else dict(params)
+    return _write_tf1_checkpoint(os.path.join(self._dir, name), variables)
+
+  def _assert_clean_report(self, report, params, ignored_prefixes=()):
+    ignored = sorted(n for n in params if n.startswith(tuple(ignored_prefixes))) \
+        if ignored_prefixes else []
+    self.assertCountEqual(report.mapped, [n for n in params if n not in ignored])
+    self.assertCountEqual(report.ignored, ignored)
+    self.assertEmpty(report.unmapped)
+    self.assertEmpty(report.unset)
+    self.assertEqual(report.num_skipped, 2 * len(params) + 1)  # adam_m, adam_v, global_step
+
+  # --- the three model layouts against numpy -----------------------------------------------------
+
+  def test_realm_bert_matches_the_original_mlm(self):
+    params = _realm_bert_params()
+    path = self._checkpoint(params)
+    loaded = rc.load_released(path, num_attention_heads=_HEADS)
+    self.assertEqual(loaded.layout.name, rc.REALM_BERT)
+    self.assertEqual(loaded.layout.encoder_bert, "bert/")
+    self.assertEqual(loaded.encoder_config, _CONFIG)
+    self._assert_clean_report(loaded.report, params)
+    expected = _np_mlm_logits(params, "bert/", "cls/predictions/", _IDS, _MASK, _TYPES, _POSITIONS)
+    self.assertAllClose(expected, _kae_logits(loaded.knowledge_augmented_encoder), atol=_ATOL, rtol=0)
+
+  def test_realm_embedder_matches_the_original_scores(self):
+    params = _embedder_params()
+    path = self._checkpoint(params)
+    loaded = rc.load_released(path, num_attention_heads=_HEADS)
+    layout = loaded.layout
+    self.assertEqual((layout.name, layout.retriever_bert, layout.projection_scope),
+                     (rc.REALM_EMBEDDER, _EMBEDDER_BERT, _EMBEDDER_HEAD))
+    self.assertEqual(loaded.projection_size, _PROJECTION)
+    self._assert_clean_report(loaded.report, params, ["module/module/module/cls/"])
+    self.assertLen(loaded.report.ignored, 5)
+    want_q = _np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _IDS, _MASK, _TYPES)
+    want_d = _np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _DOC_IDS, _DOC_MASK, _DOC_TYPES)
+    queries, docs = _embeddings(loaded.retriever)
+    self.assertAllClose(want_q, queries, atol=_ATOL, rtol=0)
+    self.assertAllClose(want_d, docs, atol=_ATOL, rtol=0)
+    self.assertAllClose(want_q @ want_d.T, queries @ docs.T, atol=_ATOL, rtol=0)
+    # Two separate towers both get the released weights.
+    retriever = embedder_lib.build_retriever(_CONFIG, _PROJECTION, share_embedders=False)
+    report = rc.load_retriever(retriever, path)
+    self.assertEmpty(report.unmapped)
+    queries2, docs2 = _embeddings(retriever)
+    self.assertAllClose(want_q, queries2, atol=_ATOL, rtol=0)
+    self.assertAllClose(want_d, docs2, atol=_ATOL, rtol=0)
+
+  def test_orqa_from_realm_matches_the_original_reader_and_retriever(self):
+    params = _orqa_params()
+    path = self._checkpoint(params)
+    loaded = rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6,
+                              max_span_width=_MAX_SPAN_WIDTH)
+    layout = loaded.layout
+    self.assertEqual((layout.name, layout.retriever_bert, layout.projection_scope, layout.reader_bert,
+                      layout.span_head_scope),
+                     (rc.ORQA_FROM_REALM, _ORQA_BERT, _ORQA_HEAD, _READER_BERT, "reader/"))
+    self.assertEqual((loaded.projection_size, loaded.span_hidden_size), (_PROJECTION, _SPAN_HIDDEN))
+    self._assert_clean_report(loaded.report, params,
+                              ["module/module/module/module/cls/", "reader/module/cls/"])
+    self.assertLen(loaded.report.ignored, 10)
+    self.assertIn("layout orqa_from_realm", layout.describe())
+    # The retriever logit of block k is q . d_k, as ORQA adds it to every span of the block.
+    want_q = _np_embed(params, _ORQA_BERT, _ORQA_HEAD, _IDS[:1], _MASK[:1], _TYPES[:1])
+    want_d = _np_embed(params, _ORQA_BERT, _ORQA_HEAD, _DOC_IDS[:2], _DOC_MASK[:2], _DOC_TYPES[:2])
+    queries, docs = _embeddings(loaded.retriever)
+    self.assertAllClose(want_q, queries[:1], atol=_ATOL, rtol=0)
+    self.assertAllClose(want_d, docs[:2], atol=_ATOL, rtol=0)
+    retriever_logits = want_q @ want_d.T  # [1, 2]
+    expected, inside, spans = _np_span_logits(params, retriever_logits)
+    output = _reader_logits(loaded.reader, queries[:1] @ docs[:2].T)
+    self.assertEqual(list(zip(output.span_starts.numpy(), output.span_ends.numpy())), spans)
+    logits = output.logits.numpy()
+    self.assertGreater(inside.sum(), 0)
+    self.assertAllClose(expected[inside], logits[inside], atol=_ATOL, rtol=0)
+    # Masked spans get -10000 (float32 steps there are ~1e-3).
+    self.assertAllClose(expected[~inside] - 10000.0, logits[~inside], atol=2e-3, rtol=0)
+
+  # --- detection -----------------------------------------------------------------------------------
+
+  def test_layout_detection_and_unknown_layouts(self):
+    self.assertEqual(rc.detect_layout(self._checkpoint(_embedder_params(), "e.ckpt")).name,
+                     rc.REALM_EMBEDDER)
+    block = _write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
+                                  {"block_emb": np.ones([3, 4], np.float32)})
+    self.assertEqual(rc.detect_layout(block).block_emb, "block_emb")
+    # A layout asked for must be the one found.
+    with self.assertRaisesRegex(rc.ConversionError, r"layout realm_bert was asked for.*realm_embedder"):
+      rc.detect_layout(os.path.join(self._dir, "e.ckpt"), rc.REALM_BERT)
+    # A bare BERT (no MLM head, no retriever or reader head) is none of the released layouts.
+    bare = {n: v for n, v in _realm_bert_params().items() if n.startswith("bert/")}
+    path = self._checkpoint(bare, "bare.ckpt")
+    with self.assertRaisesRegex(rc.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
+                                r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
+      rc.detect_layout(path)
+    other = _write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"),
+                                  {"foo/kernel": np.ones([2, 2], np.float32),
+                                   "global_step": np.array(1, np.int64)})
+    with self.assertRaisesRegex(rc.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
+                                r"(.|\n)*foo/ \(1\)(.|\n)*foo/kernel"):
+      rc.detect_layout(other)
+
+  def test_name_suffix_mapping_tolerates_other_nesting_depths(self):
+    """An embedder re-exported one hub level deeper (and a REALM trainer's bert/bert/) still loads."""
+    deeper = {"module/" + name: value for name, value in _embedder_params().items()}
+    loaded = rc.load_released(self._checkpoint(deeper, "deep.ckpt"), num_attention_heads=_HEADS)
+    self.assertEqual(loaded.layout.retriever_bert, "module/" + _EMBEDDER_BERT)
+    self.assertEqual(loaded.layout.projection_scope, "module/" + _EMBEDDER_HEAD)
+    self.assertEmpty(loaded.report.unmapped)
+    self.assertLen(loaded.report.ignored, 5)
+    trainer = {"bert/" + name: value for name, value in _realm_bert_params().items()}
+    loaded = rc.load_released(self._checkpoint(trainer, "trainer.ckpt"), num_attention_heads=_HEADS)
+    self.assertEqual(loaded.layout.encoder_bert, "bert/bert/")
+    self.assertEmpty(loaded.report.unmapped)
+
+  # --- errors --------------------------------------------------------------------------------------
+
+  def test_missing_variables_are_named_with_the_file(self):
+    params = _orqa_params()
+    del params["module/module/module/LayerNorm/beta"]
+    del params["reader/module/bert/encoder/layer_1/output/dense/bias"]
+    path = self._checkpoint(params, "orqa.ckpt")
+    with self.assertRaises(rc.ConversionError) as raised:
+      rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6)
+    message = str(raised.exception)
+    self.assertIn(path, message)
+    self.assertIn("missing from the checkpoint: module/module/module/LayerNorm/beta", message)
+    self.assertIn("reader/module/bert/encoder/layer_1/output/dense/bias", message)
+    # strict=False loads what fits and reports the rest as unset.
+    loaded = rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6, strict=False)
+    self.assertLen(loaded.report.unset, 2)
+    self.assertTrue(any("layer_norm/beta" in n for n in loaded.report.unset), loaded.report.unset)
+    self.assertTrue(any(n.startswith("reader/") and "layer_1/output/bias" in n
+                        for n in loaded.report.unset), loaded.report.unset)
+    self.assertIn("unset: ", loaded.report.summary())
+    self.assertEmpty(loaded.report.unmapped)
+
+  def test_unexpected_variables_are_reported_as_unmapped(self):
+    params = dict(_embedder_params(), **{"module/module/extra/kernel": np.ones([2], np.float32)})
+    report = rc.load_released(self._checkpoint(params), num_attention_heads=_HEADS).report
+    self.assertEqual(report.unmapped, ("module/module/extra/kernel",))
+    self.assertIn("unmapped: module/module/extra/kernel", report.summary())
+
+  def test_vocab_and_config_mismatches(self):
+    path = self._checkpoint(_embedder_params(), optimizer=False)
+    vocab = _write_vocab(self.create_tempdir().full_path, _VOCAB - 1)
+    with self.assertRaisesRegex(rc.ConversionError,
+                                rf"vocab {vocab} has {_VOCAB - 1} tokens but {path} variable "
+                                rf"{_EMBEDDER_BERT}embeddings/word_embeddings has {_VOCAB} rows"):
+      rc.convert(path, os.path.join(self._dir, "out"), vocab_path=vocab, num_attention_heads=_HEADS)
+    config_path = os.path.join(self._dir, "bert_config.json")
+    with open(config_path, "w") as f:
+      json.dump(dict(rc.google_bert_config_dict(_CONFIG), vocab_size=_VOCAB + 1), f)
+    with self.assertRaisesRegex(rc.ConversionError, rf"{config_path} does not describe(.|\n)*"
+                                rf"vocab_size {_VOCAB + 1} \(config\) vs {_VOCAB} \(checkpoint\)"):
+      rc.load_released(path, bert_config_path=config_path)
+    # A matching config gives the heads; without one they are hidden_size / 64, here impossible.
+    with open(config_path, "w") as f:
+      json.dump(rc.google_bert_config_dict(_CONFIG), f)
+    self.assertEqual(rc.load_released(path, bert_config_path=config_path).retriever_config, _CONFIG)
+    with self.assertRaisesRegex(rc.ConversionError, r"hidden_size 32 .*--num_attention_heads"):
+      rc.load_released(path)
+
+  def test_models_with_other_numerics_are_refused(self):
+    path = self._checkpoint(_embedder_params(), optimizer=False)
+    ict_style = embedder_lib.build_retriever(_CONFIG, _PROJECTION, layer_norm_epsilon=1e-3)
+    with self.assertRaisesRegex(ValueError, r"epsilon 0\.001, the released model 1e-12"):
+      rc.load_retriever(ict_style, path)
+    exact = embedder_lib.build_retriever(
+        bert.BertConfig(**dict(_CONFIG.to_dict(), hidden_act=bert.GELU_EXACT)), _PROJECTION)
+    with self.assertRaisesRegex(ValueError, "tanh gelu"):
+      rc.load_retriever(exact, path)
+
+  # --- conversion into realm_tf checkpoints --------------------------------------------------------
+
+  def test_convert_binary_embedder_restores_via_restore_retriever(self):
+    params = _embedder_params()
+    module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
+    os.makedirs(os.path.join(module, "variables"))
+    os.makedirs(os.path.join(module, "assets"))
+    _write_tf1_checkpoint(os.path.join(module, "variables", "variables"), _with_optimizer(params))
+    _write_vocab(os.path.join(module, "assets"))
+    output_dir = os.path.join(self._dir, "converted")
+    repo = testing_utils.repo_root()
+    env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+    result = subprocess.run(
+        [sys.executable, os.path.join(repo, "bin", "convert_checkpoint.py"),
+         f"--input_checkpoint={module}", f"--output_dir={output_dir}",
+         f"--num_attention_heads={_HEADS}"],
+        capture_output=True, text=True, env=env, timeout=300, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("layout realm_embedder", result.stdout)
+    self.assertIn(f"{len(params) - 5} variables mapped, 0 unmapped, 5 ignored", result.stdout)
+    self.assertIn("ignored: module/module/module/cls/predictions/output_bias", result.stdout)
+    self.assertIn("mapped: module/module/dense/kernel", result.stdout)
+
+    config = realm_config_lib.RealmConfig.load(output_dir)
+    self.assertEqual(config.retriever_bert, _CONFIG)
+    self.assertEqual((config.projection_size, config.embedder_layer_norm_epsilon),
+                     (_PROJECTION, 1e-12))
+    self.assertEqual(config.tokenizer().vocab_size, _VOCAB)
+    retriever = config.build_retriever()
+    checkpoints.restore_retriever(retriever, output_dir)
+    queries, docs = _embeddings(retriever)
+    self.assertAllClose(_np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _IDS, _MASK, _TYPES),
+                        queries, atol=_ATOL, rtol=0)
+    self.assertAllClose(
+        _np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _DOC_IDS, _DOC_MASK, _DOC_TYPES), docs,
+        atol=_ATOL, rtol=0)
+
+  def test_convert_realm_bert_is_an_init_reader_checkpoint(self):
+    params = _realm_bert_params()
+    path = self._checkpoint(params)
+    output_dir = os.path.join(self._dir, "bert")
+    result = rc.convert(path, output_dir, num_attention_heads=_HEADS)
+    self.assertEqual(result.layout.name, rc.REALM_BERT)
+    # As bin/train_realm --init_reader_checkpoint does, with the written bert_config.json.
+    config = bert.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))
+    self.assertEqual(config, _CONFIG)
+    model = kae_lib.KnowledgeAugmentedEncoder(config)
+    report = bert_conversion.load_bert_weights(model.encoder, output_dir, masked_lm=model.masked_lm)
+    self.assertEqual(report.prefix, "encoder/")
+    expected = _np_mlm_logits(params, "bert/", "cls/predictions/", _IDS, _MASK, _TYPES, _POSITIONS)
+    self.assertAllClose(expected, _kae_logits(model), atol=_ATOL, rtol=0)
+
+  def test_convert_orqa_writes_retriever_and_reader(self):
+    params = _orqa_params()
+    path = self._checkpoint(params)
+    vocab = _write_vocab(self.create_tempdir().full_path)
+    output_dir = os.path.join(self._dir, "orqa")
+    rc.convert(path, output_dir, vocab_path=vocab, num_attention_heads=_HEADS)
+    with open(os.path.join(output_dir, rc.CONVERSION_NAME)) as f:
+      info = json.load(f)
+    self.assertEqual((info["layout"], info["span_hidden_size"]), (rc.ORQA_FROM_REALM, _SPAN_HIDDEN))
+    config = realm_config_lib.RealmConfig.load(output_dir)
+    retriever = config.build_retriever()
+    checkpoints.restore_retriever(retriever, output_dir)
+    reader = reader_lib.SpanReader(config.reader_bert, seq_len=6, span_hidden_size=_SPAN_HIDDEN,
+                                   max_span_width=_MAX_SPAN_WIDTH)
+    rc._build_reader(reader)  # pylint: disable=protected-access
+    status = tf.train.Checkpoint(reader=reader).read(tf.train.latest_checkpoint(output_dir))
+    status.expect_partial().assert_existing_objects_matched()
+    queries, docs = _embeddings(retriever)
+    retriever_logits = queries[:1] @ docs[:2].T
+    expected, inside, _ = _np_span_logits(params, retriever_logits)
+    logits = _reader_logits(reader, retriever_logits).logits.numpy()
+    self.assertAllClose(expected[inside], logits[inside], atol=_ATOL, rtol=0)
+
+  def test_block_emb_index_rows_are_blocks(self):
+    rng = np.random.default_rng(5)
+    block_emb = rng.normal(size=[7, _PROJECTION]).astype(np.float32)
+    encoded = _write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"), {"block_emb": block_emb})
+    texts = [f"block {i} text é" for i in range(7)]
+    blocks_path = os.path.join(self._dir, "blocks.tfr")
+    titles_path = os.path.join(self._dir, "titles.tfr")
+    for path, values in ((blocks_path, texts), (titles_path, [f"title {i}" for i in range(7)])):
+      with tf.io.TFRecordWriter(path) as writer:
+        for value in values:
+          writer.write(value.encode("utf-8"))
+    output_dir = os.path.join(self._dir, "index")
+    result = rc.convert(encoded, output_dir, blocks_path=blocks_path, titles_path=titles_path,
+                        index_implementation="brute_force")
+    self.assertEqual(result.layout.name, rc.BLOCK_EMB)
+    mips = index_lib.load_index(result.outputs["index"])
+    queries = rng.normal(size=[3, _PROJECTION]).astype(np.float32)
+    ids, scores = mips.search(queries, k=7)
+    exact = queries.astype(np.float64) @ block_emb.T.astype(np.float64)
+    self.assertAllEqual(np.argsort(-exact, axis=1, kind="stable"), ids)
+    self.assertAllClose(np.sort(exact, axis=1)[:, ::-1], scores, atol=_ATOL)
+    records = rc.load_block_texts(result.outputs["blocks"])
+    self.assertEqual([r["row"] for r in records], list(range(7)))
+    self.assertEqual(records[int(ids[0, 0])]["text"], texts[int(ids[0, 0])])
+    self.assertEqual(records[6]["title"], "title 6")
+    # Blocks and embeddings of different corpora are refused, and no text file is left.
+    with tf.io.TFRecordWriter(blocks_path) as writer:
+      for value in texts[:6]:
+        writer.write(value.encode("utf-8"))
+    other_dir = os.path.join(self._dir, "index2")
+    with self.assertRaisesRegex(rc.ConversionError,
+                                rf"{blocks_path} has 6 records but {encoded} has 7 rows"):
+      rc.convert(encoded, other_dir, blocks_path=blocks_path, index_implementation="brute_force")
+    self.assertFalse(os.path.exists(os.path.join(other_dir, rc.BLOCKS_NAME)))
+
+
+if __name__ == "__main__":
+  tf.test.main()

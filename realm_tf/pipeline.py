@@ -1,0 +1,178 @@
+"""The whole REALM pre-training pipeline as separate processes, the way a user runs it.
+
+  1. corpora: bin/generate_retrieval_corpus and bin/generate_pretraining_corpus;
+  2. ICT warm start: bin/train_ict (skippable);
+  3. bin/refresh_doc_embeds in the background, waiting for checkpoints;
+  4. bin/train_realm, which publishes the bootstrap index from its warm-start weights (--bootstrap_index)
+     and trains while the refresher publishes fresher indexes beside it; it writes the done marker at
+     the end, on which the refresher exits.
+bin/run_demo.py runs it on testdata with a tiny BERT; the end-to-end test runs a shorter version.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+from realm_tf.data import qa as qa_lib
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.training import realm_trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+  """Sizes of a pipeline run (defaults: the demo on testdata, a few minutes on 2 cores)."""
+  output_dir: str
+  testdata_dir: str = os.path.join(REPO, "testdata")
+  ict_steps: int = 400
+  realm_steps: int = 300
+  save_checkpoints_steps: int = 50
+  batch_size: int = 8
+  ict_batch_size: int = 32
+  ict_learning_rate: float = 1e-3
+  realm_learning_rate: float = 1e-4
+  projection_size: int = 64
+  query_seq_len: int = 32
+  candidate_seq_len: int = 128
+  max_masks: int = 8
+  num_candidates: int = 8
+  max_index_staleness_steps: int = 100
+  index_implementation: str = "scann"
+
+
+def _env() -> Dict[str, str]:
+  return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+              TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1")
+
+
+def _command(binary: str, **flags) -> List[str]:
+  args = [sys.executable, os.path.join(REPO, "bin", binary + ".py")]
+  for name, value in flags.items():
+    if isinstance(value, bool):
+      args.append(f"--{name}" if value else f"--no{name}")
+    elif value is not None:
+      args.append(f"--{name}={value}")
+  return args
+
+
+def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]] = None,
+               echo: Callable[[str], None] = print, **flags) -> None:
+  """Runs bin/<binary>.py to completion, logging everything to log_path and echoing chosen lines."""
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  with open(log_path, "w") as log_file:
+    process = subprocess.Popen(_command(binary, **flags), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=_env())
+    for line in process.stdout:
+      log_file.write(line)
+      if show is not None and show(line):
+        echo(line.rstrip().split("] ", 1)[-1])
+    if process.wait() != 0:
+      raise RuntimeError(f"bin/{binary}.py failed (exit {process.returncode}); see {log_path}")
+
+
+def _progress_line(line: str) -> bool:
+  return "loop.py" in line and ("] step " in line or "trained to step" in line) \
+      or "retrieving with the index" in line or "waiting for bin/refresh_doc_embeds" in line
+
+
+def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = print) -> Dict[str, str]:
+  data = os.path.join(options.output_dir, "data")
+  paths = {"retrieval": os.path.join(data, "corpus", "blocks"),
+           "pretraining": os.path.join(data, "pretraining", "sentences"),
+           "vocab": os.path.join(options.testdata_dir, "vocab.txt")}
+  run_binary("generate_retrieval_corpus", os.path.join(data, "generate_retrieval_corpus.log"),
+             input_path=os.path.join(options.testdata_dir, "corpus.jsonl"), vocab_path=paths["vocab"],
+             output_prefix=paths["retrieval"], num_output_shards=2)
+  run_binary("generate_pretraining_corpus", os.path.join(data, "generate_pretraining_corpus.log"),
+             input_path=os.path.join(options.testdata_dir, "pretraining.jsonl"),
+             output_prefix=paths["pretraining"], num_output_shards=2)
+  echo(f"corpora written under {data}")
+  return paths
+
+
+def run_ict(options: PipelineOptions, paths: Dict[str, str],
+            echo: Callable[[str], None] = print) -> str:
+  model_dir = os.path.join(options.output_dir, "ict")
+  run_binary("train_ict", os.path.join(options.output_dir, "train_ict.log"), _progress_line, echo,
+             model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
+             vocab_path=paths["vocab"], bert_config="tiny", projection_size=options.projection_size,
+             query_seq_len=options.query_seq_len, block_seq_len=options.candidate_seq_len,
+             batch_size=options.ict_batch_size, learning_rate=options.ict_learning_rate,
+             num_train_steps=options.ict_steps, save_checkpoints_steps=options.ict_steps,
+             log_every_steps=max(1, options.ict_steps // 4))
+  return model_dir
+
+
+def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: Optional[str],
+              echo: Callable[[str], None] = print) -> Dict:
+  """Trainer and refresher as two processes; returns the trainer's summary plus refresher facts."""
+  model_dir = os.path.join(options.output_dir, "realm")
+  refresher_log = os.path.join(options.output_dir, "refresh_doc_embeds.log")
+  os.makedirs(options.output_dir, exist_ok=True)
+  with open(refresher_log, "w") as log_file:
+    refresher = subprocess.Popen(
+        _command("refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=paths["retrieval"],
+                 index_implementation=options.index_implementation, poll_seconds=1, keep=3),
+        stdout=log_file, stderr=subprocess.STDOUT, env=_env())
+    try:
+      run_binary(
+          "train_realm", os.path.join(options.output_dir, "train_realm.log"), _progress_line, echo,
+          model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
+          retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
+          projection_size=options.projection_size,
+          embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
+          query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
+          max_masks=options.max_masks, num_candidates=options.num_candidates,
+          batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
+          num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
+          log_every_steps=25, init_retriever_checkpoint=init_retriever, bootstrap_index=True,
+          index_implementation=options.index_implementation, check_index_every_batches=2,
+          max_index_staleness_steps=options.max_index_staleness_steps)
+      refresher.wait(timeout=300)
+    finally:
+      if refresher.poll() is None:
+        refresher.kill()
+        refresher.wait()
+  with open(os.path.join(model_dir, realm_trainer.SUMMARY_NAME)) as f:
+    summary = json.load(f)
+  summary["refresher_exit_code"] = refresher.returncode
+  summary["model_dir"] = model_dir
+  return summary
+
+
+def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: str,
+                     qa_paths: List[str]) -> Dict[str, float]:
+  """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained)."""
+  from realm_tf import retriever_eval  # pylint: disable=g-import-not-at-top (TF-heavy)
+  config = realm_config_lib.RealmConfig.load(config_dir)
+  retriever = config.build_retriever()
+  if checkpoint:
+    checkpoints.restore_retriever(retriever, checkpoint)
+  examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
+  return retriever_eval.retriever_recall(retriever, config, corpus_prefix, examples, ks=(1, 5, 20))
+
+
+def run(options: PipelineOptions, skip_ict: bool = False,
+        echo: Callable[[str], None] = print) -> Dict:
+  """The whole pipeline; returns what the demo summarizes."""
+  started = time.time()
+  paths = prepare_corpora(options, echo)
+  qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
+  result: Dict = {}
+  init = None
+  if not skip_ict:
+    echo(f"ICT warm start: {options.ict_steps} steps")
+    init = run_ict(options, paths, echo)
+  echo(f"REALM pre-training: {options.realm_steps} steps, refresher in the background")
+  result["realm"] = run_realm(options, paths, init, echo)
+  model_dir = result["realm"]["model_dir"]
+  result["recall_before"] = retriever_recall(model_dir, init, paths["retrieval"], qa_paths)
+  result["recall_after"] = retriever_recall(model_dir, model_dir, paths["retrieval"], qa_paths)
+  result["seconds"] = time.time() - started
+  return result

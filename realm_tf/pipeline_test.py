@@ -1,0 +1,90 @@
+"""End to end: the real refresher process beside the real trainer process, on testdata.
+
+Slow by nature (separate processes, each importing TensorFlow), so one short run covers the pipeline and
+one kill-and-resume run covers recovery.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import tensorflow as tf
+
+from realm_tf import pipeline
+from realm_tf.modeling import checkpoints
+
+
+def _short_options(output_dir: str, **overrides) -> pipeline.PipelineOptions:
+  values = dict(output_dir=output_dir, realm_steps=60, save_checkpoints_steps=20, batch_size=4,
+                max_index_staleness_steps=40, realm_learning_rate=1e-3,
+                index_implementation="brute_force")
+  values.update(overrides)
+  return pipeline.PipelineOptions(**values)
+
+
+class PipelineTest(tf.test.TestCase):
+
+  def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):
+    out = self.create_tempdir().full_path
+    options = _short_options(out)
+    paths = pipeline.prepare_corpora(options, echo=lambda _: None)
+    summary = pipeline.run_realm(options, paths, init_retriever=None, echo=lambda _: None)
+    # The bootstrap index (step 0) and at least one index the refresher published from a checkpoint.
+    self.assertGreaterEqual(len(summary["indexes_used"]), 2, summary)
+    self.assertIn(0, summary["indexes_used"])
+    self.assertLess(summary["final"]["loss"], summary["first_loss"], summary)
+    self.assertEqual(summary["refresher_exit_code"], 0)
+    model_dir = summary["model_dir"]
+    self.assertTrue(checkpoints.training_done(model_dir))
+    self.assertEqual(checkpoints.latest_step(model_dir), 60)
+    index_dir = os.path.join(model_dir, "index")
+    names = os.listdir(index_dir)
+    self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
+    self.assertLessEqual(len(names), 3)  # keep=3
+
+  def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
+    out = self.create_tempdir().full_path
+    options = _short_options(out)
+    paths = pipeline.prepare_corpora(options, echo=lambda _: None)
+    model_dir = os.path.join(out, "kill")
+    flags = dict(model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
+                 retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
+                 bert_config="tiny", projection_size=32, query_seq_len=32, candidate_seq_len=128,
+                 max_masks=8, num_candidates=4, batch_size=4, save_checkpoints_steps=10,
+                 log_every_steps=5, bootstrap_index=True, index_implementation="brute_force")
+    log_path = os.path.join(out, "first.log")
+    with open(log_path, "w") as log_file:
+      trainer = subprocess.Popen(
+          pipeline._command("train_realm", num_train_steps=1000, **flags),  # pylint: disable=protected-access
+          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
+      deadline = time.time() + 240
+      while checkpoints.latest_step(model_dir) is None or checkpoints.latest_step(model_dir) < 20:
+        self.assertIsNone(trainer.poll(), open(log_path).read()[-3000:])
+        self.assertLess(time.time(), deadline, "the trainer wrote no checkpoint in time")
+        time.sleep(0.5)
+      trainer.send_signal(signal.SIGKILL)
+      trainer.wait()
+    killed_at = checkpoints.latest_step(model_dir)
+    self.assertGreaterEqual(killed_at, 20)
+    # Every checkpoint the manager lists is complete and readable.
+    state = tf.train.get_checkpoint_state(model_dir)
+    for path in state.all_model_checkpoint_paths:
+      self.assertNotEmpty(tf.train.list_variables(path))
+    self.assertFalse(checkpoints.training_done(model_dir))
+
+    resumed_steps = killed_at + 10
+    pipeline.run_binary("train_realm", os.path.join(out, "second.log"),
+                        num_train_steps=resumed_steps, **flags)
+    with open(os.path.join(out, "second.log")) as f:
+      second = f.read()
+    self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}",
+                  second)
+    self.assertEqual(checkpoints.latest_step(model_dir), resumed_steps)
+    with open(os.path.join(model_dir, "train_summary.json")) as f:
+      self.assertEqual(json.load(f)["final"]["loss"] > 0, True)
+
+
+if __name__ == "__main__":
+  tf.test.main()
