@@ -59,17 +59,20 @@ def restore_retriever(retriever, checkpoint_path: str) -> str:
   checkpoint_path = resolve_checkpoint(checkpoint_path)
   names = [name for name, _ in tf.train.list_variables(checkpoint_path)]
   layout = _layout(names, checkpoint_path)
+  # read(), not restore(): restore() adds a save_counter to the new root Checkpoint, which
+  # assert_existing_objects_matched then reports as unmatched for checkpoints written without one
+  # (tf.train.Checkpoint.write, converters).
   towers = [retriever.doc_embedder]
   if retriever.query_embedder is not retriever.doc_embedder:
     towers.append(retriever.query_embedder)
   try:
     if layout == "model/retriever/":
-      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).restore(
+      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).read(
           checkpoint_path)]
     elif layout == "retriever/":
-      statuses = [tf.train.Checkpoint(retriever=retriever).restore(checkpoint_path)]
+      statuses = [tf.train.Checkpoint(retriever=retriever).read(checkpoint_path)]
     else:  # ICT: its single embedder initializes every tower.
-      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=tower)).restore(
+      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=tower)).read(
           checkpoint_path) for tower in towers]
     for status in statuses:
       status.expect_partial()

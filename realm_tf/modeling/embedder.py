@@ -55,7 +55,8 @@ class RetrieverEmbedder(tf_keras.Model):
     # float32: the scores that feed softmaxes stay in full precision under mixed_bfloat16.
     self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm",
                                                          dtype=tf.float32)
-    self.dropout = tf_keras.layers.Dropout(dropout_rate)
+    # float32 as well: under mixed_bfloat16 a default-policy Dropout would cast the embedding back.
+    self.dropout = tf_keras.layers.Dropout(dropout_rate, dtype=tf.float32)
 
   def call(self, inputs, training=None):
     token_ids = inputs[0]

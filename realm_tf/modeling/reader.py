@@ -64,13 +64,16 @@ class SpanReader(tf_keras.Model):
     starts, ends = span_candidates(seq_len, max_span_width)
     self._span_starts = tf.constant(starts)
     self._span_ends = tf.constant(ends)
-    initializer = tf_keras.initializers.TruncatedNormal(stddev=0.02)
+    # One initializer instance per layer: a reused unseeded tf_keras initializer repeats its values, so
+    # dense_1's kernel would start as a copy of the first entries of dense's.
+    def initializer():
+      return tf_keras.initializers.TruncatedNormal(stddev=0.02)
     self.encoder = bert.build_encoder(config, name="bert")
-    self.span_projection = tf_keras.layers.Dense(2 * span_hidden_size, kernel_initializer=initializer,
+    self.span_projection = tf_keras.layers.Dense(2 * span_hidden_size, kernel_initializer=initializer(),
                                                  name="dense")
     self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
                                                          name="layer_normalization", dtype=tf.float32)
-    self.span_output = tf_keras.layers.Dense(1, kernel_initializer=initializer, name="dense_1",
+    self.span_output = tf_keras.layers.Dense(1, kernel_initializer=initializer(), name="dense_1",
                                              dtype=tf.float32)
 
   @property

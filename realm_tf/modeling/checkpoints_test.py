@@ -1,0 +1,228 @@
+"""Tests of realm_tf.modeling.checkpoints: the trainers' checkpoint layouts and restoring retrievers."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf.modeling import bert
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import embedder as embedder_lib
+
+_VOCAB_SIZE = 285
+# Small enough that building and restoring takes well under a second.
+_CONFIG = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
+_D = 16
+
+
+def _retriever(seed: int, share_embedders: bool = True,
+               config: bert.BertConfig = _CONFIG) -> embedder_lib.Retriever:
+  tf_keras.utils.set_random_seed(seed)
+  return embedder_lib.build_retriever(config, _D, share_embedders=share_embedders)
+
+
+def _embedder(seed: int, config: bert.BertConfig = _CONFIG) -> embedder_lib.RetrieverEmbedder:
+  tf_keras.utils.set_random_seed(seed)
+  embedder = embedder_lib.RetrieverEmbedder(config, _D, layer_norm_epsilon=1e-3, name="embedder")
+  dummy = tf.zeros([1, 8], tf.int32)
+  embedder((dummy, dummy, dummy))
+  return embedder
+
+
+def _inputs(batch=3, seq_len=12, seed=0):
+  rng = np.random.default_rng(seed)
+  token_ids = rng.integers(5, _VOCAB_SIZE, [batch, seq_len]).astype(np.int32)
+  mask = np.ones([batch, seq_len], np.int32)
+  mask[:, -3:] = 0
+  token_ids[:, -3:] = 0
+  segment_ids = np.zeros([batch, seq_len], np.int32)
+  segment_ids[:, seq_len // 2:-3] = 1
+  return tuple(tf.constant(x) for x in (token_ids, mask, segment_ids))
+
+
+def _save_with_manager(root: tf.train.Checkpoint, directory: str, step: int) -> str:
+  """Saves like the trainers: CheckpointManager in the model dir, names ckpt-<step>."""
+  manager = tf.train.CheckpointManager(root, directory, max_to_keep=5)
+  return manager.save(checkpoint_number=step)
+
+
+class CheckpointStepTest(tf.test.TestCase):
+
+  def test_parses_manager_paths(self):
+    self.assertEqual(checkpoints.checkpoint_step("/runs/realm/ckpt-1200"), 1200)
+    self.assertEqual(checkpoints.checkpoint_step("ckpt-0"), 0)
+    self.assertEqual(checkpoints.checkpoint_step("gs://bucket/run/ckpt-7"), 7)
+    self.assertEqual(checkpoints.checkpoint_step("/runs/ict/model.ckpt-300"), 300)
+
+  def test_rejects_other_paths_naming_them(self):
+    for path in ("/runs/realm/ckpt-12.index", "/runs/realm/model", "/runs/realm/ckpt-", "ckpt-1a",
+                 "/runs/realm/ckpt-12/"):
+      with self.subTest(path):
+        with self.assertRaises(ValueError) as cm:
+          checkpoints.checkpoint_step(path)
+        self.assertIn(path, str(cm.exception))
+        self.assertIn("ckpt-<step>", str(cm.exception))
+
+
+class ResolveCheckpointTest(tf.test.TestCase):
+
+  def test_directory_resolves_to_latest_and_prefix_to_itself(self):
+    model_dir = self.get_temp_dir()
+    root = tf.train.Checkpoint(v=tf.Variable(1.0))
+    first = _save_with_manager(root, model_dir, 10)
+    second = _save_with_manager(root, model_dir, 20)
+    self.assertEqual(checkpoints.resolve_checkpoint(model_dir), second)
+    self.assertEqual(checkpoints.resolve_checkpoint(first), first)
+    self.assertEqual(checkpoints.latest_step(model_dir), 20)
+
+  def test_empty_directory_and_missing_prefix_raise_file_not_found(self):
+    empty = os.path.join(self.get_temp_dir(), "empty")
+    os.makedirs(empty)
+    with self.assertRaises(FileNotFoundError) as cm:
+      checkpoints.resolve_checkpoint(empty)
+    self.assertIn("holds no checkpoint", str(cm.exception))
+    self.assertIn(os.path.join(empty, "ckpt-1000"), str(cm.exception))  # the hint
+    missing = os.path.join(empty, "ckpt-5")
+    with self.assertRaises(FileNotFoundError) as cm:
+      checkpoints.resolve_checkpoint(missing)
+    self.assertIn(missing + ".index", str(cm.exception))
+    self.assertIsNone(checkpoints.latest_step(empty))
+
+  def test_done_marker(self):
+    model_dir = self.get_temp_dir()
+    self.assertFalse(checkpoints.training_done(model_dir))
+    checkpoints.write_done_marker(model_dir)
+    self.assertTrue(checkpoints.training_done(model_dir))
+    self.assertTrue(os.path.exists(os.path.join(model_dir, checkpoints.DONE_MARKER)))
+
+
+class RestoreRetrieverTest(tf.test.TestCase):
+
+  def assertSameEmbeddings(self, got_model, want_model):
+    inputs = _inputs()
+    self.assertAllClose(got_model(inputs, training=False), want_model(inputs, training=False),
+                        atol=1e-6)
+
+  def assertDifferentEmbeddings(self, a, b):
+    inputs = _inputs()
+    self.assertNotAllClose(a(inputs, training=False), b(inputs, training=False), atol=1e-3)
+
+  def test_realm_layout_restores_both_towers(self):
+    model_dir = self.get_temp_dir()
+    source = _retriever(1, share_embedders=False)
+    # The REALM trainer: tf.train.Checkpoint(model=RealmPretrainer, optimizer=...) with
+    # RealmPretrainer.retriever; the rest of the model and the optimizer are ignored by the restore.
+    root = tf.train.Checkpoint(
+        model=tf.train.Checkpoint(retriever=source, encoder=tf.train.Checkpoint(w=tf.Variable([1.0]))),
+        optimizer=tf.train.Checkpoint(iterations=tf.Variable(7, dtype=tf.int64)))
+    path = _save_with_manager(root, model_dir, 100)
+    target = _retriever(2, share_embedders=False)
+    self.assertDifferentEmbeddings(target.doc_embedder, source.doc_embedder)
+    self.assertEqual(checkpoints.restore_retriever(target, model_dir), path)  # directory -> latest
+    self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
+    self.assertSameEmbeddings(target.query_embedder, source.query_embedder)
+    # The towers stayed distinct (the query tower did not get the document tower's weights).
+    self.assertDifferentEmbeddings(target.query_embedder, target.doc_embedder)
+
+  def test_realm_layout_from_a_prefix_picks_that_step(self):
+    model_dir = self.get_temp_dir()
+    source = _retriever(1)
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=source))
+    first = _save_with_manager(root, model_dir, 10)
+    first_weights = [w.numpy() for w in source.weights]
+    source.doc_embedder.projection.kernel.assign_add(tf.ones_like(source.doc_embedder.projection.kernel))
+    _save_with_manager(root, model_dir, 20)
+    target = _retriever(2)
+    self.assertEqual(checkpoints.restore_retriever(target, first), first)
+    for got, want in zip(target.weights, first_weights):
+      self.assertAllEqual(got, want)
+
+  def test_checkpoint_written_without_save_counter(self):
+    # tf.train.Checkpoint.write (what a converter uses) stores no save_counter; the restore must not
+    # report the missing counter as an unmatched retriever object.
+    prefix = os.path.join(self.get_temp_dir(), "written")
+    source = _retriever(1)
+    path = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=source)).write(prefix)
+    self.assertNotIn("save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+                     [name for name, _ in tf.train.list_variables(path)])
+    target = _retriever(2)
+    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
+
+  def test_ict_layout_restores_the_single_embedder_into_a_shared_tower(self):
+    model_dir = self.get_temp_dir()
+    ict_embedder = _embedder(3)
+    path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=ict_embedder)),
+                              model_dir, 400)
+    target = _retriever(4)  # default epsilon 1e-12; the weights do not depend on it
+    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    for got, want in zip(target.doc_embedder.weights, ict_embedder.weights):
+      self.assertAllEqual(got, want)
+
+  def test_ict_layout_restores_the_single_embedder_into_separate_towers(self):
+    model_dir = self.get_temp_dir()
+    ict_embedder = _embedder(3)
+    path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=ict_embedder)),
+                              model_dir, 400)
+    target = _retriever(4, share_embedders=False)
+    self.assertDifferentEmbeddings(target.query_embedder, target.doc_embedder)
+    checkpoints.restore_retriever(target, path)
+    for tower in (target.doc_embedder, target.query_embedder):
+      for got, want in zip(tower.weights, ict_embedder.weights):
+        self.assertAllEqual(got, want)
+    # Both towers own their variables: training one later does not move the other.
+    self.assertEmpty({id(v) for v in target.doc_embedder.weights} &
+                     {id(v) for v in target.query_embedder.weights})
+
+  def test_retriever_layout(self):
+    prefix = os.path.join(self.get_temp_dir(), "converted")
+    source = _retriever(5, share_embedders=False)
+    path = tf.train.Checkpoint(retriever=source).write(prefix)
+    target = _retriever(6, share_embedders=False)
+    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
+    self.assertSameEmbeddings(target.query_embedder, source.query_embedder)
+
+  def test_checkpoint_without_retriever_names_file_and_layouts(self):
+    prefix = os.path.join(self.get_temp_dir(), "reader_only")
+    path = tf.train.Checkpoint(model=tf.train.Checkpoint(reader=tf.train.Checkpoint(
+        kernel=tf.Variable(tf.zeros([2, 2]))))).write(prefix)
+    target = _retriever(1)
+    before = [w.numpy() for w in target.weights]
+    with self.assertRaises(ValueError) as cm:
+      checkpoints.restore_retriever(target, path)
+    message = str(cm.exception)
+    self.assertIn(path, message)
+    self.assertIn("holds no retriever", message)
+    for layout in ("model/retriever/", "model/embedder/", "retriever/"):
+      self.assertIn(layout, message)
+    self.assertIn("found e.g.", message)  # what it found instead
+    self.assertIn("bin/train_realm", message)
+    for got, want in zip(target.weights, before):
+      self.assertAllEqual(got, want)
+
+  def test_embedder_of_another_hidden_size_names_the_file(self):
+    model_dir = self.get_temp_dir()
+    wide = bert.tiny_config(_VOCAB_SIZE, hidden_size=64, num_layers=1, intermediate_size=64)
+    path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=_embedder(1, wide))),
+                              model_dir, 10)
+    with self.assertRaises(ValueError) as cm:
+      checkpoints.restore_retriever(_retriever(2), model_dir)
+    message = str(cm.exception)
+    self.assertIn(path, message)
+    self.assertIn("cannot restore the retriever", message)
+    self.assertIn("model/embedder/", message)
+
+  def test_retriever_with_more_layers_than_the_checkpoint_is_an_error(self):
+    model_dir = self.get_temp_dir()
+    path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=_retriever(1))),
+                              model_dir, 10)
+    deeper = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=2, intermediate_size=64)
+    with self.assertRaisesRegex(ValueError, "cannot restore the retriever") as cm:
+      checkpoints.restore_retriever(_retriever(2, config=deeper), path)
+    self.assertIn(path, str(cm.exception))
+
+
+if __name__ == "__main__":
+  tf.test.main()
