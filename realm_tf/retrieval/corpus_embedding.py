@@ -103,11 +103,14 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
     return strategy.experimental_local_results(per_replica)
 
   outputs: List[np.ndarray] = []
+  embedded = 0  # a running count: summing over `outputs` at every batch would be quadratic
   start = time.time()
   last_log = start
   for batch in distributed:
-    outputs.extend(np.asarray(part) for part in step(batch))
-    done = min(sum(len(o) for o in outputs), total)
+    parts = [np.asarray(part) for part in step(batch)]
+    outputs.extend(parts)
+    embedded += sum(len(part) for part in parts)
+    done = min(embedded, total)
     now = time.time()
     if now - last_log >= log_every_seconds or done == total:
       log(str(EmbeddingProgress(done, total, now - start)))
@@ -141,4 +144,6 @@ def merge_worker_embeddings(output_dir: str, num_workers: int) -> np.ndarray:
   for path in paths:
     with tf.io.gfile.GFile(path, "rb") as f:
       parts.append(np.load(f, allow_pickle=False))
-  return np.concatenate(parts, axis=0)
+  # A worker without rows (more workers than documents) wrote a [0, 0] array: leave it out, its width
+  # does not match the others'.
+  return np.concatenate([p for p in parts if p.size] or parts, axis=0)

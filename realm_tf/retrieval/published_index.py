@@ -210,7 +210,8 @@ class IndexWatcher:
       if deadline is not None and time.time() >= deadline:
         return None
       if not announced:
-        self._log(f"waiting for bin/refresh_doc_embeds to publish an index newer than step "
-                  f"{current_step} under {index_root(self.model_dir)}{': ' + reason if reason else ''}")
+        what = "a first index" if current_step is None else f"an index newer than step {current_step}"
+        self._log(f"waiting for bin/refresh_doc_embeds to publish {what} under "
+                  f"{index_root(self.model_dir)}{': ' + reason if reason else ''}")
         announced = True
       time.sleep(poll_seconds)

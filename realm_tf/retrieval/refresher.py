@@ -111,13 +111,21 @@ def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = 
   config = realm_config_lib.RealmConfig.load(config_path)
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
+  if tf.train.latest_checkpoint(options.model_dir) is None:
+    log(f"waiting for the trainer's first checkpoint (ckpt-<step>) in {options.model_dir}")
 
   refreshes = 0
   done_seen = []
+  last_timeout = [time.time()]
 
   def stop_waiting() -> bool:
     # Called when no new checkpoint arrived for a while: stop once training is done, but only after
     # the final checkpoint (which the iterator yields first) was processed.
+    # tf.train.wait_for_new_checkpoint sleeps in steps of 1 s and gives up without sleeping at all when
+    # its timeout is 1 s or less; sleep the rest of poll_seconds here, or a --poll_seconds <= 1 would
+    # spin on the checkpoint directory (tens of thousands of looks per second).
+    time.sleep(max(0.0, options.poll_seconds - (time.time() - last_timeout[0])))
+    last_timeout[0] = time.time()
     if checkpoints.training_done(options.model_dir):
       if done_seen:
         return True

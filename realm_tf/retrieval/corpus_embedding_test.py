@@ -1,0 +1,224 @@
+"""Tests of realm_tf.retrieval.corpus_embedding: row order, padding, replicas and workers.
+
+The two-replica tests need the CPU split into two logical devices before TensorFlow initializes, so this
+module does it at import (as realm_tf/training/distribute_test.py does). Bazel runs this file alone, where
+that always works; under a pytest run of many files another module may have initialized TensorFlow
+first, and then those tests skip with the reason.
+"""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import featurization
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.training import distribute
+
+try:
+  distribute.configure_logical_cpus(2)
+  _SPLIT_ERROR = None
+except RuntimeError as e:  # TensorFlow was initialized by an earlier test module (pytest only).
+  _SPLIT_ERROR = str(e)
+
+_TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
+_VOCAB = os.path.join(_TESTDATA, "vocab.txt")
+_NUM_DOCS = 37
+_C = 32
+_D = 16
+
+
+def _token_features(inputs):
+  """A deterministic embedding of BERT inputs that depends on every position: int32 [b, C] x3 ->
+  float32 [b, _D]. Column j < C sums token ids times mask times (j + 1) weights, so two different
+  documents (or the same document in another row order) cannot give the same row."""
+  token_ids, mask, segment_ids = (tf.cast(x, tf.float32) for x in inputs)
+  positions = tf.range(1, tf.shape(token_ids)[-1] + 1, dtype=tf.float32)
+  weights = tf.stack([positions ** (j % 4) * (1.0 + j) for j in range(_D)], axis=1)  # [C, D]
+  values = token_ids * mask + 1000.0 * segment_ids
+  return tf.matmul(values, weights / tf.reduce_sum(weights, axis=0, keepdims=True))
+
+
+class CorpusEmbeddingTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    directory = os.path.join(tf.compat.v1.test.get_temp_dir(), "corpus_embedding_test")
+    tf.io.gfile.makedirs(directory)
+    documents = []
+    for doc in corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")):
+      documents.append(doc)
+      if len(documents) == _NUM_DOCS:
+        break
+    cls.tokenizer = tokenization.Tokenizer(_VOCAB)
+    cls.prefix = os.path.join(directory, "blocks")
+    stats = corpus_lib.write_corpus(lambda: documents, cls.tokenizer, cls.prefix, num_shards=3)
+    assert stats.num_shards == 3 and stats.num_documents == _NUM_DOCS, stats
+    cls.featurizer = featurization.Featurizer.from_tokenizer(
+        cls.tokenizer, query_seq_len=16, candidate_seq_len=_C, max_masks=4)
+    cls.documents = list(corpus_lib.read_corpus(cls.prefix))
+    # The documents read back in corpus order, featurized in one batch outside the embedding
+    # pipeline: row i of the reference is document i.
+    inputs = cls.featurizer.candidate_inputs(
+        tf.ragged.constant([d["title_token_ids"] for d in cls.documents], tf.int64),
+        tf.ragged.constant([d["body_token_ids"] for d in cls.documents], tf.int64))
+    cls.candidates = tuple(tf.cast(x, tf.int32) for x in
+                           (inputs.token_ids, inputs.mask, inputs.segment_ids))
+    cls.expected = _token_features(cls.candidates).numpy()
+
+  def _embed(self, embed_fn=_token_features, **kwargs):
+    kwargs.setdefault("log", lambda message: None)
+    return corpus_embedding.embed_corpus(embed_fn, self.prefix, self.featurizer, **kwargs)
+
+  def _require_two_cpus(self):
+    if _SPLIT_ERROR:
+      self.skipTest(_SPLIT_ERROR)
+
+  def _mirrored(self):
+    self._require_two_cpus()
+    strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
+    self.assertEqual(strategy.num_replicas_in_sync, 2)
+    return strategy
+
+  def test_corpus_spans_three_shards_in_document_order(self):
+    manifest = corpus_lib.read_manifest(self.prefix)
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [12, 12, 13])
+    with open(os.path.join(_TESTDATA, "corpus.jsonl")) as f:
+      first_ids = [json.loads(line)["id"] for line in f][:_NUM_DOCS]
+    self.assertEqual([d["doc_id"] for d in self.documents], first_ids)
+    self.assertLen({row.tobytes() for row in self.expected}, _NUM_DOCS)  # every row distinct
+
+  def test_row_i_is_document_i_and_the_last_batch_is_padded_then_trimmed(self):
+    seen_shapes = []
+
+    def recording(inputs):
+      seen_shapes.append([x.shape.as_list() for x in inputs])  # at trace time: the static shapes
+      return _token_features(inputs)
+
+    for batch_size in (5, 64):  # 37 = 7 * 5 + 2; a single batch larger than the corpus
+      with self.subTest(batch_size=batch_size):
+        seen_shapes.clear()
+        messages = []
+        embeddings = self._embed(recording, batch_size=batch_size, log=messages.append,
+                                 log_every_seconds=0)
+        # Progress after every batch; the padding is never counted.
+        counts = [int(m.split()[1].split("/")[0]) for m in messages]
+        self.assertEqual(counts, [min(n, _NUM_DOCS) for n in range(batch_size, _NUM_DOCS + batch_size,
+                                                                   batch_size)])
+        self.assertIn(f"embedded {_NUM_DOCS}/{_NUM_DOCS} documents", messages[-1])
+        self.assertEqual(embeddings.dtype, np.float32)
+        self.assertEqual(embeddings.shape, (_NUM_DOCS, _D))
+        self.assertAllClose(embeddings, self.expected, rtol=1e-6)
+        self.assertNotEmpty(seen_shapes)
+        for shapes in seen_shapes:
+          self.assertEqual(shapes, [[batch_size, _C]] * 3)
+
+  def test_retriever_embedder_rows_match_direct_embedding(self):
+    tf_keras.utils.set_random_seed(0)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
+                              intermediate_size=64)
+    model = embedder_lib.RetrieverEmbedder(config, _D)
+    embed_fn = lambda inputs: model(inputs, training=False)
+    embeddings = self._embed(embed_fn, batch_size=8)
+    direct = embed_fn(self.candidates).numpy()
+    self.assertAllClose(embeddings, direct, atol=1e-5)
+
+  def test_mirrored_over_two_replicas_equals_single_device(self):
+    strategy = self._mirrored()
+    embeddings = self._embed(batch_size=8, strategy=strategy)
+    self.assertAllClose(embeddings, self.expected, rtol=1e-6)
+
+  def test_mirrored_retriever_embedder_equals_single_device(self):
+    strategy = self._mirrored()
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
+                              intermediate_size=64)
+    tf_keras.utils.set_random_seed(1)
+    single = embedder_lib.build_retriever(config, _D)
+    with strategy.scope():
+      mirrored = embedder_lib.build_retriever(config, _D)
+    mirrored.set_weights(single.get_weights())
+    want = single.embed_documents(self.candidates, training=False).numpy()
+    got = self._embed(lambda x: mirrored.embed_documents(x, training=False), batch_size=6,
+                      strategy=strategy)
+    self.assertEqual(got.shape, (_NUM_DOCS, _D))
+    self.assertAllClose(got, want, atol=1e-5)
+
+  def test_batch_size_not_divisible_by_replicas(self):
+    strategy = self._mirrored()
+    with self.assertRaisesRegex(ValueError, "batch_size 7 is not divisible by the 2 replicas"):
+      self._embed(batch_size=7, strategy=strategy)
+
+  def test_worker_rows_partition_is_contiguous_and_complete(self):
+    for num_docs, num_workers in ((37, 3), (37, 1), (10, 4), (2, 3), (0, 2)):
+      with self.subTest(num_docs=num_docs, num_workers=num_workers):
+        parts = [corpus_embedding.worker_rows(num_docs, num_workers, w) for w in range(num_workers)]
+        self.assertEqual([r for part in parts for r in part], list(range(num_docs)))
+        for part in parts:
+          self.assertEqual(part.step, 1)
+          self.assertIn(len(part), (num_docs // num_workers, -(-num_docs // num_workers)))
+    self.assertEqual(corpus_embedding.worker_rows(37, 3, 0), range(0, 12))
+    self.assertEqual(corpus_embedding.worker_rows(37, 3, 2), range(24, 37))
+    for bad in (-1, 3):
+      with self.assertRaisesRegex(ValueError, r"--worker_index must be in \[0, 3\)"):
+        corpus_embedding.worker_rows(37, 3, bad)
+
+  def test_workers_embed_their_rows_and_merge_to_the_single_worker_result(self):
+    output_dir = os.path.join(self.get_temp_dir(), "shards")
+    paths = []
+    for worker in range(3):
+      rows = corpus_embedding.worker_rows(_NUM_DOCS, 3, worker)
+      part = self._embed(batch_size=5, num_workers=3, worker_index=worker)
+      self.assertAllClose(part, self.expected[rows.start:rows.stop], rtol=1e-6)
+      paths.append(corpus_embedding.save_worker_embeddings(part, output_dir, 3, worker))
+    self.assertEqual(sorted(os.listdir(output_dir)), [os.path.basename(p) for p in paths])
+    merged = corpus_embedding.merge_worker_embeddings(output_dir, 3)
+    self.assertEqual(merged.dtype, np.float32)
+    self.assertAllClose(merged, self.expected, rtol=1e-6)
+
+  def test_merge_with_a_missing_worker_names_it(self):
+    output_dir = os.path.join(self.get_temp_dir(), "missing")
+    for worker in (0, 2):
+      corpus_embedding.save_worker_embeddings(np.full([4, _D], worker, np.float32), output_dir, 3,
+                                              worker)
+    with self.assertRaises(FileNotFoundError) as cm:
+      corpus_embedding.merge_worker_embeddings(output_dir, 3)
+    message = str(cm.exception)
+    self.assertIn(corpus_embedding.worker_embeddings_path(output_dir, 3, 1), message)
+    self.assertIn("1 of 3 workers", message)
+    self.assertNotIn(corpus_embedding.worker_embeddings_path(output_dir, 3, 0), message)
+
+  def test_more_workers_than_documents(self):
+    # A worker without rows writes an empty part; the merge still equals the single-worker result.
+    output_dir = os.path.join(self.get_temp_dir(), "many_workers")
+    num_workers = _NUM_DOCS + 3
+    for worker in range(num_workers):
+      rows = corpus_embedding.worker_rows(_NUM_DOCS, num_workers, worker)
+      part = (self.expected[rows.start:rows.stop] if len(rows) else
+              self._embed(batch_size=4, num_workers=num_workers, worker_index=worker))
+      corpus_embedding.save_worker_embeddings(part, output_dir, num_workers, worker)
+    self.assertAllClose(corpus_embedding.merge_worker_embeddings(output_dir, num_workers),
+                        self.expected)
+
+  def test_saved_embeddings_are_plain_npy(self):
+    output_dir = os.path.join(self.get_temp_dir(), "npy")
+    path = corpus_embedding.save_worker_embeddings(self.expected, output_dir, 1, 0)
+    self.assertEqual(path, os.path.join(output_dir, "embeddings-00000-of-00001.npy"))
+    self.assertAllEqual(np.load(path, allow_pickle=False), self.expected)
+    self.assertEqual(os.listdir(output_dir), ["embeddings-00000-of-00001.npy"])  # no temporary left
+
+  def test_progress_message(self):
+    progress = corpus_embedding.EmbeddingProgress(done=50, total=150, seconds=10.0)
+    self.assertEqual(progress.docs_per_second, 5.0)
+    self.assertEqual(str(progress), "embedded 50/150 documents, 5.0 docs/s, ETA 20 s")
+    self.assertEqual(corpus_embedding.EmbeddingProgress(0, 10, 0.0).docs_per_second, 0.0)
+
+
+if __name__ == "__main__":
+  tf.test.main()

@@ -1,0 +1,323 @@
+"""Tests of realm_tf.retrieval.published_index: atomic publication, keep-K, the watcher and concurrency.
+
+Most tests publish a cheap query tower (a tf.Module of one variable) so that a publication costs a
+fraction of a second; the SavedModel round trip of a real RetrieverEmbedder has a test of its own.
+"""
+
+import json
+import os
+import shutil
+import threading
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import published_index
+
+_VOCAB_SIZE = 285
+_D = 16
+
+
+class _ScaledQueryTower(tf.Module):
+  """A query tower whose output identifies its scale: sum(token_ids * mask) * [1..D] * scale."""
+
+  def __init__(self, scale: float):
+    super().__init__()
+    self.scale = tf.Variable(float(scale))
+
+  def __call__(self, inputs, training=None):
+    token_ids, mask, _ = inputs
+    total = tf.reduce_sum(tf.cast(token_ids * mask, tf.float32), axis=-1, keepdims=True)  # [B, 1]
+    return total * tf.range(1.0, _D + 1.0) * self.scale
+
+
+class _FailingQueryTower(tf.Module):
+
+  def __call__(self, inputs, training=None):
+    raise RuntimeError("the query tower cannot be traced")
+
+
+def _query_inputs(batch=3, seq_len=10, seed=0):
+  rng = np.random.default_rng(seed)
+  token_ids = rng.integers(5, _VOCAB_SIZE, [batch, seq_len]).astype(np.int32)
+  mask = np.ones([batch, seq_len], np.int32)
+  mask[:, -2:] = 0
+  token_ids[:, -2:] = 0
+  segment_ids = np.zeros([batch, seq_len], np.int32)
+  return token_ids, mask, segment_ids
+
+
+def _num_docs(step: int) -> int:
+  return 20 + step % 7  # indexes of different steps differ in size too
+
+
+def _embeddings(step: int) -> np.ndarray:
+  return np.random.default_rng(step).normal(size=(_num_docs(step), _D)).astype(np.float32)
+
+
+def _publish(model_dir, step, keep=3, log=lambda message: None, query_tower=None):
+  mips = index_lib.build_index(_embeddings(step), implementation="brute_force")
+  return published_index.publish_index(
+      model_dir, step, mips, query_tower or _ScaledQueryTower(step + 1), info={"source": "test"},
+      keep=keep, log=log)
+
+
+def _flip_last_byte(path: str) -> None:
+  with open(path, "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    byte = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([byte[0] ^ 0xFF]))
+
+
+class PublishIndexTest(tf.test.TestCase):
+
+  def test_round_trip_of_a_keras_query_tower(self):
+    model_dir = self.get_temp_dir()
+    tf_keras.utils.set_random_seed(0)
+    config = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
+    retriever = embedder_lib.build_retriever(config, _D)
+    mips = index_lib.build_index(_embeddings(7), implementation="brute_force")
+    path = published_index.publish_index(model_dir, 7, mips, retriever.query_embedder,
+                                         info={"checkpoint": "ckpt-7"}, log=lambda message: None)
+    self.assertEqual(path, os.path.join(model_dir, "index", "7"))
+    self.assertCountEqual(os.listdir(path), ["mips", "query_embedder", "published.json"])
+    self.assertEqual(os.listdir(os.path.join(model_dir, "index")), ["7"])  # no temporary left
+    with open(os.path.join(path, "published.json")) as f:
+      record = json.load(f)
+    self.assertEqual((record["step"], record["num_docs"], record["dim"], record["checkpoint"]),
+                     (7, _num_docs(7), _D, "ckpt-7"))
+
+    watcher = published_index.IndexWatcher(model_dir, log=self.fail)  # no warning expected
+    self.assertEqual(watcher.newest_step(), 7)
+    loaded = watcher.load_newer(None)
+    self.assertIsInstance(loaded, published_index.LoadedIndex)
+    self.assertEqual((loaded.step, loaded.path, loaded.mips.num_docs), (7, path, _num_docs(7)))
+    self.assertEqual(loaded.mips.step, 7)
+    self.assertAllEqual(loaded.mips.embeddings, _embeddings(7))
+    for batch, seq_len in ((3, 10), (1, 24)):  # the signature takes any [B, L]
+      inputs = _query_inputs(batch, seq_len, seed=seq_len)
+      want = retriever.query_embedder(tuple(tf.constant(x) for x in inputs), training=False)
+      self.assertAllClose(loaded.embed_queries(*inputs), want, atol=1e-5)
+    self.assertIsNone(watcher.load_newer(7))
+    self.assertEqual(watcher.load_newer(6).step, 7)
+
+  def test_keeps_the_newest_k(self):
+    model_dir = self.get_temp_dir()
+    messages = []
+    for step in (0, 10, 20, 30):
+      _publish(model_dir, step, keep=2, log=messages.append)
+    self.assertEqual(published_index.published_steps(model_dir), [20, 30])
+    self.assertCountEqual(os.listdir(published_index.index_root(model_dir)), ["20", "30"])
+    removed = [m for m in messages if m.startswith("removing old index")]
+    self.assertLen(removed, 2)
+    self.assertIn(os.path.join(model_dir, "index", "0"), removed[0])
+    self.assertIn(os.path.join(model_dir, "index", "10"), removed[1])
+    self.assertEqual(published_index.IndexWatcher(model_dir).newest_step(), 30)
+
+  def test_republishing_a_step_replaces_it(self):
+    model_dir = self.get_temp_dir()
+    _publish(model_dir, 4)
+    _publish(model_dir, 4, query_tower=_ScaledQueryTower(-1.0))
+    self.assertEqual(published_index.published_steps(model_dir), [4])
+    loaded = published_index.IndexWatcher(model_dir).load_newer(None)
+    inputs = _query_inputs()
+    self.assertAllClose(loaded.embed_queries(*inputs),
+                        _ScaledQueryTower(-1.0)(tuple(tf.constant(x) for x in inputs)))
+
+  def test_failed_publication_leaves_nothing_behind(self):
+    model_dir = self.get_temp_dir()
+    _publish(model_dir, 1)
+    with self.assertRaisesRegex(RuntimeError, "cannot be traced"):
+      _publish(model_dir, 2, query_tower=_FailingQueryTower())
+    self.assertEqual(os.listdir(published_index.index_root(model_dir)), ["1"])
+
+  def test_temporary_and_incomplete_directories_are_ignored(self):
+    model_dir = self.get_temp_dir()
+    complete = _publish(model_dir, 30)
+    root = published_index.index_root(model_dir)
+    shutil.copytree(complete, os.path.join(root, ".tmp-40-123-abcdef12"))
+    incomplete = os.path.join(root, "50")
+    shutil.copytree(complete, incomplete)
+    os.remove(os.path.join(incomplete, "published.json"))
+    self.assertEqual(published_index.published_steps(model_dir), [30, 50])
+    with self.assertRaisesRegex(index_lib.CorruptIndexError, "no published.json"):
+      published_index.verify_published(incomplete)
+
+    warnings = []
+    watcher = published_index.IndexWatcher(model_dir, log=warnings.append)
+    for _ in range(3):
+      self.assertEqual(watcher.newest_step(), 30)
+    self.assertEqual(watcher.load_newer(None).step, 30)
+    self.assertLen(warnings, 1)  # once, not on every poll
+    self.assertIn(incomplete, warnings[0])
+    self.assertNotIn(".tmp", " ".join(warnings))
+
+  def test_corrupt_newest_index_is_skipped_with_one_warning(self):
+    model_dir = self.get_temp_dir()
+    _publish(model_dir, 10)
+    newest = _publish(model_dir, 20)
+    _flip_last_byte(os.path.join(newest, "mips", "embeddings.npy"))
+    warnings = []
+    watcher = published_index.IndexWatcher(model_dir, log=warnings.append)
+    self.assertEqual(watcher.newest_step(), 10)
+    loaded = watcher.load_newer(None)
+    self.assertEqual(loaded.step, 10)
+    self.assertAllEqual(loaded.mips.embeddings, _embeddings(10))
+    for _ in range(5):  # the trainer polls
+      self.assertIsNone(watcher.load_newer(10))
+      self.assertEqual(watcher.newest_step(), 10)
+    self.assertLen(warnings, 1)
+    self.assertIn("WARNING: skipping index", warnings[0])
+    self.assertIn(os.path.join(newest, "mips", "embeddings.npy"), warnings[0])
+    # A later, intact index is picked up.
+    _publish(model_dir, 30)
+    self.assertEqual(watcher.load_newer(10).step, 30)
+    self.assertLen(warnings, 1)
+
+  def test_index_with_a_missing_query_tower_is_skipped(self):
+    model_dir = self.get_temp_dir()
+    _publish(model_dir, 1)
+    newest = _publish(model_dir, 2)
+    os.remove(os.path.join(newest, "query_embedder", "saved_model.pb"))
+    warnings = []
+    watcher = published_index.IndexWatcher(model_dir, log=warnings.append)
+    self.assertEqual(watcher.load_newer(None).step, 1)
+    self.assertLen(warnings, 1)
+    self.assertIn("saved_model.pb", warnings[0])
+
+  def test_clean_temporary_removes_only_temporary_directories(self):
+    model_dir = self.get_temp_dir()
+    self.assertEqual(published_index.clean_temporary(model_dir, log=self.fail), 0)  # no index dir
+    complete = _publish(model_dir, 3)
+    root = published_index.index_root(model_dir)
+    leftovers = [os.path.join(root, ".tmp-5-99-0123abcd"), os.path.join(root, ".tmp-6-99-4567cdef")]
+    shutil.copytree(complete, leftovers[0])
+    os.makedirs(os.path.join(leftovers[1], "mips"))
+    messages = []
+    self.assertEqual(published_index.clean_temporary(model_dir, log=messages.append), 2)
+    self.assertEqual(os.listdir(root), ["3"])
+    self.assertLen(messages, 2)
+    self.assertTrue(all("removing unfinished index" in m for m in messages), messages)
+    published_index.verify_published(complete)
+
+  def test_wait_for_newer_times_out_when_nothing_is_published(self):
+    model_dir = self.get_temp_dir()
+    messages = []
+    watcher = published_index.IndexWatcher(model_dir, log=messages.append)
+    self.assertIsNone(watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.3,
+                                             reason="staleness 120 > 100"))
+    self.assertLen(messages, 1)  # announced once, not on every poll
+    self.assertIn("waiting for bin/refresh_doc_embeds", messages[0])
+    self.assertIn("staleness 120 > 100", messages[0])
+    # An index no newer than the current one does not end the wait either.
+    _publish(model_dir, 5)
+    self.assertIsNone(watcher.wait_for_newer(5, poll_seconds=0.05, timeout_seconds=0.2))
+
+  def test_wait_for_newer_returns_an_index_published_during_the_wait(self):
+    model_dir = self.get_temp_dir()
+    started = threading.Event()
+    errors = []
+
+    def publisher():
+      started.wait()
+      try:
+        _publish(model_dir, 3)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    messages = []
+
+    def log(message):
+      messages.append(message)
+      started.set()  # publish only once the watcher has looked and started waiting
+
+    watcher = published_index.IndexWatcher(model_dir, log=log)
+    try:
+      loaded = watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=120)
+    finally:
+      started.set()
+      thread.join()
+    self.assertEmpty(errors)
+    self.assertIsNotNone(loaded, "the index published during the wait was not returned")
+    self.assertEqual(loaded.step, 3)
+    self.assertAllEqual(loaded.mips.embeddings, _embeddings(3))
+    self.assertLen(messages, 1)
+
+
+class ConcurrencyTest(tf.test.TestCase):
+  """A reader polling while a refresher publishes: it sees complete indexes or none, never a part."""
+
+  def _run(self, keep: int, steps):
+    model_dir = self.get_temp_dir()
+    stop = threading.Event()
+    seen, problems, warnings = [], [], []
+    inputs = _query_inputs()
+
+    def check(loaded):
+      step = loaded.step
+      if loaded.mips.num_docs != _num_docs(step) or loaded.record["num_docs"] != _num_docs(step):
+        problems.append(f"step {step}: {loaded.mips.num_docs} documents, published {_num_docs(step)}")
+      elif not np.array_equal(loaded.mips.embeddings, _embeddings(step)):
+        problems.append(f"step {step}: embeddings differ from the published ones")
+      want = _ScaledQueryTower(step + 1)(tuple(tf.constant(x) for x in inputs)).numpy()
+      if not np.allclose(loaded.embed_queries(*inputs), want):
+        problems.append(f"step {step}: the query tower is not the one published with it")
+      if keep == 0:  # nothing is deleted: the directory must verify completely
+        published_index.verify_published(loaded.path)
+
+    def reader():
+      watcher = published_index.IndexWatcher(model_dir, log=warnings.append)
+      current = None
+      try:
+        while True:
+          last_look = stop.is_set()
+          loaded = watcher.load_newer(current)
+          if loaded is not None:
+            check(loaded)
+            if current is not None and loaded.step <= current:
+              problems.append(f"went back from {current} to {loaded.step}")
+            current = loaded.step
+            seen.append(current)
+          if last_look:
+            return
+      except Exception as e:  # pylint: disable=broad-except
+        problems.append(f"{type(e).__name__}: {e}")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+      for step in steps:
+        _publish(model_dir, step, keep=keep)
+    finally:
+      stop.set()
+      thread.join()
+    self.assertEmpty(problems)
+    self.assertNotEmpty(seen)
+    self.assertEqual(seen[-1], steps[-1])  # the look after the last publication found it
+    self.assertEqual(seen, sorted(set(seen)))
+    return model_dir, warnings
+
+  def test_reader_never_sees_a_partial_index(self):
+    steps = [1, 2, 3, 4, 5, 6]
+    model_dir, warnings = self._run(keep=0, steps=steps)
+    self.assertEmpty(warnings)  # a complete index is never mistaken for a corrupt one
+    self.assertEqual(published_index.published_steps(model_dir), steps)
+
+  def test_reader_survives_keep_k_cleanup(self):
+    steps = [1, 2, 3, 4, 5, 6, 7, 8]
+    model_dir, warnings = self._run(keep=2, steps=steps)
+    self.assertEqual(published_index.published_steps(model_dir), [7, 8])
+    # Only an index deleted while the reader looked at it may have been reported.
+    for warning in warnings:
+      self.assertNotIn(os.path.join(model_dir, "index", "8"), warning)
+
+
+if __name__ == "__main__":
+  tf.test.main()

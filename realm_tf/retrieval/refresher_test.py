@@ -1,0 +1,331 @@
+"""Tests of realm_tf.retrieval.refresher and bin/refresh_doc_embeds beside a fake trainer.
+
+The fake trainer is this process: it writes realm_config.json and checkpoints in the REALM trainer's
+layout (tf.train.Checkpoint(model=<model with .retriever>) saved by a CheckpointManager, so ckpt-<step>)
+with different weights per step. Each published index must hold the document embeddings of exactly the
+weights of its step, which proves the refresher restored the checkpoint it names.
+"""
+
+import os
+import subprocess
+import threading
+import time
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import pipeline
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.modeling import bert
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+
+_TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
+_VOCAB = os.path.join(_TESTDATA, "vocab.txt")
+_VOCAB_SIZE = 285
+_NUM_DOCS = 20
+_DEADLINE_SECONDS = 240  # only to turn a hang into a failure; never a speed assertion
+
+
+def _config(**overrides) -> realm_config_lib.RealmConfig:
+  small = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
+  values = dict(retriever_bert=small, reader_bert=small, vocab_path=_VOCAB, projection_size=16,
+                query_seq_len=16, candidate_seq_len=32, max_masks=4, num_candidates=4)
+  values.update(overrides)
+  return realm_config_lib.RealmConfig(**values)
+
+
+def _query_inputs():
+  rng = np.random.default_rng(0)
+  token_ids = rng.integers(5, _VOCAB_SIZE, [2, 16]).astype(np.int32)
+  return token_ids, np.ones_like(token_ids), np.zeros_like(token_ids)
+
+
+class _FakeTrainer:
+  """Writes what bin/train_realm writes: realm_config.json and CheckpointManager checkpoints."""
+
+  def __init__(self, model_dir: str, config: realm_config_lib.RealmConfig, candidates):
+    self.model_dir = model_dir
+    self.config = config
+    self.candidates = candidates
+    tf_keras.utils.set_random_seed(0)
+    self.retriever = config.build_retriever()
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever),
+                               optimizer=tf.train.Checkpoint(iterations=tf.Variable(0, tf.int64)))
+    self.manager = tf.train.CheckpointManager(root, model_dir, max_to_keep=5)
+    self.doc_embeddings = {}
+    self.query_embeddings = {}
+
+  def write_config(self) -> None:
+    self.config.save(self.model_dir)
+
+  def save(self, step: int) -> str:
+    """Moves the weights to new values, saves ckpt-<step> and records what they embed."""
+    rng = np.random.default_rng(step)
+    for variable in self.retriever.trainable_variables:
+      variable.assign_add(rng.normal(scale=0.05, size=variable.shape).astype(np.float32))
+    path = self.manager.save(checkpoint_number=step)
+    self.doc_embeddings[step] = self.retriever.embed_documents(self.candidates,
+                                                               training=False).numpy()
+    query_inputs = tuple(tf.constant(x) for x in _query_inputs())
+    self.query_embeddings[step] = self.retriever.embed_queries(query_inputs, training=False).numpy()
+    return path
+
+  def finish(self) -> None:
+    checkpoints.write_done_marker(self.model_dir)
+
+
+class _RefresherThread(threading.Thread):
+  """refresher.run in a thread; its result, exception and log lines are kept."""
+
+  def __init__(self, options: refresher.RefresherOptions):
+    super().__init__(daemon=True)
+    self.options = options
+    self.messages = []
+    self.result = None
+    self.error = None
+
+  def run(self):
+    try:
+      self.result = refresher.run(self.options, log=self.messages.append)
+    except Exception as e:  # pylint: disable=broad-except
+      self.error = e
+
+
+class RefresherTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    directory = os.path.join(tf.compat.v1.test.get_temp_dir(), "refresher_test")
+    tf.io.gfile.makedirs(directory)
+    documents = []
+    for doc in corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")):
+      documents.append(doc)
+      if len(documents) == _NUM_DOCS:
+        break
+    tokenizer = tokenization.Tokenizer(_VOCAB)
+    cls.corpus_prefix = os.path.join(directory, "blocks")
+    corpus_lib.write_corpus(lambda: documents, tokenizer, cls.corpus_prefix, num_shards=2)
+    rows = list(corpus_lib.read_corpus(cls.corpus_prefix))
+    featurizer = _config().featurizer(tokenizer)
+    inputs = featurizer.candidate_inputs(
+        tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+        tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+    cls.candidates = tuple(tf.cast(x, tf.int32) for x in
+                           (inputs.token_ids, inputs.mask, inputs.segment_ids))
+
+  def _options(self, model_dir, **overrides) -> refresher.RefresherOptions:
+    values = dict(model_dir=model_dir, corpus_prefix=self.corpus_prefix,
+                  index_implementation="brute_force", batch_size=8, poll_seconds=0.2)
+    values.update(overrides)
+    return refresher.RefresherOptions(**values)
+
+  def _wait_for(self, condition, what: str, thread=None, log_path=None, process=None):
+    deadline = time.time() + _DEADLINE_SECONDS
+    while not condition():
+      details = ""
+      if thread is not None and not thread.is_alive():
+        details = f"the refresher returned {thread.result} ({thread.error}): {thread.messages}"
+      if process is not None and process.poll() is not None:
+        with open(log_path) as f:
+          details = f"the refresher exited with {process.returncode}:\n{f.read()[-4000:]}"
+      if details or time.time() > deadline:
+        self.fail(f"{what} did not happen; {details or 'deadline passed'}")
+      time.sleep(0.1)
+
+  def _published(self, model_dir, step):
+    return lambda: step in published_index.published_steps(model_dir)
+
+  def assertIndexOf(self, model_dir, step, trainer, atol=1e-5):
+    path = os.path.join(published_index.index_root(model_dir), str(step))
+    record = published_index.verify_published(path)
+    self.assertEqual(record["step"], step)
+    self.assertEqual(record["num_docs"], _NUM_DOCS)
+    loaded = published_index.load_published(path)
+    self.assertAllClose(loaded.mips.embeddings, trainer.doc_embeddings[step], atol=atol)
+    self.assertAllClose(loaded.embed_queries(*_query_inputs()), trainer.query_embeddings[step],
+                        atol=atol)
+    return record
+
+  def test_publishes_the_index_of_each_checkpoint(self):
+    model_dir = self.get_temp_dir()
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    first = trainer.save(10)
+    thread = _RefresherThread(self._options(model_dir, max_refreshes=2, keep=5))
+    thread.start()
+    self._wait_for(self._published(model_dir, 10), "publishing the index of step 10", thread)
+    second = trainer.save(20)
+    thread.join(_DEADLINE_SECONDS)
+    self.assertFalse(thread.is_alive(), "the refresher did not stop after --max_refreshes")
+    self.assertIsNone(thread.error)
+    self.assertEqual(thread.result, 2)
+    self.assertEqual(published_index.published_steps(model_dir), [10, 20])
+    # Different weights per step, so equality below identifies the step restored.
+    self.assertNotAllClose(trainer.doc_embeddings[10], trainer.doc_embeddings[20], atol=1e-3)
+    self.assertEqual(self.assertIndexOf(model_dir, 10, trainer)["checkpoint"], first)
+    self.assertEqual(self.assertIndexOf(model_dir, 20, trainer)["checkpoint"], second)
+    self.assertTrue(any("--max_refreshes" in m for m in thread.messages), thread.messages)
+    self.assertTrue(any(m.startswith("published index of step 20") for m in thread.messages))
+
+  def test_waits_for_the_config_and_exits_on_the_done_marker(self):
+    model_dir = self.get_temp_dir()
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    waiting = threading.Event()
+    thread = _RefresherThread(self._options(model_dir))
+    thread.messages = _Notifying(waiting, "waiting for the trainer to write")
+    thread.start()
+    self.assertTrue(waiting.wait(_DEADLINE_SECONDS), "the refresher did not wait for the config")
+    self.assertTrue(thread.is_alive())
+    self.assertEqual(published_index.published_steps(model_dir), [])
+    trainer.write_config()
+    trainer.save(5)
+    trainer.finish()  # at once: the final checkpoint must still be published before exiting
+    thread.join(_DEADLINE_SECONDS)
+    self.assertFalse(thread.is_alive(), "the refresher did not exit on the done marker")
+    self.assertIsNone(thread.error)
+    self.assertEqual(thread.result, 1)
+    self.assertEqual(published_index.published_steps(model_dir), [5])
+    self.assertIndexOf(model_dir, 5, trainer)
+    self.assertTrue(any("training is done" in m for m in thread.messages), list(thread.messages))
+
+  def test_done_marker_without_config_exits_at_once(self):
+    model_dir = self.get_temp_dir()
+    checkpoints.write_done_marker(model_dir)
+    messages = []
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
+    self.assertLen(messages, 1)
+    self.assertIn("is marked done and has no realm_config.json", messages[0])
+
+  def test_skips_published_early_and_unreadable_checkpoints(self):
+    model_dir = self.get_temp_dir()
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    trainer.finish()
+    messages = []
+    self.assertEqual(refresher.run(self._options(model_dir, start_at_step=11), log=messages.append), 0)
+    self.assertEqual(published_index.published_steps(model_dir), [])
+    os.makedirs(os.path.join(published_index.index_root(model_dir), "10"))  # already published
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
+    # A checkpoint that holds no retriever is skipped with a warning, not a crash.
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(
+        other=tf.Variable(1.0))), model_dir, max_to_keep=5).save(checkpoint_number=30)
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
+    self.assertTrue(any(m.startswith("WARNING: skipping") and "ckpt-30" in m for m in messages),
+                    messages)
+    self.assertEqual(os.listdir(published_index.index_root(model_dir)), ["10"])
+
+  def test_removes_temporary_directories_of_a_killed_refresher(self):
+    model_dir = self.get_temp_dir()
+    leftover = os.path.join(published_index.index_root(model_dir), ".tmp-7-123-0badf00d")
+    os.makedirs(os.path.join(leftover, "mips"))
+    checkpoints.write_done_marker(model_dir)
+    refresher.run(self._options(model_dir), log=lambda message: None)
+    self.assertFalse(os.path.exists(leftover))
+
+  def test_short_poll_seconds_sleeps_between_looks(self):
+    # tf.train.checkpoints_iterator returns from its wait without sleeping when the timeout is <= 1 s;
+    # the refresher must sleep itself rather than spin on the directory.
+    model_dir = self.get_temp_dir()
+    _config().save(model_dir)
+    looks = []
+
+    def training_done(directory):
+      looks.append(directory)
+      return len(looks) >= 4
+
+    sleeps = []
+    fake_time = mock.Mock(wraps=time)
+    fake_time.sleep.side_effect = lambda seconds: (sleeps.append(seconds), time.sleep(seconds))
+    with mock.patch.object(refresher, "time", fake_time), \
+        mock.patch.object(refresher.checkpoints, "training_done", training_done):
+      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.5),
+                                     log=lambda message: None), 0)
+    # One look per timeout (the done marker is seen twice before exiting), each after a sleep.
+    self.assertLen(looks, 5)
+    self.assertGreaterEqual(len([s for s in sleeps if s > 0]), 4, sleeps)
+
+  def test_bootstrap_from_an_ict_checkpoint_publishes_step_0(self):
+    model_dir = os.path.join(self.get_temp_dir(), "realm")
+    ict_dir = os.path.join(self.get_temp_dir(), "ict")
+    config = _config(embedder_layer_norm_epsilon=1e-3)
+    tf_keras.utils.set_random_seed(7)
+    ict_embedder = embedder_lib.RetrieverEmbedder(config.retriever_bert, config.projection_size,
+                                                  layer_norm_epsilon=1e-3, name="embedder")
+    ict_embedder(tuple(tf.zeros([1, 8], tf.int32) for _ in range(3)))
+    ict_path = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=ict_embedder)), ict_dir,
+        max_to_keep=1).save(checkpoint_number=400)
+    messages = []
+    path = refresher.bootstrap(config, ict_dir, self._options(model_dir), log=messages.append)
+    self.assertEqual(path, os.path.join(model_dir, "index", "0"))
+    self.assertEqual(published_index.published_steps(model_dir), [0])
+    record = published_index.verify_published(path)
+    self.assertTrue(record["bootstrap"])
+    self.assertEqual(record["checkpoint"], ict_path)
+    self.assertEqual(record["implementation"], "brute_force")
+    loaded = published_index.load_published(path)
+    self.assertAllClose(loaded.mips.embeddings, ict_embedder(self.candidates, training=False),
+                        atol=1e-5)
+    query_inputs = _query_inputs()
+    self.assertAllClose(loaded.embed_queries(*query_inputs),
+                        ict_embedder(tuple(tf.constant(x) for x in query_inputs), training=False),
+                        atol=1e-5)
+
+  def test_binary_beside_a_fake_trainer(self):
+    model_dir = os.path.join(self.get_temp_dir(), "realm")
+    log_path = os.path.join(self.get_temp_dir(), "refresh_doc_embeds.log")
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    with open(log_path, "w") as log_file:
+      process = subprocess.Popen(
+          pipeline._command(  # pylint: disable=protected-access
+              "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
+              poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
+          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
+      try:
+        self._wait_for(self._published(model_dir, 10), "publishing the index of step 10",
+                       log_path=log_path, process=process)
+        trainer.save(20)
+        self._wait_for(self._published(model_dir, 20), "publishing the index of step 20",
+                       log_path=log_path, process=process)
+        trainer.finish()
+        returncode = process.wait(timeout=_DEADLINE_SECONDS)
+      finally:
+        if process.poll() is None:
+          process.kill()
+          process.wait()
+    with open(log_path) as f:
+      log = f.read()
+    self.assertEqual(returncode, 0, log[-4000:])
+    self.assertIn("training is done", log)
+    self.assertEqual(published_index.published_steps(model_dir), [10, 20])
+    self.assertIndexOf(model_dir, 10, trainer, atol=1e-4)
+    self.assertIndexOf(model_dir, 20, trainer, atol=1e-4)
+
+
+class _Notifying(list):
+  """A log list that sets an event when a line containing `text` is appended."""
+
+  def __init__(self, event: threading.Event, text: str):
+    super().__init__()
+    self._event = event
+    self._text = text
+
+  def append(self, message):
+    super().append(message)
+    if self._text in message:
+      self._event.set()
+
+
+if __name__ == "__main__":
+  tf.test.main()

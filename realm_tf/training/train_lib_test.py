@@ -1,0 +1,318 @@
+"""Tests of train_lib's TrainStep and make_eval_step on the three task models (REALM, ICT, ORQA).
+
+What must hold for every task:
+  (a) the XLA-compiled step runs on CPU under the default strategy (the CPU stand-in for TPU);
+  (b) two replicas (MirroredStrategy over two logical CPUs) report the same loss and reach the same
+      weights as one replica on the same global batch: REALM's loss is a mean over the masked tokens of
+      the GLOBAL batch (checked with replicas holding 3 and 1 masks per example), ICT's softmax runs
+      against the blocks of ALL replicas;
+  (c) under mixed_bfloat16 the losses stay close to float32 and logits/losses are float32;
+  (d) the eval step changes no weight.
+
+The two-replica tests need the CPU split before TensorFlow initializes (done at import, first thing);
+under a pytest run of many files another module may have initialized TensorFlow first, and then those
+tests skip with the reason (Bazel runs this file alone, where the split always works).
+"""
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import tensorflow as tf
+from realm_tf.training import distribute
+
+try:  # Before anything else touches TensorFlow: logical devices are fixed at runtime initialization.
+  distribute.configure_logical_cpus(2)
+  _SPLIT_ERROR = None
+except RuntimeError as e:  # TensorFlow was initialized by an earlier test module (pytest only).
+  _SPLIT_ERROR = str(e)
+
+import numpy as np
+import tf_keras
+
+from realm_tf.modeling import bert
+from realm_tf.modeling import ict
+from realm_tf.modeling import losses
+from realm_tf.modeling import reader
+from realm_tf.modeling import realm
+from realm_tf.training import train_lib
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VOCAB = 30
+# initializer_range 0.2: predictions far from uniform, so per-token losses differ between examples and
+# a wrong normalization shows in the loss. One layer: XLA compile time dominates this file's runtime.
+_CONFIG = bert.tiny_config(_VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                           initializer_range=0.2, num_layers=1)
+_D = 16
+_GLOBAL_BATCH = 4
+_LEARNING_RATE = 0.01
+_CLS, _SEP, _MASK = 2, 3, 4
+
+
+def _triple(token_ids, segment_start):
+  token_ids = np.asarray(token_ids, np.int32)
+  segment_ids = np.zeros_like(token_ids)
+  segment_ids[..., segment_start:] = 1
+  return token_ids, np.ones_like(token_ids), segment_ids
+
+
+def _add(features, prefix, triple):
+  for field, value in zip(realm.BERT_FIELDS, triple):
+    features[f"{prefix}_{field}"] = value
+
+
+# ------------------------------------------------------------------------------------------------
+# The three tasks: model factory and a global batch of 4 examples (replica 0 gets examples 0-1).
+
+
+def _realm_features():
+  """REALM batch: examples 0-1 (replica 0) have 3 masks each, examples 2-3 (replica 1) have 1."""
+  rng = np.random.default_rng(0)
+  b, n, q, c, m = _GLOBAL_BATCH, 3, 6, 7, 3
+  query = rng.integers(5, _VOCAB, [b, q]).astype(np.int32)
+  query[:, 0], query[:, -1] = _CLS, _SEP
+  positions = np.array([[1, 2, 3], [2, 3, 4], [1, 0, 0], [3, 0, 0]], np.int32)
+  mlm_mask = np.array([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]], np.float32)
+  targets = rng.integers(5, _VOCAB, [b, m]).astype(np.int32) * mlm_mask.astype(np.int32)
+  for i in range(b):
+    query[i, positions[i][mlm_mask[i] > 0]] = _MASK
+  candidates = rng.integers(5, _VOCAB, [b, n, c]).astype(np.int32)
+  candidates[:, :, 0], candidates[:, :, 3], candidates[:, :, -1] = _CLS, _SEP, _SEP
+  candidates[:, 0] = [_CLS, _SEP, _SEP] + [0] * (c - 3)  # the null document
+  joint = np.concatenate([np.repeat(query[:, np.newaxis], n, 1), candidates[:, :, 4:]], -1)
+  features = {realm.MLM_POSITIONS: positions, realm.MLM_TARGETS: targets, realm.MLM_MASK: mlm_mask}
+  _add(features, realm.QUERY, _triple(query, q))
+  _add(features, realm.CANDIDATE, _triple(candidates, 4))
+  _add(features, realm.JOINT, _triple(joint, q))
+  return {k: tf.constant(v) for k, v in features.items()}
+
+
+def _realm_model():
+  return realm.RealmPretrainer(_CONFIG, projection_size=_D)
+
+
+def _ict_features():
+  rng = np.random.default_rng(1)
+  features = {ict.MASK_QUERY: np.array([1.0, 0.0, 1.0, 1.0], np.float32)}
+  _add(features, ict.QUERY, _triple(rng.integers(5, _VOCAB, [_GLOBAL_BATCH, 6]), 6))
+  _add(features, ict.BLOCK, _triple(rng.integers(5, _VOCAB, [_GLOBAL_BATCH, 9]), 4))
+  return {k: tf.constant(v) for k, v in features.items()}
+
+
+def _ict_model():
+  return ict.IctModel(_CONFIG, projection_size=_D, dropout_rate=0.0)
+
+
+_READER_LEN, _READER_BEAM, _RETRIEVER_BEAM = 10, 2, 5
+
+
+class _OrqaModel(tf_keras.Model):
+  """ORQA's fine-tuning loss on a span reader, with the retriever's outputs given as fixed features
+  (retriever_logits [B, retriever_beam], its first reader_beam entries being the read blocks')."""
+
+  def __init__(self, config, name="orqa", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.reader = reader.SpanReader(config, seq_len=_READER_LEN, span_hidden_size=16, max_span_width=3)
+
+  def call(self, features, training=None):
+    retriever_logits = features["retriever_logits"][:, :_READER_BEAM]
+    return self.reader((realm.bert_triple(features, "reader"), features["block_mask"], retriever_logits),
+                       training=training)
+
+  def compute_loss(self, features, training=None):
+    output = self(features, training=training)
+    correct = reader.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
+                                    features["gold_ends"])
+    return losses.orqa_loss(features["retriever_logits"], features["retriever_correct"], output.logits,
+                            correct)
+
+
+def _orqa_features():
+  rng = np.random.default_rng(2)
+  b = _GLOBAL_BATCH
+  token_ids = rng.integers(5, _VOCAB, [b, _READER_BEAM, _READER_LEN])
+  block_mask = np.zeros([b, _READER_BEAM, _READER_LEN], np.int32)
+  block_mask[:, :, 4:-1] = 1
+  gold_starts = np.full([b, _READER_BEAM, 2], -1, np.int32)
+  gold_ends = np.full([b, _READER_BEAM, 2], -1, np.int32)
+  gold_starts[:, 0, 0], gold_ends[:, 0, 0] = 5, 6
+  gold_starts[0, 1], gold_ends[0, 1] = [4, 7], [4, 8]
+  gold_starts[3, 0, 0] = gold_ends[3, 0, 0] = -1  # example 3: no gold span (zero reader loss)
+  retriever_correct = rng.random([b, _RETRIEVER_BEAM]) < 0.5
+  retriever_correct[:, 0] = True
+  features = {"block_mask": block_mask, "gold_starts": gold_starts, "gold_ends": gold_ends,
+              "retriever_logits": rng.normal(size=[b, _RETRIEVER_BEAM]).astype(np.float32),
+              "retriever_correct": retriever_correct}
+  _add(features, "reader", _triple(token_ids, 4))
+  return {k: tf.constant(v) for k, v in features.items()}
+
+
+_TASKS = {
+    "realm": (_realm_model, _realm_features),
+    "ict": (_ict_model, _ict_features),
+    "orqa": (_OrqaModel, _orqa_features),
+}
+# Whether the two-replica run compiles its per-replica pass with XLA. Compiling is TrainStep's default and
+# what GPUs run, but each compile costs seconds per replica on CPU, so one task (ORQA, the cheapest to
+# compile) covers "XLA inside MirroredStrategy"; ICT never compiles under Mirrored (cross-replica loss).
+_MIRRORED_JIT = {"realm": False, "ict": True, "orqa": True}
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def _build(task, strategy=None, weights=None):
+  """The task's model built (a forward pass) under the strategy's scope, optionally given weights."""
+  model_fn, features_fn = _TASKS[task]
+  with (strategy or tf.distribute.get_strategy()).scope():
+    model = model_fn() if task != "orqa" else model_fn(_CONFIG)
+    model(features_fn())
+  if weights is not None:
+    model.set_weights(weights)
+  return model
+
+
+def _distribute(strategy, features):
+  """Replica i gets rows [i * b, (i + 1) * b) of the global batch."""
+  replicas = strategy.num_replicas_in_sync
+
+  def value_fn(context):
+    return {k: tf.split(v, replicas)[context.replica_id_in_sync_group] for k, v in features.items()}
+
+  return strategy.experimental_distribute_values_from_function(value_fn)
+
+
+def _train(model, strategy, features, steps=2, jit_compile=True):
+  """Losses reported by `steps` SGD steps, and the TrainStep."""
+  with strategy.scope():
+    optimizer = tf_keras.optimizers.SGD(_LEARNING_RATE)
+  step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=jit_compile)
+  inputs = features if strategy.num_replicas_in_sync == 1 else _distribute(strategy, features)
+  return [{k: float(v) for k, v in step(inputs).items()} for _ in range(steps)], step
+
+
+def _mean_loss(model, features, training=False):
+  output = model.compute_loss(features, training=training)
+  return float(output.loss_sum / output.loss_weight)
+
+
+class _SeededTestCase(tf.test.TestCase):
+  """Seeds Keras's initializers, so every run builds the same weights (unseeded ones differ per run)."""
+
+  def setUp(self):
+    super().setUp()
+    tf_keras.utils.set_random_seed(0)
+
+
+class TrainStepTest(_SeededTestCase):
+
+  def _require_two_cpus(self):
+    if _SPLIT_ERROR:
+      self.skipTest(_SPLIT_ERROR)
+
+  def _check_mirrored_matches_single_replica(self, task):
+    """(a) and (b): the XLA step on one replica, and the same step on two replicas, agree."""
+    features = _TASKS[task][1]()
+    single = _build(task)
+    initial = single.get_weights()
+    initial_loss = _mean_loss(single, features, training=True)
+    single_losses, single_step = _train(single, tf.distribute.get_strategy(), features)
+    self.assertTrue(single_step.jit_compile)
+    self.assertAllClose(initial_loss, single_losses[0]["loss"], rtol=1e-5)  # loss before the update
+    self.assertLess(single_losses[1]["loss"], single_losses[0]["loss"])  # SGD made progress
+    changed = [not np.allclose(a, b) for a, b in zip(initial, single.get_weights())]
+    self.assertGreater(np.mean(changed), 0.5)
+
+    self._require_two_cpus()
+    strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
+    if strategy.num_replicas_in_sync != 2:  # it mirrors over the GPUs where there are some
+      self.skipTest(f"MirroredStrategy has {strategy.num_replicas_in_sync} replicas here, not 2 CPUs")
+    mirrored = _build(task, strategy, initial)
+    mirrored_losses, mirrored_step = _train(mirrored, strategy, features,
+                                            jit_compile=_MIRRORED_JIT[task])
+    self.assertEqual(task == "orqa", mirrored_step.jit_compile)
+    for got, expected in zip(mirrored_losses, single_losses):
+      self.assertEqual(set(expected), set(got))
+      for name in expected:
+        self.assertAllClose(expected[name], got[name], rtol=1e-5, atol=1e-6, msg=name)
+    for got, expected, variable in zip(mirrored.get_weights(), single.get_weights(), single.weights):
+      self.assertAllClose(expected, got, rtol=1e-4, atol=1e-6, msg=variable.name)
+    return features, single_losses, initial
+
+  def test_realm_mirrored_normalizes_by_global_mask_count(self):
+    features, single_losses, initial = self._check_mirrored_matches_single_replica("realm")
+    # The replicas hold 6 and 2 masks: the global mean weighs each token equally; a mean of the two
+    # replica means (what a per-replica normalization would give) is measurably different.
+    model = _build("realm", weights=initial)
+    outputs = model(features)
+    joint = outputs["candidate_log_probs"][:, :, tf.newaxis] + outputs["gold_log_probs"]
+    token_nll = -tf.reduce_logsumexp(joint, axis=1).numpy() * features[realm.MLM_MASK].numpy()
+    global_mean = token_nll.sum() / 8
+    self.assertAllClose(global_mean, single_losses[0]["loss"], rtol=1e-5)
+    replica_means = (token_nll[:2].sum() / 6 + token_nll[2:].sum() / 2) / 2
+    self.assertGreater(abs(replica_means - global_mean), 1e-2)
+
+  def test_ict_mirrored_uses_negatives_from_all_replicas(self):
+    features, single_losses, initial = self._check_mirrored_matches_single_replica("ict")
+    # With each replica's own blocks only as negatives the loss would be measurably different.
+    query, blocks = (x.numpy() for x in _build("ict", weights=initial)(features))
+    local = 0.0
+    for r in range(2):
+      logits = query[2 * r:2 * r + 2] @ blocks[2 * r:2 * r + 2].T
+      local += (np.log(np.exp(logits).sum(-1)) - np.diag(logits)).sum()
+    self.assertGreater(abs(local / 4 - single_losses[0]["loss"]), 1e-2)
+
+  def test_orqa_mirrored_matches_single_replica(self):
+    self._check_mirrored_matches_single_replica("orqa")
+
+
+class MixedPrecisionTest(_SeededTestCase):
+
+  def tearDown(self):
+    tf_keras.mixed_precision.set_global_policy("float32")
+    super().tearDown()
+
+  def _check_close_to_float32(self, task):
+    features = _TASKS[task][1]()
+    reference = _build(task)
+    expected = _mean_loss(reference, features)
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = _build(task, weights=reference.get_weights())
+    output = model.compute_loss(features, training=False)
+    self.assertEqual(tf.float32, output.loss_sum.dtype)
+    for name, (total, _) in output.metrics.items():
+      self.assertEqual(tf.float32, total.dtype, msg=name)
+    got = float(output.loss_sum / output.loss_weight)
+    self.assertAllClose(expected, got, rtol=5e-2)
+    self.assertNotEqual(expected, got)  # bfloat16 really was used
+    return model, features
+
+  def test_realm(self):
+    model, features = self._check_close_to_float32("realm")
+    for name, value in model(features).items():
+      self.assertEqual(tf.float32, value.dtype, msg=name)
+
+  def test_ict(self):
+    model, features = self._check_close_to_float32("ict")
+    for value in model(features):
+      self.assertEqual(tf.float32, value.dtype)
+
+  def test_orqa(self):
+    model, features = self._check_close_to_float32("orqa")
+    self.assertEqual(tf.float32, model(features).logits.dtype)
+
+
+class EvalStepTest(_SeededTestCase):
+
+  def test_eval_step_changes_no_weight(self):
+    for task in _TASKS:
+      features = _TASKS[task][1]()
+      model = _build(task)
+      before = model.get_weights()
+      step = train_lib.make_eval_step(model, jit_compile=True)
+      first, second = step(features), step(features)
+      self.assertAllClose(_mean_loss(model, features), first["loss"], rtol=1e-5, msg=task)
+      self.assertAllClose(first, second, msg=task)
+      for a, b in zip(before, model.get_weights()):
+        self.assertAllEqual(a, b)
+
+
+if __name__ == "__main__":
+  tf.test.main()
