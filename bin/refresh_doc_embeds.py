@@ -51,6 +51,11 @@ _NUM_CPU_DEVICES = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs (mir
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _STRATEGY.value == "multi_worker_mirrored":
+    # Each host would embed only its share of every batch; hosts split the corpus by rows instead.
+    raise app.UsageError("--strategy=multi_worker_mirrored is not supported by the refresher: run one "
+                         "refresher per host with --num_workers=W --worker_index=i (worker 0 merges "
+                         "and publishes), each with a single-host strategy")
   if _NUM_CPU_DEVICES.value > 1:
     distribute.configure_logical_cpus(_NUM_CPU_DEVICES.value)
   strategy = distribute.get_strategy(_STRATEGY.value, tpu=_TPU.value,

@@ -44,7 +44,7 @@ def _layout(names, checkpoint_path: str) -> str:
   for prefix in ("model/retriever/", "model/embedder/", "retriever/"):
     if any(n.startswith(prefix) for n in names):
       return prefix
-  shown = sorted({n.split("/.ATTRIBUTES")[0].rsplit("/", 3)[0] for n in names})[:8]
+  shown = sorted({"/".join(n.split("/")[:2]) for n in names if not n.startswith("_")})[:8]
   raise ValueError(f"{checkpoint_path} holds no retriever (expected variables under model/retriever/, "
                    f"model/embedder/ or retriever/; found e.g. {shown}). Pass a checkpoint of "
                    "bin/train_realm, bin/train_ict, bin/train_orqa or bin/convert_checkpoint")

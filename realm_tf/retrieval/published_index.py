@@ -105,7 +105,8 @@ def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
     return 0
   removed = 0
   for name in tf.io.gfile.listdir(root):
-    if io_utils.is_temporary(name.rstrip("/")):
+    # .tmp-*: an index being published; .embeddings-*: worker rows of a multi-host refresh.
+    if io_utils.is_temporary(name.rstrip("/")) or name.startswith(".embeddings-"):
       log(f"removing unfinished index {os.path.join(root, name)} (a refresher stopped while writing it)")
       shutil.rmtree(os.path.join(root, name.rstrip("/")), ignore_errors=True)
       removed += 1

@@ -38,6 +38,7 @@ class RefresherOptions:
   start_at_step: int = 0
   num_workers: int = 1
   worker_index: int = 0
+  merge_timeout_seconds: float = 1800.0
 
 
 def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int,
@@ -60,11 +61,18 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
                                             options.worker_index)
     if options.worker_index != 0:
       return None
+    # Workers pick checkpoints independently, so one may have moved on to a newer step: give up on this
+    # step after merge_timeout_seconds (or when training is done) instead of waiting forever.
+    deadline = time.time() + options.merge_timeout_seconds
     while True:
       try:
         embeddings = corpus_embedding.merge_worker_embeddings(shards_dir, options.num_workers)
         break
       except FileNotFoundError as e:
+        if time.time() >= deadline or checkpoints.training_done(options.model_dir):
+          log(f"WARNING: giving up on the index of step {step}: {e}")
+          shutil.rmtree(shards_dir, ignore_errors=True)
+          return None
         log(f"{e}; waiting")
         time.sleep(options.poll_seconds)
     shutil.rmtree(shards_dir, ignore_errors=True)
