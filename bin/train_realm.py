@@ -29,6 +29,9 @@ _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension 
 _EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
                               "Embedder LayerNorm epsilon (1e-3 when warm-starting from ICT).")
 _SHARE = flags.DEFINE_bool("share_embedders", True, "One tower for queries and documents.")
+_SCORE_SCALE = flags.DEFINE_float("retrieval_score_scale", 1.0,
+                                   "Scale of q.d before the candidate softmax (1.0: the original; "
+                                   "1/sqrt(projection_size) keeps a fresh retriever unsaturated).")
 _Q = flags.DEFINE_integer("query_seq_len", 96, "Q.")
 _C = flags.DEFINE_integer("candidate_seq_len", 288, "C.")
 _M = flags.DEFINE_integer("max_masks", 10, "M.")
@@ -73,7 +76,7 @@ def main(argv):
       retriever_bert=bert, reader_bert=bert, vocab_path=_VOCAB.value, do_lower_case=_LOWER.value,
       projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
       share_embedders=_SHARE.value, query_seq_len=_Q.value, candidate_seq_len=_C.value,
-      max_masks=_M.value, num_candidates=_N.value)
+      max_masks=_M.value, num_candidates=_N.value, retrieval_score_scale=_SCORE_SCALE.value)
   options = realm_trainer.RealmTrainerOptions(
       config=config,
       loop=loop.LoopOptions(model_dir=_MODEL_DIR.value, num_train_steps=_STEPS.value,

@@ -54,6 +54,17 @@ def atomic_write(final_path: str, mode: str = "w"):
       tf.io.gfile.remove(tmp_path)
 
 
+def copy_atomic(source_path: str, final_path: str) -> None:
+  """Copies a file; final_path is never a partial copy (absent, its old version, or the new one)."""
+  tmp_path = temporary_path(final_path)
+  try:
+    tf.io.gfile.copy(source_path, tmp_path, overwrite=True)
+    publish(tmp_path, final_path)
+  finally:
+    if tf.io.gfile.exists(tmp_path):
+      tf.io.gfile.remove(tmp_path)
+
+
 def write_json_atomic(path: str, value) -> None:
   with atomic_write(path) as f:
     f.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

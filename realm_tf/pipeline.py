@@ -43,6 +43,7 @@ class PipelineOptions:
   max_masks: int = 8
   num_candidates: int = 8
   max_index_staleness_steps: int = 100
+  retrieval_score_scale: float = 1.0
   index_implementation: str = "scann"
 
 
@@ -133,7 +134,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
           log_every_steps=25, init_retriever_checkpoint=init_retriever, bootstrap_index=True,
           index_implementation=options.index_implementation, check_index_every_batches=2,
-          max_index_staleness_steps=options.max_index_staleness_steps)
+          max_index_staleness_steps=options.max_index_staleness_steps,
+          retrieval_score_scale=options.retrieval_score_scale)
       refresher.wait(timeout=300)
     finally:
       if refresher.poll() is None:

@@ -58,6 +58,14 @@ def _validated(path: str, line_number: int, title, body, doc_id,
         f"{path}:{line_number}: the document has an empty title and body (it would be "
         "indistinguishable from the null document); remove it or pass --skip_invalid"), skipped)
     return None
+  try:
+    (title + body + str(doc_id)).encode("utf-8")
+  except UnicodeEncodeError as e:  # a JSON "\ud800" escape: the uid and the shard need UTF-8
+    text_records.handle_invalid(text_records.InputError(
+        f"{path}:{line_number}: the title, body or id holds a lone surrogate "
+        f"({e.object[e.start:e.end]!r}) that has no UTF-8 encoding; fix the record or pass "
+        "--skip_invalid"), skipped)
+    return None
   return Document(title=title, body=body, doc_id=str(doc_id))
 
 
@@ -280,14 +288,42 @@ def corpus_dataset(output_prefix: str) -> tf.data.Dataset:
   return records.map(lambda r: tf.io.parse_single_example(r, FEATURE_SPEC))
 
 
+def read_shard_records(path: str, feature_spec: dict, fix: str) -> Iterator[dict]:
+  """Yields the parsed records of one GZIP TFRecord shard (numpy values), in order.
+
+  A truncated or corrupt shard raises InputError naming the shard and the record (0-based) that cannot
+  be read; TensorFlow's own DataLossError names neither. `fix` says what to do (regenerate the corpus).
+  """
+  iterator = tf.data.TFRecordDataset(path, compression_type="GZIP").map(
+      lambda r: tf.io.parse_single_example(r, feature_spec)).as_numpy_iterator()
+  index = 0
+  while True:
+    try:
+      record = next(iterator)
+    except StopIteration:
+      return
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+      detail = re.sub(r"\{\{function_node [^}]*\}\}|\s*\[Op:\w+\].*$", "", e.message).strip()
+      raise text_records.InputError(
+          f"{path}: record {index} (0-based) cannot be read: the shard is truncated or corrupt "
+          f"({detail}); {fix}") from e
+    yield record
+    index += 1
+
+
 def read_corpus(output_prefix: str) -> Iterator[dict]:
-  """Yields each document as a dict of Python values (str, list of int), in row order."""
-  for features in corpus_dataset(output_prefix).as_numpy_iterator():
-    yield {
-        "title": features["title"].decode("utf-8"),
-        "body": features["body"].decode("utf-8"),
-        "title_token_ids": features["title_token_ids"].tolist(),
-        "body_token_ids": features["body_token_ids"].tolist(),
-        "uid": features["uid"].decode("utf-8"),
-        "doc_id": features["doc_id"].decode("utf-8"),
-    }
+  """Yields each document as a dict of Python values (str, list of int), in row order.
+
+  A truncated or corrupt shard raises InputError naming the shard and the record.
+  """
+  for path in corpus_shards(output_prefix):
+    for features in read_shard_records(path, FEATURE_SPEC, "regenerate the corpus with "
+                                       "bin/generate_retrieval_corpus"):
+      yield {
+          "title": features["title"].decode("utf-8"),
+          "body": features["body"].decode("utf-8"),
+          "title_token_ids": features["title_token_ids"].tolist(),
+          "body_token_ids": features["body_token_ids"].tolist(),
+          "uid": features["uid"].decode("utf-8"),
+          "doc_id": features["doc_id"].decode("utf-8"),
+      }

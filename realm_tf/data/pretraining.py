@@ -420,11 +420,13 @@ def pretraining_dataset(output_prefix: str) -> tf.data.Dataset:
 
 
 def read_pretraining_corpus(output_prefix: str) -> Iterator[PretrainingDocument]:
-  """Yields each record as an annotated PretrainingDocument (source "shard:record"), in row order."""
+  """Yields each record as an annotated PretrainingDocument (source "shard:record"), in row order.
+
+  A truncated or corrupt shard raises InputError naming the shard and the record.
+  """
   for path in pretraining_shards(output_prefix):
-    for index, record in enumerate(tf.data.TFRecordDataset(path, compression_type="GZIP")
-                                   .map(lambda r: tf.io.parse_single_example(r, FEATURE_SPEC))
-                                   .as_numpy_iterator()):
+    for index, record in enumerate(corpus.read_shard_records(
+        path, FEATURE_SPEC, "regenerate it with bin/generate_pretraining_corpus")):
       yield PretrainingDocument(
           title=record["title"].decode("utf-8"),
           text=record["text"].decode("utf-8"),

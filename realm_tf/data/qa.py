@@ -72,7 +72,7 @@ def _checked_example(where: str, question, answers, *, answer_is_regex: bool, re
     if answer_is_regex:
       try:
         re.compile(answer, REGEX_FLAGS)
-      except re.error as e:
+      except (re.error, OverflowError, RecursionError) as e:  # a{4294967296}; deeply nested groups
         raise InputError(f"{where}: the answer pattern {answer!r} is not a valid regular expression "
                          f"({e}); fix the pattern or pass --skip_invalid") from None
   return QAExample(question=question, answers=list(answers), answer_is_regex=answer_is_regex,
@@ -167,6 +167,9 @@ def read_json_array(path: str) -> Iterator[Tuple[int, Any]]:
       value, end = decoder.raw_decode(text, pos)
     except json.JSONDecodeError as e:
       raise _json_syntax_error(path, e) from None
+    except RecursionError:
+      line += text.count("\n", counted_to, pos)
+      raise InputError(f"{path}:{line}: JSON nested too deeply to read; fix the record") from None
     line += text.count("\n", counted_to, pos)
     counted_to = pos
     yield line, value
@@ -344,6 +347,8 @@ def _squad_articles(path: str) -> List[dict]:
     value = json.loads(text)
   except json.JSONDecodeError as e:
     raise _json_syntax_error(path, e) from None
+  except RecursionError:
+    raise InputError(f"{path}: JSON nested too deeply to read; fix the file") from None
   if not isinstance(value, dict) or not isinstance(value.get("data"), list):
     raise InputError(f"{path}: not a SQuAD file (expected an object with a \"data\" list of articles); "
                      "use the official train-v1.1.json / dev-v1.1.json layout")

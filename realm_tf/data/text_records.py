@@ -74,6 +74,10 @@ def read_jsonl(path: str, skipped: Optional[SkipCounter] = None) -> Iterator[Tup
       handle_invalid(InputError(f"{path}:{line_number}: not a JSON object ({e.msg} at column "
                                 f"{e.colno}); fix the line or pass --skip_invalid"), skipped)
       continue
+    except RecursionError:
+      handle_invalid(InputError(f"{path}:{line_number}: JSON nested too deeply to read; fix the line "
+                                "or pass --skip_invalid"), skipped)
+      continue
     if not isinstance(value, dict):
       handle_invalid(InputError(f"{path}:{line_number}: expected a JSON object, got "
                                 f"{type(value).__name__}; fix the line or pass --skip_invalid"), skipped)

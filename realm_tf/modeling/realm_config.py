@@ -36,6 +36,7 @@ class RealmConfig:
     share_embedders: one tower for queries and documents.
     query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
       including the null document).
+    retrieval_score_scale: see realm_tf.modeling.realm.RealmPretrainer (1.0: the original).
   """
   retriever_bert: bert.BertConfig
   reader_bert: bert.BertConfig
@@ -49,6 +50,7 @@ class RealmConfig:
   candidate_seq_len: int = 288
   max_masks: int = 10
   num_candidates: int = 8
+  retrieval_score_scale: float = 1.0
 
   def to_dict(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)

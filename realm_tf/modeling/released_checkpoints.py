@@ -917,7 +917,7 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
   outputs = {}
   if vocab_path is not None:
     outputs["vocab"] = _output_path(output_dir, VOCAB_NAME)
-    tf.io.gfile.copy(vocab_path, outputs["vocab"], overwrite=True)
+    io_utils.copy_atomic(vocab_path, outputs["vocab"])
   main_config = loaded.reader_config or loaded.encoder_config or loaded.retriever_config
   outputs["bert_config"] = _output_path(output_dir, BERT_CONFIG_NAME)
   io_utils.write_json_atomic(outputs["bert_config"], google_bert_config_dict(main_config))

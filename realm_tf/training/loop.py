@@ -68,7 +68,11 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
     warm_start: initializes weights when the model dir holds no checkpoint yet.
     after_step: (step, metrics) -> extra scalars to log; called every step on the host.
   """
-  tf.io.gfile.makedirs(options.model_dir)
+  try:
+    tf.io.gfile.makedirs(options.model_dir)
+  except (tf.errors.OpError, OSError) as e:
+    raise CheckpointWriteError(f"cannot create the model dir {options.model_dir}: {e}; pass a "
+                               "writable --model_dir") from e
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
   manager = tf.train.CheckpointManager(checkpoint, options.model_dir,
                                        max_to_keep=options.keep_checkpoint_max,

@@ -64,11 +64,14 @@ class RetrievalState:
     max_staleness_steps: wait for the refresher when the trainer step minus the index step exceeds it
       (None: never wait).
     log: logger.
+    expected_dim: the model's retriever projection size; an index of another dimension (built by
+      another run's configuration) is an error (None: not checked).
   """
 
   def __init__(self, watcher: published_index.IndexWatcher, corpus: CorpusTable, num_candidates: int,
                check_every_batches: int = 10, max_staleness_steps: Optional[int] = None,
-               wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print):
+               wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print,
+               expected_dim: Optional[int] = None):
     if corpus.num_docs < num_candidates:
       raise ValueError(f"the corpus has {corpus.num_docs} documents, fewer than num_candidates - 1 + 1 "
                        f"= {num_candidates} needed to fill every example")
@@ -78,6 +81,7 @@ class RetrievalState:
     self.check_every_batches = check_every_batches
     self.max_staleness_steps = max_staleness_steps
     self.wait_timeout_seconds = wait_timeout_seconds
+    self.expected_dim = expected_dim
     self.trainer_step = 0
     self.index: Optional[published_index.LoadedIndex] = None
     self.indexes_used = []
@@ -90,6 +94,10 @@ class RetrievalState:
       raise ValueError(f"index {loaded.path} has {loaded.mips.num_docs} documents but the corpus has "
                        f"{self.corpus.num_docs}; the refresher must use the trainer's "
                        "--retrieval_corpus_path")
+    if self.expected_dim is not None and loaded.mips.dim != self.expected_dim:
+      raise ValueError(f"index {loaded.path} has dimension {loaded.mips.dim} but the model's retriever "
+                       f"projects to {self.expected_dim} (projection_size); the index was built with "
+                       "another configuration: delete it, or train in a new --model_dir")
     self.index = loaded
     self.indexes_used.append(loaded.step)
     self._log(f"retrieving with the index of step {loaded.step} ({loaded.path})")

@@ -55,7 +55,8 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   """A RealmPretrainer with its variables created (so it can be restored into)."""
   model = realm_model.RealmPretrainer(
       config.retriever_bert, config.reader_bert, config.projection_size,
-      config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders)
+      config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders,
+      config.retrieval_score_scale)
   q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
   dummy = {}
   for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),
@@ -115,7 +116,8 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   corpus = realm_input.CorpusTable(options.retrieval_corpus_path)
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
-      options.max_index_staleness_steps, options.wait_for_index_seconds, log)
+      options.max_index_staleness_steps, options.wait_for_index_seconds, log,
+      expected_dim=config.projection_size)
 
   def dataset_fn(batches_done: int) -> tf.data.Dataset:
     return realm_input.realm_dataset(
