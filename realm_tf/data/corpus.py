@@ -15,17 +15,15 @@ record order) is the input order and stable across runs: index row i is document
 
 import dataclasses
 import hashlib
-import json
-import os
 import re
 from typing import Callable, Iterable, Iterator, List, Optional
 
 import tensorflow as tf
 
-from realm_tf import io_utils
+from realm_tf.data import shards
 from realm_tf.data import text_records
 
-MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_SUFFIX = shards.MANIFEST_SUFFIX
 FORMAT_VERSION = 1
 DPR_TSV_COLUMNS = ["id", "text", "title"]
 
@@ -101,8 +99,7 @@ def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None
         ".tsv file with id, text, title columns")
 
 
-def shard_paths(prefix: str, num_shards: int) -> List[str]:
-  return [f"{prefix}-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
+shard_paths = shards.shard_paths
 
 
 def _int64_feature(values) -> tf.train.Feature:
@@ -122,14 +119,6 @@ def _to_example(doc: Document, title_ids, body_ids) -> bytes:
       "uid": _bytes_feature(doc.uid),
       "doc_id": _bytes_feature(doc.doc_id),
   })).SerializeToString()
-
-
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
 
 
 @dataclasses.dataclass
@@ -164,43 +153,26 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
   total = sum(1 for _ in documents())
   if total == 0:
     raise text_records.InputError("the input holds no documents; nothing to write")
-  num_shards = max(1, min(num_shards, total))
-  finals = shard_paths(output_prefix, num_shards)
-  temps = [io_utils.temporary_path(p) for p in finals]
-  output_dir = os.path.dirname(output_prefix) or "."
-  tf.io.gfile.makedirs(output_dir)
-  boundaries = [total * i // num_shards for i in range(num_shards + 1)]
-
   uids = set()
   duplicates = 0
   body_lengths_sum = 0
   body_length_max = 0
-  written = 0
-  writers = []
-  try:
-    writers = [tf.io.TFRecordWriter(p, options="GZIP") for p in temps]
-    shard = 0
+  with shards.ShardedWriter(output_prefix, total, num_shards) as writer:
     batch: List[Document] = []
 
     def flush():
-      nonlocal shard, written, duplicates, body_lengths_sum, body_length_max
+      nonlocal duplicates, body_lengths_sum, body_length_max
       titles = tokenizer.tokenize([d.title.encode("utf-8") for d in batch]).to_list()
       bodies = tokenizer.tokenize([d.body.encode("utf-8") for d in batch]).to_list()
       for doc, title_ids, body_ids in zip(batch, titles, bodies):
-        if written == total:
-          raise RuntimeError(f"the input changed while it was read: counted {total} documents, then "
-                             "read more; write the corpus from a file that is not being modified")
-        while written >= boundaries[shard + 1]:
-          shard += 1
-        writers[shard].write(_to_example(doc, title_ids, body_ids))
-        written += 1
+        writer.write(_to_example(doc, title_ids, body_ids))
         if doc.uid in uids:
           duplicates += 1
         uids.add(doc.uid)
         body_lengths_sum += len(body_ids)
         body_length_max = max(body_length_max, len(body_ids))
       batch.clear()
-      log(f"tokenized {written}/{total} documents")
+      log(f"tokenized {writer.written}/{total} documents")
 
     for doc in documents():
       batch.append(doc)
@@ -208,67 +180,32 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
         flush()
     if batch:
       flush()
-    if written != total:
-      raise RuntimeError(f"the input changed while it was read: counted {total} documents, then "
-                         f"read {written}; write the corpus from a file that is not being modified")
-    for w in writers:
-      w.close()
-    writers = []
-    for tmp, final in zip(temps, finals):
-      io_utils.publish(tmp, final)
-  finally:
-    for w in writers:
-      w.close()
-    for tmp in temps:
-      if tf.io.gfile.exists(tmp):
-        tf.io.gfile.remove(tmp)
-
-  # Matched by name, not glob: brackets or '*' in a user's prefix must not reach other directories.
-  shard_name = re.compile(re.escape(os.path.basename(output_prefix)) + r"-\d{5}-of-\d{5}$")
-  stale = sorted(os.path.join(output_dir, name) for name in tf.io.gfile.listdir(output_dir)
-                 if shard_name.match(name) and os.path.join(output_dir, name) not in finals)
-  for path in stale:
-    log(f"removing {path}: a shard of an earlier corpus with another shard count")
-    tf.io.gfile.remove(path)
-
-  num_skipped = skipped.count if skipped is not None else 0
-  manifest = {
-      "format_version": FORMAT_VERSION,
-      "num_documents": total,
-      "num_skipped": num_skipped,
-      "num_duplicate_uids": duplicates,
-      "vocab_size": tokenizer.vocab_size,
-      "vocab_sha256": _sha256(tokenizer.vocab_path),
-      "do_lower_case": tokenizer.do_lower_case,
-      "shards": [{"path": os.path.basename(p), "num_documents": boundaries[i + 1] - boundaries[i],
-                  "sha256": _sha256(p)} for i, p in enumerate(finals)],
-  }
-  io_utils.write_json_atomic(output_prefix + MANIFEST_SUFFIX, manifest)
-  return CorpusStats(num_documents=total, num_shards=num_shards, num_skipped=num_skipped,
+    num_skipped = skipped.count if skipped is not None else 0
+    writer.finish({
+        "format_version": FORMAT_VERSION,
+        "num_documents": total,
+        "num_skipped": num_skipped,
+        "num_duplicate_uids": duplicates,
+        "vocab_size": tokenizer.vocab_size,
+        "vocab_sha256": shards.sha256_file(tokenizer.vocab_path),
+        "do_lower_case": tokenizer.do_lower_case,
+    }, log)
+  return CorpusStats(num_documents=total, num_shards=writer.num_shards, num_skipped=num_skipped,
                      num_duplicate_uids=duplicates,
                      mean_body_wordpieces=body_lengths_sum / total,
-                     max_body_wordpieces=body_length_max, shard_paths=finals)
+                     max_body_wordpieces=body_length_max, shard_paths=writer.finals)
+
+
+_HINT = "bin/generate_retrieval_corpus"
 
 
 def read_manifest(output_prefix: str) -> dict:
-  path = output_prefix + MANIFEST_SUFFIX
-  if not tf.io.gfile.exists(path):
-    raise FileNotFoundError(f"{path} does not exist: {output_prefix} is not a complete realm_tf corpus; "
-                            "write it with bin/generate_retrieval_corpus")
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)
+  return shards.read_manifest(output_prefix, "realm_tf corpus", _HINT)
 
 
 def corpus_shards(output_prefix: str) -> List[str]:
   """The shard paths of a complete corpus, in row order, checked against its manifest."""
-  manifest = read_manifest(output_prefix)
-  directory = os.path.dirname(output_prefix)
-  paths = [os.path.join(directory, s["path"]) for s in manifest["shards"]]
-  missing = [p for p in paths if not tf.io.gfile.exists(p)]
-  if missing:
-    raise FileNotFoundError(f"corpus {output_prefix}: shards listed in its manifest are missing: "
-                            f"{missing}; regenerate the corpus")
-  return paths
+  return shards.listed_shards(output_prefix, read_manifest(output_prefix), _HINT)
 
 
 FEATURE_SPEC = {

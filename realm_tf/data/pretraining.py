@@ -18,20 +18,17 @@ annotator) is written last. Input without annotations is annotated by realm_tf.d
 
 import bisect
 import dataclasses
-import hashlib
 import json
-import os
-import re
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from realm_tf import io_utils
 from realm_tf.data import corpus
 from realm_tf.data import salient_spans
+from realm_tf.data import shards
 from realm_tf.data import text_records
 
-MANIFEST_SUFFIX = ".manifest.json"
+MANIFEST_SUFFIX = shards.MANIFEST_SUFFIX
 FORMAT_VERSION = 1
 KIND = "realm_pretraining_corpus"
 
@@ -252,14 +249,6 @@ def to_example(doc: PretrainingDocument) -> bytes:
   })).SerializeToString()
 
 
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
-
-
 def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocument]], output_prefix: str,
                              num_shards: int,
                              annotator: Optional[salient_spans.SpanAnnotator] = None,
@@ -289,24 +278,11 @@ def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocumen
   total = sum(1 for _ in documents())
   if total == 0:
     raise InputError("the input holds no documents; nothing to write")
-  num_shards = max(1, min(num_shards, total))
-  finals = corpus.shard_paths(output_prefix, num_shards)
-  temps = [io_utils.temporary_path(p) for p in finals]
-  output_dir = os.path.dirname(output_prefix) or "."
-  tf.io.gfile.makedirs(output_dir)
-  boundaries = [total * i // num_shards for i in range(num_shards + 1)]
-
-  stats = PretrainingStats(num_shards=num_shards)
-  writers = []
-  try:
-    writers = [tf.io.TFRecordWriter(p, options="GZIP") for p in temps]
-    shard = 0
+  with shards.ShardedWriter(output_prefix, total, num_shards) as writer:
+    stats = PretrainingStats(num_shards=writer.num_shards)
     if skipped is not None:
       skipped.reset()
     for doc in documents():
-      if stats.num_documents == total:
-        raise RuntimeError(f"the input changed while it was read: counted {total} documents, then read "
-                           "more; write the corpus from a file that is not being modified")
       if doc.sentences is None or doc.spans is None:
         doc = annotate_document(doc, annotator, splitter)
         stats.num_annotated += 1
@@ -315,9 +291,7 @@ def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocumen
         validate_offsets(doc.source or repr(doc.title), doc.text, doc.sentences, doc.spans)
       except InputError as e:
         raise ValueError(str(e)) from e
-      while stats.num_documents >= boundaries[shard + 1]:
-        shard += 1
-      writers[shard].write(to_example(doc))
+      writer.write(to_example(doc))
       stats.num_documents += 1
       with_spans, crossing = span_sentence_counts(doc.sentences, doc.spans)
       stats.num_sentences += len(doc.sentences)
@@ -327,48 +301,22 @@ def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocumen
       stats.num_documents_without_usable_spans += with_spans == 0
       if stats.num_documents % 10000 == 0:
         log(f"wrote {stats.num_documents}/{total} documents")
-    if stats.num_documents != total:
-      raise RuntimeError(f"the input changed while it was read: counted {total} documents, then read "
-                         f"{stats.num_documents}; write the corpus from a file that is not being modified")
-    for w in writers:
-      w.close()
-    writers = []
-    for tmp, final in zip(temps, finals):
-      io_utils.publish(tmp, final)
-  finally:
-    for w in writers:
-      w.close()
-    for tmp in temps:
-      if tf.io.gfile.exists(tmp):
-        tf.io.gfile.remove(tmp)
-
-  # Matched by name, not glob: brackets or '*' in a user's prefix must not reach other directories.
-  shard_name = re.compile(re.escape(os.path.basename(output_prefix)) + r"-\d{5}-of-\d{5}$")
-  stale = sorted(os.path.join(output_dir, name) for name in tf.io.gfile.listdir(output_dir)
-                 if shard_name.match(name) and os.path.join(output_dir, name) not in finals)
-  for path in stale:
-    log(f"removing {path}: a shard of an earlier corpus with another shard count")
-    tf.io.gfile.remove(path)
-
-  stats.num_skipped = skipped.count if skipped is not None else 0
-  stats.shard_paths = finals
-  manifest = {
-      "kind": KIND,
-      "format_version": FORMAT_VERSION,
-      "num_documents": stats.num_documents,
-      "num_skipped": stats.num_skipped,
-      "num_annotated": stats.num_annotated,
-      "num_sentences": stats.num_sentences,
-      "num_spans": stats.num_spans,
-      "num_sentences_with_spans": stats.num_sentences_with_spans,
-      "num_spans_crossing_sentences": stats.num_spans_crossing_sentences,
-      "num_documents_without_usable_spans": stats.num_documents_without_usable_spans,
-      "annotator": annotator.name if stats.num_annotated else None,
-      "sentence_splitter": splitter.name if stats.num_annotated else None,
-      "shards": [{"path": os.path.basename(p), "num_documents": boundaries[i + 1] - boundaries[i],
-                  "sha256": _sha256(p)} for i, p in enumerate(finals)],
-  }
-  io_utils.write_json_atomic(output_prefix + MANIFEST_SUFFIX, manifest)
+    stats.num_skipped = skipped.count if skipped is not None else 0
+    stats.shard_paths = writer.finals
+    writer.finish({
+        "kind": KIND,
+        "format_version": FORMAT_VERSION,
+        "num_documents": stats.num_documents,
+        "num_skipped": stats.num_skipped,
+        "num_annotated": stats.num_annotated,
+        "num_sentences": stats.num_sentences,
+        "num_spans": stats.num_spans,
+        "num_sentences_with_spans": stats.num_sentences_with_spans,
+        "num_spans_crossing_sentences": stats.num_spans_crossing_sentences,
+        "num_documents_without_usable_spans": stats.num_documents_without_usable_spans,
+        "annotator": annotator.name if stats.num_annotated else None,
+        "sentence_splitter": splitter.name if stats.num_annotated else None,
+    }, log)
   return stats
 
 
@@ -376,29 +324,21 @@ def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocumen
 # Reading the corpus back.
 
 
+_HINT = "bin/generate_pretraining_corpus"
+
+
 def read_manifest(output_prefix: str) -> dict:
-  path = output_prefix + MANIFEST_SUFFIX
-  if not tf.io.gfile.exists(path):
-    raise FileNotFoundError(f"{path} does not exist: {output_prefix} is not a complete pre-training "
-                            "corpus; write it with bin/generate_pretraining_corpus")
-  with tf.io.gfile.GFile(path) as f:
-    manifest = json.load(f)
+  manifest = shards.read_manifest(output_prefix, "pre-training corpus", _HINT)
   if manifest.get("kind") != KIND:
-    raise ValueError(f"{path} describes a {manifest.get('kind', 'retrieval corpus')!r}, not a "
-                     "pre-training corpus; pass the prefix written by bin/generate_pretraining_corpus")
+    raise ValueError(f"{output_prefix}{MANIFEST_SUFFIX} describes a "
+                     f"{manifest.get('kind', 'retrieval corpus')!r}, not a pre-training corpus; pass the "
+                     f"prefix written by {_HINT}")
   return manifest
 
 
 def pretraining_shards(output_prefix: str) -> List[str]:
   """The shard paths of a complete pre-training corpus, in row order, checked against its manifest."""
-  manifest = read_manifest(output_prefix)
-  directory = os.path.dirname(output_prefix)
-  paths = [os.path.join(directory, s["path"]) for s in manifest["shards"]]
-  missing = [p for p in paths if not tf.io.gfile.exists(p)]
-  if missing:
-    raise FileNotFoundError(f"pre-training corpus {output_prefix}: shards listed in its manifest are "
-                            f"missing: {missing}; regenerate it with bin/generate_pretraining_corpus")
-  return paths
+  return shards.listed_shards(output_prefix, read_manifest(output_prefix), _HINT)
 
 
 FEATURE_SPEC = {
