@@ -1,0 +1,105 @@
+r"""Retriever training by distilling a Fusion-in-Decoder reader's cross-attention (FiD-KD), iterated.
+
+Each iteration retrieves the top --num_passages passages of every training question with the current
+retriever, trains a fresh FiD reader on them for --reader_steps, scores the passages with the reader's
+cross-attention, trains the retriever with the KL loss for --retriever_steps and re-embeds the corpus
+(realm_tf.training.fid_kd). Every iteration's artifacts go to MODEL_DIR/iteration_<i>/; a restarted run
+skips the iterations whose metrics.json exists.
+  python bin/train_fid_kd.py --model_dir=/runs/fidkd --vocab_path=testdata/vocab.txt \
+      --retrieval_corpus_path=/tmp/blocks --train_path=testdata/qa.train.jsonl \
+      --dev_path=testdata/qa.dev.jsonl --iterations=2 --initial_passages=bm25
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.training import fid_kd
+from realm_tf.training import flags_util
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Configs, per-iteration checkpoints, scores, metrics.",
+                                 required=True)
+_TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (realm_tf.data.qa.load_qa input).",
+                             required=True)
+_DEV = flags.DEFINE_string("dev_path", None, "Dev QA file: recall@k and reader exact match per iteration.",
+                           required=True)
+_RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,
+                                 "Prefix of bin/generate_retrieval_corpus output.", required=True)
+_RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None, "Initial retriever (REALM / ICT / ORQA / "
+                                 "converted checkpoint or its directory); default: an untrained one.")
+_INITIAL_PASSAGES = flags.DEFINE_enum("initial_passages", "dense", fid_kd.INITIAL_PASSAGES,
+                                      "Passages the iteration-0 reader reads: the initial retriever's "
+                                      "(dense) or BM25's, as the paper starts.")
+_VOCAB = flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True)
+_LOWER = flags.DEFINE_bool("do_lower_case", True, "Uncased vocab.")
+_BERT = flags.DEFINE_string("bert_config", "tiny", "Retriever BERT: preset (tiny, bert_base) or a "
+                            "bert_config.json path.")
+_PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
+_EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
+                              "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
+_Q = flags.DEFINE_integer("query_seq_len", 32, "Retriever query length Q.")
+_C = flags.DEFINE_integer("candidate_seq_len", 128, "Retriever document length C.")
+_READER_HIDDEN = flags.DEFINE_integer("reader_hidden_size", 64, "FiD reader width H.")
+_READER_HEADS = flags.DEFINE_integer("reader_num_heads", 2, "FiD reader attention heads.")
+_READER_ENC = flags.DEFINE_integer("reader_encoder_layers", 2, "FiD reader encoder layers.")
+_READER_DEC = flags.DEFINE_integer("reader_decoder_layers", 2, "FiD reader decoder layers.")
+_READER_FFN = flags.DEFINE_integer("reader_intermediate_size", 128, "FiD reader feed-forward width.")
+_READER_DROPOUT = flags.DEFINE_float("reader_dropout_rate", 0.0, "FiD reader dropout in training.")
+_L = flags.DEFINE_integer("passage_seq_len", 96, "Reader wordpieces per (question, passage) pair L.")
+_T = flags.DEFINE_integer("answer_seq_len", 12, "Reader answer length T (with [SEP]).")
+_ITERATIONS = flags.DEFINE_integer("iterations", 2, "Reader / retriever rounds.")
+_N = flags.DEFINE_integer("num_passages", 10, "Passages per question n (reader and KD loss).")
+_READER_STEPS = flags.DEFINE_integer("reader_steps", 500, "Reader steps per iteration.")
+_RETRIEVER_STEPS = flags.DEFINE_integer("retriever_steps", 200, "Retriever steps per iteration.")
+_READER_BATCH = flags.DEFINE_integer("reader_batch_size", 8, "Reader batch (questions).")
+_RETRIEVER_BATCH = flags.DEFINE_integer("retriever_batch_size", 8, "Retriever batch (questions).")
+_READER_LR = flags.DEFINE_float("reader_learning_rate", 1e-3, "Reader peak learning rate.")
+_RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", 1e-4, "Retriever peak learning rate.")
+_T_READER = flags.DEFINE_float("reader_temperature", 1.0, "Temperature of the reader scores (target).")
+_T_RETRIEVER = flags.DEFINE_float("retriever_temperature", 1.0, "Temperature of the retriever scores.")
+_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20"], "Recall cut-offs.")
+_MAX_TRAIN = flags.DEFINE_integer("max_train_examples", None, "Use the first N training questions only.")
+_MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Use the first N dev questions only.")
+_EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Corpus embedding batch size.")
+_JIT = flags.DEFINE_bool("jit_compile", False, "Compile the train steps with XLA.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of initializations and example order.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  bert = flags_util.bert_config(_BERT.value, _VOCAB.value)
+  config = realm_config_lib.RealmConfig(
+      retriever_bert=bert, reader_bert=bert, vocab_path=_VOCAB.value, do_lower_case=_LOWER.value,
+      projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
+      query_seq_len=_Q.value, candidate_seq_len=_C.value)
+  try:
+    ks = tuple(int(k) for k in _KS.value)
+  except ValueError as e:
+    raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from e
+  reader = fid_lib.FidConfig(
+      vocab_size=bert.vocab_size, hidden_size=_READER_HIDDEN.value, num_heads=_READER_HEADS.value,
+      num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
+      intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,
+      passage_seq_len=_L.value, answer_seq_len=_T.value)
+  options = fid_kd.FidKdOptions(
+      config=config, fid=reader, model_dir=_MODEL_DIR.value, retrieval_corpus_path=_RETRIEVAL.value,
+      train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
+      initial_passages=_INITIAL_PASSAGES.value, iterations=_ITERATIONS.value, num_passages=_N.value,
+      reader_steps=_READER_STEPS.value, retriever_steps=_RETRIEVER_STEPS.value,
+      reader_batch_size=_READER_BATCH.value, retriever_batch_size=_RETRIEVER_BATCH.value,
+      reader_learning_rate=_READER_LR.value, retriever_learning_rate=_RETRIEVER_LR.value,
+      reader_temperature=_T_READER.value, retriever_temperature=_T_RETRIEVER.value, recall_ks=ks,
+      max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
+      embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value)
+  for metrics in fid_kd.run(options, log=logging.info):
+    before, after = metrics["recall_before"], metrics["recall_after"]
+    logging.info("iteration %d: reader EM %.1f; gold recall@5 %.1f -> %.1f", metrics["iteration"],
+                 metrics["reader_exact_match"], before.get("gold_recall@5", float("nan")),
+                 after.get("gold_recall@5", float("nan")))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,190 @@
+"""Tests of the FiD reader, its cross-attention scores and the FiD-KD loss (realm_tf.modeling.fid)."""
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import testing_utils
+from realm_tf import tokenization
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder
+from realm_tf.modeling import fid
+from realm_tf.training import train_lib
+
+
+def _tiny_config(vocab_size, **overrides):
+  # The tiny test vocab spells most words letter by letter, so L = 24 truncates inside the title.
+  values = dict(vocab_size=vocab_size, hidden_size=32, num_heads=2, num_encoder_layers=1,
+                num_decoder_layers=2, intermediate_size=64, passage_seq_len=24, answer_seq_len=6)
+  values.update(overrides)
+  return fid.FidConfig(**values)
+
+
+class _Seeded(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    tf_keras.utils.set_random_seed(7)
+    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+
+
+class AggregationTest(tf.test.TestCase):
+
+  def test_hand_computed_average_ignores_padding(self):
+    # B=1, layers=2, heads=2, n=2 passages of L=3 tokens; passage 0 has 2 real tokens, passage 1 has 1.
+    logits = np.zeros([1, 2, 2, 6], np.float32)
+    # layer 0: head 0, head 1; layer 1: head 0, head 1 (tokens 0..2 passage 0, 3..5 passage 1).
+    logits[0, 0, 0] = [1, 2, 100, 4, -50, -50]
+    logits[0, 0, 1] = [3, 4, 100, 0, 99, 99]
+    logits[0, 1, 0] = [5, 6, -100, 8, 7, 7]
+    logits[0, 1, 1] = [7, 8, 100, -4, 1, 1]
+    mask = np.array([[[1, 1, 0], [1, 0, 0]]], np.int32)
+    got = fid.aggregate_cross_attention(tf.constant(logits), tf.constant(mask)).numpy()
+    # Passage 0: (1+2 + 3+4 + 5+6 + 7+8) / (2 tokens * 2 layers * 2 heads) = 36 / 8.
+    # Passage 1: (4 + 0 + 8 - 4) / (1 * 2 * 2) = 2.
+    self.assertAllClose([[4.5, 2.0]], got)
+    # Sensitivity: a plain mean over all L tokens differs.
+    plain = logits.reshape([1, 2, 2, 2, 3]).mean(axis=(1, 2, 4))
+    self.assertGreater(np.abs(plain - got).max(), 1.0)
+
+  def test_all_padding_passage_scores_zero(self):
+    logits = tf.ones([2, 1, 1, 4]) * 3.0
+    mask = tf.constant([[[1, 1], [0, 0]], [[0, 1], [1, 0]]])
+    self.assertAllClose([[3.0, 0.0], [3.0, 3.0]], fid.aggregate_cross_attention(logits, mask))
+
+
+class DistillationLossTest(tf.test.TestCase):
+
+  def test_matches_numpy_kl_with_temperatures(self):
+    rng = np.random.default_rng(0)
+    retriever = rng.normal(size=[3, 5]).astype(np.float32)
+    reader = rng.normal(size=[3, 5]).astype(np.float32) * 4
+    t_reader, t_retriever = 0.5, 2.0
+
+    def softmax(x):
+      e = np.exp(x - x.max(-1, keepdims=True))
+      return e / e.sum(-1, keepdims=True)
+
+    p = softmax(reader / t_reader)
+    q = softmax(retriever / t_retriever)
+    expected = (p * (np.log(p) - np.log(q))).sum(-1)
+    output = fid.distillation_loss(tf.constant(retriever), tf.constant(reader), t_reader, t_retriever)
+    self.assertAllClose(expected.sum(), output.loss_sum, rtol=1e-5)
+    self.assertEqual(3.0, float(output.loss_weight))
+    # Direction matters: KL(q || p) is another number.
+    reverse = (q * (np.log(q) - np.log(p))).sum()
+    self.assertGreater(abs(reverse - float(output.loss_sum)), 1e-3)
+    # Zero when the distributions agree.
+    same = fid.distillation_loss(tf.constant(reader / t_reader * t_retriever), tf.constant(reader),
+                                 t_reader, t_retriever)
+    self.assertAllClose(0.0, same.loss_sum, atol=1e-5)
+
+  def test_rejects_non_positive_temperature(self):
+    with self.assertRaisesRegex(ValueError, "temperatures must be positive"):
+      fid.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), 0.0)
+
+
+class ReaderTest(_Seeded):
+
+  def _features(self, config, answers=("abc 12", "xyz")):
+    questions = ["who is abc?", "what is xyz?"]
+    passages = [[("t1", "abc 12 is here"), ("t2", "nothing")], [("t3", "xyz there"), ("t4", "padding")]]
+    return fid.featurize(self.tokenizer, config, questions, passages, list(answers))
+
+  def test_featurize_shapes_and_teacher_forcing(self):
+    config = _tiny_config(self.tokenizer.vocab_size)
+    features = self._features(config)
+    self.assertEqual((2, 2, 24), features.passage_ids.shape)
+    self.assertEqual((2, 6), features.target_ids.shape)
+    # Decoder input is the target shifted right behind [CLS]; the target ends with [SEP].
+    tok = self.tokenizer
+    self.assertEqual(tok.cls_id, features.decoder_input_ids[0, 0])
+    length = int(features.target_mask[1].sum())
+    self.assertEqual(tok.sep_id, features.target_ids[1, length - 1])
+    self.assertAllEqual(features.target_ids[1, :length - 1], features.decoder_input_ids[1, 1:length])
+    # The pair is formatted as FiD's "question: ... title: ... context: ..." and truncated at L.
+    self.assertEqual(24, features.passage_mask[0, 0].sum())
+    self.assertEqual("question : who is abc ? title : t", fid.detokenize(tok, features.passage_ids[0, 0]))
+    long = self._features(_tiny_config(self.tokenizer.vocab_size, passage_seq_len=64))
+    self.assertEqual("question : who is abc ? title : t1 context : abc 12 is here",
+                     fid.detokenize(tok, long.passage_ids[0, 0]))
+    self.assertLess(long.passage_mask[0, 0].sum(), 64)
+
+  def test_passages_are_encoded_independently(self):
+    """Changing passage 1 leaves passage 0's encoder output unchanged (no cross-passage attention)."""
+    config = _tiny_config(self.tokenizer.vocab_size)
+    reader = fid.build_reader(config)
+    features = self._features(config)
+    memory, _ = reader.encode(features.passage_ids, features.passage_mask)
+    changed = features.passage_ids.copy()
+    changed[:, 1, 5] = (changed[:, 1, 5] + 3) % config.vocab_size
+    other, _ = reader.encode(changed, features.passage_mask)
+    length = config.passage_seq_len
+    self.assertAllClose(memory[:, :length], other[:, :length], atol=1e-6)
+    self.assertGreater(np.abs(memory[:, length:] - other[:, length:]).max(), 1e-4)
+
+  def test_overfits_and_greedy_decodes_the_answer(self):
+    config = _tiny_config(self.tokenizer.vocab_size)
+    reader = fid.build_reader(config)
+    features = self._features(config)
+    batch = {k: tf.constant(v) for k, v in features._asdict().items()}
+    step = train_lib.TrainStep(reader, tf_keras.optimizers.legacy.Adam(3e-3), jit_compile=False)
+    first = float(step(batch)["loss"])
+    for _ in range(60):
+      last = float(step(batch)["loss"])
+    self.assertLess(last, 0.5 * first)
+    decoded = reader.greedy_decode(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
+    self.assertEqual(["abc 12", "xyz"], [fid.detokenize(self.tokenizer, row) for row in decoded.numpy()])
+    self.assertEqual([True, True], fid.reader_exact_match(self.tokenizer, decoded.numpy(),
+                                                          [["ABC 12"], ["xyz", "w"]]))
+    self.assertEqual([False], fid.reader_exact_match(self.tokenizer, decoded.numpy()[:1], [["abc"]]))
+
+  def test_passage_scores_are_first_token_cross_attention(self):
+    config = _tiny_config(self.tokenizer.vocab_size)
+    reader = fid.build_reader(config)
+    features = self._features(config)
+    scores = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
+    self.assertEqual((2, 2), scores.shape)
+    # The first position of a full teacher-forced pass has the same cross-attention (causal decoder).
+    memory, memory_mask = reader.encode(features.passage_ids, features.passage_mask)
+    _, cross = reader.decode(features.decoder_input_ids, memory, memory_mask)
+    self.assertEqual((2, 2, 2, 6, 48), cross.shape)
+    expected = fid.aggregate_cross_attention(cross[:, :, :, 0], features.passage_mask)
+    self.assertAllClose(expected, scores, atol=1e-5)
+    later = fid.aggregate_cross_attention(cross[:, :, :, 1], features.passage_mask)
+    self.assertGreater(np.abs(later - scores).max(), 1e-5)
+
+
+class DistillationGradientTest(_Seeded):
+
+  def test_kd_gradients_reach_only_the_retriever(self):
+    config = _tiny_config(self.tokenizer.vocab_size)
+    reader = fid.build_reader(config)
+    retriever = embedder.build_retriever(bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32,
+                                                          num_layers=1, intermediate_size=32),
+                                         projection_size=8)
+    model = fid.RetrieverDistillation(retriever, reader_temperature=0.5)
+    features = fid.featurize(self.tokenizer, config, ["q a", "q b"],
+                             [[("x", "a b"), ("y", "c"), ("z", "d e")]] * 2, ["a", "b"])
+    rng = np.random.default_rng(1)
+    ids = rng.integers(5, self.tokenizer.vocab_size, size=[2, 3, 8]).astype(np.int32)
+    with tf.GradientTape(persistent=True) as tape:
+      reader_scores = reader.passage_scores(features.passage_ids, features.passage_mask,
+                                            self.tokenizer.cls_id)
+      output = model.compute_loss({
+          "query_token_ids": ids[:, 0], "query_mask": np.ones([2, 8], np.int32),
+          "query_segment_ids": np.zeros([2, 8], np.int32), "candidate_token_ids": ids,
+          "candidate_mask": np.ones([2, 3, 8], np.int32),
+          "candidate_segment_ids": np.zeros([2, 3, 8], np.int32), "reader_scores": reader_scores},
+          training=True)
+    reader_grads = tape.gradient(output.loss_sum, reader.trainable_variables)
+    retriever_grads = tape.gradient(output.loss_sum, retriever.trainable_variables)
+    self.assertTrue(all(g is None for g in reader_grads))
+    reached = [g for g in retriever_grads if g is not None]
+    self.assertNotEmpty(reached)
+    self.assertGreater(max(float(tf.reduce_max(tf.abs(g))) for g in reached), 0.0)
+    self.assertGreater(float(output.loss_sum), 0.0)
+
+
+if __name__ == "__main__":
+  tf.test.main()

@@ -1,0 +1,393 @@
+"""The FiD-KD iterative loop (bin/train_fid_kd): distil a FiD reader's cross-attention into the retriever.
+
+Izacard & Grave, "Distilling Knowledge from Reader to Retriever" (ICLR 2021); facebookresearch/FiD runs
+the steps by hand (write scores, train_retriever.py, generate_passage_embeddings.py, passage_retrieval.py);
+here one process runs them all, for --iterations rounds:
+
+  1. embed the corpus with the current retriever's document tower (the refreshed index; exact search)
+     and retrieve the top n passages of every training and dev question (iteration 0 may use BM25
+     passages instead, as the paper starts from BM25);
+  2. train a FRESHLY INITIALIZED reader on the training questions for reader_steps (re-initialized every
+     iteration, as in the paper) and measure its exact match on the dev questions;
+  3. compute the reader's cross-attention score of each retrieved training passage
+     (realm_tf.modeling.fid.aggregate_cross_attention);
+  4. train the retriever on those passages with the KL loss for retriever_steps;
+  5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus).
+
+A run's model dir:
+  realm_config.json, fid_config.json   the retriever / tokenizer and reader configurations (checked on resume)
+  initial_retriever/ckpt-0             the retriever iteration 0 starts from (--retriever_checkpoint or a
+                                       seeded fresh one), so that a resumed run starts from the same weights
+  iteration_<i>/reader/ckpt-S          the reader of iteration i (tf.train.Checkpoint(model=reader))
+  iteration_<i>/scores.jsonl           per training question: retrieved rows, doc ids, retriever and
+                                       reader scores
+  iteration_<i>/retriever/ckpt-S       the distilled retriever (model/retriever/ layout: usable as
+                                       --retriever_checkpoint of bin/train_orqa, bin/train_realm, ...)
+  iteration_<i>/metrics.json           written LAST and atomically: its presence marks the iteration done,
+                                       and a restarted run skips it (resuming from its retriever)
+  fid_kd_summary.json                  all iterations' metrics
+
+Scale: the corpus (titles, bodies, packed candidates) and the questions are held in host memory and the
+index is exact, which suits testdata- and SQuAD-sized corpora, not a 21M-passage Wikipedia.
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import evaluation
+from realm_tf import io_utils
+from realm_tf import retriever_eval
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import qa as qa_lib
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import index as index_lib
+from realm_tf.training import optimization
+from realm_tf.training import orqa_trainer
+from realm_tf.training import train_lib
+
+INITIAL_RETRIEVER_DIR = "initial_retriever"
+METRICS_NAME = "metrics.json"
+SCORES_NAME = "scores.jsonl"
+SUMMARY_NAME = "fid_kd_summary.json"
+INITIAL_PASSAGES = ("dense", "bm25")
+
+
+@dataclasses.dataclass(frozen=True)
+class FidKdOptions:
+  """What bin/train_fid_kd's flags set (see there for meanings)."""
+  config: realm_config_lib.RealmConfig
+  fid: fid_lib.FidConfig
+  model_dir: str
+  retrieval_corpus_path: str
+  train_path: str
+  dev_path: str
+  retriever_checkpoint: Optional[str] = None
+  initial_passages: str = "dense"
+  iterations: int = 2
+  num_passages: int = 10
+  reader_steps: int = 500
+  retriever_steps: int = 200
+  reader_batch_size: int = 8
+  retriever_batch_size: int = 8
+  reader_learning_rate: float = 1e-3
+  retriever_learning_rate: float = 1e-4
+  reader_temperature: float = 1.0
+  retriever_temperature: float = 1.0
+  recall_ks: Tuple[int, ...] = (1, 5, 20)
+  max_train_examples: Optional[int] = None
+  max_eval_examples: Optional[int] = None
+  embed_batch_size: int = 128
+  predict_batch_size: int = 32
+  jit_compile: bool = False
+  seed: int = 0
+
+
+def iteration_dir(model_dir: str, iteration: int) -> str:
+  return os.path.join(model_dir, f"iteration_{iteration}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Retrieval.
+
+
+def bm25_top_k(doc_token_ids: Sequence[Sequence[int]], query_token_ids: Sequence[Sequence[int]], k: int,
+               k1: float = 0.9, b: float = 0.4, ignore_ids: Sequence[int] = ()) -> np.ndarray:
+  """BM25 (Lucene's idf, Anserini's default k1/b) over wordpiece ids: int64 [num_queries, k] rows.
+
+  Only for iteration 0 (--initial_passages=bm25), as the paper's first reader reads BM25 passages.
+  """
+  num_docs = len(doc_token_ids)
+  vocab = 1 + max([max(d, default=0) for d in doc_token_ids] + [max(q, default=0) for q in query_token_ids])
+  tf_matrix = np.zeros([num_docs, vocab], np.float32)
+  for row, ids in enumerate(doc_token_ids):
+    np.add.at(tf_matrix[row], np.asarray(ids, np.int64), 1.0)
+  tf_matrix[:, list(ignore_ids)] = 0.0
+  lengths = tf_matrix.sum(axis=1, keepdims=True)
+  df = (tf_matrix > 0).sum(axis=0)
+  idf = np.log(1.0 + (num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+  weights = tf_matrix * (k1 + 1) / (tf_matrix + k1 * (1 - b + b * lengths / max(lengths.mean(), 1e-9)))
+  weights *= idf[np.newaxis]
+  queries = np.zeros([len(query_token_ids), vocab], np.float32)
+  for row, ids in enumerate(query_token_ids):
+    queries[row, np.unique(np.asarray(ids, np.int64))] = 1.0
+  queries[:, list(ignore_ids)] = 0.0
+  scores = queries @ weights.T
+  k = min(k, num_docs)
+  # Stable order: by score descending, then row ascending.
+  return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64)
+
+
+def embed_corpus(retriever: embedder_lib.Retriever, options: FidKdOptions) -> np.ndarray:
+  """float32 [num_docs, D], the document tower over the corpus (the refreshed index's rows)."""
+  return corpus_embedding.embed_corpus(
+      lambda inputs: retriever.embed_documents(inputs, training=False), options.retrieval_corpus_path,
+      options.config.featurizer(), batch_size=options.embed_batch_size, log=lambda _: None)
+
+
+def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings: np.ndarray,
+                questions: Sequence[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(rows int64 [Q, k], scores float32 [Q, k]) by exact inner-product search."""
+  index = index_lib.build_index(doc_embeddings, implementation="brute_force")
+  queries = retriever_eval.embed_questions(retriever, config, list(questions))
+  return index.search(queries, k)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training pieces.
+
+
+def _batches(features: Dict[str, np.ndarray], batch_size: int, seed: int) -> tf.data.Dataset:
+  count = len(next(iter(features.values())))
+  if count < batch_size:
+    raise ValueError(f"fid_kd: {count} training examples cannot fill a batch of {batch_size}; lower the "
+                     "batch size or pass more training questions")
+  return (tf.data.Dataset.from_tensor_slices(features).shuffle(count, seed=seed, reshuffle_each_iteration=True)
+          .repeat().batch(batch_size, drop_remainder=True))
+
+
+def train_model(model, features: Dict[str, np.ndarray], steps: int, batch_size: int,
+                learning_rate: float, seed: int, jit_compile: bool = False,
+                log: Callable[[str], None] = print, name: str = "model") -> Dict[str, float]:
+  """Trains a compute_loss model for `steps` steps (BERT AdamW, 10% warmup, linear decay).
+
+  Returns {"first_loss", "last_loss", "last_<metric>"} (the last ones averaged over the final 10% steps).
+  """
+  optimizer = optimization.create_optimizer(learning_rate, steps, num_warmup_steps=max(steps // 10, 0),
+                                            weight_decay_rate=0.0)
+  step = train_lib.TrainStep(model, optimizer, jit_compile=jit_compile)
+  history: List[Dict[str, float]] = []
+  started = time.time()
+  for i, batch in enumerate(_batches(features, batch_size, seed).take(steps)):
+    history.append({k: float(v) for k, v in step(batch).items()})
+    if (i + 1) % max(steps // 5, 1) == 0 or i + 1 == steps:
+      shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(history[-1].items()))
+      log(f"  {name} step {i + 1}/{steps}: {shown}")
+  tail = history[-max(steps // 10, 1):]
+  result = {"first_loss": history[0]["loss"], "seconds": time.time() - started}
+  for key in history[-1]:
+    result["last_" + key] = float(np.mean([h[key] for h in tail]))
+  return result
+
+
+def reader_passage_scores(reader: fid_lib.FidReader, features: fid_lib.ReaderFeatures, start_id: int,
+                          batch_size: int) -> np.ndarray:
+  """float32 [Q, n]: the reader's cross-attention score of every retrieved passage."""
+  scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id))
+  out = [scores_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
+         for s in range(0, len(features.passage_ids), batch_size)]
+  return np.concatenate(out).astype(np.float32)
+
+
+def reader_predictions(reader: fid_lib.FidReader, features: fid_lib.ReaderFeatures, start_id: int,
+                       batch_size: int) -> np.ndarray:
+  """int32 [Q, T]: greedy answer ids."""
+  decode_fn = tf.function(lambda ids, mask: reader.greedy_decode(ids, mask, start_id))
+  out = [decode_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
+         for s in range(0, len(features.passage_ids), batch_size)]
+  return np.concatenate(out)
+
+
+def _save(checkpoint: tf.train.Checkpoint, directory: str, step: int) -> str:
+  manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)
+  return manager.save(checkpoint_number=step)
+
+
+def save_retriever(retriever: embedder_lib.Retriever, directory: str, step: int) -> str:
+  """model/retriever/ layout, as bin/train_realm's (realm_tf.modeling.checkpoints.restore_retriever)."""
+  return _save(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)), directory, step)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loop.
+
+
+class _Data:
+  """The corpus and questions, featurized once for the whole run."""
+
+  def __init__(self, options: FidKdOptions, log: Callable[[str], None]):
+    config = options.config
+    self.tokenizer = config.tokenizer()
+    featurizer = config.featurizer(self.tokenizer)
+    self.documents = list(corpus_lib.read_corpus(options.retrieval_corpus_path))
+    if len(self.documents) < options.num_passages:
+      raise ValueError(f"--retrieval_corpus_path={options.retrieval_corpus_path} holds "
+                       f"{len(self.documents)} documents, fewer than --num_passages={options.num_passages}")
+    self.train = qa_lib.load_qa(options.train_path)[:options.max_train_examples]
+    self.dev = qa_lib.load_qa(options.dev_path)[:options.max_eval_examples]
+    if not self.train or not self.dev:
+      raise ValueError(f"fid_kd: no questions in --train_path={options.train_path} or "
+                       f"--dev_path={options.dev_path}")
+    candidates = featurizer.candidate_inputs(
+        tf.ragged.constant([d["title_token_ids"] for d in self.documents], tf.int64),
+        tf.ragged.constant([d["body_token_ids"] for d in self.documents], tf.int64))
+    self.candidates = [np.asarray(c) for c in candidates]  # 3 x int32 [num_docs, C]
+    queries = featurizer.query_inputs(self.tokenizer.tokenize([e.question.encode("utf-8")
+                                                               for e in self.train]))
+    self.train_queries = [np.asarray(q) for q in queries]  # 3 x int32 [num_train, Q]
+    log(f"fid_kd: {len(self.documents)} documents, {len(self.train)} training and {len(self.dev)} dev "
+        "questions")
+
+  def reader_features(self, fid_config, examples, rows, with_answers: bool) -> fid_lib.ReaderFeatures:
+    passages = [[(self.documents[r]["title"], self.documents[r]["body"]) for r in row] for row in rows]
+    answers = [e.answers[0] for e in examples] if with_answers else None
+    return fid_lib.featurize(self.tokenizer, fid_config, [e.question for e in examples], passages, answers)
+
+
+def _load_retriever(options: FidKdOptions, checkpoint: Optional[str], flag: str) -> embedder_lib.Retriever:
+  return orqa_trainer.load_retriever_checkpoint(options.config, checkpoint, flag=flag)
+
+
+def _initial_retriever(options: FidKdOptions, log) -> embedder_lib.Retriever:
+  """The retriever iteration 0 starts from, written once to MODEL_DIR/initial_retriever/."""
+  directory = os.path.join(options.model_dir, INITIAL_RETRIEVER_DIR)
+  if tf.train.latest_checkpoint(directory):
+    return _load_retriever(options, directory, "MODEL_DIR/" + INITIAL_RETRIEVER_DIR)
+  tf_keras.utils.set_random_seed(options.seed)
+  retriever = _load_retriever(options, options.retriever_checkpoint, "--retriever_checkpoint")
+  log(f"initial retriever: {options.retriever_checkpoint or 'untrained (seed %d)' % options.seed}; saved "
+      f"to {save_retriever(retriever, directory, 0)}")
+  return retriever
+
+
+def _check_configs(options: FidKdOptions) -> None:
+  try:
+    options.config.check_matches(realm_config_lib.RealmConfig.load(options.model_dir), options.model_dir)
+  except FileNotFoundError:
+    options.config.save(options.model_dir)
+  try:
+    saved = fid_lib.FidConfig.load(options.model_dir)
+  except FileNotFoundError:
+    options.fid.save(options.model_dir)
+    return
+  if saved != options.fid:
+    raise ValueError(f"{options.model_dir} was started with another reader configuration ({saved}); use "
+                     "a new --model_dir or the same reader flags")
+
+
+def _read_json(path: str):
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]:
+  """Runs (or resumes) the loop; returns every iteration's metrics (also in fid_kd_summary.json)."""
+  if options.initial_passages not in INITIAL_PASSAGES:
+    raise ValueError(f"--initial_passages must be one of {INITIAL_PASSAGES}, got {options.initial_passages!r}")
+  if options.iterations < 1:
+    raise ValueError(f"--iterations must be at least 1, got {options.iterations}")
+  tf.io.gfile.makedirs(options.model_dir)
+  _check_configs(options)
+  data = _Data(options, log)
+  retriever = _initial_retriever(options, log)
+  all_metrics: List[Dict] = []
+  for iteration in range(options.iterations):
+    directory = iteration_dir(options.model_dir, iteration)
+    metrics_path = os.path.join(directory, METRICS_NAME)
+    if tf.io.gfile.exists(metrics_path):
+      all_metrics.append(_read_json(metrics_path))
+      retriever = _load_retriever(options, os.path.join(directory, "retriever"),
+                                  f"{directory}/retriever")
+      log(f"iteration {iteration}: done already ({metrics_path}); skipped")
+      continue
+    all_metrics.append(_run_iteration(options, data, retriever, iteration, log))
+  io_utils.write_json_atomic(os.path.join(options.model_dir, SUMMARY_NAME), all_metrics)
+  return all_metrics
+
+
+def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever, iteration: int,
+                   log: Callable[[str], None]) -> Dict:
+  started = time.time()
+  directory = iteration_dir(options.model_dir, iteration)
+  tf.io.gfile.makedirs(directory)
+  config, n, tokenizer = options.config, options.num_passages, data.tokenizer
+  metrics: Dict = {"iteration": iteration}
+
+  # 1. The index of the current retriever; its recall; the passages of every question.
+  doc_embeddings = embed_corpus(retriever, options)
+  ks = tuple(k for k in options.recall_ks if k <= len(data.documents))
+  metrics["recall_before"] = retriever_eval.retriever_recall(
+      retriever, config, options.retrieval_corpus_path, data.dev, ks, doc_embeddings=doc_embeddings)
+  if iteration == 0 and options.initial_passages == "bm25":
+    doc_ids = [d["title_token_ids"] + d["body_token_ids"] for d in data.documents]
+    specials = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.unk_id, tokenizer.pad_id)
+    train_rows = bm25_top_k(doc_ids, [t.ids for t in tokenizer.tokenize_texts([e.question for e in data.train])],
+                            n, ignore_ids=specials)
+    dev_rows = bm25_top_k(doc_ids, [t.ids for t in tokenizer.tokenize_texts([e.question for e in data.dev])],
+                          n, ignore_ids=specials)
+    metrics["passages"] = "bm25"
+  else:
+    train_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.train], n)
+    dev_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.dev], n)
+    metrics["passages"] = "dense"
+  if all("doc_id" in e.metadata for e in data.dev):
+    hits = [[data.documents[r]["doc_id"] == e.metadata["doc_id"] for r in rows]
+            for rows, e in zip(dev_rows, data.dev)]
+    metrics["reader_passages_gold_recall"] = evaluation.recall_at_k(hits, [n])[f"recall@{n}"]
+  log(f"iteration {iteration}: dev recall of the current retriever "
+      f"{_recall_line(metrics['recall_before'])}; the reader reads {metrics['passages']} top {n} "
+      f"(gold recall {metrics.get('reader_passages_gold_recall', float('nan')):.1f})")
+
+  # 2. A fresh reader, trained on the retrieved passages; its dev exact match.
+  tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
+  reader = fid_lib.build_reader(options.fid)
+  train_features = data.reader_features(options.fid, data.train, train_rows, with_answers=True)
+  metrics["reader_training"] = train_model(
+      reader, train_features._asdict(), options.reader_steps, options.reader_batch_size,
+      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log, "reader")
+  reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
+                      options.reader_steps)
+  dev_features = data.reader_features(options.fid, data.dev, dev_rows, with_answers=False)
+  predictions = reader_predictions(reader, dev_features, tokenizer.cls_id, options.predict_batch_size)
+  matches = fid_lib.reader_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
+  metrics["reader_exact_match"] = 100.0 * float(np.mean(matches))
+  log(f"iteration {iteration}: reader {reader_path}, dev exact match {metrics['reader_exact_match']:.1f}")
+
+  # 3. The reader's cross-attention scores of the training passages.
+  scores = reader_passage_scores(reader, train_features, tokenizer.cls_id, options.predict_batch_size)
+  query_emb = retriever_eval.embed_questions(retriever, config, [e.question for e in data.train])
+  retriever_scores = np.einsum("qd,qnd->qn", query_emb, doc_embeddings[train_rows])
+  io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), (
+      {"question": e.question, "answers": e.answers,
+       "passages": [{"row": int(r), "doc_id": data.documents[r]["doc_id"], "retriever_score": float(rs),
+                     "reader_score": float(s)} for r, rs, s in zip(rows, r_scores, q_scores)]}
+      for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
+
+  # 4. The retriever under the KL loss on those passages.
+  q_ids, q_mask, q_segments = data.train_queries
+  c_ids, c_mask, c_segments = (c[train_rows] for c in data.candidates)  # [Q, n, C]
+  kd_features = {"query_token_ids": q_ids, "query_mask": q_mask, "query_segment_ids": q_segments,
+                 "candidate_token_ids": c_ids, "candidate_mask": c_mask, "candidate_segment_ids": c_segments,
+                 "reader_scores": scores}
+  model = fid_lib.RetrieverDistillation(retriever, options.reader_temperature, options.retriever_temperature)
+  metrics["retriever_training"] = train_model(
+      model, kd_features, options.retriever_steps, options.retriever_batch_size,
+      options.retriever_learning_rate, options.seed + iteration, options.jit_compile, log, "retriever")
+  metrics["retriever_checkpoint"] = save_retriever(retriever, os.path.join(directory, "retriever"),
+                                                   options.retriever_steps)
+
+  # 5. The refreshed index and the distilled retriever's recall.
+  metrics["recall_after"] = retriever_eval.retriever_recall(
+      retriever, config, options.retrieval_corpus_path, data.dev, ks,
+      doc_embeddings=embed_corpus(retriever, options))
+  metrics["reader_checkpoint"] = reader_path
+  metrics["seconds"] = time.time() - started
+  log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}"
+      f" ({metrics['seconds']:.0f} s)")
+  io_utils.write_json_atomic(os.path.join(directory, METRICS_NAME), metrics)
+  return metrics
+
+
+def _recall_line(recall: Dict[str, float]) -> str:
+  names = sorted((k for k in recall if k.startswith(("gold_", "answer_"))),
+                 key=lambda k: (k.split("@")[0], int(k.split("@")[1])))
+  return ", ".join(f"{k}={recall[k]:.1f}" for k in names)

@@ -1,0 +1,133 @@
+"""Tests of the FiD-KD iterative loop (realm_tf.training.fid_kd) on a slice of testdata."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import testing_utils
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.modeling import bert
+from realm_tf.modeling import checkpoints
+from realm_tf.modeling import embedder
+from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.training import fid_kd
+
+_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
+_BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
+                                       projection_size=16, query_seq_len=16, candidate_seq_len=48)
+_FID = fid_lib.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
+                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
+
+
+def _read_jsonl(name, limit):
+  with open(os.path.join(_TESTDATA, name), encoding="utf-8") as f:
+    return [json.loads(line) for line in f][:limit]
+
+
+def _testdata_slice(directory):
+  """A 20-document corpus holding the gold documents of 8 train and 4 dev questions."""
+  train, dev = _read_jsonl("qa.train.jsonl", 8), _read_jsonl("qa.dev.jsonl", 4)
+  wanted = {q["doc_id"] for q in train + dev}
+  records = _read_jsonl("corpus.jsonl", 300)
+  chosen = [r for r in records if r["id"] in wanted]
+  chosen += [r for r in records if r["id"] not in wanted][:20 - len(chosen)]
+  documents = [corpus_lib.Document(r["title"], r["body"], r["id"]) for r in chosen]
+  prefix = os.path.join(directory, "corpus", "blocks")
+  corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB_PATH), prefix, num_shards=1)
+  paths = {"corpus": prefix}
+  for name, records in (("train", train), ("dev", dev)):
+    paths[name] = os.path.join(directory, f"qa.{name}.jsonl")
+    with open(paths[name], "w", encoding="utf-8") as f:
+      f.write("".join(json.dumps(r) + "\n" for r in records))
+  return paths
+
+
+class Bm25Test(tf.test.TestCase):
+
+  def test_rare_shared_term_ranks_first(self):
+    docs = [[5, 6, 7, 10, 11, 12, 13], [5, 8], [5, 9, 9, 9], [5, 6]]
+    rows = fid_kd.bm25_top_k(docs, [[9, 5], [8], [6, 5]], k=2, ignore_ids=[7])
+    self.assertEqual(2, rows[0, 0])  # the only document with 9
+    self.assertEqual(1, rows[1, 0])  # the only document with 8
+    # 6 occurs once in docs 0 and 3; the shorter doc 3 ranks first (length normalization).
+    self.assertEqual([3, 0], rows[2].tolist())
+    # An ignored id scores nothing: only document 0 has 7, yet all tie at 0 and the order is by row.
+    self.assertEqual([0, 1], fid_kd.bm25_top_k(docs, [[7]], k=2, ignore_ids=[7])[0].tolist())
+
+
+class LoopTest(tf.test.TestCase):
+
+  def test_iterations_write_artifacts_and_resume(self):
+    directory = self.get_temp_dir()
+    paths = _testdata_slice(directory)
+    model_dir = os.path.join(directory, "run")
+    options = fid_kd.FidKdOptions(
+        config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=paths["corpus"],
+        train_path=paths["train"], dev_path=paths["dev"], initial_passages="bm25", iterations=2,
+        num_passages=3, reader_steps=4, retriever_steps=3, reader_batch_size=4, retriever_batch_size=4,
+        retriever_learning_rate=1e-3, recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8)
+    # A first run stops after iteration 0 ("crash"); the second resumes: it skips iteration 0 and starts
+    # iteration 1 from iteration 0's distilled retriever.
+    logs = []
+    first = fid_kd.run(dataclasses.replace(options, iterations=1), log=logs.append)
+    self.assertLen(first, 1)
+    self.assertEqual([], [line for line in logs if "skipped" in line])
+    logs.clear()
+    metrics = fid_kd.run(options, log=logs.append)
+    self.assertLen([line for line in logs if "skipped" in line], 1)
+    self.assertLen(metrics, 2)
+    self.assertEqual(first[0], metrics[0])
+    self.assertEqual(metrics[0]["recall_after"], metrics[1]["recall_before"])
+    self.assertEqual(["bm25", "dense"], [m["passages"] for m in metrics])
+    # BM25 finds the gold documents of these name questions in a 20-document corpus.
+    self.assertGreaterEqual(metrics[0]["reader_passages_gold_recall"], 75.0)
+    for i, m in enumerate(metrics):
+      it_dir = fid_kd.iteration_dir(model_dir, i)
+      for name in ("metrics.json", "scores.jsonl"):
+        self.assertTrue(os.path.exists(os.path.join(it_dir, name)), name)
+      self.assertIsNotNone(tf.train.latest_checkpoint(os.path.join(it_dir, "reader")))
+      self.assertBetween(m["reader_exact_match"], 0.0, 100.0)
+      self.assertIn("gold_recall@5", m["recall_after"])
+      with open(os.path.join(it_dir, "scores.jsonl"), encoding="utf-8") as f:
+        scores = [json.loads(line) for line in f]
+      self.assertLen(scores, 8)
+      self.assertLen(scores[0]["passages"], 3)
+      self.assertLen({p["row"] for p in scores[0]["passages"]}, 3)
+    # The distilled retriever reads back through the shared restore (model/retriever/ layout), and KD
+    # moved it away from the initial one.
+    restored = embedder.build_retriever(_BERT, projection_size=16)
+    checkpoints.restore_retriever(restored, metrics[1]["retriever_checkpoint"])
+    initial = embedder.build_retriever(_BERT, projection_size=16)
+    checkpoints.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
+    self.assertGreater(max(float(np.abs(a - b).max()) for a, b in
+                           zip(restored.get_weights(), initial.get_weights())), 1e-6)
+    # A finished run only reads its metrics back.
+    logs.clear()
+    self.assertEqual(metrics, fid_kd.run(options, log=logs.append))
+    self.assertLen([line for line in logs if "skipped" in line], 2)
+    with open(os.path.join(model_dir, fid_kd.SUMMARY_NAME), encoding="utf-8") as f:
+      self.assertLen(json.load(f), 2)
+
+  def test_changed_reader_config_is_refused(self):
+    directory = self.get_temp_dir()
+    paths = _testdata_slice(directory)
+    model_dir = os.path.join(directory, "run2")
+    _CONFIG.save(model_dir)
+    _FID.save(model_dir)
+    options = fid_kd.FidKdOptions(
+        config=_CONFIG, fid=fid_lib.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
+        model_dir=model_dir, retrieval_corpus_path=paths["corpus"], train_path=paths["train"],
+        dev_path=paths["dev"])
+    with self.assertRaisesRegex(ValueError, "another reader configuration"):
+      fid_kd.run(options, log=lambda _: None)
+
+
+if __name__ == "__main__":
+  tf.test.main()
