@@ -1,0 +1,50 @@
+r"""Evaluates a bin/train_orqa model dir on a QA file: exact match, regex match, F1, retriever recall@k.
+
+Restores the best checkpoint (MODEL_DIR/best_metric.json; else the latest, or --checkpoint), predicts
+every question (the reader reads the top reader_beam blocks), prints a table and writes
+OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.jsonl
+({question, prediction, score, retrieved_ids, predicted_id} per line):
+  python bin/eval_orqa.py --model_dir=/runs/orqa_nq --qa_path=NQ-open.dev.jsonl
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from realm_tf.training import distribute
+from realm_tf.training import flags_util
+from realm_tf.training import orqa_trainer
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir.", required=True)
+_QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_qa input; CuratedTREC "
+                          "answers are regular expressions).", required=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate instead of the best.")
+_OUTPUT = flags.DEFINE_string("output_dir", None, "Where metrics and predictions go (MODEL_DIR/eval).")
+_BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
+_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "Cut-offs of retriever recall@k.")
+_SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False, "Skip malformed QA records instead of failing.")
+_STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy.")
+_TPU = flags.DEFINE_string("tpu", "", "TPU name or grpc:// address for --strategy=tpu.")
+_NUM_CPU = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs for --strategy=mirrored on CPU.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  strategy = flags_util.strategy_from_flags(_STRATEGY.value, _TPU.value, _NUM_CPU.value)
+  try:
+    ks = [int(k) for k in _KS.value]
+  except ValueError:
+    raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from None
+  result = orqa_trainer.evaluate_model_dir(
+      _MODEL_DIR.value, _QA.value, output_dir=_OUTPUT.value, checkpoint=_CHECKPOINT.value,
+      batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value, strategy=strategy,
+      log=logging.info)
+  table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
+  print(f"{result['qa_path']} with {result['checkpoint']}:")
+  print(orqa_trainer.format_metrics(table))
+  print(f"metrics: {result['metrics_path']}\npredictions: {result['predictions_path']}")
+
+
+if __name__ == "__main__":
+  app.run(main)

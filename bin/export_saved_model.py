@@ -1,0 +1,45 @@
+r"""Exports a trained run as SavedModels with raw-text signatures (realm_tf.export.saved_models).
+
+From a bin/train_orqa model dir (its best checkpoint unless --checkpoint): OUTPUT_DIR/query_embedder,
+OUTPUT_DIR/document_embedder and OUTPUT_DIR/open_qa (questions in, answers, scores, retrieved blocks out;
+it carries the index and the block texts). From a REALM / ICT / converted run: the two embedders.
+  python bin/export_saved_model.py --model_dir=/runs/orqa_nq --output_dir=/export/orqa_nq --index=scann
+  python bin/answer.py "who wrote the iliad" --saved_model=/export/orqa_nq/open_qa
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from realm_tf.export import saved_models
+from realm_tf.retrieval import index as index_lib
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa (or REALM / ICT) model dir.",
+                                 required=True)
+_OUTPUT = flags.DEFINE_string("output_dir", None, "New directory for the SavedModels.", required=True)
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to export instead of the best/latest.")
+_INDEX = flags.DEFINE_enum("index", "brute_force", list(saved_models.INDEX_CHOICES),
+                           "Search inside the open-QA model: exact brute force, or ScaNN's TF ops (load "
+                           "such a model after `import scann`).")
+_TREE_MIN_DOCS = flags.DEFINE_integer("scann_tree_min_docs", 5000,
+                                      "Below this many blocks ScaNN scores by brute force.")
+_LEAVES = flags.DEFINE_integer("scann_num_leaves", None, "ScaNN tree leaves (default from the size).")
+_LEAVES_TO_SEARCH = flags.DEFINE_integer("scann_num_leaves_to_search", None, "ScaNN leaves searched.")
+_CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
+                                   "ScaNN candidates re-ranked by their exact score.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  scann_options = index_lib.ScannOptions(
+      num_leaves=_LEAVES.value, num_leaves_to_search=_LEAVES_TO_SEARCH.value,
+      num_candidates=_CANDIDATES.value, tree_min_docs=_TREE_MIN_DOCS.value)
+  paths = saved_models.export_all(_MODEL_DIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
+                                  index=_INDEX.value, scann_options=scann_options, log=logging.info)
+  for kind, path in paths.items():
+    print(f"{kind}: {path}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,228 @@
+"""Tests of the ORQA model: its loss is zero without a retrievable answer and positive with one, the
+gradient reaches the query tower (and the reader) while the document tower and the block embeddings stay
+frozen, compute_loss compiles with XLA and matches eager, a two-replica MirroredStrategy step gives the
+global-batch loss, and predictions map back to the original (accented) block text.
+
+The two-replica test needs the CPU split before TensorFlow initializes (done at import, first thing);
+under a pytest run of several files another module may have initialized TensorFlow first, and then it
+skips with the reason (Bazel runs this file alone, where the split always works).
+"""
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+import tensorflow as tf
+from realm_tf.training import distribute
+
+try:  # Before anything else touches TensorFlow: logical devices are fixed at runtime initialization.
+  distribute.configure_logical_cpus(2)
+  _SPLIT_ERROR = None
+except RuntimeError as e:
+  _SPLIT_ERROR = str(e)
+
+import dataclasses
+import os
+
+import numpy as np
+import tf_keras
+
+from realm_tf import featurization
+from realm_tf import tokenization
+from realm_tf import testing_utils
+from realm_tf.data import orqa_features
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import orqa
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.training import optimization
+from realm_tf.training import train_lib
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_VOCAB_PATH = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
+_VOCAB = 285
+_BERT = bert.tiny_config(_VOCAB, hidden_size=32, num_layers=1, intermediate_size=64,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
+                                       projection_size=16, query_seq_len=8)
+_ORQA = orqa.OrqaConfig(reader_seq_len=20, span_hidden_size=8, max_span_width=3,
+                        retriever_beam_size=12, reader_beam_size=3, max_answers=4, max_num_answers=2,
+                        max_answer_len=4)
+_CLS, _SEP = 2, 3
+_N, _C, _B = 12, 10, 4
+_ANSWER = [40, 41]  # planted in blocks 0..5
+
+
+def _corpus(seed=0):
+  rng = np.random.default_rng(seed)
+  token_ids = rng.integers(50, _VOCAB, [_N, _C]).astype(np.int32)
+  lengths = rng.integers(5, _C + 1, [_N]).astype(np.int32)
+  for row in range(_N):
+    token_ids[row, lengths[row]:] = 0
+  token_ids[:6, 1:3] = _ANSWER
+  embeddings = rng.normal(size=[_N, 16]).astype(np.float32)
+  return embeddings, token_ids, lengths
+
+
+def _model(seed=0):
+  tf_keras.utils.set_random_seed(seed)
+  model = orqa.OrqaModel(_CONFIG, _ORQA, *_corpus(), cls_id=_CLS, sep_id=_SEP)
+  model.build_variables()
+  return model
+
+
+def _features(answer=None, seed=1):
+  rng = np.random.default_rng(seed)
+  question = rng.integers(50, _VOCAB, [_B, 5]).astype(np.int32)
+  query = np.zeros([_B, 8], np.int32)
+  query[:, 0], query[:, 1:6], query[:, 6] = _CLS, question, _SEP
+  question_ids = np.zeros([_B, _ORQA.max_block_len], np.int32)
+  question_ids[:, :5] = question
+  answer_ids = np.zeros([_B, 2, 4], np.int32)
+  answer_len = np.zeros([_B, 2], np.int32)
+  answer = _ANSWER if answer is None else answer
+  answer_ids[:, 0, :len(answer)] = answer
+  answer_len[:, 0] = len(answer)
+  return {"query_token_ids": tf.constant(query), "query_mask": tf.constant((query > 0).astype(np.int32)),
+          "query_segment_ids": tf.zeros([_B, 8], tf.int32),
+          orqa_features.QUESTION_IDS: tf.constant(question_ids),
+          orqa_features.QUESTION_LEN: tf.fill([_B], 5),
+          orqa_features.ANSWER_IDS: tf.constant(answer_ids),
+          orqa_features.ANSWER_LEN: tf.constant(answer_len)}
+
+
+class OrqaLossTest(tf.test.TestCase):
+
+  def test_zero_loss_when_no_answer_is_retrievable(self):
+    model = _model()
+    output = model.compute_loss(_features(answer=[4, 4]), training=False)  # [MASK] [MASK]: nowhere
+    self.assertEqual(float(output.loss_sum), 0.0)
+    self.assertEqual(float(output.loss_weight), _B)
+    self.assertEqual(float(output.metrics["retriever_top12_match"][0]), 0.0)
+    self.assertEqual(float(output.metrics["reader_oracle"][0]), 0.0)
+
+  def test_positive_loss_and_labels_with_a_retrievable_answer(self):
+    model = _model()
+    output = model.compute_loss(_features(), training=False)
+    self.assertGreater(float(output.loss_sum), 0.0)
+    self.assertGreater(float(output.metrics["retriever_loss"][0]), 0.0)
+    # The beam is the whole corpus (12 blocks), half of which contain the answer.
+    self.assertEqual(float(output.metrics["retriever_top12_match"][0]), _B)
+    # Reader oracle == some read block is one of blocks 0..5.
+    rows = model.predict_answers(_features())["block_rows"].numpy()[:, :3]
+    self.assertEqual(float(output.metrics["reader_oracle"][0]), float((rows < 6).any(axis=1).sum()))
+
+  def test_gradient_reaches_query_tower_and_blocks_stay_frozen(self):
+    model = _model()
+    trainable = {v.ref() for v in model.trainable_variables}
+    self.assertTrue(all(v.ref() in trainable for v in model.retriever.query_embedder.weights))
+    self.assertFalse(any(v.ref() in trainable for v in model.retriever.doc_embedder.weights))
+    self.assertNotIn(model.corpus.embeddings.ref(), trainable)
+    # The frozen index is not part of the model's checkpoint.
+    self.assertFalse(any("block_embeddings" in v.name for v in model.variables))
+
+    with tf.GradientTape() as tape:
+      loss = model.compute_loss(_features(), training=True).loss_sum
+    gradients = tape.gradient(loss, model.retriever.query_embedder.trainable_variables)
+    self.assertGreater(sum(float(tf.norm(g)) for g in gradients if g is not None), 0.0)
+
+    before = {name: [w.numpy() for w in tower.weights] for name, tower in
+              (("query", model.retriever.query_embedder), ("doc", model.retriever.doc_embedder))}
+    embeddings = model.corpus.embeddings.numpy()
+    optimizer = optimization.create_optimizer(1e-2, 10, num_warmup_steps=0)
+    train_lib.TrainStep(model, optimizer, jit_compile=False)(_features())
+    changed = lambda name, tower: any(not np.allclose(a, b.numpy()) for a, b in zip(before[name],
+                                                                                   tower.weights))
+    self.assertTrue(changed("query", model.retriever.query_embedder))
+    self.assertFalse(changed("doc", model.retriever.doc_embedder))
+    self.assertAllEqual(model.corpus.embeddings.numpy(), embeddings)
+
+  def test_compute_loss_compiles_with_xla(self):
+    model = _model()
+    features = _features()
+    compiled = tf.function(lambda f: model.compute_loss(f, training=False), jit_compile=True)
+    eager, xla = model.compute_loss(features, training=False), compiled(features)
+    self.assertAllClose(eager.loss_sum, xla.loss_sum, rtol=1e-4)
+    for name, (total, _) in eager.metrics.items():
+      self.assertAllClose(total, xla.metrics[name][0], rtol=1e-4, msg=name)
+
+
+class MirroredTest(tf.test.TestCase):
+
+  def test_two_replica_step_gives_the_global_batch_loss(self):
+    if _SPLIT_ERROR:
+      self.skipTest(_SPLIT_ERROR)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+      model = _model()
+      optimizer = optimization.create_optimizer(1e-3, 10, num_warmup_steps=0)
+    features = _features()
+    expected = model.compute_loss(features, training=True)
+    dataset = tf.data.Dataset.from_tensors(features)
+    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    result = train_lib.TrainStep(model, optimizer, strategy, jit_compile=False)(batch)
+    self.assertAllClose(result["loss"], float(expected.loss_sum) / _B, rtol=1e-4)
+    self.assertAllClose(result["retriever_top12_match"], 1.0)
+    self.assertEqual(int(optimizer.iterations.numpy()), 1)
+
+
+class PredictionTest(tf.test.TestCase):
+
+  def test_answer_text_is_the_original_slice(self):
+    tokenizer = tokenization.Tokenizer(_VOCAB_PATH)
+    bodies = ["Zoë Kelarlé founded the Ünter Workshop in Café.", "Wenor was born in Griencor.",
+              "Nothing here at all.", "Savix Lunene lived in Rosysmer."]
+    ids = tokenizer.tokenize(bodies)
+    token_ids = ids.to_tensor().numpy().astype(np.int32)
+    lengths = ids.row_lengths().numpy().astype(np.int32)
+    config = dataclasses.replace(_ORQA, reader_seq_len=32, retriever_beam_size=4, reader_beam_size=2)
+    tf_keras.utils.set_random_seed(0)
+    embeddings = np.random.default_rng(0).normal(size=[4, 16]).astype(np.float32)
+    model = orqa.OrqaModel(_CONFIG, config, embeddings, token_ids, lengths, tokenizer.cls_id,
+                           tokenizer.sep_id)
+    featurizer = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=8,
+                                                         candidate_seq_len=16, max_masks=1)
+    features = orqa_features.question_features(
+        tokenizer, featurizer, ["Who founded the Ünter Workshop?", "Where?", ""], 32)
+    predictions = {k: v.numpy() for k, v in model.predict_answers(features, num_retrieved=3).items()}
+    self.assertEqual(predictions["block_rows"].shape, (3, 3))
+    answers = orqa.answer_texts(tokenizer, bodies, predictions)
+    pieces = tokenizer.tokenize_texts(bodies)
+    for i, answer in enumerate(answers):
+      row = predictions["predicted_row"][i]
+      first, last = predictions["first_piece"][i], predictions["last_piece"][i]
+      self.assertBetween(first, 0, last)
+      self.assertLess(last, lengths[row])
+      # The answer is the body's bytes from the first piece's start to the last piece's limit.
+      expected = bodies[row].encode("utf-8")[pieces[row].starts[first]:pieces[row].limits[last]]
+      self.assertEqual(answer, expected)
+    # A hand-made prediction: pieces 0..5 of block 0 are z ##o ##e kel ##ar ##le.
+    hand = {"predicted_row": np.array([0]), "first_piece": np.array([0]), "last_piece": np.array([5])}
+    self.assertEqual(orqa.answer_texts(tokenizer, bodies, hand)[0].decode("utf-8"), "Zoë Kelarlé")
+
+  def test_candidates_from_an_external_search_are_ranked_exactly(self):
+    """An approximate searcher's candidates (any order, -1 padding) give brute force's result when
+    they include the true top blocks."""
+    model = _model()
+    features = _features()
+
+    def candidates(query):
+      batch = tf.shape(query)[0]
+      return tf.concat([tf.tile(tf.range(_N - 1, -1, -1)[tf.newaxis], [batch, 1]),
+                        -tf.ones([batch, 3], tf.int32)], axis=1)
+
+    exact = model.predict_answers(features, num_retrieved=5)
+    approx = model.predict_answers(features, num_retrieved=5, candidate_fn=candidates)
+    for name in ("block_rows", "predicted_row", "first_piece", "last_piece"):
+      self.assertAllEqual(exact[name], approx[name], msg=name)
+    self.assertAllClose(exact["retriever_logits"], approx["retriever_logits"])
+
+  def test_copy_retriever_weights_names_the_mismatch(self):
+    model = _model()
+    other = embedder_lib.build_retriever(dataclasses.replace(_BERT, hidden_size=64), 16)
+    with self.assertRaisesRegex(ValueError, "shape"):
+      orqa.copy_retriever_weights(other, model.retriever)
+    same = embedder_lib.build_retriever(_BERT, 16)
+    orqa.copy_retriever_weights(same, model.retriever)
+    self.assertAllEqual(model.retriever.query_embedder.weights[0], same.doc_embedder.weights[0])
+
+
+if __name__ == "__main__":
+  tf.test.main()
