@@ -15,13 +15,11 @@ from absl import logging
 
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import distribute
-from realm_tf.training import flags_util
-from realm_tf.training import loop
 from realm_tf.training import orqa_trainer
+from realm_tf.training import trainer_flags
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Checkpoints, the frozen index, summaries.",
-                                 required=True)
+_FLAGS = trainer_flags.define_trainer_flags(batch_size=8, learning_rate=1e-5, num_train_steps=1000,
+                                            save_checkpoints_steps=500)
 _TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (any realm_tf.data.qa.load_qa input: "
                              ".jsonl, .json, .tsv or tfds:NAME/SPLIT).", required=True)
 _DEV = flags.DEFINE_string("dev_path", None, "Dev QA file for periodic evaluation and best-checkpoint "
@@ -35,9 +33,6 @@ _RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None,
 _READER = flags.DEFINE_string("reader_checkpoint", None,
                               "BERT warm start of the reader (TF1 Google BERT, Hugging Face safetensors or "
                               "Model Garden TF2).")
-_VOCAB = flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True)
-_LOWER = flags.DEFINE_bool("do_lower_case", True, "Uncased vocab.")
-_BERT = flags.DEFINE_string("bert_config", "tiny", "Preset (tiny, bert_base) or bert_config.json path.")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
 _EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
                               "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
@@ -52,36 +47,20 @@ _READER_BEAM = flags.DEFINE_integer("reader_beam_size", 5, "Blocks the reader re
 _MAX_ANSWERS = flags.DEFINE_integer("max_answers", 10, "Gold spans kept per block.")
 _MAX_NUM_ANSWERS = flags.DEFINE_integer("max_num_answers", 10, "Answers per question used in training.")
 _MAX_ANSWER_LEN = flags.DEFINE_integer("max_answer_len", 16, "Wordpieces per answer matched in training.")
-_BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch size (the original: 1).")
-_LR = flags.DEFINE_float("learning_rate", 1e-5, "Peak learning rate.")
-_BIAS_CORRECTION = flags.DEFINE_bool("adam_bias_correction", False,
-                                     "Adam bias correction (the original BERT optimizer had none).")
-_STEPS = flags.DEFINE_integer("num_train_steps", 1000, "Steps to train.")
-_SAVE = flags.DEFINE_integer("save_checkpoints_steps", 500, "Checkpoint interval.")
-_KEEP = flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept (besides the best).")
-_LOG = flags.DEFINE_integer("log_every_steps", 10, "Progress line interval.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 500, "Dev evaluation interval (and at the end).")
 _EVAL_BATCH = flags.DEFINE_integer("eval_batch_size", 32, "Dev prediction batch size.")
 _MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N dev examples only.")
 _EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Batch size of the corpus embedding.")
 _SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False, "Skip malformed QA records instead of failing.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the example order.")
-_STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy.")
-_TPU = flags.DEFINE_string("tpu", "", "TPU name or grpc:// address for --strategy=tpu.")
-_NUM_CPU = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs for --strategy=mirrored on CPU.")
-_JIT = flags.DEFINE_bool("jit_compile", True, "Compile the train step with XLA.")
-_PRECISION = flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_bfloat16"],
-                               "Keras precision policy.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  strategy = flags_util.strategy_from_flags(_STRATEGY.value, _TPU.value, _NUM_CPU.value)
-  flags_util.set_precision(_PRECISION.value)
-  bert = flags_util.bert_config(_BERT.value, _VOCAB.value)
+  strategy, bert = _FLAGS.setup()
   config = realm_config_lib.RealmConfig(
-      retriever_bert=bert, reader_bert=bert, vocab_path=_VOCAB.value, do_lower_case=_LOWER.value,
+      retriever_bert=bert, reader_bert=bert, vocab_path=_FLAGS.vocab_path.value,
+      do_lower_case=_FLAGS.do_lower_case.value,
       projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
       embedder_dropout_rate=_DROPOUT.value, share_embedders=False, query_seq_len=_Q.value,
       candidate_seq_len=_C.value)
@@ -92,15 +71,14 @@ def main(argv):
       max_answer_len=_MAX_ANSWER_LEN.value, retrieval_corpus_path=_RETRIEVAL.value)
   options = orqa_trainer.OrqaTrainerOptions(
       config=config, orqa=orqa,
-      loop=loop.LoopOptions(model_dir=_MODEL_DIR.value, num_train_steps=_STEPS.value,
-                            save_checkpoints_steps=_SAVE.value, keep_checkpoint_max=_KEEP.value,
-                            log_every_steps=_LOG.value, jit_compile=_JIT.value),
+      loop=_FLAGS.loop_options(),
       train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
-      index_dir=_INDEX_DIR.value, reader_checkpoint=_READER.value, batch_size=_BATCH.value,
-      learning_rate=_LR.value, adam_bias_correction=_BIAS_CORRECTION.value,
+      index_dir=_INDEX_DIR.value, reader_checkpoint=_READER.value, batch_size=_FLAGS.batch_size.value,
+      learning_rate=_FLAGS.learning_rate.value,
+      adam_bias_correction=_FLAGS.adam_bias_correction.value,
       eval_every_steps=_EVAL_EVERY.value, eval_batch_size=_EVAL_BATCH.value,
       max_eval_examples=_MAX_EVAL.value, embed_batch_size=_EMBED_BATCH.value,
-      skip_invalid=_SKIP_INVALID.value, seed=_SEED.value)
+      skip_invalid=_SKIP_INVALID.value, seed=_FLAGS.seed.value)
   summary = orqa_trainer.train(options, strategy, log=logging.info)
   best = summary.get("best")
   if best:
