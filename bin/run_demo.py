@@ -7,7 +7,9 @@ On testdata with a tiny BERT, in a few minutes on 2 cores:
   3. runs REALM pre-training as separate processes (realm_tf.pipeline): ICT warm start, then
      bin/refresh_doc_embeds in the background and bin/train_realm, which bootstraps the first index,
      trains and swaps in the refresher's newer indexes; then prints loss, retrieval utility, the
-     indexes trained on, and the retriever's recall@5 on the testdata questions before and after.
+     indexes trained on, and the retriever's recall@5 on the testdata questions before and after;
+  4. fine-tunes ORQA-style from the REALM retriever, evaluates the test questions (exact match,
+     recall@k), exports the SavedModels and answers one test question through the exported model.
 """
 
 import filecmp
@@ -33,6 +35,8 @@ _SKIP_ICT = flags.DEFINE_bool("skip_ict", False, "Start REALM from an untrained 
 _ICT_STEPS = flags.DEFINE_integer("ict_steps", pipeline.PipelineOptions.ict_steps, "ICT steps.")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
+_ORQA_STEPS = flags.DEFINE_integer("orqa_steps", pipeline.PipelineOptions.orqa_steps,
+                                   "ORQA fine-tuning steps (0 skips fine-tuning, evaluation and export).")
 _FEATURES_ONLY = flags.DEFINE_bool("features_only", False,
                                    "Stop after the data and featurization part (seconds, not minutes).")
 
@@ -117,7 +121,8 @@ def main(argv):
 
   print("== 4. REALM pre-training (ICT warm start, refresher beside the trainer)")
   options = pipeline.PipelineOptions(output_dir=os.path.join(out, "pipeline"),
-                                     ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value)
+                                     ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value,
+                                     orqa_steps=_ORQA_STEPS.value)
   result = pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
   realm = result["realm"]
   final = realm["final"]
@@ -134,6 +139,16 @@ def main(argv):
     print(f"  retriever recall@{k} on {int(before['num_questions'])} testdata questions (gold "
           f"document): {before[f'gold_recall@{k}']:.1f}% ({start}) -> {after[f'gold_recall@{k}']:.1f}% "
           "(after REALM)")
+  if "orqa" in result:
+    orqa = result["orqa"]
+    m = orqa["metrics"]
+    print(f"  ORQA on {m['num_examples']} test questions after {options.orqa_steps} steps: exact match "
+          f"{m['exact_match']:.1f}, F1 {m['f1']:.1f}, retriever recall@1/5/20/100 {m['recall@1']:.0f} / "
+          f"{m['recall@5']:.0f} / {m['recall@20']:.0f} / {m['recall@100']:.0f}")
+    print(f"  exported SavedModels under {orqa['export_dir']}; bin/answer.py through the open-QA model "
+          f"(gold answer {orqa['gold_answers']}):")
+    for line in orqa["answer_output"].splitlines():
+      print("    " + line)
   print(f"  total {result['seconds']:.0f} s; logs and checkpoints under {options.output_dir}")
   print("demo done.")
 

@@ -6,6 +6,9 @@
   4. bin/train_realm, which publishes the bootstrap index from its warm-start weights (--bootstrap_index)
      and trains while the refresher publishes fresher indexes beside it; it writes the done marker at
      the end, on which the refresher exits.
+  5. open-domain QA: bin/train_orqa fine-tunes the REALM retriever's query tower and a span reader on the
+     training questions, bin/eval_orqa evaluates the test split, bin/export_saved_model writes the
+     SavedModels and bin/answer answers a question through the exported open-QA model.
 bin/run_demo.py runs it on testdata with a tiny BERT; the end-to-end test runs a shorter version.
 """
 
@@ -44,6 +47,8 @@ class PipelineOptions:
   num_candidates: int = 8
   max_index_staleness_steps: int = 100
   retrieval_score_scale: float = 1.0
+  orqa_steps: int = 200
+  orqa_learning_rate: float = 3e-4
   index_implementation: str = "scann"
 
 
@@ -148,6 +153,44 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
   return summary
 
 
+def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoint: str,
+             embedder_layer_norm_epsilon: float, echo: Callable[[str], None] = print) -> Dict:
+  """Fine-tunes, evaluates on the test split, exports and answers one question; returns the metrics."""
+  model_dir = os.path.join(options.output_dir, "orqa")
+  show = lambda line: _progress_line(line) or "best dev" in line
+  run_binary("train_orqa", os.path.join(options.output_dir, "train_orqa.log"), show, echo,
+             model_dir=model_dir, train_path=os.path.join(options.testdata_dir, "qa.train.jsonl"),
+             dev_path=os.path.join(options.testdata_dir, "qa.dev.jsonl"),
+             retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
+             retriever_checkpoint=retriever_checkpoint, projection_size=options.projection_size,
+             embedder_layer_norm_epsilon=embedder_layer_norm_epsilon,
+             query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
+             reader_seq_len=options.candidate_seq_len, span_hidden_size=64, retriever_beam_size=50,
+             batch_size=options.batch_size, learning_rate=options.orqa_learning_rate,
+             num_train_steps=options.orqa_steps, eval_every_steps=max(1, options.orqa_steps // 2),
+             save_checkpoints_steps=max(1, options.orqa_steps // 2),
+             log_every_steps=max(1, options.orqa_steps // 4))
+  eval_dir = os.path.join(options.output_dir, "orqa_eval")
+  test_path = os.path.join(options.testdata_dir, "qa.test.jsonl")
+  run_binary("eval_orqa", os.path.join(options.output_dir, "eval_orqa.log"), model_dir=model_dir,
+             qa_path=test_path, output_dir=eval_dir)
+  with open(os.path.join(eval_dir, "qa.test.metrics.json")) as f:
+    metrics = json.load(f)
+  export_dir = os.path.join(options.output_dir, "export")
+  run_binary("export_saved_model", os.path.join(options.output_dir, "export_saved_model.log"),
+             model_dir=model_dir, output_dir=export_dir)
+  question = qa_lib.load_jsonl(test_path)[0]
+  answer_log = os.path.join(options.output_dir, "answer.log")
+  with open(answer_log, "w") as log_file:
+    result = subprocess.run(
+        _command("answer", saved_model=os.path.join(export_dir, "open_qa"), num_passages=2) +
+        [question.question], stdout=subprocess.PIPE, stderr=log_file, text=True, env=_env())
+  if result.returncode != 0:
+    raise RuntimeError(f"bin/answer.py failed (exit {result.returncode}); see {answer_log}")
+  return {"metrics": metrics, "export_dir": export_dir, "answer_output": result.stdout,
+          "gold_answers": question.answers}
+
+
 def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: str,
                      qa_paths: List[str]) -> Dict[str, float]:
   """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained)."""
@@ -176,5 +219,9 @@ def run(options: PipelineOptions, skip_ict: bool = False,
   model_dir = result["realm"]["model_dir"]
   result["recall_before"] = retriever_recall(model_dir, init, paths["retrieval"], qa_paths)
   result["recall_after"] = retriever_recall(model_dir, model_dir, paths["retrieval"], qa_paths)
+  if options.orqa_steps > 0:
+    echo(f"ORQA fine-tuning: {options.orqa_steps} steps from the REALM retriever, then evaluation, "
+         "export and one answer through the SavedModel")
+    result["orqa"] = run_orqa(options, paths, model_dir, 1e-3 if init else 1e-12, echo)
   result["seconds"] = time.time() - started
   return result
