@@ -42,6 +42,9 @@ _CONFIG_PATH = flags.DEFINE_string("config_path", None,
                                    "(default: the one in --model_dir).")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", 1, "Hosts sharing the corpus embedding.")
 _WORKER_INDEX = flags.DEFINE_integer("worker_index", 0, "This host's index in [0, num_workers).")
+_MERGE_TIMEOUT = flags.DEFINE_float("merge_timeout_seconds", 1800.0,
+                                    "Worker 0 gives up a step whose other workers' rows do not arrive "
+                                    "within this time (they may have moved on to a newer checkpoint).")
 _STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES,
                               "Distribution strategy of the embedding.")
 _TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
@@ -64,7 +67,8 @@ def main(argv):
       model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
       keep=_KEEP.value, batch_size=_BATCH_SIZE.value, max_refreshes=_MAX_REFRESHES.value,
       poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
-      num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value)
+      num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value,
+      merge_timeout_seconds=_MERGE_TIMEOUT.value)
   if _ONCE.value:
     config_path = _CONFIG_PATH.value or os.path.join(_MODEL_DIR.value, realm_config_lib.CONFIG_NAME)
     config = realm_config_lib.RealmConfig.load(config_path)
