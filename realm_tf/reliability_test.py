@@ -634,6 +634,7 @@ _ALLOWED_WRITES = {
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
     ("realm_tf/pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
     ("realm_tf/pipeline.py", "run_realm"): "a subprocess log, appended as it runs",
+    ("realm_tf/pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve",
                    "marshal"}
