@@ -78,10 +78,13 @@ class MaskedQuery(NamedTuple):
 
 
 def _as_ragged(ids) -> tf.RaggedTensor:
+  """Batches of wordpiece ids as int64 RaggedTensor: from a RaggedTensor, nested lists, or a dense
+  [batch, length] tensor (every row full length)."""
   if isinstance(ids, tf.RaggedTensor):
     return tf.cast(ids, tf.int64)
-  return tf.ragged.constant(ids, dtype=tf.int64) if isinstance(ids, (list, tuple)) else \
-      tf.RaggedTensor.from_tensor(tf.cast(ids, tf.int64))
+  if isinstance(ids, (list, tuple)):
+    return tf.ragged.constant(ids, dtype=tf.int64)
+  return tf.RaggedTensor.from_tensor(tf.cast(ids, tf.int64))
 
 
 class Featurizer:

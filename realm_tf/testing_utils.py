@@ -5,9 +5,10 @@ bin/test passes their location to Bazel tests as REALM_TF_SHARED_DATA. Tests tha
 shared_data_dir() and skip when it returns None.
 """
 
+import json
 import os
 import string
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 SHARED_DATA_ENV = "REALM_TF_SHARED_DATA"
 
@@ -54,3 +55,33 @@ def write_vocab(directory: str, tokens: Optional[Sequence[str]] = None,
   with open(path, "w", encoding="utf-8") as f:
     f.write("".join(token + "\n" for token in (tiny_vocab_tokens() if tokens is None else tokens)))
   return path
+
+
+def testdata_qa_slice(directory: str, num_train: int, num_dev: int, num_docs: int,
+                      num_shards: int = 1) -> Dict[str, str]:
+  """A small retrieval corpus from testdata holding the gold documents of the first num_train train and
+  num_dev dev questions (filled up to num_docs with other documents), written under directory with
+  those questions; returns the paths {"corpus": prefix, "train": jsonl, "dev": jsonl}."""
+  from realm_tf import tokenization  # pylint: disable=g-import-not-at-top (TensorFlow-heavy)
+  from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top
+  testdata = os.path.join(repo_root(), "testdata")
+
+  def read(name: str, limit: int) -> List[dict]:
+    with open(os.path.join(testdata, name), encoding="utf-8") as f:
+      return [json.loads(line) for line in f][:limit]
+
+  train, dev = read("qa.train.jsonl", num_train), read("qa.dev.jsonl", num_dev)
+  wanted = {q["doc_id"] for q in train + dev}
+  records = read("corpus.jsonl", 300)
+  chosen = [r for r in records if r["id"] in wanted]
+  chosen += [r for r in records if r["id"] not in wanted][:num_docs - len(chosen)]
+  documents = [corpus.Document(r["title"], r["body"], r["id"]) for r in chosen]
+  prefix = os.path.join(directory, "corpus", "blocks")
+  corpus.write_corpus(lambda: documents, tokenization.Tokenizer(os.path.join(testdata, "vocab.txt")),
+                      prefix, num_shards=num_shards)
+  paths = {"corpus": prefix}
+  for name, questions in (("train", train), ("dev", dev)):
+    paths[name] = os.path.join(directory, f"qa.{name}.jsonl")
+    with open(paths[name], "w", encoding="utf-8") as f:
+      f.write("".join(json.dumps(q) + "\n" for q in questions))
+  return paths

@@ -8,8 +8,6 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import testing_utils
-from realm_tf import tokenization
-from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder
@@ -24,29 +22,6 @@ _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, 
                                        projection_size=16, query_seq_len=16, candidate_seq_len=48)
 _FID = fid_lib.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
                          num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
-
-
-def _read_jsonl(name, limit):
-  with open(os.path.join(_TESTDATA, name), encoding="utf-8") as f:
-    return [json.loads(line) for line in f][:limit]
-
-
-def _testdata_slice(directory):
-  """A 20-document corpus holding the gold documents of 8 train and 4 dev questions."""
-  train, dev = _read_jsonl("qa.train.jsonl", 8), _read_jsonl("qa.dev.jsonl", 4)
-  wanted = {q["doc_id"] for q in train + dev}
-  records = _read_jsonl("corpus.jsonl", 300)
-  chosen = [r for r in records if r["id"] in wanted]
-  chosen += [r for r in records if r["id"] not in wanted][:20 - len(chosen)]
-  documents = [corpus_lib.Document(r["title"], r["body"], r["id"]) for r in chosen]
-  prefix = os.path.join(directory, "corpus", "blocks")
-  corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB_PATH), prefix, num_shards=1)
-  paths = {"corpus": prefix}
-  for name, records in (("train", train), ("dev", dev)):
-    paths[name] = os.path.join(directory, f"qa.{name}.jsonl")
-    with open(paths[name], "w", encoding="utf-8") as f:
-      f.write("".join(json.dumps(r) + "\n" for r in records))
-  return paths
 
 
 class Bm25Test(tf.test.TestCase):
@@ -66,7 +41,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_iterations_write_artifacts_and_resume(self):
     directory = self.get_temp_dir()
-    paths = _testdata_slice(directory)
+    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
     model_dir = os.path.join(directory, "run")
     options = fid_kd.FidKdOptions(
         config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=paths["corpus"],
@@ -117,7 +92,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_changed_reader_config_is_refused(self):
     directory = self.get_temp_dir()
-    paths = _testdata_slice(directory)
+    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
     model_dir = os.path.join(directory, "run2")
     _CONFIG.save(model_dir)
     _FID.save(model_dir)

@@ -11,8 +11,6 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import testing_utils
-from realm_tf import tokenization
-from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
@@ -27,29 +25,6 @@ _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
                                        projection_size=16, query_seq_len=24, candidate_seq_len=64)
-
-
-def _read_jsonl(name, limit):
-  with open(os.path.join(_TESTDATA, name), encoding="utf-8") as f:
-    return [json.loads(line) for line in f][:limit]
-
-
-def _testdata_slice(directory):
-  """A 24-document corpus holding the gold documents of 12 train and 8 dev questions."""
-  train, dev = _read_jsonl("qa.train.jsonl", 12), _read_jsonl("qa.dev.jsonl", 8)
-  wanted = {q["doc_id"] for q in train + dev}
-  records = _read_jsonl("corpus.jsonl", 300)
-  chosen = [r for r in records if r["id"] in wanted]
-  chosen += [r for r in records if r["id"] not in wanted][:24 - len(chosen)]
-  documents = [corpus_lib.Document(r["title"], r["body"], r["id"]) for r in chosen]
-  prefix = os.path.join(directory, "corpus", "blocks")
-  corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB_PATH), prefix, num_shards=2)
-  paths = {"corpus": prefix}
-  for name, records in (("train", train), ("dev", dev)):
-    paths[name] = os.path.join(directory, f"qa.{name}.jsonl")
-    with open(paths[name], "w", encoding="utf-8") as f:
-      f.write("".join(json.dumps(r) + "\n" for r in records))
-  return paths
 
 
 def _options(model_dir, paths, steps, **overrides):
@@ -71,7 +46,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
   def test_short_run_best_checkpoint_and_evaluation(self):
     tf_keras.utils.set_random_seed(0)
     tmp = self.create_tempdir().full_path
-    paths = _testdata_slice(tmp)
+    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     model_dir = os.path.join(tmp, "orqa")
     logs = []
     summary = orqa_trainer.train(_options(model_dir, paths, steps=4), tf.distribute.get_strategy(),
@@ -176,7 +151,7 @@ class FrozenIndexTest(tf.test.TestCase):
 
   def test_index_of_another_corpus_is_refused(self):
     tmp = self.create_tempdir().full_path
-    paths = _testdata_slice(tmp)
+    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     index_dir = os.path.join(tmp, "other_index")
     index_lib.build_index(np.ones([5, 16], np.float32), implementation="brute_force").save(index_dir)
     options = _options(os.path.join(tmp, "orqa"), paths, steps=1, index_dir=index_dir)
