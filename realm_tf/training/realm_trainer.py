@@ -126,18 +126,22 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
 
   started = time.time()
   first_loss = []
+  first_step = []  # the first step this process trained (later than 1 after a resume)
 
   def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
     state.trainer_step = step
     if not first_loss:
       first_loss.append(metrics["loss"])
+      first_step.append(step)
     index = state.index
     published = index.record.get("published_unix_time", time.time()) if index else time.time()
     return {
         "index_step": float(index.step) if index else -1.0,
         "index_staleness_steps": float(step - index.step) if index else -1.0,
         "index_staleness_minutes": (time.time() - published) / 60.0,
-        "examples_per_second": step * options.batch_size / max(time.time() - started, 1e-9),
+        # Examples this process trained on, not those of the run before a resume.
+        "examples_per_second": ((step - first_step[0] + 1) * options.batch_size /
+                                max(time.time() - started, 1e-9)),
     }
 
   final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
