@@ -1,0 +1,88 @@
+"""SQuAD-open: the SQuAD v1.1 dev questions answered against a paragraph corpus, no gold paragraph given.
+
+The corpus is every paragraph of train and dev (20,963), numbered as ../shared/data/squad/
+squad-v1.1-paragraphs.tsv numbers them: train 1..18,896 in file order, then dev. The questions are the
+10,570 dev questions, each with its gold paragraph's doc_id. The dev articles do not occur in train, so
+a dev question's answer-bearing paragraphs are (nearly always) dev paragraphs; the dev-only corpus
+(2,067 paragraphs) is the easier setting some papers report beside the full one.
+
+Recall is reported two ways (rankings_recall): "answer string in top-k" (has_answer, lower-cased and
+whitespace-normalised: DPR-style, which finds "paris" in "Paris") and "gold paragraph in top-k". The
+answer is looked for in the paragraph body only: the title is not part of SQuAD's context.
+"""
+
+import dataclasses
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from realm_tf import evaluation
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import qa
+
+TRAIN_FILE = "train-v1.1.rebuilt.json"
+DEV_FILE = "dev-v1.1.rebuilt.json"
+DEFAULT_KS = (1, 5, 20, 100)
+
+
+@dataclasses.dataclass
+class SquadOpen:
+  """A corpus and the dev questions (metadata["doc_id"] names each question's gold paragraph).
+
+  documents: the corpus, in doc_id order; num_train_paragraphs: how many of them (the first) are train
+  paragraphs (0 in the dev-only corpus).
+  """
+  documents: List[corpus_lib.Document]
+  questions: List[qa.QAExample]
+  num_train_paragraphs: int
+
+  def dev_corpus(self) -> "SquadOpen":
+    """The same questions against the dev paragraphs alone (rows shift down by num_train_paragraphs)."""
+    return SquadOpen(self.documents[self.num_train_paragraphs:], self.questions, 0)
+
+  def gold_rows(self) -> np.ndarray:
+    """int64 [num_questions]: the row of each question's gold paragraph in documents (-1 if absent)."""
+    row_of = {d.doc_id: i for i, d in enumerate(self.documents)}
+    return np.array([row_of.get(q.metadata["doc_id"], -1) for q in self.questions], np.int64)
+
+
+def load_squad_open(train_path: str, dev_path: str) -> SquadOpen:
+  """The SQuAD-open corpus (train then dev paragraphs) and the dev questions; see dev_corpus()."""
+  train = qa.load_squad_paragraphs(train_path, first_paragraph_id=1)
+  first_dev_id = 1 + len(train)
+  dev = qa.load_squad_paragraphs(dev_path, first_paragraph_id=first_dev_id)
+  questions = qa.load_squad(dev_path, first_paragraph_id=first_dev_id)
+  shared = sorted({d.title for d in dev} & {d.title for d in train})
+  if shared:
+    # The held-out-articles setting (and the published numbers) assume disjoint articles.
+    raise qa.InputError(f"{dev_path}: {len(shared)} articles also occur in {train_path} (e.g. "
+                        f"{shared[0]!r}); SQuAD-open expects the dev articles held out of train")
+  return SquadOpen(documents=train + dev, questions=questions, num_train_paragraphs=len(train))
+
+
+def rankings_recall(rows: np.ndarray, data: SquadOpen, ks: Sequence[int] = DEFAULT_KS
+                    ) -> Dict[str, float]:
+  """Recall percentages of ranked corpus rows, one row of rows per question (best first).
+
+  Returns {"answer_recall@k", "gold_recall@k"} for each k in ks, and "num_questions". Raises if rows
+  has fewer columns than the largest k (a truncated ranking would understate recall silently).
+  """
+  rows = np.asarray(rows)
+  if rows.ndim != 2 or rows.shape[0] != len(data.questions):
+    raise ValueError(f"rankings_recall: rows must be [num_questions={len(data.questions)}, k], got "
+                     f"shape {rows.shape}")
+  if rows.shape[1] < min(max(ks), len(data.documents)):
+    raise ValueError(f"rankings_recall: rankings of {rows.shape[1]} rows cannot give recall@{max(ks)}; "
+                     "retrieve at least max(ks) documents per question")
+  gold = data.gold_rows()
+  # Each document's body is normalised once per lookup inside has_answer; bodies repeat across
+  # questions, but 10k questions x 100 rows is ~1M substring tests, a few seconds.
+  answer_hits = [[evaluation.has_answer(data.documents[d].body, q.answers, mode="normalized")
+                  for d in ranked] for ranked, q in zip(rows, data.questions)]
+  gold_hits = (rows == gold[:, None]).tolist()
+  results = {"num_questions": len(data.questions)}
+  for name, value in evaluation.recall_at_k(answer_hits, ks).items():
+    results["answer_" + name] = value
+  for name, value in evaluation.recall_at_k(gold_hits, ks).items():
+    results["gold_" + name] = value
+  return results
