@@ -7,15 +7,16 @@ what a CPU run can afford and whether --jit_compile should stay on.
 
   python bench/train_step_bench.py                     # tiny and BERT-base (~10 min on 2 idle cores)
   python bench/train_step_bench.py --configs=tiny      # a quick run
+  python bench/train_step_bench.py --configs=minilm    # all-MiniLM-L6-v2's shape (6 layers, hidden 384)
 
 For each BERT config: the parameter counts of RetrieverEmbedder, Retriever (shared towers, the default,
 and separate ones), KnowledgeAugmentedEncoder, RealmPretrainer, IctModel and SpanReader; then for each
-task the step time with jit_compile=True and False, on the default strategy with the project's AdamW
-(realm_tf.training.optimization): the first step (which compiles), then the median over --steps steps
-after --warmup_steps. The XLA and plain steps are timed alternately, so a change of load on a shared
-machine hits both alike, and process CPU time is reported next to wall time (other processes competing
-for the cores inflate the wall time much more than the CPU time). Shapes (B examples, N candidates
-including the null document, Q query / C candidate length, M masks):
+task the step time (and examples/s) with jit_compile=True and False, on the default strategy with the
+project's AdamW (realm_tf.training.optimization): the first step (which compiles), then the median over
+--steps steps after --warmup_steps. The XLA and plain steps are timed alternately, so a change of load on
+a shared machine hits both alike, and process CPU time is reported next to wall time (other processes
+competing for the cores inflate the wall time much more than the CPU time). Shapes (B examples, N
+candidates including the null document, Q query / C candidate length, M masks):
   REALM  retriever over [B, Q] and [B, N, C]; reader over [B, N, Q + C - 1] ([CLS] query [SEP] body
          [SEP]) with M masks.
   ICT    B queries of length Q against B blocks of length C (in-batch softmax).
@@ -25,9 +26,7 @@ Prints a table and writes JSON (with a machine description) to --output.
 """
 
 import gc
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import embedder as embedder_lib  # pylint: disable=g-import-not-at-top
 from realm_tf.modeling import ict  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -52,7 +53,7 @@ from realm_tf.modeling import realm  # pylint: disable=g-import-not-at-top,wrong
 from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
 from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_CONFIGS = flags.DEFINE_list("configs", ["tiny", "bert_base"], "BERT configs: tiny, bert_base.")
+_CONFIGS = flags.DEFINE_list("configs", ["tiny", "bert_base"], "BERT configs: tiny, minilm, bert_base.")
 _TASKS = flags.DEFINE_list("tasks", ["realm", "ict", "orqa"], "Training steps to time.")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per measurement (the median is reported).")
 _WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 1, "Untimed steps first (the first compiles).")
@@ -70,6 +71,7 @@ _MAX_SPAN_WIDTH = 10
 # Shapes per config: small but realistic for tiny, and BERT-base cut down to fit a CPU time budget.
 _SHAPES = {
     "tiny": dict(B=8, N=8, Q=32, C=64, M=4),
+    "minilm": dict(B=4, N=8, Q=32, C=128, M=4),
     "bert_base": dict(B=2, N=4, Q=32, C=128, M=4),
 }
 
@@ -86,9 +88,11 @@ def _tiny_vocab_size() -> int:
 def _config(name: str) -> bert.BertConfig:
   if name == "tiny":
     return bert.tiny_config(_tiny_vocab_size())
+  if name == "minilm":
+    return bert.minilm_l6_config()
   if name == "bert_base":
     return bert.bert_base_config()
-  raise ValueError(f"unknown config {name!r}; use tiny or bert_base")
+  raise ValueError(f"unknown config {name!r}; use tiny, minilm or bert_base")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,23 +277,10 @@ def _time_task(task: str, config: bert.BertConfig, shapes):
   return timings
 
 
-def _machine():
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-  except OSError:
-    model = ""
-  return {"platform": platform.platform(), "processor": model or platform.processor(),
-          "cpu_count": os.cpu_count(),
-          "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-          "python": platform.python_version(), "tensorflow": tf.__version__,
-          "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-          "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
-
-
 def main(argv):
   del argv
-  results = {"machine": _machine(), "steps": _STEPS.value, "warmup_steps": _WARMUP_STEPS.value,
+  results = {"machine": throughput_lib.machine(), "steps": _STEPS.value,
+             "warmup_steps": _WARMUP_STEPS.value,
              "configs": {}}
   for name in _CONFIGS.value:
     config = _config(name)
@@ -302,13 +293,14 @@ def main(argv):
     timings = {}
     for task in _TASKS.value:
       for variant, timing in _time_task(task, config, shapes).items():
+        timing["examples_per_second"] = shapes["B"] / timing["median_step_s"]
         timings[f"{task}/{variant}"] = timing
         print(f"  {task:<5} {variant:<7} first step {timing['first_step_s']:7.2f} s  median step "
-              f"{timing['median_step_s']:7.3f} s wall, {timing['median_step_cpu_s']:7.3f} s CPU",
-              flush=True)
+              f"{timing['median_step_s']:7.3f} s wall, {timing['median_step_cpu_s']:7.3f} s CPU, "
+              f"{timing['examples_per_second']:7.2f} examples/s", flush=True)
     results["configs"][name] = {"bert": config.to_dict(), "shapes": shapes, "parameters": counts,
                                 "timings": timings}
-  results["machine"]["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+  results["machine"]["load_average_at_end"] = throughput_lib.load_average()
 
   print("\nParameters")
   names = list(next(iter(results["configs"].values()))["parameters"])
@@ -319,17 +311,17 @@ def main(argv):
   print("\nStep time: median of %d alternating steps after %d warm-up (the first step compiles); wall "
         "seconds, process CPU seconds in brackets" % (_STEPS.value, _WARMUP_STEPS.value))
   print(f"  {'config':<10}{'task':<6}{'XLA step':>18}{'no-XLA step':>18}{'speedup':>9}"
-        f"{'XLA 1st':>9}{'no-XLA 1st':>12}")
+        f"{'XLA ex/s':>10}{'no-XLA ex/s':>13}{'XLA 1st':>9}{'no-XLA 1st':>12}")
   for config_name, r in results["configs"].items():
     for task in _TASKS.value:
       xla, plain = r["timings"][f"{task}/xla"], r["timings"][f"{task}/no_xla"]
       cells = [f"{t['median_step_s']:.3f}s ({t['median_step_cpu_s']:.2f})" for t in (xla, plain)]
       print(f"  {config_name:<10}{task:<6}{cells[0]:>18}{cells[1]:>18}"
-            f"{plain['median_step_s'] / xla['median_step_s']:>8.2f}x{xla['first_step_s']:>8.1f}s"
+            f"{plain['median_step_s'] / xla['median_step_s']:>8.2f}x{xla['examples_per_second']:>10.2f}"
+            f"{plain['examples_per_second']:>13.2f}{xla['first_step_s']:>8.1f}s"
             f"{plain['first_step_s']:>11.1f}s")
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  with open(_OUTPUT.value, "w") as f:
-    json.dump(results, f, indent=2)
+  io_utils.write_json_atomic(_OUTPUT.value, results)
   print(f"\nWrote {_OUTPUT.value}")
 
 
