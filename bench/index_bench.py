@@ -7,6 +7,8 @@ disk and in memory decide which index (and which ScaNN parameters) pre-training 
   python bench/index_bench.py                          # 100k and 1M x 128, synthetic data
   python bench/index_bench.py --sizes=20000            # a quick run
   python bench/index_bench.py --embeddings_npy=E.npy   # real document embeddings as well
+  python bench/index_bench.py --datasets= --embeddings_npy=E.npy --queries_npy=Q.npy \
+      --replicate_to=100000,1000000                    # real embeddings, also replicated with noise
 
 For each data set and size: build time, median search time of a batch of --num_queries queries top-k
 over --runs runs (after one warm-up), recall@k of ScaNN against exact search, bytes per document of the
@@ -19,7 +21,12 @@ machine (timings on a shared machine mean little without it). Synthetic data set
                     which AH quantization blurs (a hard case).
   gaussian          isotropic N(0, I): no structure at all, the worst case for any tree or quantizer.
 Real embeddings (--embeddings_npy, float32 [N, D]): --num_queries random rows are held out as queries
-(with --queries_npy, those are used instead) and the rest are indexed.
+(with --queries_npy, --num_queries random rows of that file are used instead) and the rest are indexed.
+--replicate_to grows them to larger N for the index's sake (a real corpus of that size is not at hand):
+the documents are repeated, and every copy but the first gets isotropic Gaussian noise whose expected
+norm is --replicate_noise times the median distance from a real document to its nearest other real
+document (then rescaled to the original's norm), so a copy is a new point in its original's
+neighbourhood, usually nearer to it than any other real document, not an exact duplicate.
 Prints a table and writes JSON (with a machine description) to --output.
 """
 
@@ -46,6 +53,12 @@ _EMBEDDINGS_NPY = flags.DEFINE_string("embeddings_npy", None,
                                       "Optional float32 [N, D] .npy of real document embeddings.")
 _QUERIES_NPY = flags.DEFINE_string("queries_npy", None,
                                    "Optional float32 [B, D] .npy of real query embeddings.")
+_REPLICATE_TO = flags.DEFINE_list(
+    "replicate_to", [], "With --embeddings_npy: also bench the real documents replicated with noise to "
+    "these numbers of documents.")
+_REPLICATE_NOISE = flags.DEFINE_float(
+    "replicate_noise", 0.5, "Expected noise norm of a replicated copy, as a fraction of the median "
+    "nearest-neighbour distance among the real documents.")
 _NUM_QUERIES = flags.DEFINE_integer("num_queries", 64, "Queries per search batch.")
 _K = flags.DEFINE_integer("k", 10, "Results per query.")
 _RUNS = flags.DEFINE_integer("runs", 5, "Timed runs per measurement (the median is reported).")
@@ -133,10 +146,43 @@ def _real(num_queries: int, seed: int):
     queries = np.load(_QUERIES_NPY.value, allow_pickle=False)
     if queries.ndim != 2 or queries.shape[1] != docs.shape[1]:
       raise app.UsageError(f"{_QUERIES_NPY.value}: expected [B, {docs.shape[1]}], got {queries.shape}")
-    return docs, np.asarray(queries[:num_queries], np.float32)
+    # A random sample: the file's first rows are often one topic (SQuAD dev questions come by article).
+    rows = np.random.default_rng(seed).choice(queries.shape[0], min(num_queries, queries.shape[0]),
+                                              replace=False)
+    return docs, np.asarray(queries[np.sort(rows)], np.float32)
   held_out = np.zeros(docs.shape[0], bool)
   held_out[np.random.default_rng(seed).choice(docs.shape[0], num_queries, replace=False)] = True
   return np.ascontiguousarray(docs[~held_out]), docs[held_out]
+
+
+def _median_nn_distance(docs: np.ndarray, seed: int, sample: int = 2000) -> float:
+  """Median Euclidean distance from a sample of documents to their nearest other document."""
+  rng = np.random.default_rng(seed)
+  rows = rng.choice(docs.shape[0], min(sample, docs.shape[0]), replace=False)
+  norms = np.sum(docs.astype(np.float64) ** 2, axis=1)
+  distances = norms[rows, None] + norms[None, :] - 2.0 * (docs[rows].astype(np.float64) @ docs.T)
+  distances[np.arange(rows.size), rows] = np.inf  # not itself
+  return float(np.median(np.sqrt(np.maximum(distances.min(axis=1), 0.0))))
+
+
+def _replicated(docs: np.ndarray, size: int, noise_fraction: float, seed: int):
+  """(documents [size, D] float32, noise sigma per dimension): docs repeated, copies perturbed."""
+  if size < docs.shape[0]:
+    raise app.UsageError(f"--replicate_to={size} is below the {docs.shape[0]} real documents")
+  rng = np.random.default_rng(seed)
+  sigma = noise_fraction * _median_nn_distance(docs, seed) / np.sqrt(docs.shape[1])
+  out = np.empty([size, docs.shape[1]], np.float32)
+  out[:docs.shape[0]] = docs
+  norms = np.linalg.norm(docs, axis=1, keepdims=True)
+  for start in range(docs.shape[0], size, docs.shape[0]):
+    end = min(size, start + docs.shape[0])
+    copy = docs[:end - start] + sigma * rng.standard_normal(size=(end - start, docs.shape[1]),
+                                                            dtype=np.float32)
+    # Back to the original's norm: MIPS over unit vectors stays cosine search, and no copy wins a
+    # query only because the noise made it longer.
+    copy *= norms[:end - start] / np.maximum(np.linalg.norm(copy, axis=1, keepdims=True), 1e-12)
+    out[start:end] = copy
+  return out, float(sigma)
 
 
 def _median_search_s(index, queries, k, runs, **search_options):
@@ -272,6 +318,14 @@ def main(argv):
       docs, queries = _real(num_queries, _SEED.value)
       name = "file:" + os.path.basename(_EMBEDDINGS_NPY.value)
       results += _bench_one(name, docs, queries, k, runs, scann_options, workdir)
+      for size in (int(s) for s in _REPLICATE_TO.value):
+        replicated, sigma = _replicated(docs, size, _REPLICATE_NOISE.value, _SEED.value)
+        rows = _bench_one(f"{name} replicated", replicated, queries, k, runs, scann_options, workdir)
+        for row in rows:
+          row.update(replicated_from=int(docs.shape[0]), noise_sigma_per_dim=sigma,
+                     replicate_noise=_REPLICATE_NOISE.value)
+        results += rows
+        del replicated
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
@@ -280,6 +334,8 @@ def main(argv):
       "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
       "machine": machine,
       "settings": {"sizes": sizes, "datasets": _DATASETS.value, "embeddings_npy": _EMBEDDINGS_NPY.value,
+                   "queries_npy": _QUERIES_NPY.value, "replicate_to": _REPLICATE_TO.value,
+                   "replicate_noise": _REPLICATE_NOISE.value,
                    "num_queries": num_queries, "k": k, "runs": runs, "scann_options": scann_options},
       "results": results,
   })
