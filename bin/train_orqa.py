@@ -63,7 +63,7 @@ def main(argv):
       do_lower_case=_FLAGS.do_lower_case.value,
       projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
       embedder_dropout_rate=_DROPOUT.value, share_embedders=False, query_seq_len=_Q.value,
-      candidate_seq_len=_C.value)
+      candidate_seq_len=_C.value, embedder_pooling=_FLAGS.embedder_pooling.value)
   orqa = orqa_lib.OrqaConfig(
       reader_seq_len=_L.value, span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_SPAN_WIDTH.value,
       retriever_beam_size=_RETRIEVER_BEAM.value, reader_beam_size=_READER_BEAM.value,

@@ -56,7 +56,8 @@ def main(argv):
       do_lower_case=_FLAGS.do_lower_case.value, projection_size=_PROJECTION.value,
       embedder_layer_norm_epsilon=_EPSILON.value, share_embedders=_SHARE.value,
       query_seq_len=_Q.value, candidate_seq_len=_C.value, max_masks=_M.value,
-      num_candidates=_N.value, retrieval_score_scale=_SCORE_SCALE.value)
+      num_candidates=_N.value, retrieval_score_scale=_SCORE_SCALE.value,
+      embedder_pooling=_FLAGS.embedder_pooling.value)
   options = realm_trainer.RealmTrainerOptions(
       config=config, loop=_FLAGS.loop_options(),
       pretraining_corpus_path=_PRETRAINING.value, retrieval_corpus_path=_RETRIEVAL.value,

@@ -6,6 +6,13 @@ The pooled output is BERT's tanh pooler over [CLS], not the raw [CLS] vector. Tw
 only in numerics: the REALM-released embedder uses a BERT-style LayerNorm (epsilon 1e-12), the ICT module
 Keras LayerNormalization (epsilon 1e-3) with dropout 0.1 in training; both are constructor arguments.
 
+Pooling (`pooling`): "pooler" is the above, REALM's and ORQA's. "mean" averages BERT's last hidden
+states over the non-padding tokens instead, as sentence-transformers embedders (all-MiniLM-L6-v2) do.
+Mean pooling passes every token's representation straight into the embedding, so a small BERT learns to
+match the names and rare words of a query with a document's far sooner than through [CLS] (on testdata a
+2-layer BERT's ICT in-batch accuracy is about 0.4 with the pooler and 0.9 with mean pooling after the
+same steps).
+
 The query and document towers share one embedder by default (the original's share_embedders=True). With
 share_embedders=False they are two embedders with their own weights; the original's separate-tower path
 was broken (both towers ended up with one set of weights), so ours has a test of its own.
@@ -17,6 +24,24 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf.modeling import bert
+
+POOLER = "pooler"
+MEAN = "mean"
+POOLINGS = (POOLER, MEAN)
+
+
+def check_pooling(pooling: str) -> str:
+  if pooling not in POOLINGS:
+    raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+  return pooling
+
+
+def mean_pool(sequence_output: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+  """Mean of sequence_output [b, L, H] over the positions where mask [b, L] is 1 -> [b, H]."""
+  weights = tf.cast(mask, sequence_output.dtype)[..., tf.newaxis]
+  # An all-padding row (never produced by the featurizer) gives zeros instead of NaN.
+  count = tf.maximum(tf.reduce_sum(weights, axis=1), tf.ones([], sequence_output.dtype))
+  return tf.reduce_sum(sequence_output * weights, axis=1) / count
 
 
 def flatten_bert_inputs(inputs):
@@ -35,6 +60,7 @@ class RetrieverEmbedder(tf_keras.Model):
     projection_size: D, the index dimension (128 in REALM and ORQA).
     layer_norm_epsilon: 1e-12 for the REALM-released embedder, 1e-3 for the ICT module.
     dropout_rate: dropout after the LayerNorm in training (ICT: 0.1; REALM embedder: 0).
+    pooling: "pooler" (BERT's tanh pooler over [CLS], the original) or "mean" (see the module doc).
 
   Call:
     inputs: (token_ids, mask, segment_ids), int32 [..., seq_len].
@@ -43,9 +69,10 @@ class RetrieverEmbedder(tf_keras.Model):
 
   def __init__(self, config: bert.BertConfig, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0, name: str = "embedder",
-               **kwargs):
+               pooling: str = POOLER, **kwargs):
     super().__init__(name=name, **kwargs)
     self.config = config
+    self.pooling = check_pooling(pooling)
     self.projection_size = projection_size
     self.encoder = bert.build_encoder(config, name="bert")
     self.projection = tf_keras.layers.Dense(
@@ -60,7 +87,12 @@ class RetrieverEmbedder(tf_keras.Model):
 
   def call(self, inputs, training=None):
     token_ids = inputs[0]
-    pooled = self.encoder(flatten_bert_inputs(inputs), training=training)["pooled_output"]
+    bert_inputs = flatten_bert_inputs(inputs)
+    outputs = self.encoder(bert_inputs, training=training)
+    if self.pooling == MEAN:
+      pooled = mean_pool(outputs["sequence_output"], bert_inputs["input_mask"])
+    else:
+      pooled = outputs["pooled_output"]
     embedding = self.dropout(self.layer_norm(self.projection(pooled)), training=training)
     return tf.reshape(embedding, tf.concat([tf.shape(token_ids)[:-1], [self.projection_size]], 0))
 
@@ -69,19 +101,21 @@ class Retriever(tf_keras.Model):
   """Query and document towers; scores are raw inner products (no temperature), as in REALM.
 
   Args:
-    config, projection_size, layer_norm_epsilon, dropout_rate: see RetrieverEmbedder.
+    config, projection_size, layer_norm_epsilon, dropout_rate, pooling: see RetrieverEmbedder.
     share_embedders: one embedder for both towers (default) or two.
   """
 
   def __init__(self, config: bert.BertConfig, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-               share_embedders: bool = True, name: str = "retriever", **kwargs):
+               share_embedders: bool = True, name: str = "retriever", pooling: str = POOLER,
+               **kwargs):
     super().__init__(name=name, **kwargs)
     self.share_embedders = share_embedders
     self.doc_embedder = RetrieverEmbedder(config, projection_size, layer_norm_epsilon, dropout_rate,
-                                          name="doc_embedder")
+                                          name="doc_embedder", pooling=pooling)
     self.query_embedder = self.doc_embedder if share_embedders else RetrieverEmbedder(
-        config, projection_size, layer_norm_epsilon, dropout_rate, name="query_embedder")
+        config, projection_size, layer_norm_epsilon, dropout_rate, name="query_embedder",
+        pooling=pooling)
 
   def embed_queries(self, inputs, training=None):
     """[..., Q] query inputs -> float32 [..., D]."""
@@ -108,9 +142,11 @@ class Retriever(tf_keras.Model):
 
 def build_retriever(config: bert.BertConfig, projection_size: int = 128,
                     layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-                    share_embedders: bool = True, seq_len: Optional[int] = 8) -> Retriever:
+                    share_embedders: bool = True, seq_len: Optional[int] = 8,
+                    pooling: str = POOLER) -> Retriever:
   """A Retriever with its variables created (a forward pass on a dummy batch), ready to restore into."""
-  retriever = Retriever(config, projection_size, layer_norm_epsilon, dropout_rate, share_embedders)
+  retriever = Retriever(config, projection_size, layer_norm_epsilon, dropout_rate, share_embedders,
+                        pooling=pooling)
   dummy = tf.zeros([1, seq_len], tf.int32)
   retriever.embed_queries((dummy, dummy, dummy))
   retriever.embed_documents((dummy, dummy, dummy))

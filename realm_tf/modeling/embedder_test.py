@@ -69,6 +69,36 @@ class RetrieverEmbedderTest(_SeededTestCase):
     from_cls = model.layer_norm(model.projection(outputs["sequence_output"][:, 0]))
     self.assertGreater(np.abs(from_cls - got).max(), 1e-2)
 
+  def test_mean_pooling_averages_non_padding_tokens(self):
+    model = embedder.RetrieverEmbedder(_CONFIG, projection_size=_D, pooling=embedder.MEAN)
+    token_ids, mask, segment_ids = _inputs([3, 7])
+    got = model((token_ids, mask, segment_ids), training=False)
+    sequence = model.encoder(bert.encoder_inputs(token_ids, mask, segment_ids),
+                             training=False)["sequence_output"].numpy()
+    # The last 2 positions of every row are padding (see _inputs): only the first 5 are averaged.
+    mean = sequence[:, :5].mean(axis=1)
+    self.assertAllClose(model.layer_norm(model.projection(mean)), got, atol=1e-5)
+    with_padding = model.layer_norm(model.projection(sequence.mean(axis=1)))
+    self.assertGreater(np.abs(with_padding - got).max(), 1e-3)
+    # A padding token's id cannot change the embedding; a real token's can.
+    changed_pad = token_ids.numpy().copy()
+    changed_pad[:, -1] = 7
+    self.assertAllClose(got, model((tf.constant(changed_pad), mask, segment_ids), training=False),
+                        atol=1e-5)
+    changed_real = token_ids.numpy().copy()
+    changed_real[:, 2] = (changed_real[:, 2] + 1 - 5) % (_VOCAB - 5) + 5
+    self.assertGreater(np.abs(got - model((tf.constant(changed_real), mask, segment_ids),
+                                          training=False)).max(), 1e-3)
+
+  def test_mean_pool_of_an_all_padding_row_is_zero_not_nan(self):
+    sequence = tf.ones([2, 3, 4])
+    pooled = embedder.mean_pool(sequence, tf.constant([[1, 1, 0], [0, 0, 0]]))
+    self.assertAllClose([[1.0] * 4, [0.0] * 4], pooled)
+
+  def test_unknown_pooling_is_rejected(self):
+    with self.assertRaisesRegex(ValueError, "pooling must be one of"):
+      embedder.RetrieverEmbedder(_CONFIG, projection_size=_D, pooling="max")
+
   def test_layer_norm_epsilon_is_configurable_and_used(self):
     inputs = _inputs([3, 7])
     small = embedder.RetrieverEmbedder(_CONFIG, projection_size=_D, layer_norm_epsilon=1e-12)

@@ -164,7 +164,7 @@ class OrqaModel(tf_keras.Model):
     self.num_blocks = int(block_embeddings.shape[0])
     self.retriever = embedder_lib.Retriever(
         config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-        config.embedder_dropout_rate, share_embedders=False)
+        config.embedder_dropout_rate, share_embedders=False, pooling=config.embedder_pooling)
     self.retriever.doc_embedder.trainable = False
     self.reader = reader_lib.SpanReader(
         config.reader_bert, seq_len=orqa.reader_seq_len, span_hidden_size=orqa.span_hidden_size,

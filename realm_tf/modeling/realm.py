@@ -52,7 +52,8 @@ class RealmPretrainer(tf_keras.Model):
   Args:
     retriever_config: BERT of the embedders.
     reader_config: BERT of the knowledge-augmented encoder (defaults to retriever_config's shape).
-    projection_size, layer_norm_epsilon, dropout_rate, share_embedders: see embedder.Retriever.
+    projection_size, layer_norm_epsilon, dropout_rate, share_embedders, pooling: see
+      embedder.Retriever.
     retrieval_score_scale: multiplies f(x, z) before the softmax over candidates. 1.0 is the original
       (raw inner products). LayerNorm'ed D-dim embeddings give scores of standard deviation ~sqrt(D) at
       initialization, which saturates the softmax and starves the retriever of gradient when it starts
@@ -64,11 +65,11 @@ class RealmPretrainer(tf_keras.Model):
                reader_config: Optional[bert.BertConfig] = None, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
                share_embedders: bool = True, retrieval_score_scale: float = 1.0,
-               name: str = "realm", **kwargs):
+               name: str = "realm", pooling: str = embedder_lib.POOLER, **kwargs):
     super().__init__(name=name, **kwargs)
     self.retrieval_score_scale = retrieval_score_scale
     self.retriever = embedder_lib.Retriever(retriever_config, projection_size, layer_norm_epsilon,
-                                            dropout_rate, share_embedders)
+                                            dropout_rate, share_embedders, pooling=pooling)
     self.encoder = kae_lib.KnowledgeAugmentedEncoder(reader_config or retriever_config)
 
   def call(self, features: Dict[str, tf.Tensor], training=None) -> Dict[str, tf.Tensor]:

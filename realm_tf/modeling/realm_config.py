@@ -33,6 +33,7 @@ class RealmConfig:
     projection_size: D of the retriever (128).
     embedder_layer_norm_epsilon: 1e-12 (REALM embedder) or 1e-3 (ICT module).
     embedder_dropout_rate: dropout after the embedder's LayerNorm in training.
+    embedder_pooling: "pooler" (the original) or "mean"; see realm_tf.modeling.embedder.
     share_embedders: one tower for queries and documents.
     query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
       including the null document).
@@ -51,6 +52,11 @@ class RealmConfig:
   max_masks: int = 10
   num_candidates: int = 8
   retrieval_score_scale: float = 1.0
+  # Last, with a default, so configs written before it existed still load (as "pooler").
+  embedder_pooling: str = embedder_lib.POOLER
+
+  def __post_init__(self):
+    embedder_lib.check_pooling(self.embedder_pooling)
 
   def to_dict(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)
@@ -107,4 +113,4 @@ class RealmConfig:
   def build_retriever(self) -> embedder_lib.Retriever:
     return embedder_lib.build_retriever(
         self.retriever_bert, self.projection_size, self.embedder_layer_norm_epsilon,
-        self.embedder_dropout_rate, self.share_embedders)
+        self.embedder_dropout_rate, self.share_embedders, pooling=self.embedder_pooling)

@@ -126,6 +126,24 @@ class RealmConfigTest(tf.test.TestCase):
     self.assertIsNot(separate.query_embedder, separate.doc_embedder)
     self.assertLen(separate.weights, 2 * len(shared.weights))
 
+  def test_embedder_pooling_reaches_the_retriever_and_old_configs_load_as_pooler(self):
+    model_dir = self.get_temp_dir()
+    path = _config(embedder_pooling="mean").save(model_dir)
+    loaded = realm_config_lib.RealmConfig.load(model_dir)
+    self.assertEqual(loaded.embedder_pooling, "mean")
+    retriever = loaded.build_retriever()
+    self.assertEqual(retriever.doc_embedder.pooling, "mean")
+    self.assertEqual(retriever.query_embedder.pooling, "mean")
+    # A run configuration written before the field existed is the original [CLS] pooler.
+    with open(path) as f:
+      values = json.load(f)
+    del values["embedder_pooling"]
+    with open(path, "w") as f:
+      json.dump(values, f)
+    self.assertEqual(realm_config_lib.RealmConfig.load(model_dir).embedder_pooling, "pooler")
+    with self.assertRaisesRegex(ValueError, "pooling must be one of"):
+      _config(embedder_pooling="max")
+
   def test_config_is_immutable(self):
     with self.assertRaises(dataclasses.FrozenInstanceError):
       _config().projection_size = 8  # pytype: disable=attribute-error

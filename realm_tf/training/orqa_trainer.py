@@ -121,7 +121,7 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
     separate = any("/query_embedder/" in name for name in names)
   retriever = embedder_lib.build_retriever(
       config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-      config.embedder_dropout_rate, share_embedders=not separate)
+      config.embedder_dropout_rate, share_embedders=not separate, pooling=config.embedder_pooling)
   if resolved:
     try:
       checkpoints.restore_retriever(retriever, resolved)

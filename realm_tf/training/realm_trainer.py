@@ -56,7 +56,7 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   model = realm_model.RealmPretrainer(
       config.retriever_bert, config.reader_bert, config.projection_size,
       config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders,
-      config.retrieval_score_scale)
+      config.retrieval_score_scale, pooling=config.embedder_pooling)
   q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
   dummy = {}
   for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),

@@ -10,6 +10,7 @@ import dataclasses
 from absl import flags
 from absl import logging
 
+from realm_tf.modeling import embedder
 from realm_tf.training import distribute
 from realm_tf.training import flags_util
 from realm_tf.training import loop
@@ -35,6 +36,7 @@ class TrainerFlags:
   num_cpu_devices: flags.FlagHolder
   jit_compile: flags.FlagHolder
   mixed_precision: flags.FlagHolder
+  embedder_pooling: flags.FlagHolder
 
   def loop_options(self) -> loop.LoopOptions:
     return loop.LoopOptions(
@@ -78,4 +80,8 @@ def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps:
                                            "Logical CPUs for --strategy=mirrored on CPU."),
       jit_compile=flags.DEFINE_bool("jit_compile", True, "Compile the train step with XLA."),
       mixed_precision=flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_bfloat16"],
-                                        "Keras precision policy."))
+                                        "Keras precision policy."),
+      embedder_pooling=flags.DEFINE_enum(
+          "embedder_pooling", embedder.POOLER, list(embedder.POOLINGS),
+          "Retriever embedding: BERT's [CLS] pooler (the original) or the mean of the last hidden "
+          "states (sentence-transformers; learns lexical matches sooner). Use the warm start's."))
