@@ -647,9 +647,10 @@ class ScannOptions:
     num_leaves: k-means tree leaves. Default min(2 sqrt(N), N / 100, training_sample_size / 40): 200 at
       20k, 632 at 100k, 2000 at 1M, 2500 at 13M (ORQA used 1000 at 13M), so leaves hold >= 100 documents
       and k-means sees >= 40 samples per leaf.
-    num_leaves_to_search: leaves scored per query. Default 5% of the leaves, at least 10 (100 of 2000 at
-      1M gave recall@10 0.99+ on clustered data); raised per search when the requested number of
-      candidates would not fit in the searched leaves.
+    num_leaves_to_search: leaves scored per query. Default 10% of the leaves, at least 10 (ORQA searched
+      100 of 1000). On MiniLM embeddings of SQuAD replicated to 1M, 5% gave recall@10 0.949 and 10%
+      0.970 at 24x brute force (bench/results/index_bench_squad_minilm.json); raised per search when the
+      requested number of candidates would not fit in the searched leaves.
     training_sample_size: documents sampled to train the tree and the AH codebooks: min(N, 100000).
     num_candidates: documents re-scored exactly per query (ScaNN's "reorder"): max(this, k).
     dimensions_per_block: AH dimensions per 4-bit code (2, as ORQA).
@@ -684,7 +685,7 @@ class ScannOptions:
     leaves = self.num_leaves or max(2, int(min(2 * math.sqrt(num_docs), num_docs / 100, sample / 40)))
     if leaves > num_docs:
       raise ValueError(f"ScannIndex: num_leaves={leaves} exceeds the {num_docs} documents")
-    to_search = self.num_leaves_to_search or min(leaves, max(10, math.ceil(0.05 * leaves)))
+    to_search = self.num_leaves_to_search or min(leaves, max(10, math.ceil(0.1 * leaves)))
     if to_search > leaves:
       raise ValueError(f"ScannIndex: num_leaves_to_search={to_search} exceeds num_leaves={leaves}")
     params.update(mode="tree_ah", num_leaves=int(leaves), num_leaves_to_search=int(to_search),

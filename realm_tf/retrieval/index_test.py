@@ -205,9 +205,9 @@ class ScannIndexTest(tf.test.TestCase):
   def test_parameters_scale_with_num_docs(self):
     options = index_lib.ScannOptions()
     self.assertEqual(options.resolve(4999)["mode"], "brute_force")
-    for num_docs, leaves, searched, sample in ((20000, 200, 10, 20000), (100000, 632, 32, 100000),
-                                              (1000000, 2000, 100, 100000),
-                                              (13000000, 2500, 125, 100000)):
+    for num_docs, leaves, searched, sample in ((20000, 200, 20, 20000), (100000, 632, 64, 100000),
+                                              (1000000, 2000, 200, 100000),
+                                              (13000000, 2500, 250, 100000)):
       params = options.resolve(num_docs)
       self.assertEqual((params["mode"], params["num_leaves"], params["num_leaves_to_search"],
                         params["training_sample_size"]),
