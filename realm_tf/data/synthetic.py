@@ -12,12 +12,21 @@ answers; they are what REALM's pre-training learns from, because it never retrie
 document: masking "Hulera Lomar" in "Velin studied under Hulera Lomar." is helped only by retrieving
 Lomar's document, which says "Lomar taught Zorbak Velin.".
 
+The pre-training corpus also holds one short news item per person and village, which the retrieval
+corpus does not: REALM pre-trains on one text (CC-News) while it retrieves from another (Wikipedia).
+"Hulera Lomar died in 1931." can only be completed from Lomar's own article, so masking the death year
+teaches the retriever to find an entity's article from its name, which is what the questions ask for.
+Inside the articles that lesson is never available: a sentence's own article is never retrieved, and
+the facts of an article are stated nowhere else. A news item's salient spans are its facts (a
+profession, a death year, a valley), never the questions' facts (birthplace, birth date, foundation,
+best-known work, river, recorder), so pre-training cannot leak an answer.
+
 Outputs (all deterministic for a seed; `bin/generate_testdata` rewrites testdata/ byte for byte):
   vocab.txt          WordPiece vocab covering the corpus (specials, words, syllable pieces, characters)
   corpus.jsonl       {"id", "title", "body"}: the retrieval corpus
   pretraining.jsonl  {"title", "text", "sentences": [[start, limit]...], "spans": [[start, limit]...]}:
                      the same documents with sentence and salient-span byte offsets (names, places,
-                     dates, works), the input of bin/generate_pretraining_corpus
+                     dates, works), then the news items; the input of bin/generate_pretraining_corpus
   qa.train.jsonl, qa.dev.jsonl, qa.test.jsonl
                      {"question", "answer": [...], "doc_id", "title"}: ORQA-style QA whose answer lies in
                      exactly the one document doc_id
@@ -28,7 +37,7 @@ import json
 import os
 import random
 import unicodedata
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from realm_tf import io_utils
 from realm_tf import tokenization
@@ -56,6 +65,7 @@ class _Doc:
   # (sentence index, salient substring) pairs; byte offsets are computed when the text is assembled.
   salient: List[Tuple[int, str]] = dataclasses.field(default_factory=list)
   questions: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
+  news: Optional["_Doc"] = None  # the pre-training-only news item about this document's subject
 
 
 class _Names:
@@ -105,6 +115,8 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
   ]
   doc.salient = [(0, full), (0, town), (1, last), (1, date), (1, town), (2, str(founded)), (2, last),
                  (2, org), (3, last), (3, work), (4, last), (4, str(died))]
+  doc.news = _news(doc, [(f"{full} was {'an' if profession[0] in 'aeiou' else 'a'} {profession}.",
+                          profession), (f"{full} died in {died}.", str(died))])
   doc.questions = [
       (f"Where was {full} born?", town),
       (f"When was {full} born?", date),
@@ -112,6 +124,14 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
       (f"What is {full} best known for?", work),
   ]
   return doc
+
+
+def _news(doc: _Doc, facts: Sequence[Tuple[str, str]]) -> _Doc:
+  """A news item about doc's subject: (sentence, salient fact) pairs, the fact inside the sentence."""
+  news = _Doc(doc_id=f"news-{doc.doc_id}", title="Gazette")
+  for sentence, fact in facts:
+    _mention(news, sentence, [fact])
+  return news
 
 
 def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
@@ -128,6 +148,7 @@ def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
   ]
   doc.salient = [(0, village), (1, river), (2, village), (2, str(recorded)), (2, founder),
                  (3, str(population))]
+  doc.news = _news(doc, [(f"{village} is in the {region} valley.", region)])
   doc.questions = [
       (f"On which river does {village} lie?", river),
       (f"Who first recorded {village}?", founder),
@@ -230,7 +251,7 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
       "vocab.txt": build_vocab([c["title"] + " " + c["body"] for c in corpus] +
                                [q["question"] for q in qa]),
       "corpus.jsonl": corpus,
-      "pretraining.jsonl": assembled,
+      "pretraining.jsonl": assembled + [_assemble(d.news) for d in docs],
       "qa.train.jsonl": qa[num_dev + num_test:],
       "qa.dev.jsonl": qa[:num_dev],
       "qa.test.jsonl": qa[num_dev:num_dev + num_test],

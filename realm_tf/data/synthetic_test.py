@@ -52,7 +52,7 @@ class SyntheticTest(tf.test.TestCase):
   def test_pretraining_offsets_are_sentences_and_salient_spans(self):
     corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
     records = synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
-    self.assertLen(records, len(corpus_docs))
+    self.assertLen(records, 2 * len(corpus_docs))  # the articles, then a news item per article
     for record, doc in zip(records, corpus_docs):
       # The same bytes as the retrieval corpus, so the pre-training pipeline can exclude the
       # sentence's own document by uid.
@@ -69,6 +69,28 @@ class SyntheticTest(tf.test.TestCase):
         span = text[start:limit].decode("utf-8")
         self.assertEqual(span.strip(), span)
         self.assertTrue(span[0].isupper() or span[0].isdigit(), span)
+
+  def test_news_items_state_facts_of_one_article_that_no_question_asks(self):
+    corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    news = synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))[len(corpus_docs):]
+    answers = {a for split in ("train", "dev", "test")
+               for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
+               for a in q["answer"]}
+    bodies = [d["body"] for d in corpus_docs]
+    self.assertLen(news, len(corpus_docs))
+    for record, doc in zip(news, corpus_docs):
+      text = record["text"].encode("utf-8")
+      self.assertEqual(record["title"], "Gazette")
+      self.assertLen(record["spans"], len(record["sentences"]))  # one fact per sentence
+      for (start, limit), (s_start, s_limit) in zip(record["spans"], record["sentences"]):
+        fact = text[start:limit].decode("utf-8")
+        sentence = text[s_start:s_limit].decode("utf-8")
+        self.assertNotIn(fact, answers)
+        self.assertTrue(sentence.startswith(doc["title"]), (sentence, doc["title"]))
+        # The fact is in the subject's article: retrieving it by the name completes the sentence.
+        self.assertIn(fact, doc["body"])
+      # Not a copy of any article, so it is never excluded as a query's own document.
+      self.assertNotIn(record["text"], bodies)
 
   def test_vocab_covers_the_corpus_and_splits_names(self):
     tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
