@@ -44,6 +44,10 @@ _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_for
 _STALENESS = flags.DEFINE_integer("max_index_staleness_steps", None,
                                   "Wait for the refresher when the index is older than this many steps.")
 _CHECK_EVERY = flags.DEFINE_integer("check_index_every_batches", 10, "Look for a newer index this often.")
+_FREEZE = flags.DEFINE_integer(
+    "freeze_retriever_steps", 0,
+    "Train only the knowledge-augmented encoder for this many first steps: a reader that does not yet "
+    "read the retrieved documents gives the retriever noise, which can undo an ICT warm start.")
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
 
@@ -66,7 +70,8 @@ def main(argv):
       init_retriever_checkpoint=_INIT_RETRIEVER.value, init_reader_checkpoint=_INIT_READER.value,
       bootstrap_index=_BOOTSTRAP.value, index_implementation=_INDEX.value,
       max_index_staleness_steps=_STALENESS.value, check_index_every_batches=_CHECK_EVERY.value,
-      wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value)
+      wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value,
+      freeze_retriever_steps=_FREEZE.value)
   realm_trainer.train(options, strategy, log=logging.info)
 
 

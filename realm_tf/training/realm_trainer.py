@@ -48,6 +48,7 @@ class RealmTrainerOptions:
   max_index_staleness_steps: Optional[int] = None
   check_index_every_batches: int = 10
   wait_for_index_seconds: Optional[float] = None
+  freeze_retriever_steps: int = 0
   seed: int = 0
 
 
@@ -144,7 +145,9 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                 max(time.time() - started, 1e-9)),
     }
 
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
+                     frozen_variables=model.retriever.trainable_variables,
+                     freeze_until_step=options.freeze_retriever_steps)
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
