@@ -40,6 +40,7 @@ class PipelineOptions:
   ict_batch_size: int = 32
   ict_learning_rate: float = 1e-3
   realm_learning_rate: float = 1e-4
+  freeze_retriever_steps: int = 0
   projection_size: int = 64
   query_seq_len: int = 32
   candidate_seq_len: int = 128
@@ -50,6 +51,8 @@ class PipelineOptions:
   orqa_steps: int = 200
   orqa_learning_rate: float = 3e-4
   index_implementation: str = "scann"
+  # Mean pooling: the tiny BERT learns name matches through it far sooner (realm_tf.modeling.embedder).
+  embedder_pooling: str = "mean"
 
 
 def _env() -> Dict[str, str]:
@@ -108,7 +111,8 @@ def run_ict(options: PipelineOptions, paths: Dict[str, str],
   run_binary("train_ict", os.path.join(options.output_dir, "train_ict.log"), _progress_line, echo,
              model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
              vocab_path=paths["vocab"], bert_config="tiny", projection_size=options.projection_size,
-             query_seq_len=options.query_seq_len, block_seq_len=options.candidate_seq_len,
+             embedder_pooling=options.embedder_pooling, query_seq_len=options.query_seq_len,
+             block_seq_len=options.candidate_seq_len,
              batch_size=options.ict_batch_size, learning_rate=options.ict_learning_rate,
              num_train_steps=options.ict_steps, save_checkpoints_steps=options.ict_steps,
              log_every_steps=max(1, options.ict_steps // 4))
@@ -133,6 +137,7 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
           projection_size=options.projection_size,
           embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
+          embedder_pooling=options.embedder_pooling,
           query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
           max_masks=options.max_masks, num_candidates=options.num_candidates,
           batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
@@ -140,7 +145,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           log_every_steps=25, init_retriever_checkpoint=init_retriever, bootstrap_index=True,
           index_implementation=options.index_implementation, check_index_every_batches=2,
           max_index_staleness_steps=options.max_index_staleness_steps,
-          retrieval_score_scale=options.retrieval_score_scale)
+          retrieval_score_scale=options.retrieval_score_scale,
+          freeze_retriever_steps=options.freeze_retriever_steps)
       refresher.wait(timeout=300)
     finally:
       if refresher.poll() is None:
@@ -164,6 +170,7 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
              retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
              retriever_checkpoint=retriever_checkpoint, projection_size=options.projection_size,
              embedder_layer_norm_epsilon=embedder_layer_norm_epsilon,
+             embedder_pooling=options.embedder_pooling,
              query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
              reader_seq_len=options.candidate_seq_len, span_hidden_size=64, retriever_beam_size=50,
              batch_size=options.batch_size, learning_rate=options.orqa_learning_rate,
