@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from realm_tf import tokenization
 from realm_tf.modeling import bert
+from realm_tf.modeling import embedder
 
 _TOKENIZE_CHUNK = 1024
 
@@ -55,11 +56,8 @@ class MeanPooledEmbedder:
   def _pooled(self, token_ids, mask):
     outputs = self._encoder(bert.encoder_inputs(token_ids, mask, tf.zeros_like(token_ids)),
                             training=False)
-    weights = tf.cast(mask, tf.float32)[:, :, None]
-    summed = tf.reduce_sum(outputs["sequence_output"] * weights, axis=1)
-    # sentence-transformers clamps the count at 1e-9; only the empty padding rows ever hit it.
-    mean = summed / tf.maximum(tf.reduce_sum(weights, axis=1), 1e-9)
-    return tf.math.l2_normalize(mean, axis=-1)
+    # The empty rows that pad a partial batch come out as zeros (and are dropped by embed).
+    return tf.math.l2_normalize(embedder.mean_pool(outputs["sequence_output"], mask), axis=-1)
 
   def _token_ids(self, texts: Sequence[str]) -> List[np.ndarray]:
     keep = self.max_seq_length - 2
