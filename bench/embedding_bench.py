@@ -36,7 +36,7 @@ _OUTPUT = flags.DEFINE_string("output", os.path.join(os.path.dirname(os.path.abs
 def main(argv):
   del argv
   machine = throughput_lib.machine()
-  peak = throughput_lib.matmul_peak_flops()
+  peak = throughput_lib.matmul_peak()[0]
   rows = []
   for name in _CONFIGS.value:
     config = throughput_lib.bench_config(name)

@@ -9,6 +9,9 @@ machine hits both alike. The protocol is one command per stdin line, one answer 
                            --embed_batch_size documents under torch.inference_mode (the refresher's loop)
   train_step [THREADS]  -> RESULT {"wall_s": ..., "cpu_s": ..., "threads": ..., "loss": ...}  forward +
                            backward + AdamW of --train_batch_size documents in training mode (dropout on)
+  matmul [THREADS]      -> RESULT {"wall_s", "cpu_s", "threads", "gflops", "gflops_per_cpu_s"}  torch's
+                           fp32 2048^3 matmul (median of 5 after a warm-up), the library's own peak to read
+                           the ratios against (realm_tf's side measures TensorFlow's the same way)
 THREADS sets torch's intra-op threads for that call (default: every usable core). It matters on a loaded
 machine: each parallel region waits for all its threads, and a thread without a free core stalls it for a
 scheduler time slice, which on 2 busy cores made 2 threads 20x slower than 1 on the tiny config. After
@@ -98,6 +101,19 @@ class Bench:
     self.optimizer.step()
     return {"loss": loss.item()}
 
+  def matmul(self, size=2048, repeats=5):
+    a = torch.randn(size, size)
+    torch.mm(a, a)
+    walls, cpus = [], []
+    for _ in range(repeats):
+      wall, cpu = time.perf_counter(), time.process_time()
+      torch.mm(a, a)
+      walls.append(time.perf_counter() - wall)
+      cpus.append(time.process_time() - cpu)
+    gflop = 2 * size ** 3 / 1e9
+    return {"gflops": gflop / sorted(walls)[repeats // 2],
+            "gflops_per_cpu_s": gflop / sorted(cpus)[repeats // 2]}
+
 
 def _answer(tag, value):
   print(f"{tag} {json.dumps(value)}", flush=True)
@@ -116,7 +132,7 @@ def main():
   default_threads = len(os.sched_getaffinity(0))  # every usable core, as TensorFlow uses
   model = DocTower(hf_config(json.loads(args.config_json)), args.projection_size)
   bench = Bench(model, args.embed_batch_size, args.train_batch_size, args.seq_len, args.projection_size)
-  calls = {"embedding": bench.embedding, "train_step": bench.train_step}
+  calls = {"embedding": bench.embedding, "train_step": bench.train_step, "matmul": bench.matmul}
   _answer("READY", {"torch": torch.__version__, "transformers": transformers.__version__,
                     "python": platform.python_version(), "default_threads": default_threads,
                     # pylint: disable-next=protected-access

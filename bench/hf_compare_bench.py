@@ -10,15 +10,17 @@ subprocess: torch is never a dependency of realm_tf) with each of --hf_threads i
 default, all cores, stalls on a loaded machine; see bench/hf_compare.py); ratios are taken against the
 fastest PyTorch variant, the conservative choice. Two measurements of each:
   embedding   docs/s of a forward pass over --embed_batch_size documents (the index refresher's hot loop),
-              with the achieved FLOP/s against TensorFlow's measured fp32 matmul peak;
+              with the achieved FLOP/s against TensorFlow's measured fp32 matmul peak (per wall second,
+              and per process CPU second: the load-robust version of the same fraction);
   train_step  examples/s of forward + backward + AdamW over --train_batch_size documents (the document
               tower trained with an in-batch softmax; see throughput_lib.DocTowerTrainer).
-Every variant is built and warmed up (XLA compiles on its first call) before any timing. Then --repeats
-rounds each time one call of every variant, the order rotating from round to round, so a change of load
-on a shared machine hits all variants alike; the matmul peak is measured again in each round. Reported:
-medians of wall time, process CPU time next to it (less sensitive to other processes competing for the
-cores), the ratios against PyTorch and the XLA speed-up, checked against issue 8's targets. Prints a table
-and writes JSON with the machine description and load averages to --output.
+For each measure in turn, every variant is built and warmed up (XLA compiles on its first call) before any
+timing. Then --repeats rounds each time one call of every variant, the order rotating from round to round,
+so a change of load on a shared machine hits all variants alike; the fp32 matmul peaks (TensorFlow's,
+against which FLOP/s fractions are given, and torch's) are measured again in each round. Reported: medians
+of wall time, process CPU time next to it (less sensitive to other processes competing for the cores), the
+ratios against PyTorch and the XLA speed-up, checked against issue 8's targets. Prints a table and writes
+JSON with the machine description and load averages to --output.
 """
 
 import collections
@@ -34,6 +36,8 @@ from absl import flags
 
 # Runs as `python bench/hf_compare_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -88,6 +92,7 @@ class HfProcess:
     raise RuntimeError(f"bench/hf_compare.py exited with status {self._process.wait()}")
 
   def call(self, measure, threads):
+    """The RESULT dict of one call of `measure` (embedding, train_step or matmul)."""
     self._process.stdin.write(f"{measure} {threads}\n")
     self._process.stdin.flush()
     return self._read("RESULT")
@@ -123,13 +128,15 @@ def _fastest(summaries, variants):
   return max(variants, key=lambda v: summaries[v]["items_per_second"])
 
 
-def _summary(runs, first_call_s, batch, flops_per_item, peak):
+def _summary(runs, first_call_s, batch, flops_per_item, peak, peak_per_cpu_s):
   walls, cpus = zip(*runs)
   wall, cpu = statistics.median(walls), statistics.median(cpus)
-  flops = batch / wall * flops_per_item
+  flops, flops_per_cpu_s = batch * flops_per_item / wall, batch * flops_per_item / cpu
   return {"items_per_second": batch / wall, "median_wall_s": wall, "median_cpu_s": cpu,
           "wall_s": list(walls), "cpu_s": list(cpus), "first_call_s": first_call_s,
-          "gflops": flops / 1e9, "fraction_of_matmul_peak": flops / peak}
+          "gflops": flops / 1e9, "fraction_of_matmul_peak": flops / peak,
+          "gflops_per_cpu_s": flops_per_cpu_s / 1e9,
+          "fraction_of_matmul_peak_per_cpu_s": flops_per_cpu_s / peak_per_cpu_s}
 
 
 def _ratios(summaries):
@@ -158,7 +165,8 @@ def _targets(result):
     fraction = embedding["variants"][best]["fraction_of_matmul_peak"]
     targets["embedding_fraction_of_matmul_peak"] = {
         "variant": best, "value": fraction, "target": FRACTION_OF_PEAK_TARGET,
-        "met": fraction >= FRACTION_OF_PEAK_TARGET}
+        "met": fraction >= FRACTION_OF_PEAK_TARGET,
+        "value_per_cpu_s": embedding["variants"][best]["fraction_of_matmul_peak_per_cpu_s"]}
   if train:
     value = train["ratios"]["xla_speedup"]["wall"]
     targets["train_step_xla_speedup"] = {"value": value, "target": TRAIN_XLA_SPEEDUP_TARGET,
@@ -166,41 +174,64 @@ def _targets(result):
   return targets
 
 
+def _time_round(name, measure, calls, hf, r, samples, rounds):
+  """One round: the matmul peaks, then one timed call of every variant in an order rotated by r."""
+  peak, peak_per_cpu_s = throughput_lib.matmul_peak()
+  torch_peak = {t: hf.call("matmul", t) for t in _HF_THREADS.value}
+  variants = _variants()
+  for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
+    samples[(measure, variant)].append(calls[variant]())
+  rounds.append({"config": name, "measure": measure, "matmul_peak_gflops": peak / 1e9,
+                 "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
+                 "torch_matmul_peak_gflops": {t: p["gflops"] for t, p in torch_peak.items()},
+                 "torch_matmul_peak_gflops_per_cpu_s": {
+                     t: p["gflops_per_cpu_s"] for t, p in torch_peak.items()},
+                 "load_average": throughput_lib.load_average()})
+  print(f"  {name} {measure} round {r + 1}: load average {rounds[-1]['load_average'][0]:.1f}",
+        flush=True)
+
+
 def _bench_config(name, rounds):
-  """Builds and warms up every variant of one config, then times --repeats rotating rounds."""
+  """For each measure: builds and warms up every variant, then times --repeats rotating rounds. One
+  measure's models are released before the next one's are built (BERT-base's would not all fit beside
+  the other jobs of a shared 24 GB machine)."""
   config = throughput_lib.bench_config(name)
   hf = HfProcess(config, _SEQ_LEN.value, _EMBED_BATCH.value, _TRAIN_BATCH.value)
+  samples, first = collections.defaultdict(list), {}
   try:
-    calls, first = {}, {}
     for measure in _MEASURES.value:
-      calls[measure] = _variant_calls(config, measure, hf)
-      for variant, call in calls[measure].items():
+      calls = _variant_calls(config, measure, hf)
+      for variant, call in calls.items():
         first[(measure, variant)] = call()[0]
         for _ in range(_WARMUP.value - 1):
           call()
         print(f"  {name} {measure} {variant}: first call {first[(measure, variant)]:.1f} s", flush=True)
-    gc.collect()  # the tracing garbage would otherwise be collected during a timed call
-    samples = collections.defaultdict(list)
-    for r in range(_REPEATS.value):
-      peak = throughput_lib.matmul_peak_flops()
-      variants = _variants()
-      order = variants[r % len(variants):] + variants[:r % len(variants)]
-      for measure in _MEASURES.value:
-        for variant in order:
-          samples[(measure, variant)].append(calls[measure][variant]())
-      rounds.append({"config": name, "matmul_peak_gflops": peak / 1e9,
-                     "load_average": throughput_lib.load_average()})
-      print(f"  {name} round {r + 1}: load average {rounds[-1]['load_average'][0]:.1f}", flush=True)
+      gc.collect()  # the tracing garbage would otherwise be collected during a timed call
+      for r in range(_REPEATS.value):
+        _time_round(name, measure, calls, hf, r, samples, rounds)
+      del calls
+      tf_keras.backend.clear_session()
+      gc.collect()
   finally:
     hf.close()
-  peak = statistics.median(r["matmul_peak_gflops"] for r in rounds if r["config"] == name) * 1e9
+  own_rounds = [r for r in rounds if r["config"] == name]
+  peak = statistics.median(r["matmul_peak_gflops"] for r in own_rounds) * 1e9
+  peak_per_cpu_s = statistics.median(r["matmul_peak_gflops_per_cpu_s"] for r in own_rounds) * 1e9
   forward = throughput_lib.forward_flops(config, _SEQ_LEN.value)
+  torch_peaks = {t: statistics.median(r["torch_matmul_peak_gflops"][t] for r in own_rounds)
+                 for t in _HF_THREADS.value}
+  torch_peaks_per_cpu_s = {t: statistics.median(r["torch_matmul_peak_gflops_per_cpu_s"][t]
+                                                for r in own_rounds) for t in _HF_THREADS.value}
   result = {"bert": config.to_dict(), "forward_gflop_per_doc": forward / 1e9,
-            "matmul_peak_gflops": peak / 1e9, "hf_environment": hf.environment}
+            "matmul_peak_gflops": peak / 1e9, "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
+            "torch_matmul_peak_gflops": torch_peaks,
+            "torch_matmul_peak_gflops_per_cpu_s": torch_peaks_per_cpu_s,
+            "hf_environment": hf.environment}
   for measure in _MEASURES.value:
     batch, per_item = ((_EMBED_BATCH.value, forward) if measure == "embedding" else
                        (_TRAIN_BATCH.value, forward * throughput_lib.TRAIN_FLOPS_PER_FORWARD))
-    summaries = {v: _summary(samples[(measure, v)], first[(measure, v)], batch, per_item, peak)
+    summaries = {v: _summary(samples[(measure, v)], first[(measure, v)], batch, per_item, peak,
+                             peak_per_cpu_s)
                  for v in _variants()}
     result[measure] = {"batch_size": batch, "variants": summaries, "ratios": _ratios(summaries)}
   result["targets"] = _targets(result)
@@ -209,21 +240,26 @@ def _bench_config(name, rounds):
 
 def _print_table(results):
   print(f"\n{'config':10s}{'measure':12s}{'variant':14s}{'items/s':>9s}{'wall s':>8s}{'CPU s':>8s}"
-        f"{'GFLOP/s':>9s}{'of peak':>9s}{'1st call s':>11s}")
+        f"{'GFLOP/s':>9s}{'of peak':>9s}{'per CPU s':>10s}{'1st call s':>11s}")
   for name, result in results["configs"].items():
     for measure in _MEASURES.value:
       for variant, s in result[measure]["variants"].items():
         print(f"{name:10s}{measure:12s}{variant:14s}{s['items_per_second']:9.2f}{s['median_wall_s']:8.2f}"
               f"{s['median_cpu_s']:8.2f}{s['gflops']:9.1f}{s['fraction_of_matmul_peak']:9.1%}"
+              f"{s['fraction_of_matmul_peak_per_cpu_s']:10.1%}"
               f"{s['first_call_s']:11.1f}")
       ratios = result[measure]["ratios"]
       print(f"{'':22s}ratios (wall / CPU time; PyTorch: {ratios['hf_variant']}): " + ", ".join(
           f"{k} {v['wall']:.2f}x / {v['cpu']:.2f}x" for k, v in ratios.items() if k != "hf_variant"))
     for target, t in result["targets"].items():
+      per_cpu_s = f" (per CPU second: {t['value_per_cpu_s']:.2f})" if "value_per_cpu_s" in t else ""
       print(f"{'':22s}target {target}: {t['value']:.2f} (>= {t['target']}) "
-            f"{'met' if t['met'] else 'MISSED'}")
-  print(f"matmul peak per round (GFLOP/s): "
-        + ", ".join(f"{r['matmul_peak_gflops']:.0f}" for r in results["rounds"]))
+            f"{'met' if t['met'] else 'MISSED'}{per_cpu_s}")
+  print(f"fp32 2048^3 matmul per round, GFLOP per wall s / per CPU s, TensorFlow [torch by threads]: "
+        + ", ".join(f"{r['matmul_peak_gflops']:.0f}/{r['matmul_peak_gflops_per_cpu_s']:.0f} "
+                    f"{[round(g) for g in r['torch_matmul_peak_gflops'].values()]}/"
+                    f"{[round(g) for g in r['torch_matmul_peak_gflops_per_cpu_s'].values()]}"
+                    for r in results["rounds"]))
   print(f"load average per round (1 min): "
         + ", ".join(f"{r['load_average'][0]:.1f}" for r in results["rounds"]))
 

@@ -65,13 +65,16 @@ def timed(fn: Callable[[], object]) -> Tuple[float, float]:
   return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def matmul_peak_flops(size: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of TensorFlow's fp32 size^3 matmul on this machine (median of `repeats`, after a warm-up)."""
+def matmul_peak(size: int = 2048, repeats: int = 5) -> Tuple[float, float]:
+  """(FLOP per wall second, FLOP per process CPU second) of TensorFlow's fp32 size^3 matmul on this
+  machine, medians of `repeats` after a warm-up. The second counts only the time the cores spent on this
+  process, so unlike the first it hardly moves when other processes compete for the cores."""
   a = tf.random.normal([size, size])
   f = tf.function(lambda x: tf.matmul(x, x))
   f(a).numpy()
-  seconds = statistics.median(timed(lambda: f(a).numpy())[0] for _ in range(repeats))
-  return 2 * size ** 3 / seconds
+  walls, cpus = zip(*(timed(lambda: f(a).numpy()) for _ in range(repeats)))
+  flops = 2 * size ** 3
+  return flops / statistics.median(walls), flops / statistics.median(cpus)
 
 
 def forward_flops(config: bert.BertConfig, seq_len: int) -> float:
