@@ -405,6 +405,20 @@ class CorruptInputTest(tf.test.TestCase):
     self.assertLen(read, record)
     self.assertGreater(record, 0)
 
+  def test_shard_that_ends_cleanly_but_early_is_reported_against_its_manifest(self):
+    # A shard rewritten with fewer records is a valid GZIP file: only the manifest's count shows it.
+    prefix = os.path.join(self.get_temp_dir(), "short")
+    documents = list(pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")))[:6]
+    pretraining.write_pretraining_corpus(lambda: documents, prefix, num_shards=2)
+    shard = pretraining.pretraining_shards(prefix)[1]
+    records = list(tf.data.TFRecordDataset(shard, compression_type="GZIP").as_numpy_iterator())
+    with tf.io.TFRecordWriter(shard, options="GZIP") as writer:
+      writer.write(records[0])
+    with self.assertRaisesRegex(text_records.InputError,
+                                rf"^{re.escape(shard)}: record 1 \(0-based\) cannot be read: the shard "
+                                r"is truncated or corrupt \(it ends after 1 of the 3 records"):
+      list(pretraining.read_pretraining_corpus(prefix))
+
   def test_garbage_shard_is_named_too(self):
     # Not GZIP at all (e.g. a shard overwritten by another tool).
     prefix = os.path.join(self.get_temp_dir(), "blocks")

@@ -225,11 +225,14 @@ def corpus_dataset(output_prefix: str) -> tf.data.Dataset:
   return records.map(lambda r: tf.io.parse_single_example(r, FEATURE_SPEC))
 
 
-def read_shard_records(path: str, feature_spec: dict, fix: str) -> Iterator[dict]:
+def read_shard_records(path: str, feature_spec: dict, fix: str,
+                       expected: Optional[int] = None) -> Iterator[dict]:
   """Yields the parsed records of one GZIP TFRecord shard (numpy values), in order.
 
   A truncated or corrupt shard raises InputError naming the shard and the record (0-based) that cannot
   be read; TensorFlow's own DataLossError names neither. `fix` says what to do (regenerate the corpus).
+  `expected` is the shard's record count from its manifest: a GZIP stream cut at a deflate block
+  boundary can read as a clean end of file, so a shard that ends early is reported as truncated too.
   """
   iterator = tf.data.TFRecordDataset(path, compression_type="GZIP").map(
       lambda r: tf.io.parse_single_example(r, feature_spec)).as_numpy_iterator()
@@ -238,6 +241,10 @@ def read_shard_records(path: str, feature_spec: dict, fix: str) -> Iterator[dict
     try:
       record = next(iterator)
     except StopIteration:
+      if expected is not None and index < expected:
+        raise text_records.InputError(
+            f"{path}: record {index} (0-based) cannot be read: the shard is truncated or corrupt (it "
+            f"ends after {index} of the {expected} records its manifest lists); {fix}") from None
       return
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
       detail = re.sub(r"\{\{function_node [^}]*\}\}|\s*\[Op:\w+\].*$", "", e.message).strip()
@@ -253,9 +260,10 @@ def read_corpus(output_prefix: str) -> Iterator[dict]:
 
   A truncated or corrupt shard raises InputError naming the shard and the record.
   """
-  for path in corpus_shards(output_prefix):
+  counts = [s["num_documents"] for s in read_manifest(output_prefix)["shards"]]
+  for path, count in zip(corpus_shards(output_prefix), counts):
     for features in read_shard_records(path, FEATURE_SPEC, "regenerate the corpus with "
-                                       "bin/generate_retrieval_corpus"):
+                                       "bin/generate_retrieval_corpus", expected=count):
       yield {
           "title": features["title"].decode("utf-8"),
           "body": features["body"].decode("utf-8"),

@@ -364,9 +364,10 @@ def read_pretraining_corpus(output_prefix: str) -> Iterator[PretrainingDocument]
 
   A truncated or corrupt shard raises InputError naming the shard and the record.
   """
-  for path in pretraining_shards(output_prefix):
+  counts = [s["num_documents"] for s in read_manifest(output_prefix)["shards"]]
+  for path, count in zip(pretraining_shards(output_prefix), counts):
     for index, record in enumerate(corpus.read_shard_records(
-        path, FEATURE_SPEC, "regenerate it with bin/generate_pretraining_corpus")):
+        path, FEATURE_SPEC, "regenerate it with bin/generate_pretraining_corpus", expected=count)):
       yield PretrainingDocument(
           title=record["title"].decode("utf-8"),
           text=record["text"].decode("utf-8"),
