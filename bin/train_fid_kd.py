@@ -14,6 +14,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.modeling import embedder
 from realm_tf.modeling import fid as fid_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
@@ -29,14 +30,20 @@ _RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,
                                  "Prefix of bin/generate_retrieval_corpus output.", required=True)
 _RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None, "Initial retriever (REALM / ICT / ORQA / "
                                  "converted checkpoint or its directory); default: an untrained one.")
-_INITIAL_PASSAGES = flags.DEFINE_enum("initial_passages", "dense", fid_kd.INITIAL_PASSAGES,
-                                      "Passages the iteration-0 reader reads: the initial retriever's "
-                                      "(dense) or BM25's, as the paper starts.")
+_INITIAL_PASSAGES = flags.DEFINE_enum("initial_passages", "bm25", fid_kd.INITIAL_PASSAGES,
+                                      "Passages the iteration-0 reader reads: BM25's, as the paper starts, "
+                                      "or the initial retriever's (dense; for a trained "
+                                      "--retriever_checkpoint).")
 _VOCAB = flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True)
 _LOWER = flags.DEFINE_bool("do_lower_case", True, "Uncased vocab.")
 _BERT = flags.DEFINE_string("bert_config", "tiny", "Retriever BERT: preset (tiny, bert_base) or a "
                             "bert_config.json path.")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
+_POOLING = flags.DEFINE_enum(
+    "embedder_pooling", embedder.MEAN, list(embedder.POOLINGS),
+    "Retriever pooling (must match a given --retriever_checkpoint's): mean (default here: on testdata an "
+    "untrained mean-pooled retriever starts at 10% recall@5 and the reader's scores lift it to about a "
+    "third, the [CLS] pooler from 1% to 5%) or pooler (the original REALM's).")
 _EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
                               "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
 _Q = flags.DEFINE_integer("query_seq_len", 32, "Retriever query length Q.")
@@ -50,15 +57,39 @@ _READER_DROPOUT = flags.DEFINE_float("reader_dropout_rate", 0.0, "FiD reader dro
 _L = flags.DEFINE_integer("passage_seq_len", 96, "Reader wordpieces per (question, passage) pair L.")
 _T = flags.DEFINE_integer("answer_seq_len", 12, "Reader answer length T (with [SEP]).")
 _ITERATIONS = flags.DEFINE_integer("iterations", 2, "Reader / retriever rounds.")
-_N = flags.DEFINE_integer("num_passages", 10, "Passages per question n (reader and KD loss).")
-_READER_STEPS = flags.DEFINE_integer("reader_steps", 500, "Reader steps per iteration.")
-_RETRIEVER_STEPS = flags.DEFINE_integer("retriever_steps", 200, "Retriever steps per iteration.")
-_READER_BATCH = flags.DEFINE_integer("reader_batch_size", 8, "Reader batch (questions).")
+# Defaults: what passes the learning check on testdata with a reader trained from scratch in minutes on
+# 2 CPU cores (bench/fid_kd_learning_bench.py, docs/benchmarks.md); the paper reads 100 passages with T5.
+_N = flags.DEFINE_integer("num_passages", 3, "Passages per question n (reader and KD loss).")
+_READER_STEPS = flags.DEFINE_integer("reader_steps", 2500, "Reader steps on n passages per iteration.")
+_SINGLE_STEPS = flags.DEFINE_integer(
+    "reader_single_passage_steps", 1500,
+    "Reader steps BEFORE --reader_steps on each question's highest-ranked answer-bearing passage alone "
+    "(0: none). A reader trained from scratch learns to find and copy an answer there, then to choose "
+    "among n passages; on n passages from the start it did not learn to read (the paper's T5 arrives "
+    "able to).")
+_RETRIEVER_STEPS = flags.DEFINE_integer("retriever_steps", 500, "Retriever steps per iteration.")
+_READER_BATCH = flags.DEFINE_integer("reader_batch_size", 32, "Reader batch (questions); at 8 the reader "
+                                     "learned to choose among passages far more slowly on testdata.")
 _RETRIEVER_BATCH = flags.DEFINE_integer("retriever_batch_size", 8, "Retriever batch (questions).")
-_READER_LR = flags.DEFINE_float("reader_learning_rate", 1e-3, "Reader peak learning rate.")
-_RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", 1e-4, "Retriever peak learning rate.")
-_T_READER = flags.DEFINE_float("reader_temperature", 1.0, "Temperature of the reader scores (target).")
+_READER_LR = flags.DEFINE_float("reader_learning_rate", 2e-3, "Reader peak learning rate.")
+_RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", 1e-3, "Retriever peak learning rate.")
+_AGGREGATION = flags.DEFINE_enum(
+    "reader_score_aggregation", "attention_mass", sorted(fid_lib.SCORE_AGGREGATIONS),
+    "How the first decoded token's cross-attention becomes a score per passage: pre_softmax (the "
+    "paper's mean logit) or attention_mass (log of the attention probability on the passage); see "
+    "realm_tf.modeling.fid.")
+_T_READER = flags.DEFINE_float("reader_temperature", 0.1, "Temperature of the reader scores (target); "
+                               "below 1 sharpens the averaged attention mass.")
 _T_RETRIEVER = flags.DEFINE_float("retriever_temperature", 1.0, "Temperature of the retriever scores.")
+_SUBSTITUTION = flags.DEFINE_float(
+    "reader_answer_substitution_rate", 1.0,
+    "Fraction of the reader's training examples whose answer is replaced, in the passages and the target, "
+    "by another example's answer, drawn anew every epoch (realm_tf.modeling.fid.AnswerSubstitution): a "
+    "reader that cannot memorize answers must read, so its cross-attention scores mean something.")
+_ANSWER_BEARING = flags.DEFINE_bool(
+    "distill_answer_bearing_only", True,
+    "Distil only the training questions whose n passages hold an answer (the reader's attention over "
+    "passages that are all irrelevant is noise to the retriever).")
 _KS = flags.DEFINE_list("recall_ks", ["1", "5", "20"], "Recall cut-offs.")
 _MAX_TRAIN = flags.DEFINE_integer("max_train_examples", None, "Use the first N training questions only.")
 _MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Use the first N dev questions only.")
@@ -74,7 +105,7 @@ def main(argv):
   config = realm_config_lib.RealmConfig(
       retriever_bert=bert, reader_bert=bert, vocab_path=_VOCAB.value, do_lower_case=_LOWER.value,
       projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
-      query_seq_len=_Q.value, candidate_seq_len=_C.value)
+      query_seq_len=_Q.value, candidate_seq_len=_C.value, embedder_pooling=_POOLING.value)
   try:
     ks = tuple(int(k) for k in _KS.value)
   except ValueError as e:
@@ -91,13 +122,17 @@ def main(argv):
       reader_steps=_READER_STEPS.value, retriever_steps=_RETRIEVER_STEPS.value,
       reader_batch_size=_READER_BATCH.value, retriever_batch_size=_RETRIEVER_BATCH.value,
       reader_learning_rate=_READER_LR.value, retriever_learning_rate=_RETRIEVER_LR.value,
-      reader_temperature=_T_READER.value, retriever_temperature=_T_RETRIEVER.value, recall_ks=ks,
+      reader_temperature=_T_READER.value, retriever_temperature=_T_RETRIEVER.value,
+      reader_answer_substitution_rate=_SUBSTITUTION.value,
+      reader_single_passage_steps=_SINGLE_STEPS.value, reader_score_aggregation=_AGGREGATION.value,
+      distill_answer_bearing_only=_ANSWER_BEARING.value, recall_ks=ks,
       max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
       embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value)
   for metrics in fid_kd.run(options, log=logging.info):
     before, after = metrics["recall_before"], metrics["recall_after"]
-    logging.info("iteration %d: reader EM %.1f; gold recall@5 %.1f -> %.1f", metrics["iteration"],
-                 metrics["reader_exact_match"], before.get("gold_recall@5", float("nan")),
+    logging.info("iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> %.1f",
+                 metrics["iteration"], metrics["reader_exact_match"],
+                 metrics.get("reader_gold_top1", float("nan")), before.get("gold_recall@5", float("nan")),
                  after.get("gold_recall@5", float("nan")))
 
 

@@ -53,6 +53,23 @@ class AggregationTest(tf.test.TestCase):
     self.assertAllClose([[3.0, 0.0], [3.0, 3.0]], fid.aggregate_cross_attention(logits, mask))
 
 
+class AttentionMassTest(tf.test.TestCase):
+
+  def test_hand_computed_mass_per_passage(self):
+    # B=1, layers=1, heads=2, n=2 passages of L=2; passage 1's second token is padding.
+    logits = np.zeros([1, 1, 2, 4], np.float32)
+    logits[0, 0, 0] = [0.0, np.log(3.0), 0.0, 100.0]  # head 0: probabilities 1/5, 3/5, 1/5 (padding 0)
+    mask = np.array([[[1, 1], [1, 0]]], np.int32)
+    got = fid.aggregate_attention_mass(tf.constant(logits), tf.constant(mask)).numpy()
+    # head 0: passages 0.8 / 0.2; head 1 (uniform over 3 real tokens): 2/3 / 1/3; averaged.
+    self.assertAllClose(np.log([[0.5 * (0.8 + 2 / 3), 0.5 * (0.2 + 1 / 3)]]), got, atol=1e-5)
+    self.assertAllClose([1.0], np.exp(got).sum(-1), atol=1e-5)
+
+  def test_empty_passage_gets_a_finite_floor(self):
+    got = fid.aggregate_attention_mass(tf.zeros([1, 1, 1, 4]), tf.constant([[[1, 1], [0, 0]]]))
+    self.assertAllClose([[0.0, np.log(1e-20)]], got, atol=1e-4)
+
+
 class DistillationLossTest(tf.test.TestCase):
 
   def test_matches_numpy_kl_with_temperatures(self):
@@ -151,6 +168,12 @@ class ReaderTest(_Seeded):
     self.assertEqual((2, 2, 2, 6, 48), cross.shape)
     expected = fid.aggregate_cross_attention(cross[:, :, :, 0], features.passage_mask)
     self.assertAllClose(expected, scores, atol=1e-5)
+    mass = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id,
+                                 "attention_mass")
+    self.assertAllClose(fid.aggregate_attention_mass(cross[:, :, :, 0], features.passage_mask), mass,
+                        atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "unknown reader score aggregation"):
+      reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id, "max")
     later = fid.aggregate_cross_attention(cross[:, :, :, 1], features.passage_mask)
     self.assertGreater(np.abs(later - scores).max(), 1e-5)
 
@@ -184,6 +207,134 @@ class DistillationGradientTest(_Seeded):
     self.assertNotEmpty(reached)
     self.assertGreater(max(float(tf.reduce_max(tf.abs(g))) for g in reached), 0.0)
     self.assertGreater(float(output.loss_sum), 0.0)
+
+
+class AnswerSubstitutionTest(_Seeded):
+  """fid.AnswerSubstitution and its helpers, on the letter-by-letter test vocab ("ab" is a ##b)."""
+
+  def _text(self, ids):
+    return fid.detokenize(self.tokenizer, ids)
+
+  def _normalized(self, text):
+    return self._text(self.tokenizer.tokenize_texts([text])[0].ids)
+
+  def _substitution(self, examples):
+    return fid.AnswerSubstitution(examples, fid.continuation_ids(self.tokenizer), self.tokenizer.unk_id)
+
+  def test_answer_shape(self):
+    self.assertEqual(("d", "X", "d"), fid.answer_shape("19 October 1793"))
+    self.assertEqual(("X", "X"), fid.answer_shape("Lunithpry Guild"))
+    self.assertEqual(("X", "x"), fid.answer_shape("Briarmer hymn"))
+
+  def test_spans_are_whole_words_leftmost_longest(self):
+    continuation = fid.continuation_ids(self.tokenizer)
+    tokenize = lambda text: self.tokenizer.tokenize_texts([text])[0].ids
+    ids = tokenize("ab abc xab ab. ab cd")
+    patterns = fid._by_first_piece([tokenize("ab"), tokenize("ab cd")])
+    spans = fid.find_spans(ids, patterns, continuation)
+    # "ab" inside "abc" and "xab" is no occurrence; "ab cd" wins over "ab" at the end.
+    self.assertEqual([tuple(tokenize("ab"))] * 2 + [tuple(tokenize("ab cd"))], [p for _, p in spans])
+    replaced = fid.replace_spans(ids, spans, {tuple(tokenize("ab")): tokenize("zz")})
+    self.assertEqual(self._normalized("zz abc xab zz. ab cd"), self._text(replaced))
+
+  def test_every_occurrence_and_the_target_change(self):
+    questions = ["who is w?", "who is x?", "who is y?", "who is z?"]
+    passages = [[("t", "ab met ab, not abc or xab."), ("u", "then ab left")],
+                [("t", "cd is here"), ("u", "nothing")],
+                [("t", "nothing at all"), ("u", "still nothing")],
+                [("t", "ij kl"), ("u", "no")]]
+    # Shapes: "Ab" and "Cd" are ("X",), "ef gh" and "ij kl" ("x", "x").
+    examples = fid.tokenize_examples(self.tokenizer, questions, passages, ["Ab", "Cd", "ef gh", "ij kl"])
+    edited, count = self._substitution(examples).substitute(1.0, np.random.default_rng(0))
+    # "Ab" and "Cd" swap (the only other answer of their shape); example 2's answer is in none of its
+    # passages, so it is left alone; example 3 takes "ef gh".
+    self.assertEqual(3, count)
+    self.assertEqual(["cd", "ab", "ef gh", "ef gh"], [self._text(a) for a in edited.answers])
+    self.assertEqual(["Cd", "Ab", "ef gh", "ef gh"], edited.answer_texts)
+    self.assertEqual([self._normalized("question: who is w? title: t context: cd met cd, not abc or xab."),
+                      self._normalized("question: who is w? title: u context: then cd left")],
+                     [self._text(ids) for ids in edited.pairs[0]])
+    self.assertEqual(self._normalized("question: who is z? title: t context: ef gh"),
+                     self._text(edited.pairs[3][0]))
+    self.assertEqual(examples.pairs[2], edited.pairs[2])
+    self.assertEqual(examples.answers[2], edited.answers[2])
+    self.assertEqual("ab", self._text(examples.answers[0]))  # the input is not modified
+    features = fid.pad_examples(self.tokenizer, _tiny_config(self.tokenizer.vocab_size), edited)
+    self.assertEqual("cd", self._text(features.target_ids[0]))
+
+  def test_other_answers_in_the_passages_are_relabeled_consistently(self):
+    # Example 0's passages hold its answer "ab" and example 1's answer "cd" (a distractor's answer).
+    passages = [[("t", "ab was here"), ("u", "cd was there, cd again")], [("t", "cd"), ("u", "x")],
+                [("t", "ef"), ("u", "x")], [("t", "gh"), ("u", "x")]]
+    examples = fid.tokenize_examples(self.tokenizer, ["q"] * 4, passages, ["Ab", "Cd", "Ef", "Gh"])
+    for seed in range(5):
+      edited, _ = self._substitution(examples).substitute(1.0, np.random.default_rng(seed))
+      target = self._text(edited.answers[0])
+      first, second = (self._text(ids).split(" context : ")[1] for ids in edited.pairs[0])
+      self.assertIn(target, ("ef", "gh"))
+      self.assertEqual(f"{target} was here", first)
+      other = second.split()[0]
+      self.assertIn(other, ("ef", "gh"))
+      self.assertNotEqual(target, other)
+      self.assertEqual(f"{other} was there , {other} again", second)
+
+  def test_deterministic_for_a_seed_and_rate_zero_is_identity(self):
+    answers = [f"a{i}" for i in range(12)]
+    examples = fid.tokenize_examples(self.tokenizer, ["q"] * 12, [[("t", f"x {a} y")] for a in answers],
+                                     answers)
+    substitution = self._substitution(examples)
+    run = lambda seed, rate=1.0: substitution.substitute(rate, np.random.default_rng(seed))
+    self.assertEqual(run(3), run(3))
+    self.assertNotEqual(run(3)[0].answers, run(4)[0].answers)
+    self.assertEqual(12, run(3)[1])
+    for ids, target in zip(run(3)[0].pairs, run(3)[0].answers):
+      self.assertIn(self._text(target), self._text(ids[0]).split())
+    self.assertEqual((examples, 0), run(3, rate=0.0))
+    self.assertBetween(run(3, rate=0.5)[1], 1, 11)
+    with self.assertRaisesRegex(ValueError, "rate must be in"):
+      run(3, rate=1.5)
+
+  def test_single_passage_examples_keep_the_first_answer_bearing_pair(self):
+    examples = fid.tokenize_examples(
+        self.tokenizer, ["q1", "q2", "q3"],
+        [[("t", "no"), ("u", "ab here"), ("v", "ab again")], [("t", "cd"), ("u", "x"), ("v", "y")],
+         [("t", "n"), ("u", "o"), ("v", "abc")]], ["ab", "cd", "ab"])
+    continuation = fid.continuation_ids(self.tokenizer)
+    self.assertEqual([1, 0, -1], fid.answer_passages(examples, continuation))
+    single = fid.single_passage_examples(examples, continuation)
+    self.assertEqual([[examples.pairs[0][1]], [examples.pairs[1][0]]], single.pairs)
+    self.assertEqual(["ab", "cd"], single.answer_texts)
+
+
+class RelativePositionTest(tf.test.TestCase):
+
+  def test_buckets_match_t5(self):
+    # Hand-computed with T5's formula: exact up to max_exact, then logarithmic, capped.
+    relative = tf.constant([0, -1, 1, -7, -20, -200, 20])
+    self.assertAllEqual([0, 1, 17, 7, 10, 15, 26],
+                        fid.relative_position_bucket(relative, True, 32, 128))
+    # Causal: every future key shares bucket 0.
+    self.assertAllEqual([0, 0, 3, 30], fid.relative_position_bucket(tf.constant([0, 3, -3, -100]), False,
+                                                                     32, 128))
+
+  def test_encoder_sees_word_order(self):
+    tf_keras.utils.set_random_seed(3)
+    reader = fid.build_reader(_tiny_config(40, passage_seq_len=6))
+    ids = tf.constant([[[5, 6, 7, 8, 9, 10]]])
+    swapped = tf.constant([[[6, 5, 7, 8, 9, 10]]])
+    memory, _ = reader.encode(ids, tf.ones_like(ids))
+    other, _ = reader.encode(swapped, tf.ones_like(ids))
+    # Without positions the outputs would only be permuted; with them, token 7 (unchanged, same place)
+    # sees a different context.
+    self.assertGreater(float(tf.reduce_max(tf.abs(memory[0, 2] - other[0, 2]))), 1e-3)
+
+  def test_t5_initialization_scale(self):
+    tf_keras.utils.set_random_seed(3)
+    config = _tiny_config(40, hidden_size=64)
+    reader = fid.build_reader(config)
+    kernel = reader.decoder_layers[0].cross_attention.query.kernel.numpy()
+    self.assertAllClose(64 ** -0.5, kernel.std(), rtol=0.1)
+    self.assertAllClose(1.0, reader.token_embedding.embeddings.numpy().std(), rtol=0.1)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,15 @@ here one process runs them all, for --iterations rounds:
   1. embed the corpus with the current retriever's document tower (the refreshed index; exact search)
      and retrieve the top n passages of every training and dev question (iteration 0 may use BM25
      passages instead, as the paper starts from BM25);
-  2. train a FRESHLY INITIALIZED reader on the training questions for reader_steps (re-initialized every
-     iteration, as in the paper) and measure its exact match on the dev questions;
-  3. compute the reader's cross-attention score of each retrieved training passage
-     (realm_tf.modeling.fid.aggregate_cross_attention);
-  4. train the retriever on those passages with the KL loss for retriever_steps;
+  2. train a FRESHLY INITIALIZED reader on the training questions (re-initialized every iteration, as in
+     the paper): first for reader_single_passage_steps on each question's highest-ranked answer-bearing
+     passage alone, then for reader_steps on its n passages, with answers substituted
+     (realm_tf.modeling.fid.AnswerSubstitution) so that it must read rather than memorize; measure its
+     exact match on the dev questions;
+  3. compute the reader's cross-attention score of each retrieved training passage (on the original
+     passages; realm_tf.modeling.fid.SCORE_AGGREGATIONS) and how often it ranks the gold passage first;
+  4. train the retriever on those passages with the KL loss for retriever_steps (only on the questions
+     whose passages hold an answer, with distill_answer_bearing_only);
   5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus).
 
 A run's model dir:
@@ -23,8 +27,10 @@ A run's model dir:
                                        reader scores
   iteration_<i>/retriever/ckpt-S       the distilled retriever (model/retriever/ layout: usable as
                                        --retriever_checkpoint of bin/train_orqa, bin/train_realm, ...)
-  iteration_<i>/metrics.json           written LAST and atomically: its presence marks the iteration done,
-                                       and a restarted run skips it (resuming from its retriever)
+  iteration_<i>/metrics.json           recall before / after, reader dev exact match, teacher and retriever
+                                       gold top-1, training summaries; written LAST and atomically: its
+                                       presence marks the iteration done, and a restarted run skips it
+                                       (resuming from its retriever)
   fid_kd_summary.json                  all iterations' metrics
 
 Scale: the corpus (titles, bodies, packed candidates) and the questions are held in host memory and the
@@ -32,16 +38,16 @@ index is exact, which suits testdata- and SQuAD-sized corpora, not a 21M-passage
 """
 
 import dataclasses
+import itertools
 import json
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import evaluation
 from realm_tf import io_utils
 from realm_tf import retriever_eval
 from realm_tf.data import corpus as corpus_lib
@@ -72,17 +78,21 @@ class FidKdOptions:
   train_path: str
   dev_path: str
   retriever_checkpoint: Optional[str] = None
-  initial_passages: str = "dense"
+  initial_passages: str = "bm25"
   iterations: int = 2
-  num_passages: int = 10
-  reader_steps: int = 500
-  retriever_steps: int = 200
-  reader_batch_size: int = 8
+  num_passages: int = 3
+  reader_steps: int = 2500
+  retriever_steps: int = 500
+  reader_batch_size: int = 32
   retriever_batch_size: int = 8
-  reader_learning_rate: float = 1e-3
-  retriever_learning_rate: float = 1e-4
-  reader_temperature: float = 1.0
+  reader_learning_rate: float = 2e-3
+  retriever_learning_rate: float = 1e-3
+  reader_temperature: float = 0.1
   retriever_temperature: float = 1.0
+  reader_answer_substitution_rate: float = 1.0
+  reader_single_passage_steps: int = 1500
+  reader_score_aggregation: str = "attention_mass"
+  distill_answer_bearing_only: bool = True
   recall_ks: Tuple[int, ...] = (1, 5, 20)
   max_train_examples: Optional[int] = None
   max_eval_examples: Optional[int] = None
@@ -146,20 +156,37 @@ def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings:
 # Training pieces.
 
 
-def _batches(features: Dict[str, np.ndarray], batch_size: int, seed: int) -> tf.data.Dataset:
-  count = len(next(iter(features.values())))
+Features = Dict[str, np.ndarray]
+
+
+def _batches(features: Union[Features, Callable[[int], Features]], batch_size: int,
+             seed: int) -> tf.data.Dataset:
+  """Endless shuffled batches; features may be a function of the epoch (0, 1, ...), so that an
+  augmentation draws anew every epoch while only one epoch is held in memory."""
+  make_epoch = features if callable(features) else lambda _: features
+  first = make_epoch(0)
+  count = len(next(iter(first.values())))
   if count < batch_size:
     raise ValueError(f"fid_kd: {count} training examples cannot fill a batch of {batch_size}; lower the "
                      "batch size or pass more training questions")
-  return (tf.data.Dataset.from_tensor_slices(features).shuffle(count, seed=seed, reshuffle_each_iteration=True)
-          .repeat().batch(batch_size, drop_remainder=True))
+
+  def epochs():
+    for epoch in itertools.count():
+      arrays = first if epoch == 0 else make_epoch(epoch)
+      order = np.random.default_rng([seed, epoch]).permutation(count)
+      yield {k: v[order] for k, v in arrays.items()}
+
+  signature = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in first.items()}
+  return (tf.data.Dataset.from_generator(epochs, output_signature=signature).unbatch()
+          .batch(batch_size, drop_remainder=True))
 
 
-def train_model(model, features: Dict[str, np.ndarray], steps: int, batch_size: int,
-                learning_rate: float, seed: int, jit_compile: bool = False,
+def train_model(model, features: Union[Features, Callable[[int], Features]], steps: int,
+                batch_size: int, learning_rate: float, seed: int, jit_compile: bool = False,
                 log: Callable[[str], None] = print, name: str = "model") -> Dict[str, float]:
   """Trains a compute_loss model for `steps` steps (BERT AdamW, 10% warmup, linear decay).
 
+  features: arrays of the examples, or a function epoch -> arrays (see _batches).
   Returns {"first_loss", "last_loss", "last_<metric>"} (the last ones averaged over the final 10% steps).
   """
   optimizer = optimization.create_optimizer(learning_rate, steps, num_warmup_steps=max(steps // 10, 0),
@@ -173,16 +200,16 @@ def train_model(model, features: Dict[str, np.ndarray], steps: int, batch_size: 
       shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(history[-1].items()))
       log(f"  {name} step {i + 1}/{steps}: {shown}")
   tail = history[-max(steps // 10, 1):]
-  result = {"first_loss": history[0]["loss"], "seconds": time.time() - started}
+  result = {"steps": steps, "first_loss": history[0]["loss"], "seconds": time.time() - started}
   for key in history[-1]:
     result["last_" + key] = float(np.mean([h[key] for h in tail]))
   return result
 
 
 def reader_passage_scores(reader: fid_lib.FidReader, features: fid_lib.ReaderFeatures, start_id: int,
-                          batch_size: int) -> np.ndarray:
+                          batch_size: int, aggregation: str = "pre_softmax") -> np.ndarray:
   """float32 [Q, n]: the reader's cross-attention score of every retrieved passage."""
-  scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id))
+  scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id, aggregation))
   out = [scores_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
          for s in range(0, len(features.passage_ids), batch_size)]
   return np.concatenate(out).astype(np.float32)
@@ -237,10 +264,10 @@ class _Data:
     log(f"fid_kd: {len(self.documents)} documents, {len(self.train)} training and {len(self.dev)} dev "
         "questions")
 
-  def reader_features(self, fid_config, examples, rows, with_answers: bool) -> fid_lib.ReaderFeatures:
+  def reader_examples(self, examples, rows, with_answers: bool) -> fid_lib.TokenizedExamples:
     passages = [[(self.documents[r]["title"], self.documents[r]["body"]) for r in row] for row in rows]
     answers = [e.answers[0] for e in examples] if with_answers else None
-    return fid_lib.featurize(self.tokenizer, fid_config, [e.question for e in examples], passages, answers)
+    return fid_lib.tokenize_examples(self.tokenizer, [e.question for e in examples], passages, answers)
 
 
 def _load_retriever(options: FidKdOptions, checkpoint: Optional[str], flag: str) -> embedder_lib.Retriever:
@@ -283,6 +310,9 @@ def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]
   """Runs (or resumes) the loop; returns every iteration's metrics (also in fid_kd_summary.json)."""
   if options.initial_passages not in INITIAL_PASSAGES:
     raise ValueError(f"--initial_passages must be one of {INITIAL_PASSAGES}, got {options.initial_passages!r}")
+  if options.reader_score_aggregation not in fid_lib.SCORE_AGGREGATIONS:
+    raise ValueError(f"--reader_score_aggregation must be one of {sorted(fid_lib.SCORE_AGGREGATIONS)}, got "
+                     f"{options.reader_score_aggregation!r}")
   if options.iterations < 1:
     raise ValueError(f"--iterations must be at least 1, got {options.iterations}")
   tf.io.gfile.makedirs(options.model_dir)
@@ -310,7 +340,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   directory = iteration_dir(options.model_dir, iteration)
   tf.io.gfile.makedirs(directory)
   config, n, tokenizer = options.config, options.num_passages, data.tokenizer
-  metrics: Dict = {"iteration": iteration}
+  metrics: Dict = {"iteration": iteration, "num_passages": n}
 
   # 1. The index of the current retriever; its recall; the passages of every question.
   doc_embeddings = embed_corpus(retriever, options)
@@ -329,51 +359,82 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
     train_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.train], n)
     dev_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.dev], n)
     metrics["passages"] = "dense"
-  if all("doc_id" in e.metadata for e in data.dev):
-    hits = [[data.documents[r]["doc_id"] == e.metadata["doc_id"] for r in rows]
-            for rows, e in zip(dev_rows, data.dev)]
-    metrics["reader_passages_gold_recall"] = evaluation.recall_at_k(hits, [n])[f"recall@{n}"]
+  dev_gold = _gold_positions(data, data.dev, dev_rows)
+  if dev_gold is not None:
+    metrics["reader_passages_gold_recall"] = 100.0 * float(np.mean(dev_gold >= 0))
   log(f"iteration {iteration}: dev recall of the current retriever "
       f"{_recall_line(metrics['recall_before'])}; the reader reads {metrics['passages']} top {n} "
       f"(gold recall {metrics.get('reader_passages_gold_recall', float('nan')):.1f})")
 
-  # 2. A fresh reader, trained on the retrieved passages; its dev exact match.
+  # 2. A fresh reader, trained on the retrieved passages (answers substituted, see
+  # fid.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
   reader = fid_lib.build_reader(options.fid)
-  train_features = data.reader_features(options.fid, data.train, train_rows, with_answers=True)
+  train_examples = data.reader_examples(data.train, train_rows, with_answers=True)
+  train_features = fid_lib.pad_examples(tokenizer, options.fid, train_examples)
+  if options.reader_single_passage_steps:
+    metrics.update(_train_reader_on_single_passages(options, data, reader, train_examples, iteration, log))
+  reader_epoch, substituted = _reader_epochs(options, data, train_examples, iteration, stream=0)
+  metrics["reader_substituted_fraction"] = substituted / len(data.train)
   metrics["reader_training"] = train_model(
-      reader, train_features._asdict(), options.reader_steps, options.reader_batch_size,
-      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log, "reader")
+      reader, reader_epoch, options.reader_steps, options.reader_batch_size,
+      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log,
+      f"reader ({n} passages)")
   reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
                       options.reader_steps)
-  dev_features = data.reader_features(options.fid, data.dev, dev_rows, with_answers=False)
+  dev_features = fid_lib.pad_examples(tokenizer, options.fid,
+                                      data.reader_examples(data.dev, dev_rows, with_answers=False),
+                                      with_answers=False)
   predictions = reader_predictions(reader, dev_features, tokenizer.cls_id, options.predict_batch_size)
   matches = fid_lib.reader_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
   metrics["reader_exact_match"] = 100.0 * float(np.mean(matches))
   log(f"iteration {iteration}: reader {reader_path}, dev exact match {metrics['reader_exact_match']:.1f}")
 
-  # 3. The reader's cross-attention scores of the training passages.
-  scores = reader_passage_scores(reader, train_features, tokenizer.cls_id, options.predict_batch_size)
+  # 3. The reader's cross-attention scores of the (original) training passages.
+  scores = reader_passage_scores(reader, train_features, tokenizer.cls_id, options.predict_batch_size,
+                                 options.reader_score_aggregation)
   query_emb = retriever_eval.embed_questions(retriever, config, [e.question for e in data.train])
   retriever_scores = np.einsum("qd,qnd->qn", query_emb, doc_embeddings[train_rows])
+  # How often the teacher (and, for comparison, the retriever before KD) ranks the gold passage first.
+  gold = _gold_positions(data, data.train, train_rows)
+  if gold is not None and (gold >= 0).any():
+    metrics["reader_gold_top1"] = _top1_percent(scores, gold)
+    metrics["retriever_gold_top1"] = _top1_percent(retriever_scores, gold)
+    log(f"iteration {iteration}: of the training questions with the gold passage among their {n}, the "
+        f"reader's attention ranks it first for {metrics['reader_gold_top1']:.1f}%, the retriever for "
+        f"{metrics['retriever_gold_top1']:.1f}%")
   io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), (
       {"question": e.question, "answers": e.answers,
        "passages": [{"row": int(r), "doc_id": data.documents[r]["doc_id"], "retriever_score": float(rs),
                      "reader_score": float(s)} for r, rs, s in zip(rows, r_scores, q_scores)]}
       for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
 
-  # 4. The retriever under the KL loss on those passages.
-  q_ids, q_mask, q_segments = data.train_queries
-  c_ids, c_mask, c_segments = (c[train_rows] for c in data.candidates)  # [Q, n, C]
+  # 4. The retriever under the KL loss on those passages (with --distill_answer_bearing_only, of the
+  # questions whose passages hold an answer: for the others the reader's attention can only rank
+  # passages that are all irrelevant, and distilling that teaches the retriever noise).
+  distilled = np.arange(len(data.train))
+  if options.distill_answer_bearing_only:
+    bearing = fid_lib.answer_passages(train_examples, fid_lib.continuation_ids(tokenizer))
+    distilled = np.flatnonzero(np.asarray(bearing) >= 0)
+  metrics["distilled_questions"] = len(distilled)
+  q_ids, q_mask, q_segments = (q[distilled] for q in data.train_queries)
+  c_ids, c_mask, c_segments = (c[train_rows[distilled]] for c in data.candidates)  # [Q, n, C]
   kd_features = {"query_token_ids": q_ids, "query_mask": q_mask, "query_segment_ids": q_segments,
                  "candidate_token_ids": c_ids, "candidate_mask": c_mask, "candidate_segment_ids": c_segments,
-                 "reader_scores": scores}
-  model = fid_lib.RetrieverDistillation(retriever, options.reader_temperature, options.retriever_temperature)
-  metrics["retriever_training"] = train_model(
-      model, kd_features, options.retriever_steps, options.retriever_batch_size,
-      options.retriever_learning_rate, options.seed + iteration, options.jit_compile, log, "retriever")
+                 "reader_scores": scores[distilled]}
+  if len(distilled) < options.retriever_batch_size:
+    log(f"iteration {iteration}: only {len(distilled)} training questions have an answer-bearing passage, "
+        f"fewer than a batch; the retriever is not trained this iteration")
+    metrics["retriever_training"] = None
+  else:
+    model = fid_lib.RetrieverDistillation(retriever, options.reader_temperature,
+                                          options.retriever_temperature)
+    metrics["retriever_training"] = train_model(
+        model, kd_features, options.retriever_steps, options.retriever_batch_size,
+        options.retriever_learning_rate, options.seed + iteration, options.jit_compile, log, "retriever")
   metrics["retriever_checkpoint"] = save_retriever(retriever, os.path.join(directory, "retriever"),
-                                                   options.retriever_steps)
+                                                   options.retriever_steps if metrics["retriever_training"]
+                                                   else 0)
 
   # 5. The refreshed index and the distilled retriever's recall.
   metrics["recall_after"] = retriever_eval.retriever_recall(
@@ -385,6 +446,73 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
       f" ({metrics['seconds']:.0f} s)")
   io_utils.write_json_atomic(os.path.join(directory, METRICS_NAME), metrics)
   return metrics
+
+
+def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader: fid_lib.FidReader,
+                                     examples: fid_lib.TokenizedExamples, iteration: int,
+                                     log: Callable[[str], None]) -> Dict:
+  """The reader's first phase: each training question with only its highest-ranked answer-bearing
+  passage (fid.single_passage_examples), for --reader_single_passage_steps.
+
+  Why: the paper's reader starts from pretrained T5, which can already read. A reader trained from
+  scratch on n passages at once did not learn to copy an answer on testdata (0% dev exact match after
+  2,000 steps on 3 passages at batch 32, or 10,000 at batch 8: its attention spread over the passages'
+  same-type spans gives no one answer a clear gradient, and it settled for the answers' prior); on one
+  passage it learns to find and copy the answer (in about 1,000 steps), and then to choose among n.
+  """
+  single = fid_lib.single_passage_examples(examples, fid_lib.continuation_ids(data.tokenizer))
+  result: Dict = {"reader_single_passage_examples": len(single.pairs)}
+  if len(single.pairs) < options.reader_batch_size:
+    log(f"iteration {iteration}: only {len(single.pairs)} training questions have an answer-bearing "
+        f"passage, fewer than a batch; no single-passage reader training")
+    return result
+  epochs, _ = _reader_epochs(options, data, single, iteration, stream=1)
+  result["reader_single_passage_training"] = train_model(
+      reader, epochs, options.reader_single_passage_steps, options.reader_batch_size,
+      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log,
+      "reader (1 passage)")
+  return result
+
+
+def _reader_epochs(options: FidKdOptions, data: _Data, examples: fid_lib.TokenizedExamples,
+                   iteration: int, stream: int) -> Tuple[Callable[[int], Features], int]:
+  """(epoch -> reader training arrays, examples substituted in epoch 0).
+
+  With --reader_answer_substitution_rate, every epoch substitutes answers anew (seeded by seed,
+  iteration, stream and epoch, so a rerun trains on the same arrays).
+  """
+  rate = options.reader_answer_substitution_rate
+  if rate == 0.0:
+    features = fid_lib.pad_examples(data.tokenizer, options.fid, examples)._asdict()
+    return lambda _: features, 0
+  substitution = fid_lib.AnswerSubstitution(examples, fid_lib.continuation_ids(data.tokenizer),
+                                            data.tokenizer.unk_id)
+
+  def substituted(epoch: int) -> Tuple[Features, int]:
+    edited, count = substitution.substitute(rate, np.random.default_rng([options.seed, iteration, stream,
+                                                                         epoch]))
+    return fid_lib.pad_examples(data.tokenizer, options.fid, edited)._asdict(), count
+
+  first, count = substituted(0)
+  return lambda epoch: first if epoch == 0 else substituted(epoch)[0], count
+
+
+def _gold_positions(data: _Data, examples, rows: np.ndarray) -> Optional[np.ndarray]:
+  """int [Q]: the position of each question's gold document (metadata doc_id) in its rows, -1 where it is
+  missing; None when the questions do not name their documents."""
+  if not all("doc_id" in e.metadata for e in examples):
+    return None
+  positions = []
+  for row, e in zip(rows, examples):
+    hits = [i for i, r in enumerate(row) if data.documents[r]["doc_id"] == e.metadata["doc_id"]]
+    positions.append(hits[0] if hits else -1)
+  return np.asarray(positions, np.int64)
+
+
+def _top1_percent(scores: np.ndarray, gold: np.ndarray) -> float:
+  """% of the questions with a gold passage (gold >= 0; at least one) whose highest-scored passage is it."""
+  present = gold >= 0
+  return 100.0 * float(np.mean(np.argmax(scores[present], axis=1) == gold[present]))
 
 
 def _recall_line(recall: Dict[str, float]) -> str:

@@ -37,6 +37,28 @@ class Bm25Test(tf.test.TestCase):
     self.assertEqual([0, 1], fid_kd.bm25_top_k(docs, [[7]], k=2, ignore_ids=[7])[0].tolist())
 
 
+class BatchesTest(tf.test.TestCase):
+
+  def test_epoch_function_is_called_per_epoch_and_order_is_seeded(self):
+    calls = []
+
+    def epoch(e):
+      calls.append(e)
+      return {"x": np.arange(6, dtype=np.int64) + 100 * e}
+
+    batches = lambda seed: [b["x"].numpy().tolist() for b in fid_kd._batches(epoch, 4, seed).take(4)]
+    first = batches(0)
+    # 4 batches of 4 from epochs of 6: epochs 0..2 are read, each a permutation of its own values.
+    self.assertEqual([0, 1, 2], sorted(set(calls))[:3])
+    flat = [v for b in first for v in b]
+    self.assertCountEqual(list(range(6)), flat[:6])
+    self.assertCountEqual([100 + i for i in range(6)], flat[6:12])
+    self.assertEqual(first, batches(0))
+    self.assertNotEqual(first, batches(1))
+    with self.assertRaisesRegex(ValueError, "cannot fill a batch of 8"):
+      fid_kd._batches({"x": np.zeros([6])}, 8, 0)
+
+
 class LoopTest(tf.test.TestCase):
 
   def test_iterations_write_artifacts_and_resume(self):
@@ -47,6 +69,7 @@ class LoopTest(tf.test.TestCase):
         config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=paths["corpus"],
         train_path=paths["train"], dev_path=paths["dev"], initial_passages="bm25", iterations=2,
         num_passages=3, reader_steps=4, retriever_steps=3, reader_batch_size=4, retriever_batch_size=4,
+        reader_single_passage_steps=2, reader_answer_substitution_rate=1.0,
         retriever_learning_rate=1e-3, recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8)
     # A first run stops after iteration 0 ("crash"); the second resumes: it skips iteration 0 and starts
     # iteration 1 from iteration 0's distilled retriever.
@@ -69,6 +92,17 @@ class LoopTest(tf.test.TestCase):
         self.assertTrue(os.path.exists(os.path.join(it_dir, name)), name)
       self.assertIsNotNone(tf.train.latest_checkpoint(os.path.join(it_dir, "reader")))
       self.assertBetween(m["reader_exact_match"], 0.0, 100.0)
+    # Iteration 0 reads BM25 passages, which hold most answers: the teacher's and the retriever's gold
+    # top-1 are measured, the reader trains on single passages first and its answers are substituted.
+    for key in ("reader_gold_top1", "retriever_gold_top1"):
+      self.assertBetween(metrics[0][key], 0.0, 100.0)
+    self.assertGreaterEqual(metrics[0]["reader_single_passage_examples"], 4)
+    self.assertIn("reader_single_passage_training", metrics[0])
+    self.assertGreater(metrics[0]["reader_substituted_fraction"], 0.0)
+    # Only questions whose passages hold an answer are distilled (--distill_answer_bearing_only).
+    self.assertBetween(metrics[0]["distilled_questions"], 4, 8)
+    for i, m in enumerate(metrics):
+      it_dir = fid_kd.iteration_dir(model_dir, i)
       self.assertIn("gold_recall@5", m["recall_after"])
       with open(os.path.join(it_dir, "scores.jsonl"), encoding="utf-8") as f:
         scores = [json.loads(line) for line in f]
