@@ -68,6 +68,18 @@ class GenerateRetrievalCorpusTest(tf.test.TestCase):
     self.assertIn(f"vocab file {tmp}/nope.txt does not exist", result.stderr)
 
 
+class TrainRealmFlagsTest(tf.test.TestCase):
+
+  def test_staleness_below_the_checkpoint_interval_is_refused_before_any_work(self):
+    tmp = self.create_tempdir().full_path
+    result = _run("train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
+                  f"--pretraining_corpus_path={tmp}/none", f"--retrieval_corpus_path={tmp}/none",
+                  "--bert_config=tiny", "--save_checkpoints_steps=250", "--max_index_staleness_steps=100")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("--max_index_staleness_steps=100 is below --save_checkpoints_steps=250", result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
+
+
 class DemoTest(tf.test.TestCase):
 
   def test_demo_runs_and_summarizes(self):

@@ -48,6 +48,12 @@ _FREEZE = flags.DEFINE_integer(
     "freeze_retriever_steps", 0,
     "Train only the knowledge-augmented encoder for this many first steps: a reader that does not yet "
     "read the retrieved documents gives the retriever noise, which can undo an ICT warm start.")
+_SUBSTITUTION = flags.DEFINE_float(
+    "span_substitution_rate", 0.0,
+    "Share of examples whose masked span, and its copies in the retrieved documents the reader sees, are "
+    "replaced by random wordpieces, so the reader must copy from a retrieved document instead of "
+    "memorizing (realm_tf/training/span_substitution.py). For readers trained from scratch; 0 is the "
+    "original.", lower_bound=0.0, upper_bound=1.0)
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
 
@@ -71,7 +77,7 @@ def main(argv):
       bootstrap_index=_BOOTSTRAP.value, index_implementation=_INDEX.value,
       max_index_staleness_steps=_STALENESS.value, check_index_every_batches=_CHECK_EVERY.value,
       wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value,
-      freeze_retriever_steps=_FREEZE.value)
+      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value)
   realm_trainer.train(options, strategy, log=logging.info)
 
 

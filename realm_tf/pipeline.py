@@ -41,6 +41,7 @@ class PipelineOptions:
   ict_learning_rate: float = 1e-3
   realm_learning_rate: float = 1e-4
   freeze_retriever_steps: int = 0
+  span_substitution_rate: float = 0.0
   projection_size: int = 64
   query_seq_len: int = 32
   candidate_seq_len: int = 128
@@ -146,7 +147,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           index_implementation=options.index_implementation, check_index_every_batches=2,
           max_index_staleness_steps=options.max_index_staleness_steps,
           retrieval_score_scale=options.retrieval_score_scale,
-          freeze_retriever_steps=options.freeze_retriever_steps)
+          freeze_retriever_steps=options.freeze_retriever_steps,
+          span_substitution_rate=options.span_substitution_rate)
       refresher.wait(timeout=300)
     finally:
       if refresher.poll() is None:

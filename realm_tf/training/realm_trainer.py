@@ -49,6 +49,7 @@ class RealmTrainerOptions:
   check_index_every_batches: int = 10
   wait_for_index_seconds: Optional[float] = None
   freeze_retriever_steps: int = 0
+  span_substitution_rate: float = 0.0
   seed: int = 0
 
 
@@ -85,6 +86,13 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   """Runs REALM pre-training to options.loop.num_train_steps; returns a summary of the run."""
   config = options.config
   model_dir = options.loop.model_dir
+  staleness, every = options.max_index_staleness_steps, options.loop.save_checkpoints_steps
+  if staleness is not None and staleness < every:
+    # The refresher can only publish indexes of saved checkpoints: the trainer would wait for one that
+    # is not written until it trains further, which it cannot while it waits.
+    raise ValueError(f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
+                     "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
+                     "make --max_index_staleness_steps at least --save_checkpoints_steps")
   tf.io.gfile.makedirs(model_dir)
   _write_config(config, model_dir)
   tokenizer = config.tokenizer()
@@ -123,7 +131,8 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   def dataset_fn(batches_done: int) -> tf.data.Dataset:
     return realm_input.realm_dataset(
         pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
-        state, options.batch_size, seed=options.seed, skip_batches=batches_done)
+        state, options.batch_size, seed=options.seed, skip_batches=batches_done,
+        span_substitution_rate=options.span_substitution_rate)
 
   started = time.time()
   first_loss = []
