@@ -45,6 +45,8 @@ _FREEZE = flags.DEFINE_integer("freeze_retriever_steps", pipeline.PipelineOption
                                "REALM steps that train only the reader.")
 _SUBSTITUTION = flags.DEFINE_float("span_substitution_rate", pipeline.PipelineOptions.span_substitution_rate,
                                    "Share of REALM examples with their masked span relabeled at random.")
+_WARMUP = flags.DEFINE_integer("reader_warmup_steps", pipeline.PipelineOptions.reader_warmup_steps,
+                               "REALM steps whose reader reads only the candidates holding the span.")
 _SCORE_SCALE = flags.DEFINE_float("retrieval_score_scale", pipeline.PipelineOptions.retrieval_score_scale,
                                   "Scale of q.d in REALM's candidate softmax.")
 
@@ -59,7 +61,8 @@ def main(argv):
       output_dir=work_dir, ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value,
       save_checkpoints_steps=_EVAL_EVERY.value, realm_learning_rate=_LEARNING_RATE.value,
       embedder_pooling=_POOLING.value, retrieval_score_scale=_SCORE_SCALE.value,
-      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value)
+      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value,
+      reader_warmup_steps=_WARMUP.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   machine = throughput_lib.machine()
   qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]

@@ -54,6 +54,11 @@ _SUBSTITUTION = flags.DEFINE_float(
     "replaced by random wordpieces, so the reader must copy from a retrieved document instead of "
     "memorizing (realm_tf/training/span_substitution.py). For readers trained from scratch; 0 is the "
     "original.", lower_bound=0.0, upper_bound=1.0)
+_WARMUP = flags.DEFINE_integer(
+    "reader_warmup_steps", 0,
+    "For this many first steps the knowledge-augmented encoder reads only the retrieved documents that "
+    "contain the masked span, and the retriever is frozen (as by --freeze_retriever_steps): a reader "
+    "trained from scratch learns to copy from its input far sooner so. 0 is the original.", lower_bound=0)
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
 
@@ -77,7 +82,8 @@ def main(argv):
       bootstrap_index=_BOOTSTRAP.value, index_implementation=_INDEX.value,
       max_index_staleness_steps=_STALENESS.value, check_index_every_batches=_CHECK_EVERY.value,
       wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value,
-      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value)
+      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value,
+      reader_warmup_steps=_WARMUP.value)
   realm_trainer.train(options, strategy, log=logging.info)
 
 

@@ -42,6 +42,7 @@ class PipelineOptions:
   realm_learning_rate: float = 1e-4
   freeze_retriever_steps: int = 0
   span_substitution_rate: float = 0.0
+  reader_warmup_steps: int = 0
   projection_size: int = 64
   query_seq_len: int = 32
   candidate_seq_len: int = 128
@@ -148,7 +149,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           max_index_staleness_steps=options.max_index_staleness_steps,
           retrieval_score_scale=options.retrieval_score_scale,
           freeze_retriever_steps=options.freeze_retriever_steps,
-          span_substitution_rate=options.span_substitution_rate)
+          span_substitution_rate=options.span_substitution_rate,
+          reader_warmup_steps=options.reader_warmup_steps)
       refresher.wait(timeout=300)
     finally:
       if refresher.poll() is None:

@@ -189,10 +189,30 @@ def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
           num_valid > 0)
 
 
+def _keep_span_holders(candidates: featurization.BertInputs, joint: featurization.BertInputs,
+                       targets: tf.Tensor, target_mask: tf.Tensor, active: tf.Tensor, batch_size: int,
+                       per_example: int):
+  """When active: each example's candidates (rows [B * K, ...]) narrowed to those whose document holds
+  the masked span, cycled to fill the K places; examples without one get an all-zero MLM mask."""
+  repeat = lambda t: tf.repeat(t, per_example, axis=0)
+  holds = tf.reduce_any(span_substitution.span_starts(joint.token_ids, joint.segment_ids, repeat(targets),
+                                                       repeat(target_mask)), axis=1)
+  holds = tf.reshape(holds, [batch_size, per_example])
+  count = tf.reduce_sum(tf.cast(holds, tf.int32), axis=1, keepdims=True)  # [B, 1]
+  holders_first = tf.argsort(tf.cast(holds, tf.int32), axis=1, direction="DESCENDING", stable=True)
+  slot = tf.range(per_example)[tf.newaxis, :] % tf.maximum(count, 1)
+  order = tf.gather(holders_first, slot, batch_dims=1)
+  order = tf.where(active, order, tf.range(per_example)[tf.newaxis, :])
+  flat = tf.reshape(order + per_example * tf.range(batch_size)[:, tf.newaxis], [-1])
+  pick = lambda inputs: featurization.BertInputs(*(tf.gather(t, flat) for t in inputs))
+  kept_mask = tf.where(tf.logical_and(active, count == 0), tf.zeros_like(target_mask), target_mask)
+  return pick(candidates), pick(joint), kept_mask
+
+
 def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
                   featurizer: featurization.Featurizer, state: RetrievalState, batch_size: int,
                   seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0,
-                  span_substitution_rate: float = 0.0) -> tf.data.Dataset:
+                  span_substitution_rate: float = 0.0, reader_warmup_steps: int = 0) -> tf.data.Dataset:
   """Batches of REALM features (see realm_tf.modeling.realm); state.index says which index chose them.
 
   Args:
@@ -204,6 +224,10 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     skip_batches: batches to skip, so a resumed run continues the same stream where it stopped.
     span_substitution_rate: share of examples whose masked span, and its copies in the candidates' joint
       inputs, are replaced by random wordpieces (realm_tf.training.span_substitution); 0 turns it off.
+    reader_warmup_steps: the first this-many batches keep only the retrieved candidates that contain the
+      masked span (repeated to fill the N - 1 places; examples with none carry no loss), so a reader
+      trained from scratch sees the span in every document it reads until it copies. Pair with a frozen
+      retriever: scoring such candidates teaches it nothing.
   """
   if not 0.0 <= span_substitution_rate <= 1.0:
     raise ValueError(f"span_substitution_rate must be in [0, 1], got {span_substitution_rate}")
@@ -258,6 +282,10 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
                                              tf.zeros([batch_size], tf.int64))
     null_joint = featurizer.joint_inputs(query_ids, empty)
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
+    if reader_warmup_steps > 0:
+      candidates, joint, out[realm_model.MLM_MASK] = _keep_span_holders(
+          candidates, joint, features[realm_model.MLM_TARGETS], features[realm_model.MLM_MASK],
+          batch_number < reader_warmup_steps, batch_size, num_candidates - 1)
     if span_substitution_rate > 0:
       targets, target_mask = features[realm_model.MLM_TARGETS], features[realm_model.MLM_MASK]
       apply, replacement = span_substitution.draw_replacements(

@@ -63,14 +63,14 @@ class RealmInputTest(tf.test.TestCase):
     cls.table = realm_input.CorpusTable(cls.corpus_prefix)
 
   def _batches(self, count: int, skip: int, seed: int = 5, span_substitution_rate: float = 0.0,
-               state_class=realm_input.RetrievalState):
+               state_class=realm_input.RetrievalState, reader_warmup_steps: int = 0):
     state = state_class(
         published_index.IndexWatcher(self.model_dir, log=lambda _: None), self.table,
         self.config.num_candidates, log=lambda _: None, expected_dim=self.config.projection_size)
     dataset = realm_input.realm_dataset(
         pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer,
         self.config.featurizer(self.tokenizer), state, batch_size=3, seed=seed, skip_batches=skip,
-        span_substitution_rate=span_substitution_rate)
+        span_substitution_rate=span_substitution_rate, reader_warmup_steps=reader_warmup_steps)
     return [{k: v.numpy() for k, v in batch.items()} for batch in dataset.take(count)]
 
   def test_features_have_static_shapes_and_the_null_document_first(self):
@@ -143,6 +143,33 @@ class RealmInputTest(tf.test.TestCase):
     for expected, actual in zip(substituted[4:], resumed):
       for key in expected:
         self.assertAllEqual(expected[key], actual[key], msg=key)
+
+  def test_reader_warmup_keeps_only_candidates_holding_the_span_for_its_batches(self):
+    plain = self._batches(6, 0, state_class=_LexicalRetrievalState)
+    warm = self._batches(6, 0, state_class=_LexicalRetrievalState, reader_warmup_steps=4)
+    holders = skipped = 0
+    for number, (before, after) in enumerate(zip(plain, warm)):
+      if number >= 4:  # past the warm-up: the plain batch
+        for key in before:
+          self.assertAllEqual(before[key], after[key], msg=key)
+        continue
+      self.assertAllEqual(before[realm_model.QUERY + "_token_ids"], after[realm_model.QUERY + "_token_ids"])
+      for b in range(3):
+        span = list(before[realm_model.MLM_TARGETS][b][before[realm_model.MLM_MASK][b] > 0])
+        docs = lambda batch: [
+            tuple(batch[realm_model.JOINT + "_token_ids"][b, n][batch[realm_model.JOINT + "_segment_ids"][b, n] == 1])
+            for n in range(1, self.config.num_candidates)]
+        holding = [d for d in docs(before) if any(list(d[i:i + len(span)]) == span for i in range(len(d)))]
+        if not holding:
+          self.assertAllEqual(after[realm_model.MLM_MASK][b], np.zeros_like(after[realm_model.MLM_MASK][b]))
+          skipped += 1
+          continue
+        holders += 1
+        self.assertAllEqual(after[realm_model.MLM_MASK][b], before[realm_model.MLM_MASK][b])
+        self.assertEqual(set(docs(after)), set(holding))  # every holder kept, nothing else
+        # The retriever's inputs follow the same candidates as the reader's.
+        self.assertAllEqual(after[realm_model.CANDIDATE + "_token_ids"][b, 0], before[realm_model.CANDIDATE + "_token_ids"][b, 0])
+    self.assertGreater(holders, 0)
 
   def test_span_substitution_rate_out_of_range_is_refused(self):
     with self.assertRaisesRegex(ValueError, "span_substitution_rate"):

@@ -50,6 +50,7 @@ class RealmTrainerOptions:
   wait_for_index_seconds: Optional[float] = None
   freeze_retriever_steps: int = 0
   span_substitution_rate: float = 0.0
+  reader_warmup_steps: int = 0
   seed: int = 0
 
 
@@ -132,7 +133,8 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
     return realm_input.realm_dataset(
         pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
         state, options.batch_size, seed=options.seed, skip_batches=batches_done,
-        span_substitution_rate=options.span_substitution_rate)
+        span_substitution_rate=options.span_substitution_rate,
+        reader_warmup_steps=options.reader_warmup_steps)
 
   started = time.time()
   first_loss = []
@@ -156,7 +158,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
 
   final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
                      frozen_variables=model.retriever.trainable_variables,
-                     freeze_until_step=options.freeze_retriever_steps)
+                     freeze_until_step=max(options.freeze_retriever_steps, options.reader_warmup_steps))
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)

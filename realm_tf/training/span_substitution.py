@@ -41,35 +41,50 @@ def draw_replacements(candidates: tf.Tensor, rate: float, batch_size: int, max_m
   return apply, tf.gather(tf.constant(candidates), picks)
 
 
-def substitute(token_ids: tf.Tensor, segment_ids: tf.Tensor, targets: tf.Tensor, target_mask: tf.Tensor,
-               replacement: tf.Tensor) -> tf.Tensor:
-  """Replaces every occurrence of a span's wordpieces in the document segment by its replacement.
+def span_starts(token_ids: tf.Tensor, segment_ids: tf.Tensor, targets: tf.Tensor,
+                target_mask: tf.Tensor) -> tf.Tensor:
+  """bool [R, L]: the span's wordpieces begin at this position and lie wholly inside the document.
 
   Args:
     token_ids: int [R, L] joint inputs, [CLS] query [SEP] document [SEP].
     segment_ids: int [R, L]; 1 marks the document, the only part searched.
     targets: int [R, M] the span's wordpieces (the first target_mask-many are real).
-    target_mask: [R, M] 1 for the span's wordpieces; an all-zero row leaves its input unchanged.
+    target_mask: [R, M] 1 for the span's wordpieces; an all-zero row matches nowhere.
+  """
+  length = tf.shape(token_ids)[1]
+  max_masks = targets.shape[1]
+  targets = tf.cast(targets, token_ids.dtype)
+  span_length = _span_length(target_mask)
+  padded_ids = tf.pad(token_ids, [[0, 0], [0, max_masks]], constant_values=-1)
+  padded_doc = tf.pad(tf.equal(segment_ids, 1), [[0, 0], [0, max_masks]], constant_values=False)
+  starts = tf.broadcast_to(span_length > 0, tf.shape(token_ids))
+  for j in range(max_masks):
+    same = tf.logical_and(tf.equal(padded_ids[:, j:j + length], targets[:, j:j + 1]),
+                          padded_doc[:, j:j + length])
+    starts = tf.logical_and(starts, tf.logical_or(same, j >= span_length))
+  return starts
+
+
+def _span_length(target_mask: tf.Tensor) -> tf.Tensor:
+  return tf.reduce_sum(tf.cast(target_mask > 0, tf.int32), axis=1)[:, tf.newaxis]  # [R, 1]
+
+
+def substitute(token_ids: tf.Tensor, segment_ids: tf.Tensor, targets: tf.Tensor, target_mask: tf.Tensor,
+               replacement: tf.Tensor) -> tf.Tensor:
+  """Replaces every occurrence of a span's wordpieces in the document segment by its replacement.
+
+  Args:
+    token_ids, segment_ids, targets, target_mask: as span_starts.
     replacement: int [R, M] the new wordpieces, position by position.
   Returns:
     int [R, L] token ids.
   """
   length = tf.shape(token_ids)[1]
-  max_masks = targets.shape[1]
-  targets = tf.cast(targets, token_ids.dtype)
+  starts = span_starts(token_ids, segment_ids, targets, target_mask)
+  span_length = _span_length(target_mask)
   replacement = tf.cast(replacement, token_ids.dtype)
-  span_length = tf.reduce_sum(tf.cast(target_mask > 0, tf.int32), axis=1)[:, tf.newaxis]  # [R, 1]
-  in_document = tf.equal(segment_ids, 1)
-  padded_ids = tf.pad(token_ids, [[0, 0], [0, max_masks]], constant_values=-1)
-  padded_doc = tf.pad(in_document, [[0, 0], [0, max_masks]], constant_values=False)
-  # starts[r, p]: the span's wordpieces begin at p, wholly inside the document.
-  starts = span_length > 0
-  for j in range(max_masks):
-    same = tf.logical_and(tf.equal(padded_ids[:, j:j + length], targets[:, j:j + 1]),
-                          padded_doc[:, j:j + length])
-    starts = tf.logical_and(starts, tf.logical_or(same, j >= span_length))
   result = token_ids
-  for j in range(max_masks):
+  for j in range(targets.shape[1]):
     # Position q holds the span's j-th wordpiece when a match starts at q - j.
     at = tf.pad(starts, [[0, 0], [j, 0]])[:, :length]
     at = tf.logical_and(at, j < span_length)
