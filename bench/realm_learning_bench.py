@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf import pipeline
+from realm_tf.data import synthetic
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
@@ -47,22 +48,46 @@ _SUBSTITUTION = flags.DEFINE_float("span_substitution_rate", pipeline.PipelineOp
                                    "Share of REALM examples with their masked span relabeled at random.")
 _WARMUP = flags.DEFINE_integer("reader_warmup_steps", pipeline.PipelineOptions.reader_warmup_steps,
                                "REALM steps whose reader reads only the candidates holding the span.")
+_PRETRAINING = flags.DEFINE_enum(
+    "realm_pretraining", "all", ["all", "news"],
+    "What REALM pre-trains on: all of testdata/pretraining.jsonl (articles and news items), or the news "
+    "items alone (the articles' own sentences find nothing in the other articles once their own is "
+    "excluded; REALM likewise pre-trained on CC-News and retrieved from Wikipedia). ICT always uses all.")
 _SCORE_SCALE = flags.DEFINE_float("retrieval_score_scale", pipeline.PipelineOptions.retrieval_score_scale,
                                   "Scale of q.d in REALM's candidate softmax.")
 
 _KS = ("gold_recall@1", "gold_recall@5", "gold_recall@20")
 
 
+def _write_news_items(testdata_dir: str, path: str) -> str:
+  """The "Gazette" records of testdata/pretraining.jsonl (the news items), as their own JSONL file."""
+  source = os.path.join(testdata_dir, "pretraining.jsonl")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(source, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
+    kept = 0
+    for line in f:
+      if json.loads(line)["title"] == synthetic.NEWS_TITLE:
+        out.write(line)
+        kept += 1
+  if not kept:
+    raise ValueError(f"{source} has no {synthetic.NEWS_TITLE!r} records; regenerate testdata with "
+                     "bin/generate_testdata.py")
+  return path
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   work_dir = _WORK_DIR.value or tempfile.mkdtemp(prefix="realm_learning_")
+  testdata_dir = pipeline.PipelineOptions.testdata_dir
+  news = (_write_news_items(testdata_dir, os.path.join(work_dir, "news.jsonl"))
+          if _PRETRAINING.value == "news" else None)
   options = pipeline.PipelineOptions(
       output_dir=work_dir, ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value,
       save_checkpoints_steps=_EVAL_EVERY.value, realm_learning_rate=_LEARNING_RATE.value,
       embedder_pooling=_POOLING.value, retrieval_score_scale=_SCORE_SCALE.value,
       freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value,
-      reader_warmup_steps=_WARMUP.value)
+      reader_warmup_steps=_WARMUP.value, realm_pretraining_path=news)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   machine = throughput_lib.machine()
   qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]

@@ -43,6 +43,9 @@ class PipelineOptions:
   freeze_retriever_steps: int = 0
   span_substitution_rate: float = 0.0
   reader_warmup_steps: int = 0
+  # Raw text REALM pre-trains on, when not testdata's pretraining.jsonl (which ICT always uses): e.g. the
+  # news items alone, as REALM pre-trained on CC-News while retrieving from Wikipedia.
+  realm_pretraining_path: Optional[str] = None
   projection_size: int = 64
   query_seq_len: int = 32
   candidate_seq_len: int = 128
@@ -103,6 +106,11 @@ def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = prin
   run_binary("generate_pretraining_corpus", os.path.join(data, "generate_pretraining_corpus.log"),
              input_path=os.path.join(options.testdata_dir, "pretraining.jsonl"),
              output_prefix=paths["pretraining"], num_output_shards=2)
+  if options.realm_pretraining_path:
+    paths["realm_pretraining"] = os.path.join(data, "realm_pretraining", "sentences")
+    run_binary("generate_pretraining_corpus", os.path.join(data, "generate_realm_pretraining_corpus.log"),
+               input_path=options.realm_pretraining_path, output_prefix=paths["realm_pretraining"],
+               num_output_shards=2)
   echo(f"corpora written under {data}")
   return paths
 
@@ -135,7 +143,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
     try:
       run_binary(
           "train_realm", os.path.join(options.output_dir, "train_realm.log"), _progress_line, echo,
-          model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
+          model_dir=model_dir,
+          pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
           projection_size=options.projection_size,
           embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,

@@ -13,6 +13,8 @@ import time
 import tensorflow as tf
 
 from realm_tf import pipeline
+from realm_tf.data import pretraining
+from realm_tf.data import synthetic
 from realm_tf.modeling import checkpoints
 
 
@@ -43,6 +45,17 @@ class PipelineTest(tf.test.TestCase):
     names = os.listdir(index_dir)
     self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
     self.assertLessEqual(len(names), 3)  # keep=3
+
+  def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
+    out = self.create_tempdir().full_path
+    news = os.path.join(out, "news.jsonl")
+    with open(os.path.join(pipeline.PipelineOptions.testdata_dir, "pretraining.jsonl")) as f, \
+        open(news, "w") as w:
+      records = [line for line in f if json.loads(line)["title"] == synthetic.NEWS_TITLE][:7]
+      w.writelines(records)
+    paths = pipeline.prepare_corpora(_short_options(out, realm_pretraining_path=news), echo=lambda _: None)
+    self.assertEqual(pretraining.read_manifest(paths["realm_pretraining"])["num_documents"], 7)
+    self.assertEqual(pretraining.read_manifest(paths["pretraining"])["num_documents"], 600)  # ICT's
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path

@@ -54,6 +54,8 @@ _PROFESSIONS = ["painter", "sculptor", "poet", "astronomer", "weaver", "composer
                 "glassmaker", "botanist", "engineer", "physician", "architect"]
 _WORK_KINDS = ["tapestry", "lantern", "map", "hymn", "telescope", "bridge", "garden", "clock"]
 _ORG_KINDS = ["Guild", "Academy", "Society", "Workshop", "Circle", "School"]
+# Title of the news items: pre-training text about the articles' subjects, never in the retrieval corpus.
+NEWS_TITLE = "Gazette"
 _REGIONS = ["northern", "southern", "eastern", "western", "upper", "lower"]
 
 
@@ -128,7 +130,7 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
 
 def _news(doc: _Doc, facts: Sequence[Tuple[str, str]]) -> _Doc:
   """A news item about doc's subject: (sentence, salient fact) pairs, the fact inside the sentence."""
-  news = _Doc(doc_id=f"news-{doc.doc_id}", title="Gazette")
+  news = _Doc(doc_id=f"news-{doc.doc_id}", title=NEWS_TITLE)
   for sentence, fact in facts:
     _mention(news, sentence, [fact])
   return news
