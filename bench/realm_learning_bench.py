@@ -48,6 +48,9 @@ _SUBSTITUTION = flags.DEFINE_float("span_substitution_rate", pipeline.PipelineOp
                                    "Share of REALM examples with their masked span relabeled at random.")
 _WARMUP = flags.DEFINE_integer("reader_warmup_steps", pipeline.PipelineOptions.reader_warmup_steps,
                                "REALM steps whose reader reads only the candidates holding the span.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", pipeline.PipelineOptions.batch_size, "REALM batch size.")
+_NUM_CANDIDATES = flags.DEFINE_integer("num_candidates", pipeline.PipelineOptions.num_candidates,
+                                       "REALM candidates per example, the null document included.")
 _PRETRAINING = flags.DEFINE_enum(
     "realm_pretraining", "all", ["all", "news"],
     "What REALM pre-trains on: all of testdata/pretraining.jsonl (articles and news items), or the news "
@@ -87,7 +90,8 @@ def main(argv):
       save_checkpoints_steps=_EVAL_EVERY.value, realm_learning_rate=_LEARNING_RATE.value,
       embedder_pooling=_POOLING.value, retrieval_score_scale=_SCORE_SCALE.value,
       freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value,
-      reader_warmup_steps=_WARMUP.value, realm_pretraining_path=news)
+      reader_warmup_steps=_WARMUP.value, realm_pretraining_path=news, batch_size=_BATCH_SIZE.value,
+      num_candidates=_NUM_CANDIDATES.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   machine = throughput_lib.machine()
   qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
