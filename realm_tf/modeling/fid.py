@@ -555,14 +555,7 @@ def aggregate_attention_mass(first_token_logits: tf.Tensor, passage_mask: tf.Ten
 
   The softmax runs over all n*L memory tokens (padding excluded, as in the decoder), the probabilities are
   summed over each passage's tokens and averaged over layers and heads; a passage without real tokens
-  gets log(1e-20).
-
-  Args:
-    first_token_logits: float [B, layers, heads, n*L], pre-softmax logits of decoder position 0.
-    passage_mask: [B, n, L], 1 on real tokens.
-
-  Returns:
-    float32 [B, n].
+  gets log(1e-20). Arguments and result as aggregate_cross_attention.
   """
   logits = tf.cast(first_token_logits, tf.float32)
   mask = tf.cast(passage_mask, tf.float32)
