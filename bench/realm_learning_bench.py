@@ -14,7 +14,7 @@ pre-training sentences with salient spans masked.
 The defaults are what made the tiny from-scratch reader read and the retriever learn on this data
 (docs/benchmarks.md): REALM pre-trains on the news items (--realm_pretraining=news), every masked span
 is relabeled (--span_substitution_rate=1), the reader first reads only candidates that hold the span
-(--reader_warmup_steps=2500 of 3500), batch 32, 3 retrieved candidates plus the null document, peak
+(--reader_warmup_steps=4500 of 5500; 2500 of 3500 was too short in one of two runs), batch 32, 3 retrieved candidates plus the null document, peak
 learning rate 1e-3, candidate scores scaled by 1/sqrt(64). --realm_pretraining=all
 --span_substitution_rate=0 --reader_warmup_steps=0 --realm_steps=600 --learning_rate=1e-4 --batch_size=8
 --num_candidates=8 --retrieval_score_scale=1 is the earlier configuration, which lowered recall.
@@ -44,7 +44,7 @@ _ICT_STEPS = flags.DEFINE_integer("ict_steps", 400, "ICT warm-start steps (0: un
 _INIT = flags.DEFINE_string("init_retriever_checkpoint", None,
                             "Start REALM from this retriever (e.g. an earlier run's ict/) instead of "
                             "training ICT here.")
-_REALM_STEPS = flags.DEFINE_integer("realm_steps", 3500, "REALM pre-training steps.")
+_REALM_STEPS = flags.DEFINE_integer("realm_steps", 5500, "REALM pre-training steps.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 100, "Checkpoint (and recall) interval.")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-3,
                                     "REALM peak learning rate.")
@@ -54,7 +54,7 @@ _FREEZE = flags.DEFINE_integer("freeze_retriever_steps", pipeline.PipelineOption
                                "REALM steps that train only the reader.")
 _SUBSTITUTION = flags.DEFINE_float("span_substitution_rate", 1.0,
                                    "Share of REALM examples with their masked span relabeled at random.")
-_WARMUP = flags.DEFINE_integer("reader_warmup_steps", 2500,
+_WARMUP = flags.DEFINE_integer("reader_warmup_steps", 4500,
                                "REALM steps whose reader reads only the candidates holding the span.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "REALM batch size.")
 _NUM_CANDIDATES = flags.DEFINE_integer("num_candidates", 4,
