@@ -111,7 +111,7 @@ class AnswerIndex:
 
   def __init__(self, texts: Sequence[str]):
     # has_answer's own normalisation, so that rows() agrees with it exactly.
-    normalize = evaluation._normalize_for_search  # pylint: disable=protected-access
+    normalize = evaluation.normalize_for_search
     self._normalize = normalize
     self._texts = [normalize(t) for t in texts]
     postings = collections.defaultdict(list)
@@ -365,7 +365,7 @@ def main(argv):
   needed = _STEPS.value * _BATCH_SIZE.value
   chosen, positives, examined, skipped = _training_questions(train, answer_index, needed, _SEED.value)
   # MeanPooledEmbedder's own tokenization, so training sees questions as evaluation embeds them.
-  token_ids = question_embedder._token_ids(  # pylint: disable=protected-access
+  token_ids = question_embedder.token_ids(
       [train[i].question for i in chosen])
   mining_s = time.perf_counter() - start
   num_positives = np.array([len(r) for r in positives])

@@ -86,7 +86,8 @@ def f1_score(prediction: str, answers: Iterable[str]) -> float:
              default=0.0)
 
 
-def _normalize_for_search(text: str) -> str:
+def normalize_for_search(text: str) -> str:
+  """Lower-cased, runs of whitespace collapsed: has_answer's "normalized" form of passages and answers."""
   return " ".join(text.lower().split())
 
 
@@ -107,7 +108,7 @@ def has_answer(text: str, answers: Iterable[str], is_regex: bool = False, mode: 
   if mode not in HAS_ANSWER_MODES:
     raise ValueError(f"has_answer: mode must be one of {HAS_ANSWER_MODES}, got {mode!r}")
   if mode == "normalized":
-    text = _normalize_for_search(text)
+    text = normalize_for_search(text)
   for answer in answers:
     if not answer.strip():
       continue
@@ -115,7 +116,7 @@ def has_answer(text: str, answers: Iterable[str], is_regex: bool = False, mode: 
       regex = _compiled(answer)
       if regex is not None and regex.search(text) is not None:
         return True
-    elif (_normalize_for_search(answer) if mode == "normalized" else answer) in text:
+    elif (normalize_for_search(answer) if mode == "normalized" else answer) in text:
       return True
   return False
 

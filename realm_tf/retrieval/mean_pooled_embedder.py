@@ -59,7 +59,8 @@ class MeanPooledEmbedder:
     # The empty rows that pad a partial batch come out as zeros (and are dropped by embed).
     return tf.math.l2_normalize(embedder.mean_pool(outputs["sequence_output"], mask), axis=-1)
 
-  def _token_ids(self, texts: Sequence[str]) -> List[np.ndarray]:
+  def token_ids(self, texts: Sequence[str]) -> List[np.ndarray]:
+    """[CLS] wordpieces [SEP] of each text, cut to max_seq_length: what embed() feeds the encoder."""
     keep = self.max_seq_length - 2
     ids = []
     for start in range(0, len(texts), _TOKENIZE_CHUNK):
@@ -76,7 +77,7 @@ class MeanPooledEmbedder:
         raise TypeError(f"MeanPooledEmbedder.embed: texts[{i}] is {type(text).__name__}, expected str")
     if not texts:
       return np.zeros([0, self._encoder.get_config()["hidden_size"]], np.float32)
-    ids = self._token_ids(texts)
+    ids = self.token_ids(texts)
     order = np.argsort([len(row) for row in ids], kind="stable")
     output = None
     start_time = last_log = time.perf_counter()
