@@ -16,6 +16,8 @@ Methods (each ranks the corpus per question; nothing is trained, so steps are 0)
   bm25_title  the same over "title body" (the article title helps SQuAD questions, which often name it)
   minilm      all-MiniLM-L6-v2 converted to a Model Garden BertEncoderV2, mean pooling over real tokens,
               L2-normalised, 256 wordpieces, exact inner-product search; paragraph bodies embedded
+  hybrid      bm25 and minilm fused by reciprocal rank fusion (k = 60, nothing tuned) of their top
+              --fusion_depth; realm_tf/retrieval/fusion.py. A separate row: it is not a dense retriever
 Metrics (realm_tf/data/squad_open.py): answer string in top-k (lower-cased, whitespace-normalised
 substring of the paragraph body) and gold paragraph in top-k.
 
@@ -45,8 +47,9 @@ _SQUAD_DIR = flags.DEFINE_string(
     "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
     "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
 _CORPORA = flags.DEFINE_list("corpora", ["all", "dev"], "Corpora: all (train + dev paragraphs), dev.")
-_METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm"],
-                             "Methods: bm25, bm25_title, minilm.")
+_METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm", "hybrid"],
+                             "Methods: bm25, bm25_title, minilm, hybrid.")
+_FUSION_DEPTH = flags.DEFINE_integer("fusion_depth", 1000, "hybrid: documents taken from each ranking.")
 _MINILM_DIR = flags.DEFINE_string("minilm_dir", None,
                                   "A Hugging Face all-MiniLM-L6-v2 directory (model.safetensors, "
                                   "config.json, vocab.txt); default: the installed or fetched package.")
@@ -94,19 +97,33 @@ class _MiniLM:
     return array, info
 
 
-def _run_bm25(data, with_title: bool):
+def _run_bm25(data, with_title: bool, depth: int = max(_KS)):
   from realm_tf.retrieval import bm25  # pylint: disable=g-import-not-at-top
   texts = [(d.title + " " + d.body) if with_title else d.body for d in data.documents]
   start = time.perf_counter()
   index = bm25.Bm25Index(texts)
   index_s = time.perf_counter() - start
   start = time.perf_counter()
-  rows, _ = index.search([q.question for q in data.questions], max(_KS))
+  rows, _ = index.search([q.question for q in data.questions], depth)
   return rows, {"index_s": index_s, "query_s": time.perf_counter() - start,
                 "parameters": index.parameters}
 
 
-def _run_minilm(data, corpus_name, full, minilm):
+def _run_bm25_minilm_hybrid(data, corpus_name, full, minilm):
+  from realm_tf.retrieval import fusion  # pylint: disable=g-import-not-at-top
+  depth = _FUSION_DEPTH.value
+  bm25_rows, bm25_details = _run_bm25(data, with_title=False, depth=depth)
+  dense_rows, dense_details = _run_minilm(data, corpus_name, full, minilm, depth=depth)
+  start = time.perf_counter()
+  rows = fusion.reciprocal_rank_fusion([bm25_rows, dense_rows], depth=max(_KS))
+  return rows, {"index_s": bm25_details["index_s"] + dense_details["index_s"],
+                "query_s": bm25_details["query_s"] + dense_details["query_s"] + time.perf_counter() - start,
+                "parameters": {"fusion": "reciprocal rank fusion", "k": fusion.DEFAULT_K,
+                               "depth_per_ranking": depth, "bm25": bm25_details["parameters"],
+                               "minilm": dense_details["parameters"]}}
+
+
+def _run_minilm(data, corpus_name, full, minilm, depth: int = max(_KS)):
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
   # The dev corpus is a slice of the full one: its vectors come from the full corpus's cache when that
   # is (or is about to be) computed, so one embedding pass serves both corpora.
@@ -119,7 +136,7 @@ def _run_minilm(data, corpus_name, full, minilm):
   queries, query_info = minilm.embeddings("questions", [q.question for q in data.questions])
   start = time.perf_counter()
   index = index_lib.build_index(docs, implementation="brute_force")
-  rows, _ = index.search(queries, max(_KS))
+  rows, _ = index.search(queries, depth)
   search_s = time.perf_counter() - start
   return rows, {
       "index_s": doc_info["compute_seconds"], "query_s": query_info["compute_seconds"] + search_s,
@@ -137,7 +154,7 @@ def _run_minilm(data, corpus_name, full, minilm):
 
 
 _METHOD_NAMES = {"bm25": "BM25 (body)", "bm25_title": "BM25 (title + body)",
-                 "minilm": "all-MiniLM-L6-v2 zero-shot"}
+                 "minilm": "all-MiniLM-L6-v2 zero-shot", "hybrid": "hybrid: BM25 + MiniLM (RRF)"}
 
 
 def _format(row) -> str:
@@ -179,7 +196,7 @@ def main(argv):
   full = squad_open.load_squad_open(*paths)
   _log(f"loaded {len(full.documents)} paragraphs and {len(full.questions)} dev questions in "
        f"{time.perf_counter() - start:.1f} s")
-  minilm = _MiniLM(_CACHE_DIR.value) if "minilm" in _METHODS.value else None
+  minilm = (_MiniLM(_CACHE_DIR.value) if {"minilm", "hybrid"} & set(_METHODS.value) else None)
   rows = []
   print(f"{'':40} {'answer string in top-k':^29}   {'gold paragraph in top-k':^23}   {'index s':>8} "
         f"{'query s':>8}")
@@ -190,6 +207,8 @@ def main(argv):
     for method in _METHODS.value:
       if method == "minilm":
         ranked, details = _run_minilm(data, corpus_name, full, minilm)
+      elif method == "hybrid":
+        ranked, details = _run_bm25_minilm_hybrid(data, corpus_name, full, minilm)
       else:
         ranked, details = _run_bm25(data, with_title=method == "bm25_title")
       start = time.perf_counter()

@@ -1,0 +1,108 @@
+"""Tests for bench/squad_open_qa_bench.py's pieces, without MiniLM weights or SQuAD data: the training
+paragraphs, the reader loss (ORQA's marginal over every gold span of both paragraphs, one softmax), and
+how answers are picked across the first k paragraphs and sliced from the text."""
+
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+
+from bench import squad_open_qa_bench as qa_bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import reader as reader_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_SEQ_LEN, _WIDTH = 24, 3
+
+
+def _tokenizer():
+  return tokenization.Tokenizer(os.path.join(_REPO, "testdata", "vocab.txt"))
+
+
+class TrainingParagraphsTest(tf.test.TestCase):
+
+  def test_gold_then_best_other(self):
+    train = [qa.QAExample("a", ["x"]), qa.QAExample("b", ["y"])]
+    pairs = qa_bench.training_paragraphs(train, np.array([4, 7]), np.array([[4, 9], [2, 7]]))
+    self.assertEqual(pairs.tolist(), [[4, 9], [7, 2]])
+
+
+class ReaderTrainerTest(tf.test.TestCase):
+
+  def test_loss_is_the_marginal_over_gold_spans_of_both_paragraphs(self):
+    tf.keras.utils.set_random_seed(1)
+    tokenizer = _tokenizer()
+    config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    reader = reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
+    featurize = qa_bench.make_featurizer(tokenizer, _SEQ_LEN)
+    features = featurize(tf.constant(["who was born in paris?", "who?"]),
+                         tf.constant([["the city of paris is big", "paris again"],
+                                      ["no answer here", "nor here"]]),
+                         tf.ragged.constant([["paris"], ["london"]]))
+    model = qa_bench.ReaderTrainer(reader)
+    output = model.compute_loss(features, training=False)
+    logits = reader(((features["token_ids"], features["mask"], features["segment_ids"]),
+                     features["block_mask"], tf.zeros([2, 2]))).logits.numpy()
+    correct = reader_lib.reader_correct(*[tf.constant(a) for a in reader_lib.span_candidates(
+        _SEQ_LEN, _WIDTH)], features["gold_starts"], features["gold_ends"]).numpy()
+    self.assertEqual(correct[0].sum(axis=-1).tolist(), [1, 1])  # "paris" once in each paragraph
+    self.assertEqual(correct[1].sum(), 0)
+    flat, gold = logits[0].reshape(-1), correct[0].reshape(-1)
+    expected = np.logaddexp.reduce(flat) - np.logaddexp.reduce(flat[gold])
+    # The question without a gold span adds nothing and is not counted.
+    self.assertAllClose(output.loss_sum, expected, rtol=1e-5)
+    self.assertAllClose(output.loss_weight, 1.0)
+    self.assertAllClose(output.metrics["has_gold_span"], (1.0, 2.0))
+
+
+class _FirstPieceReader:
+  """A test double: scores only each paragraph's first wordpiece (a width-1 span), score[k] for paragraph
+  k, so which paragraph's first word is predicted depends on k alone."""
+
+  def __init__(self, seq_len, scores):
+    self.seq_len = seq_len
+    self.scores = tf.constant(scores, tf.float32)
+    self.num_spans = len(reader_lib.span_candidates(seq_len, _WIDTH)[0])
+
+  def __call__(self, inputs, training=None):
+    _, block_mask, _ = inputs
+    first = tf.argmax(block_mask, axis=-1, output_type=tf.int32)  # [B, K]; width-1 span index = position
+    hot = tf.one_hot(first, self.num_spans, on_value=0.0, off_value=-10000.0)
+    k = tf.shape(block_mask)[1]
+    return reader_lib.ReaderOutput(hot + self.scores[tf.newaxis, :k, tf.newaxis], None, None)
+
+
+class AnswerQuestionsTest(tf.test.TestCase):
+
+  def test_best_span_over_the_first_k_paragraphs(self):
+    tokenizer = _tokenizer()
+    featurize = qa_bench.make_featurizer(tokenizer, _SEQ_LEN)
+    # Words of the test vocab, so that each is one wordpiece; paragraph 1 scores highest, then 0.
+    bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
+    questions = [qa.QAExample("what did the astronomer use?", ["telescope"]),
+                 qa.QAExample("what lights the river?", ["lantern"]),
+                 qa.QAExample("what grows?", ["Garden"])]
+    rows = np.array([[0, 1, 2], [0, 1, 2], [2, 0, 1]])
+    reader = _FirstPieceReader(_SEQ_LEN, [2.0, 5.0, 1.0])
+    result = qa_bench.answer_questions(reader, featurize, tokenizer, bodies, questions, rows, (1, 3),
+                                       max_span_width=_WIDTH, batch_size=2, jit_compile=False)
+    # k = 1: each question's first paragraph: "Lantern", "Lantern", "Garden" (matched after SQuAD's
+    # normalisation, which lower-cases); k = 3: the second paragraph read scores highest: "Telescope"
+    # for the first two, "Lantern" for the third.
+    self.assertAllClose(result["per_k"]["1"]["exact_match"], 200 / 3)
+    self.assertAllClose(result["per_k"]["3"]["exact_match"], 100 / 3)
+    self.assertEqual([p["prediction"] for p in result["predictions_sample"]],
+                     ["Telescope", "Telescope", "Lantern"])
+    # The oracle: an answer anywhere in the paragraphs read (raw, case-sensitive substring, as ORQA).
+    self.assertAllClose(result["per_k"]["1"]["answer_in_read_paragraphs"], 100 / 3)
+    self.assertAllClose(result["per_k"]["3"]["answer_in_read_paragraphs"], 100 / 3)
+
+
+if __name__ == "__main__":
+  tf.test.main()
