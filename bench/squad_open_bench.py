@@ -35,7 +35,6 @@ import time
 
 from absl import app
 from absl import flags
-import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Runs as `python bench/squad_open_bench.py` from the repository root as well as under Bazel.
@@ -43,18 +42,10 @@ sys.path.insert(0, _REPO)
 
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_SQUAD_DIR = flags.DEFINE_string(
-    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
-    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
 _CORPORA = flags.DEFINE_list("corpora", ["all", "dev"], "Corpora: all (train + dev paragraphs), dev.")
 _METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm", "hybrid"],
                              "Methods: bm25, bm25_title, minilm, hybrid.")
 _FUSION_DEPTH = flags.DEFINE_integer("fusion_depth", 1000, "hybrid: documents taken from each ranking.")
-_MINILM_DIR = flags.DEFINE_string("minilm_dir", None,
-                                  "A Hugging Face all-MiniLM-L6-v2 directory (model.safetensors, "
-                                  "config.json, vocab.txt); default: the installed or fetched package.")
-_CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
-                                 "Where the fetched model and the embeddings are cached.")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 256,
                                        "MiniLM wordpieces per text, [CLS] and [SEP] included.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "MiniLM texts per forward pass.")
@@ -74,7 +65,7 @@ class _MiniLM:
 
   def __init__(self, cache_dir: str):
     from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
-    self.directory = minilm_lib.minilm_directory(cache_dir, _MINILM_DIR.value)
+    self.directory = minilm_lib.minilm_directory(cache_dir, minilm_lib.MINILM_DIR.value)
     self.cache_dir = os.path.join(cache_dir, "embeddings")
     self.weights_sha256 = minilm_lib.weights_sha256(self.directory)
     self.model_id = minilm_lib.model_id(self.weights_sha256, _MAX_SEQ_LENGTH.value)
@@ -186,17 +177,13 @@ def main(argv):
       raise app.UsageError(f"{name}: unknown or no values {unknown}; choose from {sorted(allowed)}")
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
-  paths = [os.path.join(_SQUAD_DIR.value, name) for name in (squad_open.TRAIN_FILE, squad_open.DEV_FILE)]
-  missing = [p for p in paths if not os.path.exists(p)]
-  if missing:
-    raise app.UsageError(f"--squad_dir: {missing} not found; point --squad_dir at the SQuAD v1.1 "
-                         "directory (../shared/data/squad)")
+  paths = minilm_lib.squad_paths("bench/squad_open_bench.py")
   machine = _machine()
   start = time.perf_counter()
   full = squad_open.load_squad_open(*paths)
   _log(f"loaded {len(full.documents)} paragraphs and {len(full.questions)} dev questions in "
        f"{time.perf_counter() - start:.1f} s")
-  minilm = (_MiniLM(_CACHE_DIR.value) if {"minilm", "hybrid"} & set(_METHODS.value) else None)
+  minilm = (_MiniLM(minilm_lib.CACHE_DIR.value) if {"minilm", "hybrid"} & set(_METHODS.value) else None)
   rows = []
   print(f"{'':40} {'answer string in top-k':^29}   {'gold paragraph in top-k':^23}   {'index s':>8} "
         f"{'query s':>8}")
@@ -224,7 +211,7 @@ def main(argv):
       "benchmark": "squad_open_bench",
       "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
       "machine": machine,
-      "settings": {"squad_dir": _SQUAD_DIR.value, "corpora": _CORPORA.value, "methods": _METHODS.value,
+      "settings": {"squad_dir": minilm_lib.SQUAD_DIR.value, "corpora": _CORPORA.value, "methods": _METHODS.value,
                    "ks": list(_KS), "answer_match": "lower-cased, whitespace-normalised substring of the "
                    "paragraph body (evaluation.has_answer mode=normalized)"},
       "notes": "index_s: BM25 indexing, or MiniLM paragraph embedding (from the run that computed the "

@@ -60,13 +60,6 @@ from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-
 from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_SQUAD_DIR = flags.DEFINE_string(
-    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
-    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
-_CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
-                                 "squad_open_bench's cache: the MiniLM weights and embeddings/.")
-_MINILM_DIR = flags.DEFINE_string("minilm_dir", None, "A Hugging Face all-MiniLM-L6-v2 directory; "
-                                  "default: the installed or fetched package (as squad_open_bench).")
 _STEPS = flags.DEFINE_integer("steps", 2000, "Training steps (2000 x 32: 73% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Training questions per step.")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
@@ -309,11 +302,7 @@ def main(argv):
   from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
 
   me = "bench/squad_open_orqa_bench.py"
-  paths = [os.path.join(_SQUAD_DIR.value, name) for name in (squad_open.TRAIN_FILE, squad_open.DEV_FILE)]
-  missing = [p for p in paths if not os.path.exists(p)]
-  if missing:
-    raise app.UsageError(f"{me}: {missing} not found; point --squad_dir at the SQuAD v1.1 directory "
-                         "(../shared/data/squad)")
+  paths = minilm_lib.squad_paths(me)
   machine = throughput_lib.machine()
   started = time.perf_counter()
   tf_keras.utils.set_random_seed(_SEED.value)
@@ -322,9 +311,9 @@ def main(argv):
   _log(f"loaded {len(full.documents)} paragraphs, {len(full.questions)} dev and {len(train)} train "
        "questions")
 
-  directory = minilm_lib.minilm_directory(_CACHE_DIR.value, _MINILM_DIR.value)
+  directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   weights_sha256 = minilm_lib.weights_sha256(directory)
-  embeddings_dir = os.path.join(_CACHE_DIR.value, "embeddings")
+  embeddings_dir = os.path.join(minilm_lib.CACHE_DIR.value, "embeddings")
   cached = _cached_or_none(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs",
                            minilm_lib.model_id(weights_sha256, _PARAGRAPH_SEQ_LENGTH),
                            [d.body for d in full.documents])
@@ -333,7 +322,7 @@ def main(argv):
     raise app.UsageError(
         f"{me}: {npy} is missing or was not made from these {len(full.documents)} paragraphs with these "
         f"MiniLM weights (sha256 {weights_sha256[:12]}...); compute it first with `.venv/bin/python "
-        f"bench/squad_open_bench.py --corpora=all --methods=minilm --cache_dir={_CACHE_DIR.value}` "
+        f"bench/squad_open_bench.py --corpora=all --methods=minilm --cache_dir={minilm_lib.CACHE_DIR.value}` "
         "(~20 min on 2 cores), or pass --cache_dir where it is")
   paragraph_emb, paragraph_info = cached
   _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
@@ -435,7 +424,7 @@ def main(argv):
       "machine": machine,
       "load_average_at_end": list(throughput_lib.load_average()),
       "settings": {
-          "squad_dir": _SQUAD_DIR.value, "corpus": f"all {len(full.documents)} paragraphs (train + dev)",
+          "squad_dir": minilm_lib.SQUAD_DIR.value, "corpus": f"all {len(full.documents)} paragraphs (train + dev)",
           "dev_questions": len(full.questions), "train_questions": len(train), "ks": list(_KS),
           "answer_match": "lower-cased, whitespace-normalised substring of the paragraph body "
                           "(evaluation.has_answer mode=normalized), for training positives and recall",

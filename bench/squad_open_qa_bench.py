@@ -31,7 +31,7 @@ import collections
 import os
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import List
 
 from absl import app
 from absl import flags
@@ -44,19 +44,9 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import orqa_features  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import reader as reader_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_SQUAD_DIR = flags.DEFINE_string(
-    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
-    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
-_CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
-                                 "squad_open_bench's cache: the MiniLM weights and embeddings/.")
-_MINILM_DIR = flags.DEFINE_string("minilm_dir", None, "A Hugging Face all-MiniLM-L6-v2 directory; "
-                                  "default: the installed or fetched package (as squad_open_bench).")
 _RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm"], "Retrievers to read from: bm25, minilm.")
 _STEPS = flags.DEFINE_integer("steps", 600, "Reader training steps.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Training questions per step (x 2 paragraphs).")
@@ -74,84 +64,14 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the question order, dropout and
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_qa_bench.json"),
                               "Where to write the JSON results.")
 
-_SPAN_HIDDEN_SIZE = 256  # ORQA's
 _log = minilm_lib.log
-
-
-class ReaderTrainer(tf_keras.Model):
-  """ORQA's reader loss over K paragraphs per question, one softmax over all their spans."""
-
-  def __init__(self, reader: reader_lib.SpanReader, **kwargs):
-    super().__init__(**kwargs)
-    self.reader = reader
-
-  def compute_loss(self, features, training=None) -> losses.LossOutput:
-    output = self.reader(((features["token_ids"], features["mask"], features["segment_ids"]),
-                          features["block_mask"], tf.zeros(tf.shape(features["token_ids"])[:2])),
-                         training=training)
-    correct = reader_lib.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
-                                        features["gold_ends"])  # [B, K, S]
-    batch = tf.shape(output.logits)[0]
-    flat_logits = tf.reshape(output.logits, [batch, -1])
-    flat_correct = tf.reshape(correct, [batch, -1])
-    per_question = losses.marginal_log_loss(flat_logits, flat_correct)
-    has_gold = tf.reduce_any(flat_correct, axis=-1)
-    best = tf.argmax(flat_logits, axis=-1, output_type=tf.int32)
-    count = tf.cast(batch, tf.float32)
-    supervised = tf.reduce_sum(tf.cast(has_gold, tf.float32))
-    return losses.LossOutput(
-        # Questions whose answer was cut off by seq_len add 0 to the loss and are not counted.
-        loss_sum=tf.reduce_sum(per_question), loss_weight=tf.maximum(supervised, 1.0),
-        metrics={"has_gold_span": (supervised, count),
-                 "exact_match": (tf.reduce_sum(tf.cast(tf.gather(flat_correct, best, batch_dims=1),
-                                                       tf.float32)), count)})
-
-
-def build_reader(directory: str, seq_len: int, max_span_width: int):
-  """(SpanReader with all-MiniLM-L6-v2's encoder weights and a fresh span head, tokenizer)."""
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
-  encoder, tokenizer = minilm_lib.load(directory)
-  config = bert_conversion.config_from_source(os.path.join(directory, "config.json"))
-  reader = reader_lib.SpanReader(config, seq_len=seq_len, span_hidden_size=_SPAN_HIDDEN_SIZE,
-                                 max_span_width=max_span_width)
-  dummy = tf.zeros([1, 1, seq_len], tf.int32)
-  reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
-  reader.encoder.set_weights(encoder.get_weights())
-  return reader, tokenizer
-
-
-def make_featurizer(tokenizer, seq_len: int):
-  """tf.function: (questions [B], paragraphs [B, K], answers ragged [B, (A)]) -> reader features."""
-
-  @tf.function
-  def featurize(questions, paragraphs, answers):
-    f = orqa_features.reader_inputs_from_texts(tokenizer, questions, paragraphs, seq_len, answers=answers)
-    return {"token_ids": f.inputs.token_ids, "mask": f.inputs.mask, "segment_ids": f.inputs.segment_ids,
-            "block_mask": f.inputs.block_mask, "block_start": f.inputs.block_start,
-            "gold_starts": f.gold_starts, "gold_ends": f.gold_ends,
-            "retriever_correct": f.retriever_correct}
-
-  return featurize
-
-
-def _ragged(answers: Sequence[Sequence[str]]) -> tf.RaggedTensor:
-  return tf.ragged.constant([list(a) for a in answers], dtype=tf.string)
-
-
-def training_paragraphs(train, train_rows: np.ndarray, bm25_rows: np.ndarray) -> np.ndarray:
-  """int64 [len(train), 2]: each question's gold paragraph row and BM25's best-ranked other row."""
-  pairs = np.zeros([len(train), 2], np.int64)
-  for i, gold in enumerate(train_rows):
-    other = next(int(r) for r in bm25_rows[i] if r != gold)
-    pairs[i] = (gold, other)
-  return pairs
 
 
 def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray, order: np.ndarray):
   """Trains reader in place; returns (loss curve, timings)."""
   from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
   from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
-  model = ReaderTrainer(reader)
+  model = open_qa_lib.ReaderTrainer(reader)
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value)
   step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
   batch = _BATCH_SIZE.value
@@ -161,7 +81,7 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
     chosen = order[step * batch:(step + 1) * batch]
     features = featurize(tf.constant([train[i].question for i in chosen]),
                          tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
-                         _ragged([train[i].answers for i in chosen]))
+                         open_qa_lib.ragged_answers([train[i].answers for i in chosen]))
     features = {k: v for k, v in features.items() if k not in ("block_start", "retriever_correct")}
     step_start = time.perf_counter()
     metrics = {k: float(v) for k, v in step_fn(features).items()}
@@ -185,59 +105,6 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
                  "questions_per_s": batch / float(np.median(step_seconds))}
 
 
-def answer_questions(reader, featurize, tokenizer, bodies: List[str], questions, rows: np.ndarray,
-                     ks: Sequence[int], max_span_width: int, batch_size: int = 16,
-                     jit_compile: bool = True) -> Dict:
-  """Reads rows[:, :max(ks)] for each question; EM/F1 and oracle per k, and the predictions at max(ks).
-
-  At each k the answer is the best span over the first k paragraphs' spans (reader logits compared
-  across paragraphs, as the shared-normalisation training makes them comparable).
-  """
-  forward = tf.function(lambda inputs: reader(inputs, training=False).logits, jit_compile=jit_compile)
-  span_starts, span_ends = reader_lib.span_candidates(reader.seq_len, max_span_width)
-  read_k = max(ks)
-  em = {k: [] for k in ks}
-  f1 = {k: [] for k in ks}
-  oracle = {k: [] for k in ks}
-  predictions = []
-  start = time.perf_counter()
-  batch = batch_size
-  for first in range(0, len(questions), batch):
-    qs = questions[first:first + batch]
-    texts = [[bodies[r] for r in rows[first + i, :read_k]] for i in range(len(qs))]
-    f = featurize(tf.constant([q.question for q in qs]), tf.constant(texts), _ragged([q.answers for q in qs]))
-    logits = forward(((f["token_ids"], f["mask"], f["segment_ids"]), f["block_mask"],
-                      tf.zeros([len(qs), read_k]))).numpy()  # [B, K, S]
-    correct = f["retriever_correct"].numpy()
-    block_start = f["block_start"].numpy()
-    for k in ks:
-      flat = logits[:, :k].reshape(len(qs), -1)
-      best = flat.argmax(axis=-1)
-      block, span = best // logits.shape[2], best % logits.shape[2]
-      starts = span_starts[span] - block_start[np.arange(len(qs)), block]
-      ends = span_ends[span] - block_start[np.arange(len(qs)), block]
-      block_texts = [texts[i][block[i]] for i in range(len(qs))]
-      answers = orqa_features.extract_answers(tokenizer, tf.constant(block_texts), starts, ends).numpy()
-      for i, q in enumerate(qs):
-        text = answers[i].decode("utf-8")
-        em[k].append(evaluation.exact_match(text, q.answers))
-        f1[k].append(evaluation.f1_score(text, q.answers))
-        oracle[k].append(bool(correct[i, :k].any()))
-        if k == read_k:
-          predictions.append(text)
-    if (first // batch) % 100 == 0:
-      done = first + len(qs)
-      _log(f"  answered {done}/{len(questions)}: EM@{read_k} so far {100 * np.mean(em[read_k]):.1f} "
-           f"({done / (time.perf_counter() - start):.1f} questions/s)")
-  seconds = time.perf_counter() - start
-  return {"per_k": {str(k): {"exact_match": 100 * float(np.mean(em[k])),
-                             "f1": 100 * float(np.mean(f1[k])),
-                             "answer_in_read_paragraphs": 100 * float(np.mean(oracle[k]))} for k in ks},
-          "seconds": seconds, "questions_per_s": len(questions) / seconds,
-          "predictions_sample": [{"question": q.question, "answers": q.answers, "prediction": p}
-                                 for q, p in list(zip(questions, predictions))[:20]]}
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -249,11 +116,7 @@ def main(argv):
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import bm25  # pylint: disable=g-import-not-at-top
   me = "bench/squad_open_qa_bench.py"
-  paths = [os.path.join(_SQUAD_DIR.value, n) for n in (squad_open.TRAIN_FILE, squad_open.DEV_FILE)]
-  missing = [p for p in paths if not os.path.exists(p)]
-  if missing:
-    raise app.UsageError(f"{me}: {missing} not found; point --squad_dir at the SQuAD v1.1 directory "
-                         "(../shared/data/squad)")
+  paths = minilm_lib.squad_paths(me)
   machine = throughput_lib.machine()
   started = time.perf_counter()
   tf_keras.utils.set_random_seed(_SEED.value)
@@ -276,21 +139,21 @@ def main(argv):
                        "its doc_id's row of the corpus; the train file changed between loads?")
   pairs = np.zeros([len(train), 2], np.int64)
   bm25_train, _ = index.search([train[i].question for i in used], 2)
-  pairs[used] = training_paragraphs([train[i] for i in used], train_rows[used], bm25_train)
+  pairs[used] = open_qa_lib.training_paragraphs([train[i] for i in used], train_rows[used], bm25_train)
   retrieval_s = {"bm25_train_s": time.perf_counter() - start}
   _log(f"training paragraphs (gold + BM25's best other) for {len(used)} questions in "
        f"{retrieval_s['bm25_train_s']:.0f} s")
 
-  directory = minilm_lib.minilm_directory(_CACHE_DIR.value, _MINILM_DIR.value)
-  reader, tokenizer = build_reader(directory, _SEQ_LEN.value, _MAX_SPAN_WIDTH.value)
-  featurize = make_featurizer(tokenizer, _SEQ_LEN.value)
+  directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
+  reader, tokenizer = open_qa_lib.build_reader(directory, _SEQ_LEN.value, _MAX_SPAN_WIDTH.value)
+  featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN.value)
   curve, train_timing = train_reader(reader, featurize, bodies, train, pairs, order)
   _log(f"reader trained: {_STEPS.value} steps in {train_timing['train_s']:.0f} s")
 
   gold_rows = full.gold_rows()[:len(dev)]
   eval_args = {"max_span_width": _MAX_SPAN_WIDTH.value, "batch_size": _EVAL_BATCH_SIZE.value,
                "jit_compile": _JIT_COMPILE.value}
-  results = {"gold paragraph": answer_questions(reader, featurize, tokenizer, bodies, dev,
+  results = {"gold paragraph": open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev,
                                                 gold_rows[:, None], (1,), **eval_args)}
   _log(f"gold paragraph given: EM {results['gold paragraph']['per_k']['1']['exact_match']:.1f}")
   ks = sorted({1, _READ_K.value})
@@ -304,12 +167,12 @@ def main(argv):
       vectors = {}
       for kind, texts in (("paragraphs", bodies), ("questions", [q.question for q in full.questions])):
         vectors[kind], _ = embedding_cache.cached_embeddings(
-            os.path.join(_CACHE_DIR.value, "embeddings"), minilm_lib.EMBEDDINGS_PREFIX + kind,
+            os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), minilm_lib.EMBEDDINGS_PREFIX + kind,
             minilm_lib.model_id(weights, 256), texts, _refuse)
       scores = vectors["questions"][:len(dev)] @ vectors["paragraphs"].T
       rows = np.argsort(-scores, axis=1)[:, :max(ks)]
     retrieval_s[f"{name}_dev_s"] = time.perf_counter() - start
-    results[name] = answer_questions(reader, featurize, tokenizer, bodies, dev, rows, ks, **eval_args)
+    results[name] = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev, rows, ks, **eval_args)
     _log(f"{name}: " + ", ".join(f"EM@{k} {results[name]['per_k'][str(k)]['exact_match']:.1f}"
                                   for k in ks))
 
@@ -330,7 +193,7 @@ def main(argv):
                    "retrievers": _RETRIEVERS.value, "read_k": _READ_K.value,
                    "reader": "realm_tf SpanReader, BERT from all-MiniLM-L6-v2, fresh span head",
                    "seq_len": _SEQ_LEN.value, "max_span_width": _MAX_SPAN_WIDTH.value,
-                   "span_hidden_size": _SPAN_HIDDEN_SIZE, "steps": _STEPS.value,
+                   "span_hidden_size": open_qa_lib.SPAN_HIDDEN_SIZE, "steps": _STEPS.value,
                    "batch_size": _BATCH_SIZE.value, "training_paragraphs": "gold + BM25's best other",
                    "learning_rate": _LEARNING_RATE.value, "jit_compile": _JIT_COMPILE.value,
                    "seed": _SEED.value, "training_questions_distinct": int(len(used))},

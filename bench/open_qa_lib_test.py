@@ -1,6 +1,7 @@
-"""Tests for bench/squad_open_qa_bench.py's pieces, without MiniLM weights or SQuAD data: the training
-paragraphs, the reader loss (ORQA's marginal over every gold span of both paragraphs, one softmax), and
-how answers are picked across the first k paragraphs and sliced from the text."""
+"""Tests for bench/open_qa_lib.py (the system of bench/squad_open_qa_bench.py), without MiniLM weights or
+SQuAD data: the training paragraphs, the reader loss (ORQA's marginal over every gold span of both
+paragraphs, one softmax), and how answers are picked across the first k paragraphs and sliced from the
+text."""
 
 import os
 import sys
@@ -11,7 +12,7 @@ import tensorflow as tf
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
-from bench import squad_open_qa_bench as qa_bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -28,7 +29,7 @@ class TrainingParagraphsTest(tf.test.TestCase):
 
   def test_gold_then_best_other(self):
     train = [qa.QAExample("a", ["x"]), qa.QAExample("b", ["y"])]
-    pairs = qa_bench.training_paragraphs(train, np.array([4, 7]), np.array([[4, 9], [2, 7]]))
+    pairs = open_qa_lib.training_paragraphs(train, np.array([4, 7]), np.array([[4, 9], [2, 7]]))
     self.assertEqual(pairs.tolist(), [[4, 9], [7, 2]])
 
 
@@ -40,12 +41,12 @@ class ReaderTrainerTest(tf.test.TestCase):
     config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
                               attention_probs_dropout_prob=0.0)
     reader = reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
-    featurize = qa_bench.make_featurizer(tokenizer, _SEQ_LEN)
+    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
     features = featurize(tf.constant(["who was born in paris?", "who?"]),
                          tf.constant([["the city of paris is big", "paris again"],
                                       ["no answer here", "nor here"]]),
                          tf.ragged.constant([["paris"], ["london"]]))
-    model = qa_bench.ReaderTrainer(reader)
+    model = open_qa_lib.ReaderTrainer(reader)
     output = model.compute_loss(features, training=False)
     logits = reader(((features["token_ids"], features["mask"], features["segment_ids"]),
                      features["block_mask"], tf.zeros([2, 2]))).logits.numpy()
@@ -82,7 +83,7 @@ class AnswerQuestionsTest(tf.test.TestCase):
 
   def test_best_span_over_the_first_k_paragraphs(self):
     tokenizer = _tokenizer()
-    featurize = qa_bench.make_featurizer(tokenizer, _SEQ_LEN)
+    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
     # Words of the test vocab, so that each is one wordpiece; paragraph 1 scores highest, then 0.
     bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
     questions = [qa.QAExample("what did the astronomer use?", ["telescope"]),
@@ -90,7 +91,7 @@ class AnswerQuestionsTest(tf.test.TestCase):
                  qa.QAExample("what grows?", ["Garden"])]
     rows = np.array([[0, 1, 2], [0, 1, 2], [2, 0, 1]])
     reader = _FirstPieceReader(_SEQ_LEN, [2.0, 5.0, 1.0])
-    result = qa_bench.answer_questions(reader, featurize, tokenizer, bodies, questions, rows, (1, 3),
+    result = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, questions, rows, (1, 3),
                                        max_span_width=_WIDTH, batch_size=2, jit_compile=False)
     # k = 1: each question's first paragraph: "Lantern", "Lantern", "Garden" (matched after SQuAD's
     # normalisation, which lower-cases); k = 3: the second paragraph read scores highest: "Telescope"

@@ -1,0 +1,145 @@
+"""The open-QA system of bench/squad_open_qa_bench.py: a SpanReader with all-MiniLM-L6-v2's BERT, its
+training loss over several paragraphs, and answering questions from retrieved paragraphs.
+
+Why a module of its own: the bench defines absl flags, and its tests (imported into one pytest process
+with other benches' tests) must not define them twice; everything here takes its settings as arguments.
+"""
+
+import os
+import time
+from typing import Dict, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bench import minilm_lib
+from realm_tf import evaluation
+from realm_tf.data import orqa_features
+from realm_tf.modeling import losses
+from realm_tf.modeling import reader as reader_lib
+
+SPAN_HIDDEN_SIZE = 256  # ORQA's
+_log = minilm_lib.log
+
+
+class ReaderTrainer(tf_keras.Model):
+  """ORQA's reader loss over K paragraphs per question, one softmax over all their spans."""
+
+  def __init__(self, reader: reader_lib.SpanReader, **kwargs):
+    super().__init__(**kwargs)
+    self.reader = reader
+
+  def compute_loss(self, features, training=None) -> losses.LossOutput:
+    output = self.reader(((features["token_ids"], features["mask"], features["segment_ids"]),
+                          features["block_mask"], tf.zeros(tf.shape(features["token_ids"])[:2])),
+                         training=training)
+    correct = reader_lib.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
+                                        features["gold_ends"])  # [B, K, S]
+    batch = tf.shape(output.logits)[0]
+    flat_logits = tf.reshape(output.logits, [batch, -1])
+    flat_correct = tf.reshape(correct, [batch, -1])
+    per_question = losses.marginal_log_loss(flat_logits, flat_correct)
+    has_gold = tf.reduce_any(flat_correct, axis=-1)
+    best = tf.argmax(flat_logits, axis=-1, output_type=tf.int32)
+    count = tf.cast(batch, tf.float32)
+    supervised = tf.reduce_sum(tf.cast(has_gold, tf.float32))
+    return losses.LossOutput(
+        # Questions whose answer was cut off by seq_len add 0 to the loss and are not counted.
+        loss_sum=tf.reduce_sum(per_question), loss_weight=tf.maximum(supervised, 1.0),
+        metrics={"has_gold_span": (supervised, count),
+                 "exact_match": (tf.reduce_sum(tf.cast(tf.gather(flat_correct, best, batch_dims=1),
+                                                       tf.float32)), count)})
+
+
+def build_reader(directory: str, seq_len: int, max_span_width: int):
+  """(SpanReader with all-MiniLM-L6-v2's encoder weights and a fresh span head, tokenizer)."""
+  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  encoder, tokenizer = minilm_lib.load(directory)
+  config = bert_conversion.config_from_source(os.path.join(directory, "config.json"))
+  reader = reader_lib.SpanReader(config, seq_len=seq_len, span_hidden_size=SPAN_HIDDEN_SIZE,
+                                 max_span_width=max_span_width)
+  dummy = tf.zeros([1, 1, seq_len], tf.int32)
+  reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
+  reader.encoder.set_weights(encoder.get_weights())
+  return reader, tokenizer
+
+
+def make_featurizer(tokenizer, seq_len: int):
+  """tf.function: (questions [B], paragraphs [B, K], answers ragged [B, (A)]) -> reader features."""
+
+  @tf.function
+  def featurize(questions, paragraphs, answers):
+    f = orqa_features.reader_inputs_from_texts(tokenizer, questions, paragraphs, seq_len, answers=answers)
+    return {"token_ids": f.inputs.token_ids, "mask": f.inputs.mask, "segment_ids": f.inputs.segment_ids,
+            "block_mask": f.inputs.block_mask, "block_start": f.inputs.block_start,
+            "gold_starts": f.gold_starts, "gold_ends": f.gold_ends,
+            "retriever_correct": f.retriever_correct}
+
+  return featurize
+
+
+def ragged_answers(answers: Sequence[Sequence[str]]) -> tf.RaggedTensor:
+  return tf.ragged.constant([list(a) for a in answers], dtype=tf.string)
+
+
+def training_paragraphs(train, train_rows: np.ndarray, bm25_rows: np.ndarray) -> np.ndarray:
+  """int64 [len(train), 2]: each question's gold paragraph row and BM25's best-ranked other row."""
+  pairs = np.zeros([len(train), 2], np.int64)
+  for i, gold in enumerate(train_rows):
+    other = next(int(r) for r in bm25_rows[i] if r != gold)
+    pairs[i] = (gold, other)
+  return pairs
+
+
+def answer_questions(reader, featurize, tokenizer, bodies: List[str], questions, rows: np.ndarray,
+                     ks: Sequence[int], max_span_width: int, batch_size: int = 16,
+                     jit_compile: bool = True) -> Dict:
+  """Reads rows[:, :max(ks)] for each question; EM/F1 and oracle per k, and the predictions at max(ks).
+
+  At each k the answer is the best span over the first k paragraphs' spans (reader logits compared
+  across paragraphs, as the shared-normalisation training makes them comparable).
+  """
+  forward = tf.function(lambda inputs: reader(inputs, training=False).logits, jit_compile=jit_compile)
+  span_starts, span_ends = reader_lib.span_candidates(reader.seq_len, max_span_width)
+  read_k = max(ks)
+  em = {k: [] for k in ks}
+  f1 = {k: [] for k in ks}
+  oracle = {k: [] for k in ks}
+  predictions = []
+  start = time.perf_counter()
+  batch = batch_size
+  for first in range(0, len(questions), batch):
+    qs = questions[first:first + batch]
+    texts = [[bodies[r] for r in rows[first + i, :read_k]] for i in range(len(qs))]
+    f = featurize(tf.constant([q.question for q in qs]), tf.constant(texts), ragged_answers([q.answers for q in qs]))
+    logits = forward(((f["token_ids"], f["mask"], f["segment_ids"]), f["block_mask"],
+                      tf.zeros([len(qs), read_k]))).numpy()  # [B, K, S]
+    correct = f["retriever_correct"].numpy()
+    block_start = f["block_start"].numpy()
+    for k in ks:
+      flat = logits[:, :k].reshape(len(qs), -1)
+      best = flat.argmax(axis=-1)
+      block, span = best // logits.shape[2], best % logits.shape[2]
+      starts = span_starts[span] - block_start[np.arange(len(qs)), block]
+      ends = span_ends[span] - block_start[np.arange(len(qs)), block]
+      block_texts = [texts[i][block[i]] for i in range(len(qs))]
+      answers = orqa_features.extract_answers(tokenizer, tf.constant(block_texts), starts, ends).numpy()
+      for i, q in enumerate(qs):
+        text = answers[i].decode("utf-8")
+        em[k].append(evaluation.exact_match(text, q.answers))
+        f1[k].append(evaluation.f1_score(text, q.answers))
+        oracle[k].append(bool(correct[i, :k].any()))
+        if k == read_k:
+          predictions.append(text)
+    if (first // batch) % 100 == 0:
+      done = first + len(qs)
+      _log(f"  answered {done}/{len(questions)}: EM@{read_k} so far {100 * np.mean(em[read_k]):.1f} "
+           f"({done / (time.perf_counter() - start):.1f} questions/s)")
+  seconds = time.perf_counter() - start
+  return {"per_k": {str(k): {"exact_match": 100 * float(np.mean(em[k])),
+                             "f1": 100 * float(np.mean(f1[k])),
+                             "answer_in_read_paragraphs": 100 * float(np.mean(oracle[k]))} for k in ks},
+          "seconds": seconds, "questions_per_s": len(questions) / seconds,
+          "predictions_sample": [{"question": q.question, "answers": q.answers, "prediction": p}
+                                 for q, p in list(zip(questions, predictions))[:20]]}
