@@ -5,7 +5,10 @@ Why a module of its own: the bench defines absl flags, and its tests (imported i
 with other benches' tests) must not define them twice; everything here takes its settings as arguments.
 """
 
+import json
 import os
+import shutil
+import tempfile
 import time
 from typing import Dict, List, Sequence
 
@@ -63,6 +66,47 @@ def build_reader(directory: str, seq_len: int, max_span_width: int):
   reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
   reader.encoder.set_weights(encoder.get_weights())
   return reader, tokenizer
+
+
+_READER_CHECKPOINT = "reader"
+_READER_SETTINGS = "reader_settings.json"
+
+
+def save_reader(reader: reader_lib.SpanReader, directory: str, settings: Dict) -> None:
+  """Writes reader's weights and the settings that made it into directory, all at once: a temporary
+  directory beside it is renamed into place, so a crash leaves no half-written reader behind."""
+  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
+  if os.path.exists(directory):
+    raise FileExistsError(f"{directory} exists; remove it or pass another --reader_dir")
+  parent = os.path.dirname(os.path.abspath(directory))
+  os.makedirs(parent, exist_ok=True)
+  work = tempfile.mkdtemp(prefix=".tmp-reader-", dir=parent)
+  try:
+    tf.train.Checkpoint(reader=reader).write(os.path.join(work, _READER_CHECKPOINT))
+    io_utils.write_json_atomic(os.path.join(work, _READER_SETTINGS), settings)
+    os.rename(work, directory)
+  except BaseException:
+    shutil.rmtree(work, ignore_errors=True)
+    raise
+
+
+def restore_reader(reader: reader_lib.SpanReader, directory: str, settings: Dict) -> bool:
+  """Restores a reader save_reader wrote into directory; False if there is none. Raises ValueError
+  naming the difference if it was trained with other settings (its weights would not be this run's)."""
+  path = os.path.join(directory, _READER_SETTINGS)
+  if not os.path.exists(path):
+    if os.path.exists(directory) and os.listdir(directory):
+      raise ValueError(f"{directory} holds no {_READER_SETTINGS}; it is not a reader this bench saved. "
+                       "Pass another --reader_dir")
+    return False
+  with open(path) as f:
+    saved = json.load(f)
+  differs = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+  if differs:
+    raise ValueError(f"{directory}: the reader there was trained with other settings (saved, asked): "
+                     f"{differs}; pass the same flags or another --reader_dir")
+  tf.train.Checkpoint(reader=reader).read(os.path.join(directory, _READER_CHECKPOINT)).assert_consumed()
+  return True
 
 
 def make_featurizer(tokenizer, seq_len: int):

@@ -62,6 +62,41 @@ class ReaderTrainerTest(tf.test.TestCase):
     self.assertAllClose(output.metrics["has_gold_span"], (1.0, 2.0))
 
 
+class SaveRestoreTest(tf.test.TestCase):
+
+  def _reader(self, seed):
+    tf.keras.utils.set_random_seed(seed)
+    tokenizer = _tokenizer()
+    config = bert.tiny_config(tokenizer.vocab_size)
+    reader = reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
+    dummy = tf.zeros([1, 1, _SEQ_LEN], tf.int32)
+    reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
+    return reader
+
+  def test_round_trip_and_refusals(self):
+    directory = os.path.join(self.get_temp_dir(), "reader")
+    settings = {"steps": 3, "seq_len": _SEQ_LEN}
+    fresh = self._reader(1)
+    self.assertFalse(open_qa_lib.restore_reader(fresh, directory, settings))  # nothing saved yet
+    trained = self._reader(2)
+    open_qa_lib.save_reader(trained, directory, settings)
+    self.assertNotAllClose(fresh.get_weights()[0], trained.get_weights()[0])
+    self.assertTrue(open_qa_lib.restore_reader(fresh, directory, settings))
+    for a, b in zip(fresh.get_weights(), trained.get_weights()):
+      self.assertAllEqual(a, b)
+    with self.assertRaisesRegex(ValueError, "other settings.*steps"):
+      open_qa_lib.restore_reader(fresh, directory, {"steps": 4, "seq_len": _SEQ_LEN})
+    with self.assertRaisesRegex(FileExistsError, "exists"):
+      open_qa_lib.save_reader(trained, directory, settings)
+    self.assertEqual(sorted(os.listdir(self.get_temp_dir())), ["reader"])  # no temporary left behind
+    stray = os.path.join(self.get_temp_dir(), "stray")
+    os.makedirs(stray)
+    with open(os.path.join(stray, "x"), "w") as f:
+      f.write("x")
+    with self.assertRaisesRegex(ValueError, "not a reader"):
+      open_qa_lib.restore_reader(fresh, stray, settings)
+
+
 class _FirstPieceReader:
   """A test double: scores only each paragraph's first wordpiece (a width-1 span), score[k] for paragraph
   k, so which paragraph's first word is predicted depends on k alone."""

@@ -47,7 +47,10 @@ from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import
 from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm"], "Retrievers to read from: bm25, minilm.")
+_RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
+                                "Retrievers to read from: bm25, minilm, hybrid (the two fused as in "
+                                "squad_open_bench).")
+_FUSION_DEPTH = 1000  # squad_open_bench's --fusion_depth default
 _STEPS = flags.DEFINE_integer("steps", 600, "Reader training steps.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Training questions per step (x 2 paragraphs).")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
@@ -60,6 +63,10 @@ _EVAL_BATCH_SIZE = flags.DEFINE_integer("eval_batch_size", 16, "Dev questions pe
 _JIT_COMPILE = flags.DEFINE_bool("jit_compile", True, "Compile the reader's train step and forward pass "
                                  "with XLA.")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 50, "Steps between progress lines.")
+_READER_DIR = flags.DEFINE_string(
+    "reader_dir", None, "Where the trained reader is kept: if it holds one (trained with the same "
+    "--steps, --batch_size, --learning_rate, --seq_len, --max_span_width, --seed), it is restored and "
+    "not trained again (to answer with other --retrievers); else the reader trained here is saved there.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the question order, dropout and the span head.")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_qa_bench.json"),
                               "Where to write the JSON results.")
@@ -108,9 +115,9 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  unknown = [r for r in _RETRIEVERS.value if r not in ("bm25", "minilm")]
+  unknown = [r for r in _RETRIEVERS.value if r not in ("bm25", "minilm", "hybrid")]
   if unknown:
-    raise app.UsageError(f"--retrievers: unknown {unknown}; choose from bm25, minilm")
+    raise app.UsageError(f"--retrievers: unknown {unknown}; choose from bm25, minilm, hybrid")
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
@@ -147,8 +154,17 @@ def main(argv):
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   reader, tokenizer = open_qa_lib.build_reader(directory, _SEQ_LEN.value, _MAX_SPAN_WIDTH.value)
   featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN.value)
-  curve, train_timing = train_reader(reader, featurize, bodies, train, pairs, order)
-  _log(f"reader trained: {_STEPS.value} steps in {train_timing['train_s']:.0f} s")
+  reader_settings = {"steps": _STEPS.value, "batch_size": _BATCH_SIZE.value,
+                     "learning_rate": _LEARNING_RATE.value, "seq_len": _SEQ_LEN.value,
+                     "max_span_width": _MAX_SPAN_WIDTH.value, "seed": _SEED.value}
+  if _READER_DIR.value and open_qa_lib.restore_reader(reader, _READER_DIR.value, reader_settings):
+    _log(f"reader restored from {_READER_DIR.value}, not trained again")
+    curve, train_timing = [], {"restored_from": _READER_DIR.value}
+  else:
+    curve, train_timing = train_reader(reader, featurize, bodies, train, pairs, order)
+    _log(f"reader trained: {_STEPS.value} steps in {train_timing['train_s']:.0f} s")
+    if _READER_DIR.value:
+      open_qa_lib.save_reader(reader, _READER_DIR.value, reader_settings)
 
   gold_rows = full.gold_rows()[:len(dev)]
   eval_args = {"max_span_width": _MAX_SPAN_WIDTH.value, "batch_size": _EVAL_BATCH_SIZE.value,
@@ -159,20 +175,10 @@ def main(argv):
   ks = sorted({1, _READ_K.value})
   for name in _RETRIEVERS.value:
     start = time.perf_counter()
-    if name == "bm25":
-      rows, _ = index.search([q.question for q in dev], max(ks))
-    else:
-      from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
-      weights = minilm_lib.weights_sha256(directory)
-      vectors = {}
-      for kind, texts in (("paragraphs", bodies), ("questions", [q.question for q in full.questions])):
-        vectors[kind], _ = embedding_cache.cached_embeddings(
-            os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), minilm_lib.EMBEDDINGS_PREFIX + kind,
-            minilm_lib.model_id(weights, 256), texts, _refuse)
-      scores = vectors["questions"][:len(dev)] @ vectors["paragraphs"].T
-      rows = np.argsort(-scores, axis=1)[:, :max(ks)]
+    rows = _retrieve(name, index, full, dev, directory, max(ks))
     retrieval_s[f"{name}_dev_s"] = time.perf_counter() - start
-    results[name] = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev, rows, ks, **eval_args)
+    results[name] = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev, rows, ks,
+                                                 **eval_args)
     _log(f"{name}: " + ", ".join(f"EM@{k} {results[name]['per_k'][str(k)]['exact_match']:.1f}"
                                   for k in ks))
 
@@ -202,6 +208,28 @@ def main(argv):
       "results": results,
   })
   print(f"wrote {_OUTPUT.value}")
+
+
+def _retrieve(name: str, index, full, dev, directory: str, depth: int) -> np.ndarray:
+  """int64 [len(dev), depth]: each dev question's paragraph rows by retriever `name`, best first."""
+  if name == "bm25":
+    return index.search([q.question for q in dev], depth)[0]
+  if name == "hybrid":
+    from realm_tf.retrieval import fusion  # pylint: disable=g-import-not-at-top
+    # As squad_open_bench's hybrid row: each ranking's top 1,000, reciprocal rank fusion.
+    return fusion.reciprocal_rank_fusion(
+        [_retrieve(r, index, full, dev, directory, _FUSION_DEPTH) for r in ("bm25", "minilm")], depth)
+  from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
+  from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
+  weights = minilm_lib.weights_sha256(directory)
+  vectors = {}
+  for kind, texts in (("paragraphs", [d.body for d in full.documents]),
+                      ("questions", [q.question for q in full.questions])):
+    vectors[kind], _ = embedding_cache.cached_embeddings(
+        os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), minilm_lib.EMBEDDINGS_PREFIX + kind,
+        minilm_lib.model_id(weights, 256), texts, _refuse)
+  dense = index_lib.build_index(vectors["paragraphs"], implementation="brute_force")
+  return dense.search(vectors["questions"][:len(dev)], depth)[0]
 
 
 def _refuse(texts):
