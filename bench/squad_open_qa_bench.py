@@ -157,7 +157,12 @@ def main(argv):
   reader_settings = {"steps": _STEPS.value, "batch_size": _BATCH_SIZE.value,
                      "learning_rate": _LEARNING_RATE.value, "seq_len": _SEQ_LEN.value,
                      "max_span_width": _MAX_SPAN_WIDTH.value, "seed": _SEED.value}
-  if _READER_DIR.value and open_qa_lib.restore_reader(reader, _READER_DIR.value, reader_settings):
+  try:
+    restored = bool(_READER_DIR.value) and open_qa_lib.restore_reader(reader, _READER_DIR.value,
+                                                                      reader_settings)
+  except ValueError as e:
+    raise app.UsageError(f"{me}: --reader_dir: {e}") from None
+  if restored:
     _log(f"reader restored from {_READER_DIR.value}, not trained again")
     curve, train_timing = [], {"restored_from": _READER_DIR.value}
   else:
