@@ -54,6 +54,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import step_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -368,34 +369,19 @@ def main(argv):
   warmup_steps = (optimization.num_warmup_steps(_STEPS.value) if _WARMUP_STEPS.value is None
                   else _WARMUP_STEPS.value)
   step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
-  curve, window = [], collections.defaultdict(list)
-  step_seconds = []
-  train_start = last_log = time.perf_counter()
   batch = _BATCH_SIZE.value
-  for step in range(_STEPS.value):
+
+  def batch_features(step):
     rows = slice(step * batch, (step + 1) * batch)
     ids, mask = pad_batch(token_ids[rows], _LENGTH_BUCKET, _MAX_QUESTION_LEN.value)
-    features = {"token_ids": tf.constant(ids), "mask": tf.constant(mask),
-                "positives": tf.constant(positive_mask(positives[rows], len(full.documents)))}
-    step_start = time.perf_counter()
-    metrics = {k: float(v) for k, v in step_fn(features).items()}  # float() waits for the step
-    step_seconds.append(time.perf_counter() - step_start)
-    if not np.isfinite(metrics["loss"]):
-      raise RuntimeError(f"step {step + 1}: non-finite loss {metrics['loss']}")
-    for k, v in metrics.items():
-      window[k].append(v)
-    if (step + 1) % _LOG_EVERY.value == 0 or step + 1 == _STEPS.value:
-      now = time.perf_counter()
-      point = {"step": step + 1, **{k: float(np.mean(v)) for k, v in window.items()},
-               "learning_rate": optimization.learning_rate_at(optimizer, step + 1),
-               "seconds": now - train_start}
-      curve.append(point)
-      _log(f"step {step + 1}/{_STEPS.value}: loss {point['loss']:.3f}, top1_positive "
-           f"{point['top1_positive']:.3f}, positive_mass {point['positive_mass']:.3f}, "
-           f"{len(window['loss']) * batch / (now - last_log):.1f} questions/s")
-      window.clear()
-      last_log = now
-  train_s = time.perf_counter() - train_start
+    return {"token_ids": tf.constant(ids), "mask": tf.constant(mask),
+            "positives": tf.constant(positive_mask(positives[rows], len(full.documents)))}
+
+  curve, step_seconds, train_s = step_loop.run(
+      step_fn, batch_features, _STEPS.value, batch, _LOG_EVERY.value, "question tower",
+      lambda p: (f"loss {p['loss']:.3f}, top1_positive {p['top1_positive']:.3f}, positive_mass "
+                 f"{p['positive_mass']:.3f}"),
+      point_extras=lambda step: {"learning_rate": optimization.learning_rate_at(optimizer, step)})
   # The median leaves out the steps that (re)compile for a new padded length, and most of the load
   # spikes of a shared machine.
   steady_s = float(np.median(step_seconds))

@@ -29,7 +29,6 @@ Prints a table and writes JSON (machine, settings, timings, loss curve) to --out
 the trained reader, so that other retrievers can be read with it without training again.
 """
 
-import collections
 import os
 import sys
 import time
@@ -47,6 +46,7 @@ sys.path.insert(0, _REPO)
 
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import step_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
@@ -84,32 +84,18 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value)
   step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
   batch = _BATCH_SIZE.value
-  curve, window, step_seconds = [], collections.defaultdict(list), []
-  start = last = time.perf_counter()
-  for step in range(_STEPS.value):
+
+  def batch_features(step):
     chosen = order[step * batch:(step + 1) * batch]
     features = featurize(tf.constant([train[i].question for i in chosen]),
                          tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
                          open_qa_lib.ragged_answers([train[i].answers for i in chosen]))
-    features = {k: v for k, v in features.items() if k not in ("block_start", "retriever_correct")}
-    step_start = time.perf_counter()
-    metrics = {k: float(v) for k, v in step_fn(features).items()}
-    step_seconds.append(time.perf_counter() - step_start)
-    if not np.isfinite(metrics["loss"]):
-      raise RuntimeError(f"reader step {step + 1}: non-finite loss {metrics['loss']}")
-    for k, v in metrics.items():
-      window[k].append(v)
-    if (step + 1) % _LOG_EVERY.value == 0 or step + 1 == _STEPS.value:
-      now = time.perf_counter()
-      point = {"step": step + 1, **{k: float(np.mean(v)) for k, v in window.items()},
-               "seconds": now - start}
-      curve.append(point)
-      _log(f"reader step {step + 1}/{_STEPS.value}: loss {point['loss']:.3f}, train EM "
-           f"{point['exact_match']:.3f}, has gold span {point['has_gold_span']:.3f}, "
-           f"{len(window['loss']) * batch / (now - last):.2f} questions/s")
-      window.clear()
-      last = now
-  train_s = time.perf_counter() - start
+    return {k: v for k, v in features.items() if k not in ("block_start", "retriever_correct")}
+
+  curve, step_seconds, train_s = step_loop.run(
+      step_fn, batch_features, _STEPS.value, batch, _LOG_EVERY.value, "reader",
+      lambda p: (f"loss {p['loss']:.3f}, train EM {p['exact_match']:.3f}, has gold span "
+                 f"{p['has_gold_span']:.3f}"))
   return curve, {"train_s": train_s, "median_step_s": float(np.median(step_seconds)),
                  "questions_per_s": batch / float(np.median(step_seconds))}
 
