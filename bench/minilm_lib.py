@@ -53,6 +53,16 @@ def squad_paths(me: str) -> Tuple[str, str]:
   return paths
 
 
+def load_squad(me: str):
+  """(SQuAD-open corpus and dev questions, the train questions numbered as the corpus numbers their
+  paragraphs) from --squad_dir; see squad_paths for a missing file."""
+  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+  train_path, dev_path = squad_paths(me)
+  return (squad_open.load_squad_open(train_path, dev_path),
+          qa.load_squad(train_path, first_paragraph_id=1))
+
+
 def log(message: str) -> None:
   print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

@@ -295,20 +295,16 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   _check_flags()
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
-  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
-  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
   from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
 
   me = "bench/squad_open_orqa_bench.py"
-  paths = minilm_lib.squad_paths(me)
   machine = throughput_lib.machine()
   started = time.perf_counter()
   tf_keras.utils.set_random_seed(_SEED.value)
-  full = squad_open.load_squad_open(*paths)
-  train = qa.load_squad(paths[0], first_paragraph_id=1)
+  full, train = minilm_lib.load_squad(me)
   _log(f"loaded {len(full.documents)} paragraphs, {len(full.questions)} dev and {len(train)} train "
        "questions")
 

@@ -107,16 +107,12 @@ def main(argv):
   if unknown:
     raise app.UsageError(f"--retrievers: unknown {unknown}; choose from bm25, minilm, hybrid")
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
-  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
-  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import bm25  # pylint: disable=g-import-not-at-top
   me = "bench/squad_open_qa_bench.py"
-  paths = minilm_lib.squad_paths(me)
   machine = throughput_lib.machine()
   started = time.perf_counter()
   tf_keras.utils.set_random_seed(_SEED.value)
-  full = squad_open.load_squad_open(*paths)
-  train = qa.load_squad(paths[0], first_paragraph_id=1)
+  full, train = minilm_lib.load_squad(me)
   bodies = [d.body for d in full.documents]
   dev = full.questions[:_NUM_EVAL_QUESTIONS.value or None]
   _log(f"{len(bodies)} paragraphs, {len(train)} train questions, answering {len(dev)} dev questions")
@@ -130,7 +126,7 @@ def main(argv):
   train_rows = np.array([int(train[i].metadata["doc_id"]) - 1 for i in range(len(train))])
   mismatched = [i for i in used if full.documents[train_rows[i]].doc_id != train[i].metadata["doc_id"]]
   if mismatched:
-    raise RuntimeError(f"{paths[0]}: question {train[mismatched[0]].metadata['id']}'s paragraph is not at "
+    raise RuntimeError(f"--squad_dir: train question {train[mismatched[0]].metadata['id']}'s paragraph is not at "
                        "its doc_id's row of the corpus; the train file changed between loads?")
   pairs = np.zeros([len(train), 2], np.int64)
   bm25_train, _ = index.search([train[i].question for i in used], 2)
