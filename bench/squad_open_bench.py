@@ -45,8 +45,9 @@ from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import
 _CORPORA = flags.DEFINE_list("corpora", ["all", "dev"], "Corpora: all (train + dev paragraphs), dev.")
 _METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm", "hybrid"],
                              "Methods: bm25, bm25_title, minilm, hybrid.")
-_FUSION_DEPTH = flags.DEFINE_integer("fusion_depth", 1000, "hybrid: documents taken from each ranking.")
-_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 256,
+_FUSION_DEPTH = flags.DEFINE_integer("fusion_depth", minilm_lib.HYBRID_DEPTH,
+                                    "hybrid: documents taken from each ranking.")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", minilm_lib.CACHED_SEQ_LENGTH,
                                        "MiniLM wordpieces per text, [CLS] and [SEP] included.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "MiniLM texts per forward pass.")
 _JIT_COMPILE = flags.DEFINE_bool("jit_compile", True, "Compile the MiniLM forward pass with XLA.")

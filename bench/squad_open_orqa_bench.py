@@ -84,8 +84,6 @@ _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
                               "Where to write the JSON results.")
 
 _KS = (1, 5, 20, 100)
-# squad_open_bench embeds paragraphs with 256 wordpieces; the index here is exactly those vectors.
-_PARAGRAPH_SEQ_LENGTH = 256
 # Padded question lengths are multiples of this: few distinct shapes, so the training step's tf.function
 # traces (and XLA, if on, compiles) few programs; 99.8% of SQuAD questions fit in 32 wordpieces
 # (the longest has 63).
@@ -205,22 +203,6 @@ class QuestionTower(tf_keras.Model):
                           self.scale)
 
 
-def _cached_or_none(cache_dir: str, name: str, model_id: str, texts: Sequence[str]):
-  """squad_open_bench's cached embeddings of texts, or None if absent or made from something else."""
-  from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
-
-  class _Missing(Exception):
-    pass
-
-  def refuse(_):
-    raise _Missing()
-
-  try:
-    return embedding_cache.cached_embeddings(cache_dir, name, model_id, texts, refuse)
-  except _Missing:
-    return None
-
-
 def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
   """(recall dict, dev question embeddings, seconds): embed, exact search, score."""
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
@@ -310,17 +292,7 @@ def main(argv):
 
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   weights_sha256 = minilm_lib.weights_sha256(directory)
-  embeddings_dir = os.path.join(minilm_lib.CACHE_DIR.value, "embeddings")
-  cached = _cached_or_none(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs",
-                           minilm_lib.model_id(weights_sha256, _PARAGRAPH_SEQ_LENGTH),
-                           [d.body for d in full.documents])
-  if cached is None:
-    npy = os.path.join(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "paragraphs.npy")
-    raise app.UsageError(
-        f"{me}: {npy} is missing or was not made from these {len(full.documents)} paragraphs with these "
-        f"MiniLM weights (sha256 {weights_sha256[:12]}...); compute it first with `.venv/bin/python "
-        f"bench/squad_open_bench.py --corpora=all --methods=minilm --cache_dir={minilm_lib.CACHE_DIR.value}` "
-        "(~20 min on 2 cores), or pass --cache_dir where it is")
+  cached = minilm_lib.required_vectors(me, directory, "paragraphs", [d.body for d in full.documents])
   paragraph_emb, paragraph_info = cached
   _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
 
@@ -335,11 +307,10 @@ def main(argv):
   if _ZERO_SHOT_EVAL.value:
     recall, queries, seconds = _evaluate(question_embedder, index, full, "step 0 (zero-shot)")
     evaluations.append({"step": 0, "recall": recall, "seconds": seconds})
-    reference = _cached_or_none(embeddings_dir, minilm_lib.EMBEDDINGS_PREFIX + "questions",
-                                minilm_lib.model_id(weights_sha256, _PARAGRAPH_SEQ_LENGTH),
-                                [q.question for q in full.questions])
+    reference = minilm_lib.cached_vectors(directory, "questions", [q.question for q in full.questions])
     if reference is not None:
-      # Those cached vectors used 256 wordpieces; only questions longer than max_question_len differ.
+      # Those cached vectors used CACHED_SEQ_LENGTH wordpieces; only questions longer than
+      # max_question_len differ.
       differs = np.abs(reference[0] - queries).max(axis=1) > 1e-4
       zero_shot_check = {"cached_questions": reference[1]["path"],
                          "max_abs_difference": float(np.abs(reference[0] - queries).max()),

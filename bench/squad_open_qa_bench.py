@@ -32,7 +32,7 @@ the trained reader, so that other retrievers can be read with it without trainin
 import os
 import sys
 import time
-from typing import List
+from typing import Dict, List, Sequence
 
 from absl import app
 from absl import flags
@@ -52,7 +52,6 @@ from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-im
 _RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
                                 "Retrievers to read from: bm25, minilm, hybrid (the two fused as in "
                                 "squad_open_bench).")
-_FUSION_DEPTH = 1000  # squad_open_bench's --fusion_depth default
 _STEPS = flags.DEFINE_integer("steps", 1200, "Reader training steps (1,200 x 8: 11% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Training questions per step (x 2 paragraphs).")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
@@ -138,11 +137,9 @@ def main(argv):
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   # Retrieval first (seconds): a missing embedding cache then stops the run before the reader trains.
   ks = sorted({1, _READ_K.value})
-  rankings = {}
-  for name in _RETRIEVERS.value:
-    start = time.perf_counter()
-    rankings[name] = _retrieve(name, index, full, dev, directory, max(ks))
-    retrieval_s[f"{name}_dev_s"] = time.perf_counter() - start
+  start = time.perf_counter()
+  rankings = _rankings(me, _RETRIEVERS.value, index, full, dev, directory, max(ks))
+  retrieval_s["dev_retrieval_s"] = time.perf_counter() - start
   reader, tokenizer = open_qa_lib.build_reader(directory, _SEQ_LEN.value, _MAX_SPAN_WIDTH.value)
   featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN.value)
   reader_settings = {"steps": _STEPS.value, "batch_size": _BATCH_SIZE.value,
@@ -202,32 +199,27 @@ def main(argv):
   print(f"wrote {_OUTPUT.value}")
 
 
-def _retrieve(name: str, index, full, dev, directory: str, depth: int) -> np.ndarray:
-  """int64 [len(dev), depth]: each dev question's paragraph rows by retriever `name`, best first."""
-  if name == "bm25":
-    return index.search([q.question for q in dev], depth)[0]
-  if name == "hybrid":
-    from realm_tf.retrieval import fusion  # pylint: disable=g-import-not-at-top
-    # As squad_open_bench's hybrid row: each ranking's top 1,000, reciprocal rank fusion.
-    return fusion.reciprocal_rank_fusion(
-        [_retrieve(r, index, full, dev, directory, _FUSION_DEPTH) for r in ("bm25", "minilm")], depth)
-  from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
+def _rankings(me: str, names: Sequence[str], index, full, dev, directory: str, depth: int
+              ) -> Dict[str, np.ndarray]:
+  """{retriever: int64 [len(dev), depth] paragraph rows, best first}. BM25 and MiniLM search once each,
+  as deep as the hybrid needs (squad_open_bench's hybrid: each one's top HYBRID_DEPTH, fused by reciprocal
+  rank fusion)."""
+  from realm_tf.retrieval import fusion  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
-  weights = minilm_lib.weights_sha256(directory)
-  vectors = {}
-  for kind, texts in (("paragraphs", [d.body for d in full.documents]),
-                      ("questions", [q.question for q in full.questions])):
-    vectors[kind], _ = embedding_cache.cached_embeddings(
-        os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), minilm_lib.EMBEDDINGS_PREFIX + kind,
-        minilm_lib.model_id(weights, 256), texts, _refuse)
-  dense = index_lib.build_index(vectors["paragraphs"], implementation="brute_force")
-  return dense.search(vectors["questions"][:len(dev)], depth)[0]
-
-
-def _refuse(texts):
-  raise app.UsageError(f"bench/squad_open_qa_bench.py: the cached MiniLM embeddings of {len(texts)} texts "
-                       "are missing; run `.venv/bin/python bench/squad_open_bench.py --corpora=all "
-                       "--methods=minilm` first (~20 min), or leave minilm out of --retrievers")
+  base_depth = max(depth, minilm_lib.HYBRID_DEPTH) if "hybrid" in names else depth
+  base = {}
+  if {"bm25", "hybrid"} & set(names):
+    base["bm25"] = index.search([q.question for q in dev], base_depth)[0]
+  if {"minilm", "hybrid"} & set(names):
+    otherwise = ", or leave minilm and hybrid out of --retrievers"
+    paragraphs, _ = minilm_lib.required_vectors(me, directory, "paragraphs",
+                                                [d.body for d in full.documents], otherwise)
+    questions, _ = minilm_lib.required_vectors(me, directory, "questions",
+                                               [q.question for q in full.questions], otherwise)
+    dense = index_lib.build_index(paragraphs, implementation="brute_force")
+    base["minilm"] = dense.search(questions[:len(dev)], base_depth)[0]
+  return {name: (fusion.reciprocal_rank_fusion([base["bm25"], base["minilm"]], depth) if name == "hybrid"
+                 else base[name][:, :depth]) for name in names}
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,6 +37,31 @@ def _read_metadata(json_path: str) -> Dict[str, Any]:
     return {}
 
 
+def _paths(cache_dir: str, name: str) -> Tuple[str, str]:
+  return os.path.join(cache_dir, name + ".npy"), os.path.join(cache_dir, name + ".json")
+
+
+def _load_if_current(npy_path: str, json_path: str, want: str, num_texts: int
+                     ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+  metadata = _read_metadata(json_path)
+  if metadata.get("fingerprint") == want and os.path.exists(npy_path):
+    array = np.load(npy_path, allow_pickle=False)
+    if array.dtype == np.float32 and array.ndim == 2 and array.shape[0] == num_texts:
+      return array, dict(metadata, path=npy_path, cached=True)
+  return None
+
+
+def lookup(cache_dir: str, name: str, model_id: str, texts: Sequence[str]
+           ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+  """cached_embeddings' result if cache_dir/name holds these texts' embeddings by model_id, else None.
+
+  Never computes: for readers of vectors another program makes (a fixed index built from them, say),
+  which should stop with instructions rather than spend that program's time.
+  """
+  npy_path, json_path = _paths(cache_dir, name)
+  return _load_if_current(npy_path, json_path, fingerprint(model_id, texts), len(texts))
+
+
 def cached_embeddings(cache_dir: str, name: str, model_id: str, texts: Sequence[str],
                       compute: Callable[[Sequence[str]], np.ndarray]
                       ) -> Tuple[np.ndarray, Dict[str, Any]]:
@@ -45,14 +70,11 @@ def cached_embeddings(cache_dir: str, name: str, model_id: str, texts: Sequence[
   metadata: model_id, fingerprint, num_texts, dim, compute_seconds (of the run that made the file),
   created, path, and cached (whether this call read the file rather than computing it).
   """
-  npy_path = os.path.join(cache_dir, name + ".npy")
-  json_path = os.path.join(cache_dir, name + ".json")
+  npy_path, json_path = _paths(cache_dir, name)
   want = fingerprint(model_id, texts)
-  metadata = _read_metadata(json_path)
-  if metadata.get("fingerprint") == want and os.path.exists(npy_path):
-    array = np.load(npy_path, allow_pickle=False)
-    if array.dtype == np.float32 and array.ndim == 2 and array.shape[0] == len(texts):
-      return array, dict(metadata, path=npy_path, cached=True)
+  hit = _load_if_current(npy_path, json_path, want, len(texts))
+  if hit is not None:
+    return hit
   start = time.perf_counter()
   array = np.asarray(compute(texts))
   seconds = time.perf_counter() - start

@@ -49,6 +49,17 @@ class EmbeddingCacheTest(tf.test.TestCase):
     self.assertNotEqual(embedding_cache.fingerprint("m", ["ab", "c"]),
                         embedding_cache.fingerprint("m", ["a", "bc"]))
 
+  def test_lookup_never_computes(self):
+    self.assertIsNone(embedding_cache.lookup(self.directory, "things", "model-a", ["a", "bb"]))
+    self.assertFalse(os.path.exists(self.directory))  # a miss writes nothing
+    array, _ = self._get(["a", "bb"])
+    found, info = embedding_cache.lookup(self.directory, "things", "model-a", ["a", "bb"])
+    self.assertAllEqual(found, array)
+    self.assertTrue(info["cached"])
+    self.assertIsNone(embedding_cache.lookup(self.directory, "things", "model-b", ["a", "bb"]))
+    self.assertIsNone(embedding_cache.lookup(self.directory, "things", "model-a", ["a", "bc"]))
+    self.assertLen(self.calls, 1)
+
   def test_damaged_cache_recomputes(self):
     self._get(["a", "bb"])
     with open(os.path.join(self.directory, "things.json"), "w") as f:
