@@ -116,11 +116,15 @@ def make_featurizer(tokenizer, seq_len: int):
   def featurize(questions, paragraphs, answers):
     f = orqa_features.reader_inputs_from_texts(tokenizer, questions, paragraphs, seq_len, answers=answers)
     return {"token_ids": f.inputs.token_ids, "mask": f.inputs.mask, "segment_ids": f.inputs.segment_ids,
-            "block_mask": f.inputs.block_mask, "block_start": f.inputs.block_start,
-            "gold_starts": f.gold_starts, "gold_ends": f.gold_ends,
+            "block_mask": f.inputs.block_mask, "gold_starts": f.gold_starts, "gold_ends": f.gold_ends,
+            "byte_starts": f.byte_starts, "byte_limits": f.byte_limits,
             "retriever_correct": f.retriever_correct}
 
   return featurize
+
+
+# What the reader's loss reads of make_featurizer's output.
+TRAINING_FEATURES = ("token_ids", "mask", "segment_ids", "block_mask", "gold_starts", "gold_ends")
 
 
 def ragged_answers(answers: Sequence[Sequence[str]]) -> tf.RaggedTensor:
@@ -136,7 +140,7 @@ def training_paragraphs(train, train_rows: np.ndarray, bm25_rows: np.ndarray) ->
   return pairs
 
 
-def answer_questions(reader, featurize, tokenizer, bodies: List[str], questions, rows: np.ndarray,
+def answer_questions(reader, featurize, bodies: List[str], questions, rows: np.ndarray,
                      ks: Sequence[int], max_span_width: int, batch_size: int = 16,
                      jit_compile: bool = True) -> Dict:
   """Reads rows[:, :max(ks)] for each question; EM/F1 and oracle per k, and the predictions at max(ks).
@@ -152,31 +156,32 @@ def answer_questions(reader, featurize, tokenizer, bodies: List[str], questions,
   oracle = {k: [] for k in ks}
   predictions = []
   start = time.perf_counter()
-  batch = batch_size
-  for first in range(0, len(questions), batch):
-    qs = questions[first:first + batch]
+  for first in range(0, len(questions), batch_size):
+    qs = questions[first:first + batch_size]
     texts = [[bodies[r] for r in rows[first + i, :read_k]] for i in range(len(qs))]
-    f = featurize(tf.constant([q.question for q in qs]), tf.constant(texts), ragged_answers([q.answers for q in qs]))
+    f = featurize(tf.constant([q.question for q in qs]), tf.constant(texts),
+                  ragged_answers([q.answers for q in qs]))
     logits = forward(((f["token_ids"], f["mask"], f["segment_ids"]), f["block_mask"],
                       tf.zeros([len(qs), read_k]))).numpy()  # [B, K, S]
     correct = f["retriever_correct"].numpy()
-    block_start = f["block_start"].numpy()
+    # The featurizer's byte offsets of each reader position in its paragraph: the answer is sliced from
+    # the original text without tokenizing the paragraph again.
+    byte_starts, byte_limits = f["byte_starts"].numpy(), f["byte_limits"].numpy()
     for k in ks:
-      flat = logits[:, :k].reshape(len(qs), -1)
-      best = flat.argmax(axis=-1)
+      best = logits[:, :k].reshape(len(qs), -1).argmax(axis=-1)
       block, span = best // logits.shape[2], best % logits.shape[2]
-      starts = span_starts[span] - block_start[np.arange(len(qs)), block]
-      ends = span_ends[span] - block_start[np.arange(len(qs)), block]
-      block_texts = [texts[i][block[i]] for i in range(len(qs))]
-      answers = orqa_features.extract_answers(tokenizer, tf.constant(block_texts), starts, ends).numpy()
       for i, q in enumerate(qs):
-        text = answers[i].decode("utf-8")
+        begin = byte_starts[i, block[i], span_starts[span[i]]]
+        end = byte_limits[i, block[i], span_ends[span[i]]]
+        # -1: the span left the paragraph (only when a paragraph has no wordpiece to offer).
+        text = (texts[i][block[i]].encode("utf-8")[begin:end].decode("utf-8")
+                if begin >= 0 and end > begin else "")
         em[k].append(evaluation.exact_match(text, q.answers))
         f1[k].append(evaluation.f1_score(text, q.answers))
         oracle[k].append(bool(correct[i, :k].any()))
         if k == read_k:
           predictions.append(text)
-    if (first // batch) % 100 == 0:
+    if (first // batch_size) % 100 == 0:
       done = first + len(qs)
       _log(f"  answered {done}/{len(questions)}: EM@{read_k} so far {100 * np.mean(em[read_k]):.1f} "
            f"({done / (time.perf_counter() - start):.1f} questions/s)")

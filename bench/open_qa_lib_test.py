@@ -126,7 +126,7 @@ class AnswerQuestionsTest(tf.test.TestCase):
                  qa.QAExample("what grows?", ["Garden"])]
     rows = np.array([[0, 1, 2], [0, 1, 2], [2, 0, 1]])
     reader = _FirstPieceReader(_SEQ_LEN, [2.0, 5.0, 1.0])
-    result = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, questions, rows, (1, 3),
+    result = open_qa_lib.answer_questions(reader, featurize, bodies, questions, rows, (1, 3),
                                        max_span_width=_WIDTH, batch_size=2, jit_compile=False)
     # k = 1: each question's first paragraph: "Lantern", "Lantern", "Garden" (matched after SQuAD's
     # normalisation, which lower-cases); k = 3: the second paragraph read scores highest: "Telescope"

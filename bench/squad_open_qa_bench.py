@@ -89,7 +89,7 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
     features = featurize(tf.constant([train[i].question for i in chosen]),
                          tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
                          open_qa_lib.ragged_answers([train[i].answers for i in chosen]))
-    return {k: v for k, v in features.items() if k not in ("block_start", "retriever_correct")}
+    return {k: features[k] for k in open_qa_lib.TRAINING_FEATURES}
 
   curve, step_seconds, train_s = step_loop.run(
       step_fn, batch_features, _STEPS.value, batch, _LOG_EVERY.value, "reader",
@@ -162,11 +162,11 @@ def main(argv):
   gold_rows = full.gold_rows()[:len(dev)]
   eval_args = {"max_span_width": _MAX_SPAN_WIDTH.value, "batch_size": _EVAL_BATCH_SIZE.value,
                "jit_compile": _JIT_COMPILE.value}
-  results = {"gold paragraph": open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev,
+  results = {"gold paragraph": open_qa_lib.answer_questions(reader, featurize, bodies, dev,
                                                 gold_rows[:, None], (1,), **eval_args)}
   _log(f"gold paragraph given: EM {results['gold paragraph']['per_k']['1']['exact_match']:.1f}")
   for name, rows in rankings.items():
-    results[name] = open_qa_lib.answer_questions(reader, featurize, tokenizer, bodies, dev, rows, ks,
+    results[name] = open_qa_lib.answer_questions(reader, featurize, bodies, dev, rows, ks,
                                                  **eval_args)
     _log(f"{name}: " + ", ".join(f"EM@{k} {results[name]['per_k'][str(k)]['exact_match']:.1f}"
                                   for k in ks))
