@@ -1,7 +1,9 @@
 """The whole REALM pre-training pipeline as separate processes, the way a user runs it.
 
   1. corpora: bin/generate_retrieval_corpus and bin/generate_pretraining_corpus;
-  2. ICT warm start: bin/train_ict (skippable);
+  2. BERT pre-training of the reader: bin/train_mlm on the retrieval corpus's text (the original starts
+     REALM's reader, and ORQA's ICT, from pre-trained BERT; testdata's vocabulary has none);
+     ICT warm start of the retriever from that BERT: bin/train_ict (skippable);
   3. bin/refresh_doc_embeds in the background, waiting for checkpoints;
   4. bin/train_realm, which publishes the bootstrap index from its warm-start weights (--bootstrap_index)
      and trains while the refresher publishes fresher indexes beside it; it writes the done marker at
@@ -34,6 +36,11 @@ class PipelineOptions:
   output_dir: str
   testdata_dir: str = os.path.join(REPO, "testdata")
   ict_steps: int = 400
+  # BERT pre-training of the reader (and of ICT's embedder) on corpus.jsonl; 0 starts both from random
+  # weights. The BERT's packed length covers the reader's [CLS] query [SEP] document [SEP].
+  mlm_steps: int = 2000
+  mlm_batch_size: int = 32
+  mlm_learning_rate: float = 1e-3
   realm_steps: int = 300
   save_checkpoints_steps: int = 50
   batch_size: int = 8
@@ -58,6 +65,7 @@ class PipelineOptions:
   index_implementation: str = "scann"
   # Mean pooling: the tiny BERT learns name matches through it far sooner (realm_tf.modeling.embedder).
   embedder_pooling: str = "mean"
+  seed: int = 0
 
 
 def _env() -> Dict[str, str]:
@@ -115,7 +123,22 @@ def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = prin
   return paths
 
 
-def run_ict(options: PipelineOptions, paths: Dict[str, str],
+def run_mlm(options: PipelineOptions, paths: Dict[str, str],
+            echo: Callable[[str], None] = print) -> str:
+  """Pre-trains the tiny BERT by masked LM; returns its export (MODEL_DIR/bert)."""
+  model_dir = os.path.join(options.output_dir, "mlm")
+  show = lambda line: _progress_line(line) or "held-out masked-token accuracy" in line
+  run_binary("train_mlm", os.path.join(options.output_dir, "train_mlm.log"), show, echo,
+             model_dir=model_dir, input_path=os.path.join(options.testdata_dir, "corpus.jsonl"),
+             vocab_path=paths["vocab"], bert_config="tiny",
+             max_seq_len=options.query_seq_len + options.candidate_seq_len,
+             batch_size=options.mlm_batch_size, learning_rate=options.mlm_learning_rate,
+             num_train_steps=options.mlm_steps, save_checkpoints_steps=options.mlm_steps,
+             log_every_steps=max(1, options.mlm_steps // 4), seed=options.seed)
+  return os.path.join(model_dir, "bert")
+
+
+def run_ict(options: PipelineOptions, paths: Dict[str, str], init_bert: Optional[str] = None,
             echo: Callable[[str], None] = print) -> str:
   model_dir = os.path.join(options.output_dir, "ict")
   run_binary("train_ict", os.path.join(options.output_dir, "train_ict.log"), _progress_line, echo,
@@ -125,12 +148,13 @@ def run_ict(options: PipelineOptions, paths: Dict[str, str],
              block_seq_len=options.candidate_seq_len,
              batch_size=options.ict_batch_size, learning_rate=options.ict_learning_rate,
              num_train_steps=options.ict_steps, save_checkpoints_steps=options.ict_steps,
-             log_every_steps=max(1, options.ict_steps // 4))
+             log_every_steps=max(1, options.ict_steps // 4), init_bert_checkpoint=init_bert,
+             seed=options.seed)
   return model_dir
 
 
 def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: Optional[str],
-              echo: Callable[[str], None] = print) -> Dict:
+              init_reader: Optional[str] = None, echo: Callable[[str], None] = print) -> Dict:
   """Trainer and refresher as two processes; returns the trainer's summary plus refresher facts."""
   model_dir = os.path.join(options.output_dir, "realm")
   refresher_log = os.path.join(options.output_dir, "refresh_doc_embeds.log")
@@ -153,7 +177,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           max_masks=options.max_masks, num_candidates=options.num_candidates,
           batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
           num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
-          log_every_steps=25, init_retriever_checkpoint=init_retriever, bootstrap_index=True,
+          log_every_steps=25, init_retriever_checkpoint=init_retriever,
+          init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
           index_implementation=options.index_implementation, check_index_every_batches=2,
           max_index_staleness_steps=options.max_index_staleness_steps,
           retrieval_score_scale=options.retrieval_score_scale,
@@ -173,7 +198,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
 
 
 def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoint: str,
-             embedder_layer_norm_epsilon: float, echo: Callable[[str], None] = print) -> Dict:
+             embedder_layer_norm_epsilon: float, reader_checkpoint: Optional[str] = None,
+             echo: Callable[[str], None] = print) -> Dict:
   """Fine-tunes, evaluates on the test split, exports and answers one question; returns the metrics."""
   model_dir = os.path.join(options.output_dir, "orqa")
   show = lambda line: _progress_line(line) or "best dev" in line
@@ -181,7 +207,8 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
              model_dir=model_dir, train_path=os.path.join(options.testdata_dir, "qa.train.jsonl"),
              dev_path=os.path.join(options.testdata_dir, "qa.dev.jsonl"),
              retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
-             retriever_checkpoint=retriever_checkpoint, projection_size=options.projection_size,
+             retriever_checkpoint=retriever_checkpoint, reader_checkpoint=reader_checkpoint,
+             projection_size=options.projection_size,
              embedder_layer_norm_epsilon=embedder_layer_norm_epsilon,
              embedder_pooling=options.embedder_pooling,
              query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
@@ -230,18 +257,23 @@ def run(options: PipelineOptions, skip_ict: bool = False,
   paths = prepare_corpora(options, echo)
   qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
   result: Dict = {}
-  init = None
+  init = reader = None
+  if options.mlm_steps > 0:
+    echo(f"BERT pre-training of the reader (masked LM on corpus.jsonl): {options.mlm_steps} steps")
+    reader = run_mlm(options, paths, echo)
+    with open(os.path.join(reader, "eval.json")) as f:
+      result["mlm"] = json.load(f)
   if not skip_ict:
     echo(f"ICT warm start: {options.ict_steps} steps")
-    init = run_ict(options, paths, echo)
+    init = run_ict(options, paths, reader, echo)
   echo(f"REALM pre-training: {options.realm_steps} steps, refresher in the background")
-  result["realm"] = run_realm(options, paths, init, echo)
+  result["realm"] = run_realm(options, paths, init, reader, echo)
   model_dir = result["realm"]["model_dir"]
   result["recall_before"] = retriever_recall(model_dir, init, paths["retrieval"], qa_paths)
   result["recall_after"] = retriever_recall(model_dir, model_dir, paths["retrieval"], qa_paths)
   if options.orqa_steps > 0:
     echo(f"ORQA fine-tuning: {options.orqa_steps} steps from the REALM retriever, then evaluation, "
          "export and one answer through the SavedModel")
-    result["orqa"] = run_orqa(options, paths, model_dir, 1e-3 if init else 1e-12, echo)
+    result["orqa"] = run_orqa(options, paths, model_dir, 1e-3 if init else 1e-12, reader, echo)
   result["seconds"] = time.time() - started
   return result

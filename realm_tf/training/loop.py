@@ -11,6 +11,7 @@ consumed and skips them, so the order is a function of the seed and the step (gi
 """
 
 import dataclasses
+import math
 import os
 import time
 from typing import Callable, Dict, Optional, Sequence
@@ -42,6 +43,25 @@ class LoopOptions:
 
 class CheckpointWriteError(RuntimeError):
   """The model dir cannot take a checkpoint (unwritable or full)."""
+
+
+class NonFiniteLossError(RuntimeError):
+  """A step gave a NaN or Inf loss or gradient; nothing of it was saved."""
+
+
+def _check_finite(result: Dict[str, float], step: int, manager: tf.train.CheckpointManager) -> None:
+  bad = [f"{name}={value}" for name, value in sorted(result.items()) if not math.isfinite(value)]
+  if result.get(train_lib.NONFINITE_GRADIENTS, 0.0) > 0:
+    bad.append("a NaN or Inf gradient")
+  if not bad:
+    return
+  latest = manager.latest_checkpoint
+  resume = (f"the last good checkpoint is {latest}; a restart resumes from it" if latest else
+            "no checkpoint was written yet; a restart begins from the warm start")
+  raise NonFiniteLossError(
+      f"step {step}: non-finite training values ({', '.join(bad)}); training stopped before saving this "
+      f"step, {resume}. Lower --learning_rate, check the input data, or use float32 instead of "
+      "--mixed_precision")
 
 
 def _save(manager: tf.train.CheckpointManager, step: int) -> str:
@@ -103,6 +123,8 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
     result = train_step(batch)
     step = int(optimizer.iterations.numpy())
     metrics = {name: float(value) for name, value in result.items()}
+    _check_finite(metrics, step, manager)
+    metrics.pop(train_lib.NONFINITE_GRADIENTS, None)
     window_steps += 1
     if after_step is not None:
       metrics.update(after_step(step, metrics))

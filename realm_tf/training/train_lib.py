@@ -24,6 +24,8 @@ import tf_keras
 from realm_tf.modeling import losses
 
 _SUM = tf.distribute.ReduceOp.SUM
+# A step result that is a check, not a metric: replicas whose gradient held a NaN or Inf.
+NONFINITE_GRADIENTS = "nonfinite_gradient_replicas"
 
 
 def _all_reduce_sum(value: tf.Tensor) -> tf.Tensor:
@@ -61,7 +63,7 @@ class TrainStep:
       documents, so the retriever's first updates carry a signal instead of a random reader's noise.
 
   Call with a per-replica batch (what iterating a strategy-distributed dataset yields); returns a dict of
-  scalar tensors: loss (global mean) and the model's metrics (global means).
+  scalar tensors: loss (global mean), the model's metrics (global means) and NONFINITE_GRADIENTS.
   """
 
   def __init__(self, model, optimizer, strategy: Optional[tf.distribute.Strategy] = None,
@@ -104,9 +106,13 @@ class TrainStep:
     # even weight decay, as in the original BERT optimizer.
     pairs = [(g / tf.cast(global_weight, g.dtype), v)
              for g, v in zip(gradients, variables) if g is not None]
+    # How many replicas got a NaN or Inf gradient: the loop stops on any before saving (the loss alone
+    # can be finite while a gradient overflows).
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in pairs]) if pairs else True
+    nonfinite = _all_reduce_sum(1.0 - tf.cast(finite, tf.float32))
     self.optimizer.apply_gradients(pairs)
     loss = _all_reduce_sum(tf.cast(output.loss_sum, tf.float32)) / global_weight
-    return dict(_global_metrics(output), loss=loss)
+    return dict(_global_metrics(output), loss=loss, **{NONFINITE_GRADIENTS: nonfinite})
 
   def _distributed_step(self, variables, gradients_fn, features):
     per_replica = self.strategy.run(self._replica_step, args=(variables, gradients_fn, features))
