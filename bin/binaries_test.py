@@ -92,5 +92,46 @@ class DemoTest(tf.test.TestCase):
     self.assertTrue(result.stdout.rstrip().endswith("demo done."))
 
 
+class VocabChecksTest(tf.test.TestCase):
+  """bin/train_realm and bin/refresh_doc_embeds stop before any work when the vocab is not the one the
+  retrieval corpus (its manifest's vocab_sha256) was tokenized with."""
+
+  def test_vocab_other_than_the_corpus_manifest(self):
+    # pylint: disable=g-import-not-at-top,import-outside-toplevel  (this file's other tests need none)
+    from realm_tf import tokenization
+    from realm_tf.data import corpus as corpus_lib
+    from realm_tf.modeling import bert
+    from realm_tf.modeling import realm_config as realm_config_lib
+    tmp = self.create_tempdir().full_path
+    vocab = f"{_TESTDATA}/vocab.txt"
+    with open(vocab, encoding="utf-8") as f:
+      tokens = f.read().splitlines()
+    swapped = f"{tmp}/vocab_swapped.txt"  # the same size, two tokens swapped
+    with open(swapped, "w", encoding="utf-8") as f:
+      f.write("\n".join(tokens[:-2] + [tokens[-1], tokens[-2]]) + "\n")
+    corpus = f"{tmp}/corpus/blocks"
+    corpus_lib.write_corpus(lambda: corpus_lib.read_documents(f"{_TESTDATA}/corpus.jsonl"),
+                            tokenization.Tokenizer(vocab), corpus, num_shards=1)
+
+    result = _run("train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={swapped}",
+                  f"--pretraining_corpus_path={_TESTDATA}/pretraining.jsonl",
+                  f"--retrieval_corpus_path={corpus}", "--bert_config=tiny")
+    self.assertNotEqual(result.returncode, 0)
+    last = result.stderr.strip().splitlines()[-1]
+    self.assertIn(f"VocabMismatchError: the vocab {swapped} (--vocab_path", last)
+    self.assertIn(f"{corpus}.manifest.json records vocab_sha256", last)
+    self.assertFalse(os.path.exists(f"{tmp}/realm"))
+
+    model_dir = f"{tmp}/run"
+    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285),
+                                 vocab_path=swapped).save(model_dir)
+    result = _run("refresh_doc_embeds.py", f"--model_dir={model_dir}",
+                  f"--retrieval_corpus_path={corpus}", "--once", "--index_implementation=brute_force")
+    self.assertNotEqual(result.returncode, 0)
+    last = result.stderr.strip().splitlines()[-1]
+    self.assertIn(f"the vocab {swapped} (realm_config.json's vocab_path", last)
+    self.assertEqual(os.listdir(model_dir), ["realm_config.json"])
+
+
 if __name__ == "__main__":
   tf.test.main()

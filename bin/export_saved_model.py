@@ -1,10 +1,17 @@
-r"""Exports a trained run as SavedModels with raw-text signatures (realm_tf.export.saved_models).
+r"""Exports a trained run as SavedModels (realm_tf.export.saved_models).
 
 From a bin/train_orqa model dir (its best checkpoint unless --checkpoint): OUTPUT_DIR/query_embedder,
 OUTPUT_DIR/document_embedder and OUTPUT_DIR/open_qa (questions in, answers, scores, retrieved blocks out;
 it carries the index and the block texts). From a REALM / ICT / converted run: the two embedders.
+These take raw text and tokenize inside with tensorflow_text ops (and ScaNN's with --index=scann), which
+the process serving them must have registered. With --token_ids (the default) each also gets a twin,
+OUTPUT_DIR/<name>_token_ids, that takes BERT token ids and needs only core TensorFlow ops: the stock
+saved_model_cli and any TF Serving build run it (open_qa_token_ids searches by exact brute force).
   python bin/export_saved_model.py --model_dir=/runs/orqa_nq --output_dir=/export/orqa_nq --index=scann
   python bin/answer.py "who wrote the iliad" --saved_model=/export/orqa_nq/open_qa
+  saved_model_cli run --dir /export/orqa_nq/open_qa_token_ids --tag_set serve \
+      --signature_def serving_token_ids \
+      --input_exprs 'input_word_ids=[[101, 2040, 2626, 102]];input_mask=[[1, 1, 1, 1]]'
 """
 
 from absl import app
@@ -25,6 +32,10 @@ _TREE_MIN_DOCS = flags.DEFINE_integer("scann_tree_min_docs", 5000,
                                       "Below this many blocks ScaNN scores by brute force.")
 _LEAVES = flags.DEFINE_integer("scann_num_leaves", None, "ScaNN tree leaves (default from the size).")
 _LEAVES_TO_SEARCH = flags.DEFINE_integer("scann_num_leaves_to_search", None, "ScaNN leaves searched.")
+_TOKEN_IDS = flags.DEFINE_bool("token_ids", True,
+                                "Also write the core-ops token-id twins (<name>_token_ids); they "
+                                "copy the index and block texts again, plus two int32 [N, C] offset "
+                                "arrays.")
 _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
                                    "ScaNN candidates re-ranked by their exact score.")
 
@@ -36,7 +47,8 @@ def main(argv):
       num_leaves=_LEAVES.value, num_leaves_to_search=_LEAVES_TO_SEARCH.value,
       num_candidates=_CANDIDATES.value, tree_min_docs=_TREE_MIN_DOCS.value)
   paths = saved_models.export_all(_MODEL_DIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
-                                  index=_INDEX.value, scann_options=scann_options, log=logging.info)
+                                  index=_INDEX.value, scann_options=scann_options, log=logging.info,
+                                  token_ids=_TOKEN_IDS.value)
   for kind, path in paths.items():
     print(f"{kind}: {path}")
 

@@ -14,6 +14,7 @@ from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import realm_config as realm_config_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -116,6 +117,111 @@ class OrqaBinariesTest(tf.test.TestCase):
                   result.stderr)
     # Nothing written: a corrected rerun into the same model dir must not meet a stale configuration.
     self.assertFalse(os.path.exists(model_dir) and os.listdir(model_dir))
+
+
+class ErrorsBeforeWorkTest(tf.test.TestCase):
+  """Misconfigurations stop bin/train_orqa before anything is built or written, with
+  the error as the last thing printed, naming the flag or file and the fix."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = os.path.join(tf.compat.v1.test.get_temp_dir(), "errors_before_work")
+    os.makedirs(cls.tmp, exist_ok=True)
+    with open(_VOCAB, encoding="utf-8") as f:
+      tokens = f.read().splitlines()
+    # The same size, another content (two tokens swapped); and 5 tokens more.
+    swapped = tokens[:-2] + [tokens[-1], tokens[-2]]
+    cls.swapped_vocab = os.path.join(cls.tmp, "vocab_swapped.txt")
+    cls.bigger_vocab = os.path.join(cls.tmp, "vocab_290.txt")
+    bigger = tokens + [f"x{i}" for i in range(5)]
+    for path, lines in ((cls.swapped_vocab, swapped), (cls.bigger_vocab, bigger)):
+      with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    documents = lambda: corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl"))
+    cls.corpus = os.path.join(cls.tmp, "corpus", "blocks")
+    corpus_lib.write_corpus(documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=1)
+    cls.swapped_corpus = os.path.join(cls.tmp, "corpus_swapped", "blocks")
+    corpus_lib.write_corpus(documents, tokenization.Tokenizer(cls.swapped_vocab), cls.swapped_corpus,
+                            num_shards=1)
+    cls.bigger_corpus = os.path.join(cls.tmp, "corpus_290", "blocks")
+    corpus_lib.write_corpus(documents, tokenization.Tokenizer(cls.bigger_vocab), cls.bigger_corpus,
+                            num_shards=1)
+
+  def _fails_before_work(self, result, model_dir, *parts):
+    self.assertNotEqual(result.returncode, 0)
+    last = result.stderr.strip().splitlines()[-1]
+    for part in parts:
+      self.assertIn(part, last)
+    self.assertNotIn("Value in checkpoint could not be found", result.stderr)
+    self.assertFalse(os.path.exists(model_dir) and os.listdir(model_dir))
+    return last
+
+  def _train(self, name, *flags):
+    model_dir = os.path.join(self.tmp, name)
+    flags = _train_flags(model_dir, self.corpus, "--num_train_steps=1") + flags
+    return model_dir, _run("train_orqa.py", *flags)
+
+  def test_unknown_bert_config_preset(self):
+    model_dir, result = self._train("preset", "--bert_config=bert_large")
+    self._fails_before_work(result, model_dir, "unknown --bert_config 'bert_large': presets are tiny, "
+                            "bert_base, or a path to a bert_config.json / config.json")
+
+  def test_bert_config_file_without_vocab_size(self):
+    path = os.path.join(self.tmp, "bc.json")
+    with open(path, "w") as f:
+      json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "intermediate_size": 128}, f)
+    model_dir, result = self._train("no_vocab_size", f"--bert_config={path}")
+    self._fails_before_work(result, model_dir, f"--bert_config={path}: missing ['vocab_size']",
+                            "a BERT config (Google's bert_config.json or Hugging Face's config.json) "
+                            "needs vocab_size")
+
+  def test_vocab_other_than_the_corpus_manifest(self):
+    model_dir, result = self._train("other_vocab", f"--vocab_path={self.swapped_vocab}")
+    self._fails_before_work(result, model_dir, f"the vocab {self.swapped_vocab} (--vocab_path",
+                            f"{self.corpus}.manifest.json records vocab_sha256",
+                            "regenerate the corpus with bin/generate_retrieval_corpus")
+
+  def test_resumed_run_with_another_vocab_of_the_same_size(self):
+    model_dir = os.path.join(self.tmp, "resumed")
+    sha = corpus_lib.vocab_sha256(_VOCAB)
+    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285),
+                                 vocab_path=_VOCAB, vocab_sha256=sha).save(model_dir)
+    flags = _train_flags(model_dir, self.swapped_corpus, "--num_train_steps=1",
+                         f"--vocab_path={self.swapped_vocab}")
+    result = _run("train_orqa.py", *flags)
+    self.assertNotEqual(result.returncode, 0)
+    last = result.stderr.strip().splitlines()[-1]
+    self.assertIn(f"is not the vocab this run was started with ({model_dir}/realm_config.json records "
+                  f"vocab_sha256 {sha[:16]}", last)
+    self.assertEqual(os.listdir(model_dir), ["realm_config.json"])
+
+  def test_vocab_of_another_size_than_a_full_retriever_checkpoint(self):
+    # A checkpoint holding more than the retriever (as a REALM or ORQA run's does: reader, optimizer):
+    # a failed restore used to bury the error under a warning per unmatched value.
+    retriever = embedder_lib.build_retriever(bert.tiny_config(285), 32, share_embedders=False)
+    extra = [tf.Variable(tf.zeros([3])) for _ in range(20)]
+    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever, extra=extra),
+                                     optimizer=tf.train.Checkpoint(slots=extra)).write(
+                                         os.path.join(self.tmp, "full", "ckpt-3"))
+    flags = (f"--retriever_checkpoint={checkpoint}", f"--vocab_path={self.bigger_vocab}")
+    model_dir = os.path.join(self.tmp, "bigger_vocab")
+    result = _run("train_orqa.py", *_train_flags(model_dir, self.bigger_corpus, "--num_train_steps=1"),
+                  *flags)
+    self._fails_before_work(result, model_dir, f"--retriever_checkpoint={checkpoint} has 285 word "
+                            "embeddings but this run's retriever BERT has vocab_size 290",
+                            "pass the --vocab_path and --bert_config the checkpoint was trained with")
+    # Another misfit found only by the restore itself (hidden size): still the last line, no warnings.
+    path = os.path.join(self.tmp, "bc_h32.json")
+    with open(path, "w") as f:
+      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "intermediate_size": 128, "max_position_embeddings": 256}, f)
+    model_dir = os.path.join(self.tmp, "hidden_32")
+    result = _run("train_orqa.py", *_train_flags(model_dir, self.corpus, "--num_train_steps=1"),
+                  f"--retriever_checkpoint={checkpoint}", f"--bert_config={path}")
+    self._fails_before_work(result, model_dir, f"--retriever_checkpoint={checkpoint} does not fit this "
+                            "run's retriever (hidden_size 32")
 
 
 if __name__ == "__main__":

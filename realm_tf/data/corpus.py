@@ -187,7 +187,7 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
         "num_skipped": num_skipped,
         "num_duplicate_uids": duplicates,
         "vocab_size": tokenizer.vocab_size,
-        "vocab_sha256": shards.sha256_file(tokenizer.vocab_path),
+        "vocab_sha256": vocab_sha256(tokenizer.vocab_path),
         "do_lower_case": tokenizer.do_lower_case,
     }, log)
   return CorpusStats(num_documents=total, num_shards=writer.num_shards, num_skipped=num_skipped,
@@ -201,6 +201,56 @@ _HINT = "bin/generate_retrieval_corpus"
 
 def read_manifest(output_prefix: str) -> dict:
   return shards.read_manifest(output_prefix, "realm_tf corpus", _HINT)
+
+
+class VocabMismatchError(ValueError):
+  """The vocab file a process tokenizes with is not the one its corpus or its run was made with."""
+
+
+def vocab_sha256(vocab_path: str) -> str:
+  """sha256 (hex) of a vocab file's bytes, as the corpus manifest and realm_config.json record it."""
+  if not tf.io.gfile.exists(vocab_path):
+    raise FileNotFoundError(f"vocab file {vocab_path} does not exist; pass --vocab_path pointing at the "
+                            "vocab.txt the corpus and the checkpoints were made with")
+  return shards.sha256_file(vocab_path)
+
+
+def check_vocab(vocab_path: str, corpus_prefix: Optional[str] = None,
+                recorded_sha256: Optional[str] = None, recorded_in: str = "",
+                source: str = "--vocab_path") -> str:
+  """Stops, before any work, when vocab_path is not the vocab that the corpus and/or the run were made
+  with; returns its sha256.
+
+  Word ids mean nothing with another vocab: a corpus tokenized with one vocab and a model or queries
+  with another give garbage retrieval and answers, and nothing else fails. Two records are compared:
+  the corpus manifest's vocab_sha256 (corpus_prefix given; bin/generate_retrieval_corpus writes it), and
+  recorded_sha256, e.g. a run's realm_config.json vocab_sha256 (recorded_in names that file). A record
+  that is absent (older files) is not checked.
+
+  Args:
+    vocab_path: the vocab file to be used.
+    corpus_prefix: a retrieval corpus whose manifest to compare with.
+    recorded_sha256, recorded_in: another record and the file holding it.
+    source: where vocab_path came from, for the message ("--vocab_path", "MODEL_DIR/realm_config.json").
+
+  Raises:
+    VocabMismatchError naming both files and the fix.
+  """
+  actual = vocab_sha256(vocab_path)
+  if corpus_prefix:
+    recorded = read_manifest(corpus_prefix).get("vocab_sha256")
+    if recorded and recorded != actual:
+      raise VocabMismatchError(
+          f"the vocab {vocab_path} ({source}, sha256 {actual[:16]}...) is not the vocab the corpus "
+          f"{corpus_prefix} was tokenized with ({corpus_prefix}{MANIFEST_SUFFIX} records vocab_sha256 "
+          f"{recorded[:16]}...); pass the vocab.txt the corpus was generated with, or regenerate the "
+          f"corpus with bin/generate_retrieval_corpus --vocab_path={vocab_path}")
+  if recorded_sha256 and recorded_sha256 != actual:
+    raise VocabMismatchError(
+        f"the vocab {vocab_path} ({source}, sha256 {actual[:16]}...) is not the vocab this run was "
+        f"started with ({recorded_in} records vocab_sha256 {recorded_sha256[:16]}...): its checkpoints "
+        "map other word ids; pass the vocab.txt the run was started with, or start a new --model_dir")
+  return actual
 
 
 def corpus_shards(output_prefix: str) -> List[str]:

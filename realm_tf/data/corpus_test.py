@@ -369,6 +369,33 @@ class WriteCorpusTest(CorpusTestCase):
       corpus.corpus_shards(self.prefix)
     self.assertIn(stats.shard_paths[1], str(ctx.exception))
 
+  def test_check_vocab_against_the_manifest_and_a_run_record(self):
+    corpus.write_corpus(lambda: _docs(4), self.tokenizer, self.prefix, num_shards=1)
+    vocab = self.tokenizer.vocab_path
+    sha = corpus.check_vocab(vocab, self.prefix)
+    self.assertEqual(sha, corpus.read_manifest(self.prefix)["vocab_sha256"])
+    self.assertEqual(sha, corpus.vocab_sha256(vocab))
+    self.assertEqual(corpus.check_vocab(vocab, self.prefix, sha, "run/realm_config.json"), sha)
+    # Another vocab of the same size (two tokens swapped): same length, other word ids.
+    with open(vocab, encoding="utf-8") as f:
+      tokens = f.read().splitlines()
+    tokens[-1], tokens[-2] = tokens[-2], tokens[-1]
+    other = self.write("other_vocab.txt", "\n".join(tokens) + "\n")
+    with self.assertRaises(corpus.VocabMismatchError) as ctx:
+      corpus.check_vocab(other, self.prefix)
+    message = str(ctx.exception)
+    for part in (other, "--vocab_path", self.prefix + corpus.MANIFEST_SUFFIX, sha[:16],
+                 "bin/generate_retrieval_corpus"):
+      self.assertIn(part, message)
+    with self.assertRaisesRegex(corpus.VocabMismatchError,
+                                r"not the vocab this run was started with \(run/realm_config.json "
+                                r"records .*start a new --model_dir"):
+      corpus.check_vocab(other, None, sha, "run/realm_config.json")
+    # Records that are absent (older files) are not checked.
+    self.assertEqual(corpus.check_vocab(other, None, None), corpus.vocab_sha256(other))
+    with self.assertRaisesRegex(FileNotFoundError, "pass --vocab_path"):
+      corpus.check_vocab(os.path.join(self.out_dir, "missing.txt"), self.prefix)
+
 
 class SharedDataTest(CorpusTestCase):
   """Reads the real data sets in ../shared/data (skipped when that directory is absent)."""

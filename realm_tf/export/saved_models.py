@@ -1,7 +1,7 @@
-"""SavedModels with raw-text signatures: the query embedder, the document embedder and open-domain QA.
+"""SavedModels of a trained run: raw-text signatures, and token-id twins that need only core TensorFlow.
 
-Each takes UTF-8 strings; tokenization runs inside (realm_tf.tokenization.Tokenizer, tensorflow_text
-ops; the vocab file becomes an asset), so TF Serving or `tf.saved_model.load` needs nothing else:
+Raw text (tokenization runs inside: realm_tf.tokenization.Tokenizer, tensorflow_text ops; the vocab file
+becomes an asset):
 
   query_embedder/     serving_default(questions: string [B]) -> {embeddings: float32 [B, D]}
                       the fine-tuned query tower; [CLS] question [SEP] at the run's query_seq_len
@@ -16,22 +16,48 @@ ops; the vocab file becomes an asset), so TF Serving or `tf.saved_model.load` ne
                       (index="scann", ScaNN's TF ops, serialized with the model) whose candidates are
                       re-ranked by their exact inner product, as ORQA re-scored ScaNN's ids.
 
-A ScaNN model can only be loaded where `import scann` has run first (its ops must be registered), and
-every model needs tensorflow_text's ops: `load_saved_model` does both, reading which it needs from
-assets.extra/realm_tf_export.json. Exports are written into a temporary sibling directory and renamed
-into place, so a reader sees no model or a complete one.
+These need tensorflow_text's ops registered in the process that loads them (`import tensorflow_text`;
+TF Serving's model server links TF Text's ops), and a ScaNN export ScaNN's (`import scann`; TF Serving
+only with a model server built with them). Stock `saved_model_cli` imports neither: a graph holding one
+unregistered op anywhere does not load at all, whichever signature is asked for.
+
+Token ids (core TensorFlow ops only: stock saved_model_cli, any TF Serving build), one SavedModel each,
+with signatures serving_default and serving_token_ids (the same function). The client tokenizes with a
+BERT WordPiece tokenizer of the run's vocab (a copy is in assets.extra/vocab.txt) and sends packed BERT
+inputs, int32 [B, T] of any T, [PAD] = 0:
+
+  query_embedder_token_ids/     (input_word_ids, input_mask): [CLS] question [SEP] -> {embeddings}
+  document_embedder_token_ids/  (input_word_ids, input_mask, input_type_ids):
+                                [CLS] title [SEP] body [SEP], type ids 0 then 1 -> {embeddings}
+  open_qa_token_ids/            (input_word_ids, input_mask): [CLS] question [SEP] -> the raw model's
+                                outputs plus answer_block_ids int32 [B] (the answer's corpus row),
+                                answer_byte_starts / answer_byte_limits int32 [B] (its byte span in that
+                                block's text; -1 for no answer) and answer_token_ids int32
+                                [B, max_span_width] (0-padded); always exact brute-force search.
+
+The pieces are taken back out of the packing ([CLS]/[SEP] dropped, segments by input_type_ids) and packed
+again exactly as the raw-text signatures pack them (truncated to the run's sequence lengths), so a client
+that does not truncate gets the raw-text model's outputs. open_qa_token_ids slices answers with the byte
+offsets of every block wordpiece, computed when exporting (two int32 [N, C] arrays more than open_qa).
+
+`load_saved_model` registers what a model needs, reading which from assets.extra/realm_tf_export.json.
+Exports are written into a temporary sibling directory and renamed into place, so a reader sees no model
+or a complete one.
 """
 
 import json
 import os
 import shutil
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
 
 import tensorflow as tf
 
 from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -43,6 +69,31 @@ QUERY_EMBEDDER = "query_embedder"
 DOCUMENT_EMBEDDER = "document_embedder"
 OPEN_QA = "open_qa"
 INDEX_CHOICES = ("brute_force", "scann")
+TOKEN_IDS_SUFFIX = "_token_ids"  # query_embedder_token_ids/ etc.
+TOKEN_IDS_SIGNATURE = "serving_token_ids"
+VOCAB_COPY = os.path.join("assets.extra", "vocab.txt")
+
+
+def _ids_spec(name: str) -> tf.TensorSpec:
+  return tf.TensorSpec([None, None], tf.int32, name=name)
+
+
+def unpack_segments(input_word_ids, input_mask, input_type_ids=None
+                    ) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
+  """Packed BERT inputs [CLS] a [SEP] (b [SEP]) [PAD]* -> the wordpieces of a and b, int64 RaggedTensors
+  [B, (pieces)] (b is empty without input_type_ids). Core ops only."""
+  word_ids = tf.cast(input_word_ids, tf.int64)
+  mask = tf.cast(input_mask, tf.int32) > 0
+  second = (tf.zeros_like(mask) if input_type_ids is None
+            else tf.logical_and(mask, tf.cast(input_type_ids, tf.int32) > 0))
+  first = tf.logical_and(mask, tf.logical_not(second))
+  position = tf.range(tf.shape(word_ids)[1])[tf.newaxis, :]
+  first_len = tf.reduce_sum(tf.cast(first, tf.int32), 1, keepdims=True)  # [CLS] a [SEP]
+  total_len = tf.reduce_sum(tf.cast(mask, tf.int32), 1, keepdims=True)
+  keep_first = tf.logical_and(first, tf.logical_and(position >= 1, position < first_len - 1))
+  keep_second = tf.logical_and(second, position < total_len - 1)
+  return (tf.ragged.boolean_mask(word_ids, keep_first),
+          tf.ragged.boolean_mask(word_ids, keep_second))
 
 
 class QueryEmbedderModule(tf.Module):
@@ -84,6 +135,38 @@ class DocumentEmbedderModule(tf.Module):
     count = tf.shape(titles, out_type=tf.int64)[0]
     pieces = self.tokenizer.tokenize(tf.concat([titles, bodies], 0))
     inputs = self._featurizer.candidate_inputs(pieces[:count], pieces[count:])
+    return {"embeddings": tf.cast(self.doc_embedder(tuple(inputs), training=False), tf.float32)}
+
+
+class QueryEmbedderTokenIdsModule(tf.Module):
+  """Packed [CLS] question [SEP] ids -> query embeddings; core ops only (see the module docstring)."""
+
+  def __init__(self, featurizer: featurization.Featurizer, query_embedder):
+    super().__init__(name="query_embedder_token_ids_module")
+    self.query_embedder = query_embedder
+    self._featurizer = featurizer
+
+  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask")],
+               autograph=False)
+  def embed(self, input_word_ids, input_mask):
+    question, _ = unpack_segments(input_word_ids, input_mask)
+    inputs = self._featurizer.query_inputs(question)
+    return {"embeddings": tf.cast(self.query_embedder(tuple(inputs), training=False), tf.float32)}
+
+
+class DocumentEmbedderTokenIdsModule(tf.Module):
+  """Packed [CLS] title [SEP] body [SEP] ids -> document embeddings; core ops only."""
+
+  def __init__(self, featurizer: featurization.Featurizer, doc_embedder):
+    super().__init__(name="document_embedder_token_ids_module")
+    self.doc_embedder = doc_embedder
+    self._featurizer = featurizer
+
+  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask"),
+                                _ids_spec("input_type_ids")], autograph=False)
+  def embed(self, input_word_ids, input_mask, input_type_ids):
+    titles, bodies = unpack_segments(input_word_ids, input_mask, input_type_ids)
+    inputs = self._featurizer.candidate_inputs(titles, bodies)
     return {"embeddings": tf.cast(self.doc_embedder(tuple(inputs), training=False), tf.float32)}
 
 
@@ -157,19 +240,116 @@ class OpenQaModule(tf.Module):
     features = orqa_features.question_features(self.tokenizer, self._featurizer, questions,
                                                model.orqa.reader_seq_len)
     outputs = model.predict_answers(features, training=False, candidate_fn=self._candidate_fn)
-    rows = outputs["block_rows"]
     answers = orqa_features.extract_answers(self.tokenizer,
                                             tf.gather(self.block_texts, outputs["predicted_row"]),
                                             outputs["first_piece"], outputs["last_piece"])
-    return {"answers": answers, "scores": outputs["score"], "block_ids": rows,
-            "doc_ids": tf.gather(self.block_doc_ids, rows),
-            "block_titles": tf.gather(self.block_titles, rows),
-            "block_texts": tf.gather(self.block_texts, rows),
-            "retriever_scores": outputs["retriever_logits"]}
+    return _retrieved_outputs(self, outputs, answers)
 
 
-def _save(module: tf.Module, signature, path: str, info: Dict) -> str:
-  """Saves module with one serving signature into path atomically (temporary sibling, then rename)."""
+def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
+  """The open-QA signature's outputs from OrqaModel.predict_answers' (module carries the block texts)."""
+  rows = outputs["block_rows"]
+  return {"answers": answers, "scores": outputs["score"], "block_ids": rows,
+          "doc_ids": tf.gather(module.block_doc_ids, rows),
+          "block_titles": tf.gather(module.block_titles, rows),
+          "block_texts": tf.gather(module.block_texts, rows),
+          "retriever_scores": outputs["retriever_logits"]}
+
+
+def block_piece_offsets(tokenizer: tokenization.Tokenizer, blocks: orqa_features.Blocks,
+                        batch_size: int = 512, log: Callable[[str], None] = print
+                        ) -> Tuple[np.ndarray, np.ndarray]:
+  """Byte spans [start, limit) in each block's text of its first C wordpieces: int32 [N, C] each, -1 past
+  the block's wordpieces (C = blocks.token_ids' width).
+
+  Tokenizes the bodies again with the run's tokenizer; a block whose wordpieces differ from the corpus's
+  (a corpus written with another tokenizer or vocab) is reported, as its answers would be misplaced.
+  """
+  count, width = blocks.token_ids.shape
+  starts = np.full([count, width], -1, np.int32)
+  limits = np.full([count, width], -1, np.int32)
+  tokenize = tf.function(tokenizer.tokenize_with_offsets, autograph=False)
+  differing = []
+  for begin in range(0, count, batch_size):
+    end = min(begin + batch_size, count)
+    ids, piece_starts, piece_limits = tokenize(tf.constant(blocks.bodies[begin:end], tf.string))
+    shape = [end - begin, width]
+    starts[begin:end] = piece_starts[:, :width].to_tensor(-1, shape=shape).numpy()
+    limits[begin:end] = piece_limits[:, :width].to_tensor(-1, shape=shape).numpy()
+    same = np.all(ids[:, :width].to_tensor(0, shape=shape).numpy() == blocks.token_ids[begin:end], 1)
+    same &= np.minimum(ids.row_lengths().numpy(), width) == blocks.lengths[begin:end]
+    differing.extend(begin + np.flatnonzero(~same))
+  if differing:
+    log(f"WARNING: {len(differing)} of {count} blocks (rows {differing[:5]}...) tokenize differently "
+        "from the corpus's wordpieces (a corpus written with another tokenizer or vocab): their answers "
+        "will be misplaced; regenerate the corpus with bin/generate_retrieval_corpus and retrain")
+  return starts, limits
+
+
+class OpenQaTokenIdsModule(tf.Module):
+  """Packed [CLS] question [SEP] ids -> answers and retrieved blocks; core ops only (exact brute-force
+  search; answers sliced with block_piece_offsets). See the module docstring for the signature.
+
+  Args:
+    model: an OrqaModel with restored weights.
+    featurizer: the run's.
+    blocks: the corpus (orqa_features.Blocks), row i = block i of the index.
+    piece_starts, piece_limits: block_piece_offsets(...) of these blocks.
+  """
+
+  def __init__(self, model, featurizer: featurization.Featurizer, blocks: orqa_features.Blocks,
+               piece_starts: np.ndarray, piece_limits: np.ndarray):
+    super().__init__(name="open_qa_token_ids_module")
+    self.query_embedder = model.retriever.query_embedder
+    self.reader = model.reader
+    self.block_embeddings = model.corpus.embeddings
+    self.block_token_ids = model.corpus.token_ids
+    self.block_lengths = model.corpus.lengths
+    self.block_titles = tf.Variable(list(blocks.titles), dtype=tf.string, trainable=False)
+    self.block_texts = tf.Variable(list(blocks.bodies), dtype=tf.string, trainable=False)
+    self.block_doc_ids = tf.Variable(list(blocks.doc_ids), dtype=tf.string, trainable=False)
+    self.block_piece_starts = tf.Variable(piece_starts, dtype=tf.int32, trainable=False)
+    self.block_piece_limits = tf.Variable(piece_limits, dtype=tf.int32, trainable=False)
+    self._model = model
+    self._featurizer = featurizer
+
+  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask")],
+               autograph=False)
+  def answer(self, input_word_ids, input_mask):
+    model = self._model
+    question, _ = unpack_segments(input_word_ids, input_mask)
+    # pylint: disable-next=protected-access  (the raw-text path's packing, minus its tokenizer call)
+    features = orqa_features._question_features(self._featurizer, question, model.orqa.reader_seq_len)
+    outputs = model.predict_answers(features, training=False)
+    row = outputs["predicted_row"]
+    first, last = outputs["first_piece"], outputs["last_piece"]
+    width = self.block_piece_starts.shape[1]
+    valid = tf.logical_and(tf.logical_and(first >= 0, last >= first), last < width)
+    first_index = tf.stack([row, tf.where(valid, first, 0)], 1)
+    last_index = tf.stack([row, tf.where(valid, last, 0)], 1)
+    begin = tf.gather_nd(self.block_piece_starts, first_index)
+    end = tf.gather_nd(self.block_piece_limits, last_index)
+    valid = tf.logical_and(valid, tf.logical_and(begin >= 0, end >= begin))
+    begin, end = tf.where(valid, begin, -1), tf.where(valid, end, -1)
+    text = tf.gather(self.block_texts, row)
+    answers = tf.where(valid, tf.strings.substr(text, tf.maximum(begin, 0), tf.maximum(end - begin, 0),
+                                                unit="BYTE"), "")
+    span = tf.range(model.orqa.max_span_width, dtype=tf.int32)[tf.newaxis, :]
+    in_span = tf.logical_and(valid[:, tf.newaxis], span <= (last - first)[:, tf.newaxis])
+    piece = tf.clip_by_value(first[:, tf.newaxis] + span, 0, self.block_token_ids.shape[1] - 1)
+    answer_ids = tf.where(in_span, tf.gather(tf.gather(self.block_token_ids, row), piece, batch_dims=1),
+                          0)
+    result = _retrieved_outputs(self, outputs, answers)
+    result.update(answer_block_ids=row, answer_byte_starts=begin, answer_byte_limits=end,
+                  answer_token_ids=answer_ids)
+    return result
+
+
+def _save(module: tf.Module, signature, path: str, info: Dict,
+          signature_keys: Sequence[str] = ("serving_default",),
+          vocab_path: Optional[str] = None) -> str:
+  """Saves module with its serving signature (under each of signature_keys) into path atomically
+  (temporary sibling, then rename); vocab_path, if given, is copied to assets.extra/vocab.txt."""
   path = os.path.abspath(path)
   if os.path.exists(path):
     raise FileExistsError(f"{path} already exists; export into a new directory (or delete it first)")
@@ -177,9 +357,11 @@ def _save(module: tf.Module, signature, path: str, info: Dict) -> str:
   os.makedirs(parent, exist_ok=True)
   tmp = io_utils.temporary_path(path)
   try:
-    tf.saved_model.save(module, tmp, signatures={"serving_default": signature})
+    tf.saved_model.save(module, tmp, signatures={key: signature for key in signature_keys})
     os.makedirs(os.path.join(tmp, os.path.dirname(EXPORT_INFO)), exist_ok=True)
     io_utils.write_json_atomic(os.path.join(tmp, EXPORT_INFO), info)
+    if vocab_path:
+      tf.io.gfile.copy(vocab_path, os.path.join(tmp, VOCAB_COPY))
     for directory, _, files in os.walk(tmp):
       for name in files:
         io_utils.fsync_path(os.path.join(directory, name))
@@ -191,6 +373,19 @@ def _save(module: tf.Module, signature, path: str, info: Dict) -> str:
   return path
 
 
+def _token_ids_info(info: Optional[Dict], kind: str, tokenizer: tokenization.Tokenizer,
+                    inputs: str) -> Dict:
+  return dict(info or {}, kind=kind + TOKEN_IDS_SUFFIX, inputs=inputs, vocab=VOCAB_COPY,
+              vocab_size=tokenizer.vocab_size, vocab_sha256=corpus_lib.vocab_sha256(tokenizer.vocab_path),
+              do_lower_case=tokenizer.do_lower_case, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
+              sep_id=tokenizer.sep_id, signatures=["serving_default", TOKEN_IDS_SIGNATURE])
+
+
+_TOKEN_ID_KEYS = ("serving_default", TOKEN_IDS_SIGNATURE)
+_QUESTION_INPUTS = ("input_word_ids, input_mask int32 [B, T]: [CLS] question [SEP] [PAD]*, mask 1 on "
+                    "the [CLS]..[SEP] positions")
+
+
 def export_query_embedder(config: realm_config_lib.RealmConfig, query_embedder, path: str,
                           info: Optional[Dict] = None) -> str:
   tokenizer = config.tokenizer()
@@ -200,6 +395,17 @@ def export_query_embedder(config: realm_config_lib.RealmConfig, query_embedder, 
                                                  dim=config.projection_size))
 
 
+def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig, query_embedder, path: str,
+                                    info: Optional[Dict] = None) -> str:
+  """The core-ops twin of export_query_embedder (signatures serving_default and serving_token_ids)."""
+  tokenizer = config.tokenizer()
+  module = QueryEmbedderTokenIdsModule(config.featurizer(tokenizer), query_embedder)
+  return _save(module, module.embed, path, dict(
+      _token_ids_info(info, QUERY_EMBEDDER, tokenizer, _QUESTION_INPUTS),
+      query_seq_len=config.query_seq_len, dim=config.projection_size),
+               _TOKEN_ID_KEYS, tokenizer.vocab_path)
+
+
 def export_document_embedder(config: realm_config_lib.RealmConfig, doc_embedder, path: str,
                              info: Optional[Dict] = None) -> str:
   tokenizer = config.tokenizer()
@@ -207,6 +413,19 @@ def export_document_embedder(config: realm_config_lib.RealmConfig, doc_embedder,
   return _save(module, module.embed, path, dict(info or {}, kind=DOCUMENT_EMBEDDER,
                                                  candidate_seq_len=config.candidate_seq_len,
                                                  dim=config.projection_size))
+
+
+def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig, doc_embedder, path: str,
+                                       info: Optional[Dict] = None) -> str:
+  """The core-ops twin of export_document_embedder."""
+  tokenizer = config.tokenizer()
+  module = DocumentEmbedderTokenIdsModule(config.featurizer(tokenizer), doc_embedder)
+  return _save(module, module.embed, path, dict(
+      _token_ids_info(info, DOCUMENT_EMBEDDER, tokenizer,
+                      "input_word_ids, input_mask, input_type_ids int32 [B, T]: [CLS] title [SEP] "
+                      "body [SEP] [PAD]*, type ids 0 on [CLS] title [SEP], 1 on body [SEP]"),
+      candidate_seq_len=config.candidate_seq_len, dim=config.projection_size),
+               _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 
 def export_open_qa(trained, path: str, index: str = "brute_force",
@@ -222,10 +441,23 @@ def export_open_qa(trained, path: str, index: str = "brute_force",
       checkpoint=trained.checkpoint))
 
 
+def export_open_qa_token_ids(trained, path: str, info: Optional[Dict] = None,
+                             log: Callable[[str], None] = print) -> str:
+  """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index."""
+  starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, log=log)
+  module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits)
+  return _save(module, module.answer, path, dict(
+      _token_ids_info(info, OPEN_QA, trained.tokenizer, _QUESTION_INPUTS), index="brute_force",
+      num_blocks=trained.model.num_blocks, reader_beam=trained.model.reader_beam,
+      max_span_width=trained.orqa.max_span_width, checkpoint=trained.checkpoint),
+               _TOKEN_ID_KEYS, trained.tokenizer.vocab_path)
+
+
 def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None,
                index: str = "brute_force", scann_options: Optional[index_lib.ScannOptions] = None,
-               log: Callable[[str], None] = print) -> Dict[str, str]:
-  """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}.
+               log: Callable[[str], None] = print, token_ids: bool = True) -> Dict[str, str]:
+  """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}, and with
+  token_ids their core-ops twins {...}_token_ids (see the module docstring).
 
   A bin/train_orqa model dir (orqa_config.json) gives all three, from its best checkpoint by default.
   Any other run with a realm_config.json (bin/train_realm, bin/train_ict, a converted checkpoint) gives
@@ -233,25 +465,39 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
   """
   config = realm_config_lib.RealmConfig.load(model_dir)
   paths = {}
+
+  def embedders(query_embedder, doc_embedder, info):
+    out = os.path.join
+    paths[QUERY_EMBEDDER] = export_query_embedder(config, query_embedder,
+                                                  out(output_dir, QUERY_EMBEDDER), info)
+    paths[DOCUMENT_EMBEDDER] = export_document_embedder(config, doc_embedder,
+                                                        out(output_dir, DOCUMENT_EMBEDDER), info)
+    if token_ids:
+      for kind, export, embedder in ((QUERY_EMBEDDER, export_query_embedder_token_ids, query_embedder),
+                                     (DOCUMENT_EMBEDDER, export_document_embedder_token_ids,
+                                      doc_embedder)):
+        paths[kind + TOKEN_IDS_SUFFIX] = export(config, embedder,
+                                                out(output_dir, kind + TOKEN_IDS_SUFFIX), info)
+
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
     trained = orqa_trainer.load_trained(model_dir, checkpoint)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint}
     log(f"exporting {trained.checkpoint}")
-    paths[QUERY_EMBEDDER] = export_query_embedder(
-        config, trained.model.retriever.query_embedder, os.path.join(output_dir, QUERY_EMBEDDER), info)
-    paths[DOCUMENT_EMBEDDER] = export_document_embedder(
-        config, trained.model.retriever.doc_embedder, os.path.join(output_dir, DOCUMENT_EMBEDDER), info)
+    embedders(trained.model.retriever.query_embedder, trained.model.retriever.doc_embedder, info)
     paths[OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, OPEN_QA), index, scann_options,
                                     info)
+    if token_ids:
+      paths[OPEN_QA + TOKEN_IDS_SUFFIX] = export_open_qa_token_ids(
+          trained, os.path.join(output_dir, OPEN_QA + TOKEN_IDS_SUFFIX), info, log)
   else:
+    config_path = os.path.join(model_dir, realm_config_lib.CONFIG_NAME)
+    corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
+                           source=f"{config_path}'s vocab_path")
     retriever = config.build_retriever()
     resolved = checkpoints.restore_retriever(retriever, checkpoint or model_dir)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": resolved}
     log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model)")
-    paths[QUERY_EMBEDDER] = export_query_embedder(
-        config, retriever.query_embedder, os.path.join(output_dir, QUERY_EMBEDDER), info)
-    paths[DOCUMENT_EMBEDDER] = export_document_embedder(
-        config, retriever.doc_embedder, os.path.join(output_dir, DOCUMENT_EMBEDDER), info)
+    embedders(retriever.query_embedder, retriever.doc_embedder, info)
   for kind, path in paths.items():
     log(f"wrote {kind} SavedModel to {path}")
   return paths
@@ -267,13 +513,15 @@ def export_info(path: str) -> Dict:
 
 
 def load_saved_model(path: str):
-  """tf.saved_model.load after registering the ops the model needs (tensorflow_text, and ScaNN for an
-  index="scann" export)."""
+  """tf.saved_model.load after registering the ops the model needs (tensorflow_text for a raw-text model,
+  and ScaNN for an index="scann" export)."""
   if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
     raise FileNotFoundError(f"{path} holds no saved_model.pb; pass a directory written by "
                             "bin/export_saved_model (e.g. EXPORT_DIR/open_qa)")
-  import tensorflow_text  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
-  if export_info(path).get("index") == "scann":
+  info = export_info(path)
+  if not info.get("kind", "").endswith(TOKEN_IDS_SUFFIX):  # the token-id models need core ops only
+    import tensorflow_text  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
+  if info.get("index") == "scann":
     import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
   return tf.saved_model.load(path)
 

@@ -1,13 +1,15 @@
-"""Tests of the raw-text SavedModels: exported from a bin/train_orqa-style model dir, loaded in a FRESH
-process with plain TensorFlow (+ tensorflow_text, + scann for a ScaNN index) after the original vocab file
-is gone, they give the Python model's answers, retrieved blocks and embeddings, for a batch holding an
-empty, a 2000-character and a non-ASCII question."""
+"""Tests of the SavedModels: exported from a bin/train_orqa-style model dir, loaded in a FRESH process
+after the original vocab file is gone, they give the Python model's answers, retrieved blocks and
+embeddings, for a batch holding an empty, a 2000-character and a non-ASCII question: the raw-text models
+with plain TensorFlow (+ tensorflow_text, + scann for a ScaNN index) and with saved_model_cli run after
+registering those ops; the token-id models with the stock saved_model_cli script."""
 
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -91,61 +93,157 @@ def _model_dir(tmp):
   return model_dir, vocab, documents
 
 
+def _packed(rows, type_ids=None):
+  """Client-side BERT packing of wordpiece rows, padded with 0 to the longest: the token-id signatures'
+  inputs (no truncation), as Python lists for --input_exprs."""
+  width = max(len(r) for r in rows)
+  out = {"input_word_ids": [r + [0] * (width - len(r)) for r in rows],
+         "input_mask": [[1] * len(r) + [0] * (width - len(r)) for r in rows]}
+  if type_ids is not None:
+    out["input_type_ids"] = [t + [0] * (width - len(t)) for t in type_ids]
+  return out
+
+
+# The documented way to run the raw-text exports with the stock saved_model_cli: register the ops first.
+_CLI_WITH_OPS = ("import sys, tensorflow_text, scann; "
+                 "from tensorflow.python.tools import saved_model_cli; "
+                 "sys.argv[0] = 'saved_model_cli'; sys.exit(saved_model_cli.main())")
+
+
 class ExportTest(tf.test.TestCase):
 
-  def test_fresh_process_matches_python_model(self):
-    tmp = self.create_tempdir().full_path
-    model_dir, vocab, documents = _model_dir(tmp)
-    trained = orqa_trainer.load_trained(model_dir)
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    model_dir, vocab, cls.documents = _model_dir(cls.tmp)
+    trained = cls.trained = orqa_trainer.load_trained(model_dir)
     predictor = orqa_trainer.OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer,
                                            trained.blocks, batch_size=len(_QUESTIONS), num_retrieved=3)
-    expected = predictor.predict(predictor.featurize(_QUESTIONS))
+    cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
     query_inputs = trained.featurizer.query_inputs(trained.tokenizer.tokenize(_QUESTIONS))
-    expected_queries = trained.model.retriever.embed_queries(tuple(query_inputs)).numpy()
-    titles = [d.title for d in documents[:4]]
-    bodies = [d.body for d in documents[:4]]
-    candidate_inputs = trained.featurizer.candidate_inputs(trained.tokenizer.tokenize(titles),
-                                                           trained.tokenizer.tokenize(bodies))
-    expected_documents = trained.model.retriever.embed_documents(tuple(candidate_inputs)).numpy()
+    cls.expected_queries = trained.model.retriever.embed_queries(tuple(query_inputs)).numpy()
+    cls.titles = [d.title for d in cls.documents[:4]]
+    cls.bodies = [d.body for d in cls.documents[:4]]
+    cls.candidate_inputs = trained.featurizer.candidate_inputs(trained.tokenizer.tokenize(cls.titles),
+                                                               trained.tokenizer.tokenize(cls.bodies))
+    cls.expected_documents = trained.model.retriever.embed_documents(
+        tuple(cls.candidate_inputs)).numpy()
+    # What a client's BERT tokenizer sends to the token-id models.
+    tokenizer = trained.tokenizer
+    cls.question_ids = _packed([[tokenizer.cls_id] + q + [tokenizer.sep_id]
+                                for q in tokenizer.tokenize(_QUESTIONS).to_list()])
+    titles, bodies = tokenizer.tokenize(cls.titles).to_list(), tokenizer.tokenize(cls.bodies).to_list()
+    cls.document_ids = _packed(
+        [[tokenizer.cls_id] + t + [tokenizer.sep_id] + b + [tokenizer.sep_id]
+         for t, b in zip(titles, bodies)],
+        [[0] * (len(t) + 2) + [1] * (len(b) + 1) for t, b in zip(titles, bodies)])
 
-    export_dir = os.path.join(tmp, "export")
-    paths = saved_models.export_all(model_dir, export_dir, log=lambda _: None)
-    self.assertEqual(set(paths), {"query_embedder", "document_embedder", "open_qa"})
-    paths["open_qa_scann"] = saved_models.export_open_qa(
+    export_dir = os.path.join(cls.tmp, "export")
+    cls.paths = saved_models.export_all(model_dir, export_dir, log=lambda _: None)
+    cls.paths["open_qa_scann"] = saved_models.export_open_qa(
         trained, os.path.join(export_dir, "open_qa_scann"), index="scann",
         scann_options=index_lib.ScannOptions(tree_min_docs=10, num_leaves=4, num_leaves_to_search=4,
                                              num_candidates=_NUM_DOCS))
+    os.remove(vocab)  # the SavedModels carry it as an asset
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.tmp, ignore_errors=True)
+    super().tearDownClass()
+
+  def _check_open_qa(self, qa, kind):
+    expected, documents = self.expected, self.documents
+    with self.subTest(kind):
+      self.assertEqual(qa["answers"], list(expected["answer"]))
+      self.assertAllEqual(qa["block_ids"], expected["block_rows"])
+      self.assertAllClose(qa["scores"], expected["score"], rtol=1e-4, atol=1e-4)
+      self.assertAllClose(qa["retriever_scores"], expected["retriever_logits"], rtol=1e-4, atol=1e-4)
+      self.assertEqual(qa["doc_ids"][0], [documents[r].doc_id for r in expected["block_rows"][0]])
+      self.assertEqual(qa["block_texts"][3], [documents[r].body for r in expected["block_rows"][3]])
+
+  def _stock_cli(self, command, path, signature, inputs):
+    """Runs `saved_model_cli run` (command: the stock script, or a python -c prefix) in a fresh process
+    and returns its outputs (read back from --outdir) as Python values."""
+    outdir = tempfile.mkdtemp(dir=self.tmp)
+    exprs = ";".join(f"{k}={v!r}" for k, v in inputs.items())
+    run = subprocess.run(
+        command + ["run", "--dir", path, "--tag_set", "serve", "--signature_def", signature,
+                   "--input_exprs", exprs, "--outdir", outdir],
+        capture_output=True, text=True, timeout=300, check=False, cwd=self.tmp,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
+    self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+    out = {}
+    for name in os.listdir(outdir):
+      value = np.load(os.path.join(outdir, name), allow_pickle=True)
+      if value.dtype == object:
+        value = np.vectorize(lambda x: x.decode("utf-8"), otypes=[object])(value)
+      out[name[:-len(".npy")]] = value.tolist()
+    return out
+
+  def test_fresh_process_matches_python_model(self):
+    paths, trained = dict(self.paths), self.trained
+    self.assertEqual(set(paths) - {"open_qa_scann"},
+                     {"query_embedder", "document_embedder", "open_qa", "query_embedder_token_ids",
+                      "document_embedder_token_ids", "open_qa_token_ids"})
     self.assertEqual(saved_models.export_info(paths["open_qa_scann"])["scann_parameters"]["mode"],
                      "tree_ah")
     self.assertEqual(saved_models.export_info(paths["open_qa"])["checkpoint"], trained.checkpoint)
     with self.assertRaises(FileExistsError):
       saved_models.export_open_qa(trained, paths["open_qa"])
-    os.remove(vocab)  # the SavedModels carry it as an asset
+    for kind in ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa_token_ids"):
+      del paths[kind]
 
     loaded = subprocess.run(
-        [sys.executable, "-c", _LOADER], input=json.dumps([paths, _QUESTIONS, titles, bodies]),
+        [sys.executable, "-c", _LOADER],
+        input=json.dumps([paths, _QUESTIONS, self.titles, self.bodies]),
         capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""), cwd=tmp)
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""), cwd=self.tmp)
     self.assertEqual(loaded.returncode, 0, loaded.stderr[-3000:])
     out = json.loads(loaded.stdout.strip().splitlines()[-1])
 
     for kind in ("open_qa", "open_qa_scann"):
-      with self.subTest(kind):
-        qa = out[kind]
-        self.assertEqual(qa["answers"], list(expected["answer"]))
-        self.assertAllEqual(qa["block_ids"], expected["block_rows"])
-        self.assertAllClose(qa["scores"], expected["score"], rtol=1e-4, atol=1e-4)
-        self.assertAllClose(qa["retriever_scores"], expected["retriever_logits"], rtol=1e-4, atol=1e-4)
-        self.assertEqual(qa["doc_ids"][0], [documents[r].doc_id for r in expected["block_rows"][0]])
-        self.assertEqual(qa["block_texts"][3], [documents[r].body for r in expected["block_rows"][3]])
+      self._check_open_qa(out[kind], kind)
     # Every answer is a slice of the block it came from, accents included.
     for i, answer in enumerate(out["open_qa"]["answers"]):
-      self.assertIn(answer, documents[expected["predicted_row"][i]].body)
-    self.assertAllClose(out["query_embedder"]["embeddings"], expected_queries, atol=1e-5)
+      self.assertIn(answer, self.documents[self.expected["predicted_row"][i]].body)
+    self.assertAllClose(out["query_embedder"]["embeddings"], self.expected_queries, atol=1e-5)
     # The document embedder is the model's (frozen) document tower, not the query tower.
-    self.assertAllClose(out["document_embedder"]["embeddings"], expected_documents, atol=1e-5)
-    self.assertNotAllClose(expected_documents,
-                           trained.model.retriever.embed_queries(tuple(candidate_inputs)).numpy())
+    self.assertAllClose(out["document_embedder"]["embeddings"], self.expected_documents, atol=1e-5)
+    self.assertNotAllClose(self.expected_documents,
+                           trained.model.retriever.embed_queries(tuple(self.candidate_inputs)).numpy())
+
+  def test_stock_saved_model_cli_runs_token_id_exports(self):
+    cli = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
+    queries = self._stock_cli(cli, self.paths["query_embedder_token_ids"], "serving_token_ids",
+                              self.question_ids)
+    self.assertAllClose(queries["embeddings"], self.expected_queries, atol=1e-5)
+    documents = self._stock_cli(cli, self.paths["document_embedder_token_ids"], "serving_default",
+                                self.document_ids)
+    self.assertAllClose(documents["embeddings"], self.expected_documents, atol=1e-5)
+
+    qa = self._stock_cli(cli, self.paths["open_qa_token_ids"], "serving_token_ids", self.question_ids)
+    self._check_open_qa(qa, "open_qa_token_ids")
+    expected = self.expected
+    self.assertAllEqual(qa["answer_block_ids"], expected["predicted_row"])
+    for i, answer in enumerate(qa["answers"]):
+      body = self.documents[expected["predicted_row"][i]].body.encode("utf-8")
+      start, limit = qa["answer_byte_starts"][i], qa["answer_byte_limits"][i]
+      self.assertEqual(body[start:limit].decode("utf-8"), answer)
+      first, last = expected["first_piece"][i], expected["last_piece"][i]
+      width = last - first + 1 if first >= 0 else 0
+      block = self.trained.blocks.token_ids[expected["predicted_row"][i]]
+      self.assertEqual(qa["answer_token_ids"][i][:width], block[first:last + 1].tolist())
+      self.assertFalse(any(qa["answer_token_ids"][i][width:]))
+    info = saved_models.export_info(self.paths["open_qa_token_ids"])
+    self.assertEqual(info["kind"], "open_qa_token_ids")
+    self.assertTrue(os.path.exists(os.path.join(self.paths["open_qa_token_ids"], info["vocab"])))
+
+  def test_raw_text_exports_run_with_saved_model_cli_after_registering_ops(self):
+    for kind in ("open_qa", "open_qa_scann"):
+      qa = self._stock_cli([sys.executable, "-c", _CLI_WITH_OPS], self.paths[kind], "serving_default",
+                           {"questions": _QUESTIONS})
+      self._check_open_qa(qa, kind)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,16 @@ _ACTIVATION_ALIASES = {"gelu": GELU_EXACT, "gelu_new": GELU_TANH, "gelu_pytorch_
                        "gelu_fast": GELU_TANH, GELU_TANH: GELU_TANH, GELU_EXACT: GELU_EXACT}
 
 
+# Keys a config file must hold; the others default to BERT-base's (a config without the shape keys is
+# most likely not a BERT config at all, and would silently build BERT-base).
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size")
+CONFIG_NEEDS = ("a BERT config (Google's bert_config.json or Hugging Face's config.json) needs "
+                "vocab_size, hidden_size, num_hidden_layers, num_attention_heads and intermediate_size "
+                "(hidden_act, max_position_embeddings, type_vocab_size, dropout rates and "
+                "initializer_range default to BERT-base's)")
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
   """Shape and numerics of a BERT encoder.
@@ -67,6 +77,12 @@ class BertConfig:
     Hugging Face's "gelu" the exact erf one ("gelu_new" is its tanh form). huggingface=None tells them
     apart by the keys only Hugging Face writes (model_type, architectures, layer_norm_eps).
     """
+    if not isinstance(values, dict):
+      raise ValueError(f"a BERT config is a JSON object, got {type(values).__name__}; {CONFIG_NEEDS}")
+    missing = [k for k in REQUIRED_KEYS if k not in values
+               and not (k == "num_hidden_layers" and "num_layers" in values)]
+    if missing:
+      raise ValueError(f"missing {missing}; {CONFIG_NEEDS}")
     if huggingface is None:
       huggingface = any(k in values for k in ("model_type", "architectures", "layer_norm_eps"))
     act = values.get("hidden_act", "gelu_new")
@@ -89,14 +105,17 @@ class BertConfig:
 
   @classmethod
   def from_json_file(cls, path: str) -> "BertConfig":
+    """From a bert_config.json / config.json; errors name the file and what a config needs."""
+    if not tf.io.gfile.exists(path):
+      raise FileNotFoundError(f"BERT config {path} does not exist; {CONFIG_NEEDS}")
     with tf.io.gfile.GFile(path) as f:
       try:
         values = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a JSON BERT config ({e})") from e
+      except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON BERT config ({e}); {CONFIG_NEEDS}") from e
     try:
       return cls.from_dict(values)
-    except (KeyError, ValueError) as e:
+    except (KeyError, TypeError, ValueError) as e:
       raise ValueError(f"{path}: {e}") from e
 
   def to_dict(self) -> Dict[str, Any]:

@@ -30,6 +30,7 @@ class RealmConfig:
     retriever_bert: BERT of the query/document embedders.
     reader_bert: BERT of the knowledge-augmented encoder (REALM) or span reader (ORQA).
     vocab_path, do_lower_case: the tokenizer (one vocab for both BERTs).
+    vocab_sha256: the vocab file's sha256 (realm_tf.data.corpus.check_vocab compares it), or None.
     projection_size: D of the retriever (128).
     embedder_layer_norm_epsilon: 1e-12 (REALM embedder) or 1e-3 (ICT module).
     embedder_dropout_rate: dropout after the embedder's LayerNorm in training.
@@ -54,6 +55,9 @@ class RealmConfig:
   retrieval_score_scale: float = 1.0
   # Last, with a default, so configs written before it existed still load (as "pooler").
   embedder_pooling: str = embedder_lib.POOLER
+  # sha256 of the vocab file; the trainers record it (realm_tf.data.corpus.check_vocab returns it) and
+  # check it on resume, the other processes before they build anything. None in configs written before.
+  vocab_sha256: Optional[str] = None
 
   def __post_init__(self):
     embedder_lib.check_pooling(self.embedder_pooling)
@@ -89,13 +93,37 @@ class RealmConfig:
         raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
 
   def check_matches(self, saved: "RealmConfig", path: str) -> None:
-    """A restarted run must use the configuration its checkpoints were written with."""
+    """A restarted run must use the configuration its checkpoints were written with.
+
+    The vocab is compared by content, not here: realm_tf.data.corpus.check_vocab(vocab_path,
+    recorded_sha256=saved.vocab_sha256, ...) names both files.
+    """
     mine, theirs = self.to_dict(), saved.to_dict()
     differences = [f"{k}: {theirs[k]!r} (saved) vs {mine[k]!r} (flags)" for k in mine
-                   if k != "vocab_path" and mine[k] != theirs[k]]
+                   if k not in ("vocab_path", "vocab_sha256") and mine[k] != theirs[k]]
     if differences:
       raise ValueError(f"{path} was written with another configuration; use a new --model_dir or the "
                        "same flags. Differences: " + "; ".join(differences))
+
+  def save_or_check(self, model_dir: str) -> None:
+    """Writes MODEL_DIR/realm_config.json, or on a restart checks the saved one (check_matches); a saved
+    file without vocab_sha256 (written before it existed) gets this config's recorded."""
+    try:
+      saved = RealmConfig.load(model_dir)
+    except FileNotFoundError:
+      self.save(model_dir)
+      return
+    self.check_matches(saved, model_dir)
+    if saved.vocab_sha256 is None and self.vocab_sha256:
+      self.save(model_dir)
+
+  @staticmethod
+  def saved_vocab_sha256(model_dir: str) -> Optional[str]:
+    """The vocab_sha256 MODEL_DIR/realm_config.json records (None without the file or the field)."""
+    try:
+      return RealmConfig.load(model_dir).vocab_sha256
+    except FileNotFoundError:
+      return None
 
   def tokenizer(self) -> tokenization.Tokenizer:
     tokenizer = tokenization.Tokenizer(self.vocab_path, self.do_lower_case)

@@ -144,6 +144,59 @@ class RealmConfigTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, "pooling must be one of"):
       _config(embedder_pooling="max")
 
+  def test_vocab_sha256_is_saved_old_configs_load_and_save_or_check_records_it(self):
+    model_dir = os.path.join(self.get_temp_dir(), "vocab_sha")
+    config = _config(vocab_sha256="ab" * 32)
+    path = config.save(model_dir)
+    self.assertEqual(realm_config_lib.RealmConfig.load(model_dir), config)
+    self.assertEqual(realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir), "ab" * 32)
+    self.assertIsNone(realm_config_lib.RealmConfig.saved_vocab_sha256(self.get_temp_dir() + "/none"))
+    # Compared by realm_tf.data.corpus.check_vocab (which names the files), not by check_matches.
+    _config(vocab_sha256="cd" * 32).check_matches(config, model_dir)
+    # A configuration written before the field existed loads, and a resumed run records the checksum.
+    with open(path) as f:
+      values = json.load(f)
+    del values["vocab_sha256"]
+    with open(path, "w") as f:
+      json.dump(values, f)
+    self.assertIsNone(realm_config_lib.RealmConfig.load(model_dir).vocab_sha256)
+    config.save_or_check(model_dir)
+    self.assertEqual(realm_config_lib.RealmConfig.load(model_dir).vocab_sha256, "ab" * 32)
+    with self.assertRaisesRegex(ValueError, "projection_size"):
+      _config(projection_size=8, vocab_sha256="ab" * 32).save_or_check(model_dir)
+    fresh = os.path.join(self.get_temp_dir(), "fresh")
+    config.save_or_check(fresh)
+    self.assertEqual(realm_config_lib.RealmConfig.load(fresh), config)
+
+  def test_bert_config_file_errors_name_the_file_and_what_a_config_needs(self):
+    directory = self.get_temp_dir()
+    path = os.path.join(directory, "bc.json")
+    with open(path, "w") as f:
+      json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "intermediate_size": 128}, f)
+    with self.assertRaises(ValueError) as ctx:
+      bert.BertConfig.from_json_file(path)
+    message = str(ctx.exception)
+    self.assertIn(f"{path}: missing ['vocab_size']", message)
+    self.assertIn("needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads and "
+                  "intermediate_size", message)
+    with open(path, "w") as f:
+      json.dump({"vocab_size": 10}, f)
+    with self.assertRaisesRegex(ValueError, r"missing \['hidden_size', 'num_hidden_layers', "
+                                r"'num_attention_heads', 'intermediate_size'\]"):
+      bert.BertConfig.from_json_file(path)
+    with open(path, "w") as f:
+      json.dump([1, 2], f)
+    with self.assertRaisesRegex(ValueError, f"{path}: a BERT config is a JSON object, got list"):
+      bert.BertConfig.from_json_file(path)
+    with self.assertRaisesRegex(FileNotFoundError, "BERT config .*nope.json does not exist"):
+      bert.BertConfig.from_json_file(os.path.join(directory, "nope.json"))
+    # A Google config with the num_hidden_layers name or the num_layers name both load.
+    with open(path, "w") as f:
+      json.dump({"vocab_size": 10, "hidden_size": 64, "num_layers": 3, "num_attention_heads": 2,
+                 "intermediate_size": 128}, f)
+    self.assertEqual(bert.BertConfig.from_json_file(path).num_layers, 3)
+
   def test_config_is_immutable(self):
     with self.assertRaises(dataclasses.FrozenInstanceError):
       _config().projection_size = 8  # pytype: disable=attribute-error

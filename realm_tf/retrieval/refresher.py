@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
@@ -94,6 +95,8 @@ def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[st
               log: Callable[[str], None] = print) -> Optional[str]:
   """Publishes the index of step 0 from a warm-start checkpoint (ICT, converted, or a REALM run);
   without a checkpoint, from the freshly initialized retriever."""
+  corpus_lib.check_vocab(config.vocab_path, options.corpus_prefix, config.vocab_sha256,
+                         "the run's realm_config.json", source="realm_config.json's vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
   info = {"bootstrap": True}
@@ -117,6 +120,8 @@ def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = 
       announced = True
     time.sleep(options.poll_seconds)
   config = realm_config_lib.RealmConfig.load(config_path)
+  corpus_lib.check_vocab(config.vocab_path, options.corpus_prefix, config.vocab_sha256, config_path,
+                         source=f"{config_path}'s vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
   if tf.train.latest_checkpoint(options.model_dir) is None:

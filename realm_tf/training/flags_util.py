@@ -1,5 +1,8 @@
 """Helpers that turn common flag values into library objects (binaries stay thin; nothing reads FLAGS)."""
 
+import os
+
+import tensorflow as tf
 import tf_keras
 
 from realm_tf import tokenization
@@ -9,10 +12,27 @@ from realm_tf.training import distribute
 
 def bert_config(spec: str, vocab_path: str) -> bert.BertConfig:
   """--bert_config: a preset name ("tiny", "bert_base"; vocab size from the vocab file) or a path to a
-  Google bert_config.json / Hugging Face config.json."""
+  Google bert_config.json / Hugging Face config.json (or a directory holding one).
+
+  Raises ValueError naming the flag, the presets and what a config file needs.
+  """
   if spec in bert.PRESETS:
     return bert.PRESETS[spec](len(tokenization.load_vocab(vocab_path)))
-  return bert.BertConfig.from_json_file(spec)
+  presets = ", ".join(bert.PRESETS)
+  if tf.io.gfile.isdir(spec):
+    found = [os.path.join(spec, name) for name in ("bert_config.json", "config.json")
+             if tf.io.gfile.exists(os.path.join(spec, name))]
+    if not found:
+      raise ValueError(f"--bert_config={spec} is a directory without a bert_config.json or config.json; "
+                       f"pass a preset ({presets}) or the config file's path")
+    spec = found[0]
+  elif not tf.io.gfile.exists(spec):
+    raise ValueError(f"unknown --bert_config {spec!r}: presets are {presets}, or a path to a "
+                     "bert_config.json / config.json (no such file)")
+  try:
+    return bert.BertConfig.from_json_file(spec)
+  except ValueError as e:
+    raise ValueError(f"--bert_config={e}") from None
 
 
 def set_precision(mixed_precision: str) -> None:

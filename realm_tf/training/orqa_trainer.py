@@ -23,8 +23,11 @@ the original's retriever_correct, on the block body that the reader reads).
 """
 
 import dataclasses
+import gc
 import json
+import logging
 import os
+import re
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -88,10 +91,7 @@ def frozen_index_dir(model_dir: str) -> str:
 def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig,
                    model_dir: str) -> None:
   """Writes the run's configs, or checks that a restarted run uses the ones it was started with."""
-  try:
-    config.check_matches(realm_config_lib.RealmConfig.load(model_dir), model_dir)
-  except FileNotFoundError:
-    config.save(model_dir)
+  config.save_or_check(model_dir)
   try:
     saved = orqa_lib.OrqaConfig.load(model_dir)
   except FileNotFoundError:
@@ -102,6 +102,10 @@ def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConf
                    for k, v in saved.to_dict().items() if orqa.to_dict()[k] != v]
     raise ValueError(f"{model_dir} was started with another ORQA configuration; use a new --model_dir or "
                      "the same flags. Differences: " + "; ".join(differences))
+
+
+_WORD_EMBEDDINGS = re.compile(r"(^|/)(retriever/(doc|query)_embedder|embedder)/encoder/_embedding_layer/"
+                              r"embeddings/\.ATTRIBUTES/VARIABLE_VALUE$")
 
 
 def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: Optional[str],
@@ -117,20 +121,42 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
   resolved = None
   if checkpoint:
     resolved = checkpoints.resolve_checkpoint(checkpoint)
-    names = [name for name, _ in tf.train.list_variables(resolved)]
-    separate = any("/query_embedder/" in name for name in names)
+    shapes = dict(tf.train.list_variables(resolved))
+    separate = any("/query_embedder/" in name for name in shapes)
+    # Checked before building anything: a vocab of another size is the commonest misfit.
+    rows = [shape[0] for name, shape in shapes.items() if _WORD_EMBEDDINGS.search(name)]
+    if rows and rows[0] != config.retriever_bert.vocab_size:
+      raise ValueError(
+          f"{flag}={checkpoint} has {rows[0]} word embeddings but this run's retriever BERT has "
+          f"vocab_size {config.retriever_bert.vocab_size} (from --bert_config; its presets count the "
+          f"tokens of --vocab_path={config.vocab_path}): pass the --vocab_path and --bert_config the "
+          "checkpoint was trained with")
   retriever = embedder_lib.build_retriever(
       config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
       config.embedder_dropout_rate, share_embedders=not separate, pooling=config.embedder_pooling)
   if resolved:
+    error = None
+    tf_logger = tf.get_logger()
+    level = tf_logger.level
     try:
-      checkpoints.restore_retriever(retriever, resolved)
-    except ValueError as e:
+      # A read that fails half-way leaves deferred restores whose garbage collection logs a warning per
+      # unmatched checkpoint value (hundreds for a full ORQA/REALM checkpoint), after the error below.
+      # They say nothing the error does not: collect them now, quietly.
+      tf_logger.setLevel(logging.ERROR)
+      try:
+        checkpoints.restore_retriever(retriever, resolved)
+      except ValueError as e:
+        error = str(e)
+      if error is not None:
+        gc.collect()
+    finally:
+      tf_logger.setLevel(level)
+    if error is not None:
       raise ValueError(
           f"{flag}={checkpoint} does not fit this run's retriever (hidden_size "
           f"{config.retriever_bert.hidden_size}, {config.retriever_bert.num_layers} layers, projection "
-          f"{config.projection_size}): {e}. Pass the --bert_config and --projection_size the "
-          "checkpoint was trained with (its model dir's realm_config.json names them)") from None
+          f"{config.projection_size}): {error}. Pass the --bert_config and --projection_size the "
+          "checkpoint was trained with (its model dir's realm_config.json names them)")
   return retriever
 
 
@@ -377,9 +403,14 @@ def _load_examples(path: str, skip_invalid: bool, log: Callable[[str], None]) ->
 def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
-  config = dataclasses.replace(options.config, share_embedders=False)
-  options = dataclasses.replace(options, config=config)
   model_dir = options.loop.model_dir
+  # Before anything is built: the corpus and a resumed run must have been made with this vocab.
+  vocab_sha256 = corpus_lib.check_vocab(
+      options.config.vocab_path, options.orqa.retrieval_corpus_path,
+      realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
+      os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
+  config = dataclasses.replace(options.config, share_embedders=False, vocab_sha256=vocab_sha256)
+  options = dataclasses.replace(options, config=config)
   if options.index_dir and not options.retriever_checkpoint:
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")
@@ -501,6 +532,9 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
   """Rebuilds a bin/train_orqa run's model from its model dir and restores a checkpoint into it."""
   config = realm_config_lib.RealmConfig.load(model_dir)
   orqa = orqa_lib.OrqaConfig.load(model_dir)
+  corpus_lib.check_vocab(config.vocab_path, orqa.retrieval_corpus_path, config.vocab_sha256,
+                         os.path.join(model_dir, realm_config_lib.CONFIG_NAME),
+                         source=f"{model_dir}/{realm_config_lib.CONFIG_NAME}'s vocab_path")
   path = resolve_trained_checkpoint(model_dir, checkpoint)
   tokenizer = config.tokenizer()
   embeddings = np.asarray(index_lib.load_index(frozen_index_dir(model_dir)).embeddings)

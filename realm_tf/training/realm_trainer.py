@@ -15,6 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import io_utils
+from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import pretraining
 from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import checkpoints
@@ -74,12 +75,7 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
 
 
 def _write_config(config: realm_config_lib.RealmConfig, model_dir: str) -> None:
-  try:
-    saved = realm_config_lib.RealmConfig.load(model_dir)
-  except FileNotFoundError:
-    config.save(model_dir)
-    return
-  config.check_matches(saved, model_dir)
+  config.save_or_check(model_dir)
 
 
 def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
@@ -94,6 +90,11 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
     raise ValueError(f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
                      "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
                      "make --max_index_staleness_steps at least --save_checkpoints_steps")
+  # Before anything is built: the corpus and a resumed run must have been made with this vocab.
+  config = dataclasses.replace(config, vocab_sha256=corpus_lib.check_vocab(
+      config.vocab_path, options.retrieval_corpus_path,
+      realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
+      os.path.join(model_dir, realm_config_lib.CONFIG_NAME)))
   tf.io.gfile.makedirs(model_dir)
   _write_config(config, model_dir)
   tokenizer = config.tokenizer()
