@@ -41,6 +41,7 @@ class PipelineOptions:
   mlm_steps: int = 2000
   mlm_batch_size: int = 32
   mlm_learning_rate: float = 1e-3
+  mlm_input_path: Optional[str] = None  # default: testdata's corpus.jsonl
   realm_steps: int = 300
   save_checkpoints_steps: int = 50
   batch_size: int = 8
@@ -129,7 +130,8 @@ def run_mlm(options: PipelineOptions, paths: Dict[str, str],
   model_dir = os.path.join(options.output_dir, "mlm")
   show = lambda line: _progress_line(line) or "held-out masked-token accuracy" in line
   run_binary("train_mlm", os.path.join(options.output_dir, "train_mlm.log"), show, echo,
-             model_dir=model_dir, input_path=os.path.join(options.testdata_dir, "corpus.jsonl"),
+             model_dir=model_dir,
+             input_path=options.mlm_input_path or os.path.join(options.testdata_dir, "corpus.jsonl"),
              vocab_path=paths["vocab"], bert_config="tiny",
              max_seq_len=options.query_seq_len + options.candidate_seq_len,
              batch_size=options.mlm_batch_size, learning_rate=options.mlm_learning_rate,

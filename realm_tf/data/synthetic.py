@@ -30,6 +30,11 @@ Outputs (all deterministic for a seed; `bin/generate_testdata` rewrites testdata
   qa.train.jsonl, qa.dev.jsonl, qa.test.jsonl
                      {"question", "answer": [...], "doc_id", "title"}: ORQA-style QA whose answer lies in
                      exactly the one document doc_id
+  bert_pretraining.jsonl
+                     {"title", "text"}: articles of ANOTHER invented world in the same language, the text
+                     bin/train_mlm pre-trains the reader's tiny BERT on (bin/demo). A BERT pre-trained on
+                     corpus.jsonl itself would memorize the facts REALM's masked spans ask for and never
+                     need to read the retrieved documents; one pre-trained on other text must read them.
 """
 
 import dataclasses
@@ -228,9 +233,7 @@ def build_vocab(texts: Sequence[str]) -> List[str]:
   return unique
 
 
-def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 100) -> Dict[str, object]:
-  """Builds the synthetic world; returns the records of every output file (not yet written)."""
-  rng = random.Random(seed)
+def _world(rng: random.Random, num_people: int, num_villages: int) -> List[_Doc]:
   names = _Names(rng)
   dates: set = set()
   people = [_person(i, rng, names, dates) for i in range(num_people)]
@@ -238,6 +241,17 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
   _link(people, villages, rng)
   docs = people + villages
   rng.shuffle(docs)
+  return docs
+
+
+def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 100) -> Dict[str, object]:
+  """Builds the synthetic world; returns the records of every output file (not yet written)."""
+  rng = random.Random(seed)
+  docs = _world(rng, num_people, num_villages)
+  # The reader's BERT pre-training text: another world of the same language (its own generator, so the
+  # files above do not change with it). BERT learns to read from it, not this corpus's facts, as
+  # Google's BERT learned from Wikipedia and books before REALM retrieved from a corpus.
+  other = _world(random.Random(f"bert-{seed}"), num_people, num_villages)
 
   assembled = [_assemble(d) for d in docs]
   corpus = [{"id": d.doc_id, "title": d.title, "body": a["text"]} for d, a in zip(docs, assembled)]
@@ -257,6 +271,8 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
       "qa.train.jsonl": qa[num_dev + num_test:],
       "qa.dev.jsonl": qa[:num_dev],
       "qa.test.jsonl": qa[num_dev:num_dev + num_test],
+      "bert_pretraining.jsonl": [{"title": a["title"], "text": a["text"]}
+                                 for a in map(_assemble, other)],
   }
 
 
