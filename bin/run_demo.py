@@ -12,9 +12,11 @@ On testdata with a tiny BERT, in a few minutes on 2 cores:
      recall@k), exports the SavedModels and answers one test question through the exported model.
 """
 
+import contextlib
 import filecmp
 import os
 import random
+import sys
 
 from absl import app
 from absl import flags
@@ -32,6 +34,8 @@ _QUERY_SEQ_LEN = flags.DEFINE_integer("query_seq_len", 32, "Q: packed query leng
 _CANDIDATE_SEQ_LEN = flags.DEFINE_integer("candidate_seq_len", 80, "C: packed candidate length.")
 _MAX_MASKS = flags.DEFINE_integer("max_masks", 6, "M: predicted positions per query.")
 _SKIP_ICT = flags.DEFINE_bool("skip_ict", False, "Start REALM from an untrained retriever.")
+_MLM_STEPS = flags.DEFINE_integer("mlm_steps", pipeline.PipelineOptions.mlm_steps,
+                                  "BERT pre-training steps of the reader (0: a reader from random weights).")
 _ICT_STEPS = flags.DEFINE_integer("ict_steps", pipeline.PipelineOptions.ict_steps, "ICT steps.")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
@@ -48,9 +52,31 @@ def _show(tokenizer, title, inputs):
   print(f"  {'segments':10s} {segments}")
 
 
+@contextlib.contextmanager
+def _stderr_to(path: str):
+  """Sends this process's stderr (TensorFlow's C++ start-up lines, XLA's "Compiled cluster", absl's
+  pre-init notice: none of it for a person reading the demo) to a log file; an error is shown again."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with open(path, "w") as log:
+    os.dup2(log.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  with _stderr_to(os.path.join(_OUTPUT_DIR.value, "demo_stderr.log")):
+    _demo()
+
+
+def _demo():
   out = _OUTPUT_DIR.value
   testdata = os.path.join(_REPO, "testdata")
 
@@ -119,8 +145,9 @@ def main(argv):
     print("demo done.")
     return
 
-  print("== 4. REALM pre-training (ICT warm start, refresher beside the trainer)")
-  options = pipeline.PipelineOptions(output_dir=os.path.join(out, "pipeline"),
+  print("== 4. REALM pre-training (BERT pre-training of the reader, ICT warm start of the retriever, "
+        "refresher beside the trainer)")
+  options = pipeline.PipelineOptions(output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value,
                                      ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value,
                                      orqa_steps=_ORQA_STEPS.value)
   result = pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
@@ -129,6 +156,9 @@ def main(argv):
   before, after = result["recall_before"], result["recall_after"]
   start = "ICT warm start" if not _SKIP_ICT.value else "untrained retriever"
   print("== summary")
+  if "mlm" in result:
+    print(f"  reader BERT (bin/train_mlm, {options.mlm_steps} steps): held-out masked-token accuracy "
+          f"{100 * result['mlm']['masked_lm_accuracy']:.1f}%")
   print(f"  REALM loss: {realm['first_loss']:.3f} at the first step -> {final['loss']:.3f} at step "
         f"{options.realm_steps}")
   print(f"  retrieval_utility (last step): {final['retrieval_utility']:.4f}; null document share "

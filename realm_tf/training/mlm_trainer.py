@@ -14,7 +14,6 @@ take it as they take Google's BERT.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.data import corpus
 from realm_tf.data import mlm as mlm_data
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
@@ -121,7 +121,7 @@ def _check_run(options: MlmTrainerOptions, model_dir: str) -> None:
   """A resumed run must keep what decides the example stream and the model's shape."""
   run = {"bert_config": options.bert_config.to_dict(), "masking": dataclasses.asdict(options.masking),
          "input_path": os.path.abspath(options.input_path), "seed": options.seed,
-         "vocab_sha256": tokenization_sha256(options.vocab_path)}
+         "vocab_sha256": corpus.vocab_sha256(options.vocab_path)}
   path = os.path.join(model_dir, _RUN_NAME)
   if tf.io.gfile.exists(path):
     with tf.io.gfile.GFile(path) as f:
@@ -133,11 +133,6 @@ def _check_run(options: MlmTrainerOptions, model_dir: str) -> None:
                        "the same flags. Differences: " + "; ".join(differences))
   else:
     io_utils.write_json_atomic(path, run)
-
-
-def tokenization_sha256(vocab_path: str) -> str:
-  with tf.io.gfile.GFile(vocab_path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()
 
 
 def export_reader(model: masked_lm_lib.MaskedLmPretrainer, options: MlmTrainerOptions, step: int,
