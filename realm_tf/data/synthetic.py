@@ -291,6 +291,19 @@ def write_testdata(output_dir: str, seed: int = 20200812) -> Dict[str, int]:
   return counts
 
 
+def write_news_items(pretraining_path: str, output_path: str) -> int:
+  """Writes the news items of a pretraining.jsonl (its NEWS_TITLE records) as their own JSONL file."""
+  with open(pretraining_path, encoding="utf-8") as f:
+    lines = [line for line in f if json.loads(line)["title"] == NEWS_TITLE]
+  if not lines:
+    raise ValueError(f"{pretraining_path} has no {NEWS_TITLE!r} records; regenerate testdata with "
+                     "bin/generate_testdata.py")
+  os.makedirs(os.path.dirname(output_path) or ".", exist_ok=True)
+  with io_utils.atomic_write(output_path) as out:
+    out.write("".join(lines))
+  return len(lines)
+
+
 def load_jsonl(path: str) -> List[dict]:
   with open(path, encoding="utf-8") as f:
     return [json.loads(line) for line in f if line.strip()]
