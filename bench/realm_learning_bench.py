@@ -2,7 +2,7 @@ r"""REALM's learning check on testdata: does pre-training raise the retriever's 
 
 Runs the demo's configuration (realm_tf.pipeline.PipelineOptions defaults: a tiny BERT pre-trained by
 bin/train_mlm on testdata/bert_pretraining.jsonl as the reader's warm start, ICT warm start of the
-retriever, then REALM with the original objective, trainer and refresher as separate processes) once per
+retriever, then REALM on the news items with the original objective, trainer and refresher as separate processes) once per
 seed, each seed drawing its own BERT pre-training, ICT and REALM streams. For each it measures the
 retriever's gold-document recall@1/5/20 on the 200 dev + test questions at the ICT start and at every
 REALM checkpoint (exact search over the 300 documents, re-embedded by each checkpoint's document tower).
@@ -75,7 +75,8 @@ def _run_seed(seed: int) -> dict:
   paths = pipeline.prepare_corpora(options, echo)
   reader = pipeline.run_mlm(options, paths, echo) if options.mlm_steps > 0 else None
   mlm_seconds = time.time() - started
-  init = pipeline.run_ict(options, paths, reader, echo) if options.ict_steps > 0 else None
+  init = (pipeline.run_ict(options, paths, reader if options.ict_from_bert else None, echo)
+          if options.ict_steps > 0 else None)
   ict_seconds = time.time() - started - mlm_seconds
   realm_started = time.time()
   summary = pipeline.run_realm(options, paths, init, reader, echo)

@@ -19,10 +19,25 @@ class SyntheticTest(tf.test.TestCase):
     out = self.create_tempdir().full_path
     counts = synthetic.write_testdata(out)
     self.assertEqual(set(counts), {"vocab.txt", "corpus.jsonl", "pretraining.jsonl",
-                                   "qa.train.jsonl", "qa.dev.jsonl", "qa.test.jsonl"})
+                                   "qa.train.jsonl", "qa.dev.jsonl", "qa.test.jsonl",
+                                   "bert_pretraining.jsonl"})
     for name in counts:
       self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(_TESTDATA, name),
                                   shallow=False), f"{name} differs from testdata/{name}")
+
+  def test_bert_pretraining_text_shares_the_language_not_the_facts(self):
+    corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
+    other = synthetic.load_jsonl(os.path.join(_TESTDATA, "bert_pretraining.jsonl"))
+    self.assertLen(other, len(corpus_docs))
+    answers = {a for split in ("train", "dev", "test")
+               for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
+               for a in q["answer"]}
+    text = " ".join(d["text"] for d in other)
+    # Dates, guilds, works and towns are drawn anew: almost no answer of this corpus occurs there.
+    self.assertLess(sum(answer in text for answer in answers), 0.05 * len(answers))
+    tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
+    ids = [i for t in tokenizer.tokenize_texts([d["text"] for d in other]) for i in t.ids]
+    self.assertNotIn(tokenizer.unk_id, ids)  # the same vocabulary covers it
 
   def test_another_seed_gives_another_world(self):
     a = synthetic.generate(seed=1, num_people=10, num_villages=5)
