@@ -133,5 +133,39 @@ class VocabChecksTest(tf.test.TestCase):
     self.assertEqual(os.listdir(model_dir), ["realm_config.json"])
 
 
+def _run_as_readme(args, cwd):
+  """A README command in a clean environment: no PYTHONPATH and none of TensorFlow's variables, only
+  what a new shell has. realm_tf must come from the venv's (editable) install, as for a user."""
+  env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
+  return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                        timeout=300, check=False)
+
+
+class ReadmeCommandsTest(tf.test.TestCase):
+
+  def test_help_lists_own_and_shared_flags_only(self):
+    for binary, own in (("train_ict.py", "--pretraining_corpus_path"),
+                        ("train_realm.py", "--retrieval_corpus_path"),
+                        ("train_orqa.py", "--train_path"), ("train_mlm.py", "--input_path")):
+      result = _run_as_readme([os.path.join(_REPO, "bin", binary), "--help"], self.get_temp_dir())
+      listed = result.stdout
+      self.assertIn("Try --helpfull", listed, result.stderr)  # absl's help ran (it exits with 1)
+      for flag in (own, "--model_dir", "--batch_size", "--num_train_steps", "--strategy", "--tpu",
+                   "--mixed_precision"):
+        self.assertIn(f"  {flag}:", listed, f"{binary} --help does not list {flag}")
+      for flag in ("--logtostderr", "--verbosity", "--test_srcdir"):  # absl's own: --helpfull only
+        self.assertNotIn(f"  {flag}:", listed, f"{binary} --help lists absl's {flag}")
+      self.assertNotIn("cuda", result.stderr.lower())  # no TensorFlow start-up lines
+
+  def test_a_real_command_runs_without_pythonpath(self):
+    out = self.create_tempdir().full_path
+    result = _run_as_readme([os.path.join(_REPO, "bin", "generate_retrieval_corpus.py"),
+                             f"--input_path={_TESTDATA}/corpus.jsonl", f"--vocab_path={_TESTDATA}/vocab.txt",
+                             f"--output_prefix={out}/blocks", "--num_output_shards=2"], out)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    with open(os.path.join(out, "blocks.manifest.json")) as f:
+      self.assertEqual(json.load(f)["num_documents"], 300)
+
+
 if __name__ == "__main__":
   tf.test.main()

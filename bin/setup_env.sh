@@ -38,7 +38,8 @@ realm_tf_setup_venv() {
   local python stamp
   python="$(realm_tf_python)"
   "$python" -c 'import venv, ensurepip' 2>/dev/null || realm_tf_apt_install python3-venv
-  stamp="$( (cat "$REALM_TF_ROOT/requirements.txt"; "$python" --version) | sha256sum | cut -d' ' -f1)"
+  stamp="$( (cat "$REALM_TF_ROOT/requirements.txt" "$REALM_TF_ROOT/pyproject.toml"; echo "$REALM_TF_ROOT";
+             "$python" --version) | sha256sum | cut -d' ' -f1)"
   if [ -f "$REALM_TF_VENV/.requirements.sha256" ] && [ "$(cat "$REALM_TF_VENV/.requirements.sha256")" = "$stamp" ]; then
     return 0
   fi
@@ -48,7 +49,11 @@ realm_tf_setup_venv() {
   "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
   "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
     | grep -v "is ignored" >&2 || true
-  "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann' \
+  # realm_tf itself, editable: every command in README then runs from any directory without PYTHONPATH.
+  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check "setuptools>=61" 2>&1 | grep -v "is ignored" >&2 || true
+  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    -e "$REALM_TF_ROOT" 2>&1 | grep -v "is ignored\|InformationOnly\|precedence during imports\|^ *$\|warnings.warn" >&2 || true
+  "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann, realm_tf' \
     || { _realm_log "the venv at $REALM_TF_VENV did not install; see the pip output above"; exit 1; }
   echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
 }
