@@ -14,7 +14,7 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 
@@ -105,6 +105,34 @@ def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[st
   return build_and_publish(config, retriever, 0, options, strategy, info, log)
 
 
+def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> Iterator[str]:
+  """Yields each newest checkpoint once, polling every poll_seconds, until training is done.
+
+  Not tf.train.checkpoints_iterator: that logs "Waiting for new checkpoint" on every poll (hundreds of
+  lines per run, twice each through TensorFlow's and absl's loggers); this says it waits once per wait.
+  Once the done marker is seen it looks once more, so the final checkpoint, written just before the
+  marker, is still yielded.
+  """
+  last = None
+  waiting = False
+  done_seen = False
+  while True:
+    latest = tf.train.latest_checkpoint(options.model_dir)
+    if latest is not None and latest != last:
+      last, waiting = latest, False
+      yield latest
+      continue
+    if checkpoints.training_done(options.model_dir):
+      if done_seen:
+        return
+      done_seen = True
+    elif not waiting:
+      log(f"waiting for a checkpoint newer than {os.path.basename(last)} in {options.model_dir}" if last
+          else f"waiting for the trainer's first checkpoint (ckpt-<step>) in {options.model_dir}")
+      waiting = True
+    time.sleep(options.poll_seconds)
+
+
 def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
         log: Callable[[str], None] = print) -> int:
   """The refresher loop; returns the number of indexes published (or, on workers > 0, embedded)."""
@@ -124,30 +152,9 @@ def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = 
                          source=f"{config_path}'s vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
-  if tf.train.latest_checkpoint(options.model_dir) is None:
-    log(f"waiting for the trainer's first checkpoint (ckpt-<step>) in {options.model_dir}")
 
   refreshes = 0
-  done_seen = []
-  last_timeout = [time.time()]
-
-  def stop_waiting() -> bool:
-    # Called when no new checkpoint arrived for a while: stop once training is done, but only after
-    # the final checkpoint (which the iterator yields first) was processed.
-    # tf.train.wait_for_new_checkpoint sleeps in steps of 1 s and gives up without sleeping at all when
-    # its timeout is 1 s or less; sleep the rest of poll_seconds here, or a --poll_seconds <= 1 would
-    # spin on the checkpoint directory (tens of thousands of looks per second).
-    time.sleep(max(0.0, options.poll_seconds - (time.time() - last_timeout[0])))
-    last_timeout[0] = time.time()
-    if checkpoints.training_done(options.model_dir):
-      if done_seen:
-        return True
-      done_seen.append(True)  # one more look: the final checkpoint may have landed just now
-    return False
-
-  for checkpoint_path in tf.train.checkpoints_iterator(
-      options.model_dir, min_interval_secs=options.poll_seconds, timeout=options.poll_seconds,
-      timeout_fn=stop_waiting):
+  for checkpoint_path in _new_checkpoints(options, log):
     step = checkpoints.checkpoint_step(checkpoint_path)
     if step < options.start_at_step or step in published_index.published_steps(options.model_dir):
       continue

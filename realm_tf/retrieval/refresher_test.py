@@ -231,9 +231,28 @@ class RefresherTest(tf.test.TestCase):
     refresher.run(self._options(model_dir), log=lambda message: None)
     self.assertFalse(os.path.exists(leftover))
 
+  def test_says_it_waits_once_per_wait(self):
+    model_dir = self.get_temp_dir()
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    looks = []
+
+    def training_done(directory):
+      looks.append(directory)
+      if len(looks) == 10:
+        trainer.save(5)  # a checkpoint after 9 idle polls, then 10 more idle polls, then done
+      return len(looks) >= 21
+
+    messages = []
+    with mock.patch.object(refresher.checkpoints, "training_done", training_done):
+      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.01),
+                                     log=messages.append), 1)
+    waits = [m for m in messages if m.startswith("waiting")]
+    self.assertEqual(waits, [f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}",
+                             f"waiting for a checkpoint newer than ckpt-5 in {model_dir}"])
+
   def test_short_poll_seconds_sleeps_between_looks(self):
-    # tf.train.checkpoints_iterator returns from its wait without sleeping when the timeout is <= 1 s;
-    # the refresher must sleep itself rather than spin on the directory.
+    # A polling loop must sleep between looks rather than spin on the directory.
     model_dir = self.get_temp_dir()
     _config().save(model_dir)
     looks = []
