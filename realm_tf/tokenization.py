@@ -5,13 +5,17 @@ needs the byte span of each wordpiece), the reader, and SavedModels that take ra
 tensorflow_text ops only, so it runs eagerly, inside tf.data and inside an exported SavedModel (the vocab
 file becomes an asset).
 
-Why not `text.BertTokenizer(lower_case=True).tokenize_with_offsets` directly: with lower casing, its
-offsets point into the case-folded, NFD-normalized, accent-stripped string, not into the input ("Café" ->
-bytes 0..4 of "cafe", one byte short of the original 5). Here the same normalization (case fold -> NFD ->
-drop \\p{Mn} -> \\p{Cc}|\\p{Cf} to space, exactly BasicTokenizer's) is applied one character at a time, which
-gives a map from normalized bytes back to original characters; the normalized text then goes through a
-non-lower-casing BertTokenizer whose offsets are mapped back. The ids equal those of
-`text.BertTokenizer(vocab, lower_case=True)` (tested, including fuzzing).
+The normalization is Google BERT's uncased BasicTokenizer (and Hugging Face's BertTokenizer): lower case
+(Unicode lower casing, core TensorFlow's tf.strings.lower), NFD, drop \\p{Mn}, \\p{Cc}|\\p{Cf} to space. It
+is applied one character at a time, which gives a map from normalized bytes back to original characters;
+the normalized text then goes through a non-lower-casing tensorflow_text BasicTokenizer + WordPiece whose
+offsets are mapped back. Not `text.BertTokenizer(lower_case=True)`: its offsets point into the normalized
+string ("Café" -> bytes 0..4 of "cafe", one byte short of the original 5), and its case folding applies
+NFKC, which BERT's does not: 1/2-as-one-character becomes "1⁄2", ß "ss", ς "σ", ² "2", … "...", ligatures
+split, full-width letters become ASCII. On 13 of the first 1,000 SQuAD dev paragraphs that changed the
+wordpieces, so one checkpoint embedded the same documents differently here and in the original tools.
+Two differences remain, both rarer: a capital sigma at a word's end lowers to σ here (Python's str.lower
+gives ς by context), and control characters become a space here where BERT deletes them.
 """
 
 from typing import List, NamedTuple, Sequence
@@ -115,7 +119,7 @@ class Tokenizer(tf.Module):
   def _normalize_chars(self, chars: tf.Tensor) -> tf.Tensor:
     """BasicTokenizer's normalization, applied to a flat tensor of single characters."""
     if self.do_lower_case:
-      chars = text.case_fold_utf8(chars)
+      chars = tf.strings.lower(chars, encoding="utf-8")
       chars = text.normalize_utf8(chars, "NFD")
       chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
     return tf.strings.regex_replace(chars, r"\p{Cc}|\p{Cf}", " ")

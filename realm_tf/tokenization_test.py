@@ -3,6 +3,7 @@
 import os
 import string
 import tempfile
+import unicodedata
 
 from hypothesis import configuration as hypothesis_configuration
 from hypothesis import given
@@ -54,6 +55,23 @@ FUZZ_ALPHABET = (list(string.ascii_letters[:10]) + list("XYZxyz") +
                  ["\U0001F600", "\U0001F44D", "\U0001F3FD", "\u2764", "\ufe0f"])
 
 
+def _bert_normalize(value: str) -> str:
+  """The reference: Google BERT's uncased BasicTokenizer normalization, per whitespace token
+  (tokenization.py's _run_strip_accents after token.lower()), written from the published algorithm.
+  Control characters are left to the splitter below (see tokenization.py: realm_tf makes them spaces)."""
+  return " ".join("".join(c for c in unicodedata.normalize("NFD", token.lower())
+                          if unicodedata.category(c) != "Mn")
+                  for token in value.split(" "))
+
+
+def _bert_reference_ids(vocab_path, texts):
+  """BERT's uncased ids: the normalization above, then tensorflow_text's BasicTokenizer (punctuation, CJK
+  and whitespace splitting) and WordPiece with lower casing off."""
+  reference = text.BertTokenizer(vocab_path, lower_case=False, token_out_type=tf.int64)
+  normalized = tf.constant([_bert_normalize(t) for t in texts])
+  return reference.tokenize(normalized).merge_dims(1, 2).to_list()
+
+
 class TokenizationTest(tf.test.TestCase):
 
   def setUp(self):
@@ -89,14 +107,34 @@ class TokenizationTest(tf.test.TestCase):
     self.assertEqual([data[s:l].decode("utf-8") for s, l in zip(row.starts, row.limits)],
                      ["hello", ",", "Café", "!"])
 
-  def test_case_fold_expansions(self):
-    # ß case-folds to "ss" and the ligature ﬁ to "fi": the piece spans the whole original character.
-    self.assertTokens(self.tokenizer, "ß", ["ss"], [(0, 2)])
-    self.assertTokens(self.tokenizer, "ﬁ", ["fi"], [(0, 3)])
+  def test_lower_casing_is_berts_not_nfkc(self):
+    # BERT lower-cases without NFKC: ß and the ligature ﬁ stay themselves (not "ss", "fi"), so they are
+    # [UNK] in a vocab without them, spanning the whole original character.
+    self.assertTokens(self.tokenizer, "ß", ["[UNK]"], [(0, 2)])
+    self.assertTokens(self.tokenizer, "ﬁ", ["[UNK]"], [(0, 3)])
     # Decomposed "é" (e + combining acute) inside a word: the accent is dropped from the ids.
     (row,) = self.tokenizer.tokenize_texts(["cafe\u0301s"])
     self.assertEqual(self.tokenizer.ids_to_tokens(row.ids), ["cafe", "##s"])
     self.assertEqual((row.starts, row.limits[1]), ([0, 6], 7))
+
+  def test_ids_equal_berts_on_the_characters_nfkc_changes(self):
+    characters = ["½", "ß", "ς", "²", "…", "ﬁ", "é", "Å", "ＡＢＣ", "ö"]
+    vocab = _dedupe(SPECIALS + ["1", "2", "⁄", ".", "…", "ss", "ß", "σ", "ς", "½", "²", "fi", "ﬁ", "e",
+                                "a", "b", "c", "o", "abc", "ａｂｃ", "x", "##ß", "##ς", "##x"])
+    path = write_vocab(self.create_tempdir().full_path, vocab)
+    tokenizer = tokenization.Tokenizer(path)
+    texts = [f"x{c}x {c} {c.upper()}" for c in characters] + [" ".join(characters)]
+    self.assertEqual(tokenizer.tokenize(tf.constant(texts)).to_list(), _bert_reference_ids(path, texts))
+    # What NFKC would have given is different for each of them: the check is not vacuous.
+    nfkc = text.BertTokenizer(path, lower_case=True, token_out_type=tf.int64)
+    self.assertNotEqual(nfkc.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list(),
+                        _bert_reference_ids(path, texts))
+    # Offsets still point at the original characters ("…" is punctuation: a word of its own).
+    ids, starts, limits = tokenizer.tokenize_with_offsets(tf.constant(["a½ß²… Ｘ"]))
+    data = "a½ß²… Ｘ".encode("utf-8")
+    self.assertEqual([data[s:l].decode("utf-8") for s, l in zip(starts[0].numpy(), limits[0].numpy())],
+                     ["a½ß²", "…", "Ｘ"])
+    self.assertEqual(tokenizer.ids_to_tokens(ids[0].numpy()), ["[UNK]", "…", "[UNK]"])
 
   def test_cjk_characters_are_single_tokens_with_three_byte_spans(self):
     self.assertTokens(self.tokenizer, "中国日本", ["中", "国", "日", "本"],
@@ -152,13 +190,12 @@ class TokenizationTest(tf.test.TestCase):
       self.assertEqual(row.limits, limits[i].numpy().tolist())
     self.assertEqual(self.tokenizer.tokenize(tf.constant(texts)).to_list(), ids.to_list())
 
-  def test_ids_equal_tf_text_bert_tokenizer(self):
+  def test_ids_equal_bert_reference(self):
     tricky = ["", "Café", "cafés", "CAFÉS", "cafe\u0301", "ﬁ ß İ", "中国日本語", "Привет, мир!",
               "مرحبا", "hello\u200bworld", "tab\there\nnewline", "a\u00a0b", "x\u3000y",
               "\U0001F600 emoji \U0001F44D\U0001F3FD \u2764\ufe0f", "don't-stop (now)", "\x01\x7f",
               "   leading and trailing   ", "unaffable" * 15, "ÅNGSTRÖM ñandú"]
-    reference = text.BertTokenizer(self.vocab_path, lower_case=True, token_out_type=tf.int64)
-    expected = reference.tokenize(tf.constant(tricky)).merge_dims(1, 2).to_list()
+    expected = _bert_reference_ids(self.vocab_path, tricky)
     self.assertEqual(self.tokenizer.tokenize(tf.constant(tricky)).to_list(), expected)
     # Not vacuous: the strings produce real pieces, not only [UNK]s.
     self.assertGreater(sum(1 for row in expected for i in row if i > 4), 30)
@@ -286,14 +323,13 @@ class TokenizationFuzzTest(tf.test.TestCase):
     cls.vocab_path = write_vocab(cls._dir, name="fuzz_vocab.txt")
     cls.tokenizers = {lc: tokenization.Tokenizer(cls.vocab_path, do_lower_case=lc)
                       for lc in (True, False)}
-    cls.references = {lc: text.BertTokenizer(cls.vocab_path, lower_case=lc, token_out_type=tf.int64)
-                      for lc in (True, False)}
+    cls.reference = text.BertTokenizer(cls.vocab_path, lower_case=False, token_out_type=tf.int64)
 
   def _normalize(self, texts, lower_case):
     """The tf_text BasicTokenizer normalization (the reference's), on a batch of strings."""
     texts = tf.constant(texts, tf.string)
     if lower_case:
-      texts = text.normalize_utf8(text.case_fold_utf8(texts), "NFD")
+      texts = text.normalize_utf8(tf.strings.lower(texts, encoding="utf-8"), "NFD")
       texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
     texts = tf.strings.regex_replace(texts, r"\p{Cc}|\p{Cf}", " ")
     return [t.decode("utf-8") for t in texts.numpy().tolist()]
@@ -305,9 +341,10 @@ class TokenizationFuzzTest(tf.test.TestCase):
   def test_fuzz_ids_and_offsets(self, texts, lower_case):
     tokenizer = self.tokenizers[lower_case]
     ids, starts, limits = tokenizer.tokenize_with_offsets(tf.constant(texts))
-    expected = self.references[lower_case].tokenize(tf.constant(texts)).merge_dims(1, 2)
+    expected = (_bert_reference_ids(self.vocab_path, texts) if lower_case else
+                self.reference.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list())
     # (a) the ids are the reference's.
-    self.assertEqual(ids.to_list(), expected.to_list())
+    self.assertEqual(ids.to_list(), expected)
 
     span_texts, pieces = [], []
     for text_value, row_ids, row_starts, row_limits in zip(texts, ids.to_list(), starts.to_list(),
