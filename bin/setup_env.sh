@@ -1,6 +1,7 @@
 # Sourced by bin/demo and bin/test: makes sure the Debian packages and the Python venv exist, so that a
 # fresh clone needs nothing else. The venv lives in $REALM_TF_VENV (default: <repo>/.venv) and is rebuilt
-# only when requirements.txt (or the Python version) changes: its hash is stamped inside the venv.
+# only when requirements.txt (or the Python version) changes: its hash is stamped inside the venv. realm_tf
+# itself is installed into it editable (pip install -e), redone when pyproject.toml changes.
 set -euo pipefail
 
 REALM_TF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,30 +36,44 @@ realm_tf_python() {
 }
 
 realm_tf_setup_venv() {
-  local python stamp
+  local python deps_stamp stamp
   python="$(realm_tf_python)"
   "$python" -c 'import venv, ensurepip' 2>/dev/null || realm_tf_apt_install python3-venv
+  # Two stamps: requirements.txt (with the Python version and the repo path) decides whether the venv is
+  # rebuilt; pyproject.toml on top of it only whether realm_tf's editable install is redone.
+  deps_stamp="$( (cat "$REALM_TF_ROOT/requirements.txt"; echo "$REALM_TF_ROOT"; "$python" --version) \
+                 | sha256sum | cut -d' ' -f1)"
   stamp="$( (cat "$REALM_TF_ROOT/requirements.txt" "$REALM_TF_ROOT/pyproject.toml"; echo "$REALM_TF_ROOT";
              "$python" --version) | sha256sum | cut -d' ' -f1)"
-  if [ -f "$REALM_TF_VENV/.requirements.sha256" ] && [ "$(cat "$REALM_TF_VENV/.requirements.sha256")" = "$stamp" ]; then
+  if [ "$(cat "$REALM_TF_VENV/.requirements.sha256" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
-  _realm_log "creating venv $REALM_TF_VENV from requirements.txt (about 2 minutes, once)"
-  rm -rf "$REALM_TF_VENV"
-  "$python" -m venv "$REALM_TF_VENV"
-  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
-  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
-    | grep -v "is ignored" >&2 || true
-  # realm_tf itself, editable: every command in README then runs from any directory without PYTHONPATH.
-  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check "setuptools>=61" 2>&1 | grep -v "is ignored" >&2 || true
+  if [ "$(cat "$REALM_TF_VENV/.deps.sha256" 2>/dev/null)" != "$deps_stamp" ]; then
+    _realm_log "creating venv $REALM_TF_VENV from requirements.txt (about 2 minutes, once)"
+    rm -rf "$REALM_TF_VENV"
+    "$python" -m venv "$REALM_TF_VENV"
+    "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+    "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
+      | grep -v "is ignored" >&2 || true
+    "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann' \
+      || { _realm_log "the venv at $REALM_TF_VENV did not install; see the pip output above"; exit 1; }
+    echo "$deps_stamp" > "$REALM_TF_VENV/.deps.sha256"
+  fi
+  # realm_tf itself, editable (pyproject.toml): every command in README then runs from any directory
+  # without PYTHONPATH. No build isolation, so nothing beyond setuptools and wheel (already in the venv:
+  # TensorFlow needs them; else from PyPI) is fetched.
+  _realm_log "installing realm_tf into $REALM_TF_VENV (pip install -e, editable)"
+  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check "setuptools>=61" wheel 2>&1 | grep -v "is ignored" >&2 || true
   "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
     -e "$REALM_TF_ROOT" 2>&1 | grep -v "is ignored\|InformationOnly\|precedence during imports\|^ *$\|warnings.warn" >&2 || true
-  "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann, realm_tf' \
-    || { _realm_log "the venv at $REALM_TF_VENV did not install; see the pip output above"; exit 1; }
+  # Isolated (-I: no PYTHONPATH, no current directory on sys.path), so only the install can satisfy it.
+  (cd / && "$REALM_TF_VENV/bin/python" -I -c 'import realm_tf') \
+    || { _realm_log "pip install -e $REALM_TF_ROOT failed; see the pip output above"; exit 1; }
   echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
 }
 
 # Quiet TensorFlow's C++ start-up noise and keep Keras on tf_keras (Model Garden needs Keras 2).
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
 export TF_USE_LEGACY_KERAS=1
-export PYTHONPATH="$REALM_TF_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# No PYTHONPATH: realm_tf is installed in the venv (editable), and Bazel's py_test puts its runfiles on
+# sys.path itself.

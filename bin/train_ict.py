@@ -15,8 +15,6 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=32, learning_rate=1e-4, num_train_steps=1000,
                                             save_checkpoints_steps=1000)
-# The shared trainer flags are listed in this binary's --help, not only in --helpfull.
-flags.adopt_module_key_flags(trainer_flags)
 _PRETRAINING = flags.DEFINE_string("pretraining_corpus_path", None,
                                    "Prefix of bin/generate_pretraining_corpus output.", required=True)
 _INIT_BERT = flags.DEFINE_string("init_bert_checkpoint", None,

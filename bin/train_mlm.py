@@ -22,8 +22,6 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=32, learning_rate=1e-4, num_train_steps=10000,
                                             save_checkpoints_steps=1000)
-# The shared trainer flags are listed in this binary's --help, not only in --helpfull.
-flags.adopt_module_key_flags(trainer_flags)
 _INPUT = flags.DEFINE_string("input_path", None, "JSONL or TSV documents to pre-train on.",
                              required=True)
 _INIT = flags.DEFINE_string(

@@ -20,8 +20,6 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=8, learning_rate=1e-5, num_train_steps=1000,
                                             save_checkpoints_steps=500)
-# The shared trainer flags are listed in this binary's --help, not only in --helpfull.
-flags.adopt_module_key_flags(trainer_flags)
 _TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (any realm_tf.data.qa.load_qa input: "
                              ".jsonl, .json, .tsv or tfds:NAME/SPLIT).", required=True)
 _DEV = flags.DEFINE_string("dev_path", None, "Dev QA file for periodic evaluation and best-checkpoint "

@@ -17,8 +17,6 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=16, learning_rate=3e-5, num_train_steps=1000,
                                             save_checkpoints_steps=100)
-# The shared trainer flags are listed in this binary's --help, not only in --helpfull.
-flags.adopt_module_key_flags(trainer_flags)
 _PRETRAINING = flags.DEFINE_string("pretraining_corpus_path", None,
                                    "Prefix of bin/generate_pretraining_corpus output.", required=True)
 _RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,

@@ -173,7 +173,7 @@ class RefresherKillTest(tf.test.TestCase):
       log1 = os.path.join(out, "first.log")
       first = self._start(model_dir, log1, batch_size=1)
       processes.append(first)
-      self._wait_until(lambda: "Found new checkpoint" in self._read(log1), "finding the checkpoint",
+      self._wait_until(lambda: "found new checkpoint" in self._read(log1), "finding the checkpoint",
                        first, log1)
       found_at = _cpu_seconds(first.pid)
       self._wait_until(lambda: _cpu_seconds(first.pid) >= found_at + 1.0, "embedding", first, log1)

@@ -622,8 +622,9 @@ class QueryEmbedderStressTest(tf.test.TestCase):
     ids = fixture.tokenizer.tokenize(tf.constant([t.encode("utf-8") for t in texts]))
     inputs = fixture.config.featurizer(fixture.tokenizer).query_inputs(ids)
     q = fixture.config.query_seq_len
-    # Truncated to Q; the emoji run without spaces is one 10,000-character word, hence one [UNK].
-    self.assertAllEqual(inputs.mask.numpy().sum(axis=1), [q, q, q, 3, q, q, 2, 3])
+    # Truncated to Q; the emoji run without spaces is one 10,000-character word, hence one [UNK] (its
+    # joiners are deleted, as BERT does); NUL, \x01 and U+FFFD are deleted too.
+    self.assertAllEqual(inputs.mask.numpy().sum(axis=1), [q, q, q, 3, q, q, 2, 2])
     self.assertAllEqual(inputs.token_ids.numpy()[3, :3], [fixture.tokenizer.cls_id,
                                                          fixture.tokenizer.token_to_id("[UNK]"),
                                                          fixture.tokenizer.sep_id])
@@ -649,6 +650,7 @@ _ALLOWED_WRITES = {
     ("realm_tf/pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
     ("realm_tf/pipeline.py", "run_realm"): "a subprocess log, appended as it runs",
     ("realm_tf/pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
+    ("bin/run_demo.py", "_stderr_to"): "the demo's own stderr log (demo_stderr.log), appended as it runs",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve",
                    "marshal"}

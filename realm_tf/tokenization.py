@@ -6,7 +6,8 @@ tensorflow_text ops only, so it runs eagerly, inside tf.data and inside an expor
 file becomes an asset).
 
 The normalization is Google BERT's uncased BasicTokenizer (and Hugging Face's BertTokenizer): lower case
-(Unicode lower casing, core TensorFlow's tf.strings.lower), NFD, drop \\p{Mn}, \\p{Cc}|\\p{Cf} to space. It
+(Unicode lower casing, core TensorFlow's tf.strings.lower), NFD, drop \\p{Mn}; control, format and
+private-use characters, NUL and U+FFFD are deleted and \\p{Zs} made a space (BERT's _clean_text). It
 is applied one character at a time, which gives a map from normalized bytes back to original characters;
 the normalized text then goes through a non-lower-casing tensorflow_text BasicTokenizer + WordPiece whose
 offsets are mapped back. Not `text.BertTokenizer(lower_case=True)`: its offsets point into the normalized
@@ -14,8 +15,9 @@ string ("Café" -> bytes 0..4 of "cafe", one byte short of the original 5), and 
 NFKC, which BERT's does not: 1/2-as-one-character becomes "1⁄2", ß "ss", ς "σ", ² "2", … "...", ligatures
 split, full-width letters become ASCII. On 13 of the first 1,000 SQuAD dev paragraphs that changed the
 wordpieces, so one checkpoint embedded the same documents differently here and in the original tools.
-Two differences remain, both rarer: a capital sigma at a word's end lowers to σ here (Python's str.lower
-gives ς by context), and control characters become a space here where BERT deletes them.
+tensorflow_text's own BasicTokenizer also turns control and format characters into spaces, where BERT
+deletes them: a zero-width joiner would split an emoji sequence into words. One difference remains, rarer:
+a capital sigma at a word's end lowers to σ here (Python's str.lower gives ς by context).
 """
 
 from typing import List, NamedTuple, Sequence
@@ -122,7 +124,13 @@ class Tokenizer(tf.Module):
       chars = tf.strings.lower(chars, encoding="utf-8")
       chars = text.normalize_utf8(chars, "NFD")
       chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
-    return tf.strings.regex_replace(chars, r"\p{Cc}|\p{Cf}", " ")
+    # BERT's _clean_text: every \p{C} character except tab, newline and carriage return (whitespace) is
+    # deleted, not made a space; so are NUL and U+FFFD. (RE2 has no \p{Cn}; \p{Cs} cannot occur in UTF-8.)
+    chars = tf.strings.regex_replace(
+        chars, r"[\x{0}-\x{8}\x{B}\x{C}\x{E}-\x{1F}\x{7F}-\x{9F}\p{Cf}\p{Co}\x{FFFD}]", "")
+    # BERT's whitespace is \p{Zs} too (no-break and ideographic spaces); RE2's \s, which the splitter
+    # uses, is ASCII only.
+    return tf.strings.regex_replace(chars, r"\p{Zs}", " ")
 
   def tokenize_with_offsets(self, texts: tf.Tensor):
     """Tokenizes a batch of UTF-8 strings.

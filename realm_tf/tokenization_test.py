@@ -55,13 +55,21 @@ FUZZ_ALPHABET = (list(string.ascii_letters[:10]) + list("XYZxyz") +
                  ["\U0001F600", "\U0001F44D", "\U0001F3FD", "\u2764", "\ufe0f"])
 
 
+def _bert_clean(value: str) -> str:
+  """BERT's _clean_text, written from the published algorithm: NUL, U+FFFD and every character of a
+  Unicode category C* other than tab, newline and carriage return are deleted; whitespace (those three,
+  the space and category Zs) becomes a space."""
+  return "".join(" " if c in "\t\n\r " or unicodedata.category(c) == "Zs" else c for c in value
+                 if ord(c) not in (0, 0xFFFD) and not unicodedata.category(c).startswith("C")
+                 or c in "\t\n\r")
+
+
 def _bert_normalize(value: str) -> str:
   """The reference: Google BERT's uncased BasicTokenizer normalization, per whitespace token
-  (tokenization.py's _run_strip_accents after token.lower()), written from the published algorithm.
-  Control characters are left to the splitter below (see tokenization.py: realm_tf makes them spaces)."""
+  (tokenization.py's _clean_text, then _run_strip_accents after token.lower())."""
   return " ".join("".join(c for c in unicodedata.normalize("NFD", token.lower())
                           if unicodedata.category(c) != "Mn")
-                  for token in value.split(" "))
+                  for token in _bert_clean(value).split(" "))
 
 
 def _bert_reference_ids(vocab_path, texts):
@@ -194,11 +202,23 @@ class TokenizationTest(tf.test.TestCase):
     tricky = ["", "Café", "cafés", "CAFÉS", "cafe\u0301", "ﬁ ß İ", "中国日本語", "Привет, мир!",
               "مرحبا", "hello\u200bworld", "tab\there\nnewline", "a\u00a0b", "x\u3000y",
               "\U0001F600 emoji \U0001F44D\U0001F3FD \u2764\ufe0f", "don't-stop (now)", "\x01\x7f",
+              "un\u200daffable a\x01b\ufffdc", "\U0001F469\u200d\U0001F469\u200d\U0001F467 the",
               "   leading and trailing   ", "unaffable" * 15, "ÅNGSTRÖM ñandú"]
     expected = _bert_reference_ids(self.vocab_path, tricky)
     self.assertEqual(self.tokenizer.tokenize(tf.constant(tricky)).to_list(), expected)
     # Not vacuous: the strings produce real pieces, not only [UNK]s.
     self.assertGreater(sum(1 for row in expected for i in row if i > 4), 30)
+
+  def test_control_and_format_characters_are_deleted_as_berts(self):
+    # BERT deletes them (a joiner inside a word keeps it one word); tensorflow_text makes them spaces.
+    (row,) = self.tokenizer.tokenize_texts(["un\u200daffable"])
+    self.assertEqual(self.tokenizer.ids_to_tokens(row.ids), ["un", "##aff", "##able"])
+    self.assertEqual((row.starts, row.limits), ([0, 5, 8], [5, 8, 12]))  # the joiner is in "un"'s span
+    self.assertEqual(self.tokenizer.tokenize_texts(["\x00\x01\ufffd"])[0].ids, [])
+    # And Unicode spaces separate words, as BERT's \p{Zs} whitespace (RE2's \s is ASCII only).
+    (row,) = self.tokenizer.tokenize_texts(["the\u00a0cafe\u3000the"])
+    self.assertEqual(self.tokenizer.ids_to_tokens(row.ids), ["the", "cafe", "the"])
+    self.assertEqual(row.starts, [0, 5, 12])
 
   def test_invalid_utf8(self):
     with self.assertRaises(tf.errors.InvalidArgumentError):
@@ -326,13 +346,8 @@ class TokenizationFuzzTest(tf.test.TestCase):
     cls.reference = text.BertTokenizer(cls.vocab_path, lower_case=False, token_out_type=tf.int64)
 
   def _normalize(self, texts, lower_case):
-    """The tf_text BasicTokenizer normalization (the reference's), on a batch of strings."""
-    texts = tf.constant(texts, tf.string)
-    if lower_case:
-      texts = text.normalize_utf8(tf.strings.lower(texts, encoding="utf-8"), "NFD")
-      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-    texts = tf.strings.regex_replace(texts, r"\p{Cc}|\p{Cf}", " ")
-    return [t.decode("utf-8") for t in texts.numpy().tolist()]
+    """BERT's normalization (the reference's), on a batch of strings."""
+    return [_bert_normalize(t) if lower_case else _bert_clean(t) for t in texts]
 
   @settings(max_examples=50, deadline=None, derandomize=True, database=None)
   @given(texts=st.lists(st.text(alphabet=st.sampled_from(FUZZ_ALPHABET), max_size=40),
@@ -342,7 +357,8 @@ class TokenizationFuzzTest(tf.test.TestCase):
     tokenizer = self.tokenizers[lower_case]
     ids, starts, limits = tokenizer.tokenize_with_offsets(tf.constant(texts))
     expected = (_bert_reference_ids(self.vocab_path, texts) if lower_case else
-                self.reference.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list())
+                self.reference.tokenize(tf.constant([_bert_clean(t) for t in texts]))
+                .merge_dims(1, 2).to_list())
     # (a) the ids are the reference's.
     self.assertEqual(ids.to_list(), expected)
 

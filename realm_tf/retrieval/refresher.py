@@ -1,7 +1,7 @@
 """The index refresher: re-embeds the corpus from the trainer's checkpoints and publishes new indexes.
 
-It waits for checkpoints with tf.train.checkpoints_iterator (a blocking wait that sleeps between looks,
-never a busy loop; when several checkpoints arrived meanwhile it jumps to the newest), restores the
+It polls the trainer's model dir for checkpoints (sleeping between looks, never a busy loop; when several
+checkpoints arrived meanwhile it jumps to the newest; it says it is waiting once per wait), restores the
 document tower of that step, embeds the whole corpus, builds the MIPS index, and publishes it with the
 query tower of the same step (realm_tf.retrieval.published_index). It stops when the trainer's done marker
 appears (after publishing the final checkpoint's index) or after max_refreshes.
@@ -120,6 +120,7 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
     latest = tf.train.latest_checkpoint(options.model_dir)
     if latest is not None and latest != last:
       last, waiting = latest, False
+      log(f"found new checkpoint {latest}")
       yield latest
       continue
     if checkpoints.training_done(options.model_dir):

@@ -15,6 +15,12 @@ from realm_tf.training import distribute
 from realm_tf.training import flags_util
 from realm_tf.training import loop
 
+# The flags define_trainer_flags defines belong to the binary that calls it, as if that binary had defined
+# them itself: absl's --help lists only the main module's key flags, so each trainer's --help shows the
+# shared flags beside its own (--helpfull still adds absl's and TensorFlow's). absl's documented way for
+# a module whose functions define flags on behalf of their caller.
+flags.disclaim_key_flags()
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerFlags:
@@ -56,7 +62,7 @@ class TrainerFlags:
 
 def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps: int,
                          save_checkpoints_steps: int) -> TrainerFlags:
-  """Defines the shared flags with this binary's defaults."""
+  """Defines the shared flags with this binary's defaults, as key flags of the calling module."""
   return TrainerFlags(
       model_dir=flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, run config.",
                                     required=True),
