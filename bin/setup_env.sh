@@ -63,12 +63,18 @@ realm_tf_setup_venv() {
   # without PYTHONPATH. No build isolation, so nothing beyond setuptools and wheel (already in the venv:
   # TensorFlow needs them; else from PyPI) is fetched.
   _realm_log "installing realm_tf into $REALM_TF_VENV (pip install -e, editable)"
-  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check "setuptools>=61" wheel 2>&1 | grep -v "is ignored" >&2 || true
-  "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
-    -e "$REALM_TF_ROOT" 2>&1 | grep -v "is ignored\|InformationOnly\|precedence during imports\|^ *$\|warnings.warn" >&2 || true
-  # Isolated (-I: no PYTHONPATH, no current directory on sys.path), so only the install can satisfy it.
-  (cd / && "$REALM_TF_VENV/bin/python" -I -c 'import realm_tf') \
-    || { _realm_log "pip install -e $REALM_TF_ROOT failed; see the pip output above"; exit 1; }
+  # setuptools' own notices (beta pyproject support, editable-install advice) are not for the user: pip's
+  # output goes to a log that is shown only when the install fails.
+  local pip_log="$REALM_TF_VENV/pip-install-realm_tf.log"
+  if ! { "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check "setuptools>=61" wheel &&
+         "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation \
+           -e "$REALM_TF_ROOT"; } > "$pip_log" 2>&1 \
+     || ! (cd / && "$REALM_TF_VENV/bin/python" -I -c 'import realm_tf') 2>> "$pip_log"; then
+    # Isolated (-I: no PYTHONPATH, no current directory on sys.path): only the install can satisfy it.
+    cat "$pip_log" >&2
+    _realm_log "pip install -e $REALM_TF_ROOT failed (output above, also in $pip_log)"
+    exit 1
+  fi
   echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
 }
 
