@@ -3,7 +3,8 @@ r"""The index refresher: a process of its own beside bin/train_realm.
 Waits for the trainer's checkpoints in --model_dir (blocking; never busy-polls), re-embeds the corpus with
 the document tower of the newest one, builds the MIPS index and publishes it atomically as
 MODEL_DIR/index/<step>/ with the query tower of the same step; keeps the newest --keep. Exits when the
-trainer writes its done marker or after --max_refreshes.
+trainer writes its done marker or after --max_refreshes. One refresher per model dir: it holds
+MODEL_DIR/.refresher.lock while it runs, and a second one stops naming the first (or waits, --wait_for_lock).
 
   python bin/refresh_doc_embeds.py --model_dir=/runs/realm --retrieval_corpus_path=/data/corpus/blocks
 
@@ -19,6 +20,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf import process_lock
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import refresher
 from realm_tf.training import distribute
@@ -45,6 +47,9 @@ _WORKER_INDEX = flags.DEFINE_integer("worker_index", 0, "This host's index in [0
 _MERGE_TIMEOUT = flags.DEFINE_float("merge_timeout_seconds", 1800.0,
                                     "Worker 0 gives up a step whose other workers' rows do not arrive "
                                     "within this time (they may have moved on to a newer checkpoint).")
+_WAIT_FOR_LOCK = flags.DEFINE_bool(
+    "wait_for_lock", False, "When another refresher runs on --model_dir (it holds MODEL_DIR/"
+    ".refresher.lock), wait for it to exit instead of stopping with an error naming it.")
 _STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES,
                               "Distribution strategy of the embedding.")
 _TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
@@ -68,13 +73,19 @@ def main(argv):
       keep=_KEEP.value, batch_size=_BATCH_SIZE.value, max_refreshes=_MAX_REFRESHES.value,
       poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
       num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value,
-      merge_timeout_seconds=_MERGE_TIMEOUT.value)
+      merge_timeout_seconds=_MERGE_TIMEOUT.value, wait_for_lock=_WAIT_FOR_LOCK.value)
   if _ONCE.value:
     config_path = _CONFIG_PATH.value or os.path.join(_MODEL_DIR.value, realm_config_lib.CONFIG_NAME)
     config = realm_config_lib.RealmConfig.load(config_path)
-    refresher.bootstrap(config, _INIT_CHECKPOINT.value, options, strategy, log=logging.info)
+    try:
+      refresher.bootstrap(config, _INIT_CHECKPOINT.value, options, strategy, log=logging.info)
+    except process_lock.LockedError as e:
+      raise app.UsageError(str(e)) from None
     return
-  refresher.run(options, strategy, log=logging.info)
+  try:
+    refresher.run(options, strategy, log=logging.info)
+  except process_lock.LockedError as e:
+    raise app.UsageError(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -203,6 +203,12 @@ def read_manifest(output_prefix: str) -> dict:
   return shards.read_manifest(output_prefix, "realm_tf corpus", _HINT)
 
 
+def fingerprint(output_prefix: str) -> str:
+  """sha256 (hex) of the corpus manifest, which lists every shard's checksum and count: two corpora with
+  the same fingerprint hold the same documents in the same rows. Indexes record it (published.json)."""
+  return shards.sha256_file(output_prefix + MANIFEST_SUFFIX)
+
+
 class VocabMismatchError(ValueError):
   """The vocab file a process tokenizes with is not the one its corpus or its run was made with."""
 

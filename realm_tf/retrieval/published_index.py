@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import io_utils
+from realm_tf import process_lock
+from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import index as index_lib
 
 INDEX_DIR = "index"
@@ -29,6 +31,13 @@ MIPS_DIR = "mips"
 QUERY_EMBEDDER_DIR = "query_embedder"
 PUBLISHED_NAME = "published.json"
 _STEP_DIR = re.compile(r"^\d+$")
+# How long a trainer waiting for an index tolerates no live refresher (none started yet, or gone) before
+# it stops with NoRefresherError: long enough for a refresher started beside it to import TensorFlow.
+REFRESHER_GRACE_SECONDS = 120.0
+
+
+class NoRefresherError(RuntimeError):
+  """A trainer waits for an index that no running refresher will publish."""
 
 
 def index_root(model_dir: str) -> str:
@@ -75,10 +84,17 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
       for name in files:
         io_utils.fsync_path(os.path.join(directory, name))
     if tf.io.gfile.exists(final):
-      # A refresher restarted on the same checkpoint: replace the old copy (same step, same content).
-      shutil.rmtree(final)
-    os.rename(tmp, final)
-    io_utils.fsync_path(root)
+      # Never replaced in place (a reader could see it half-deleted): the copy there is of the same
+      # checkpoint, published by an earlier or concurrent process.
+      log(f"index of step {step} is already published at {final}; keeping that one")
+    else:
+      try:
+        os.rename(tmp, final)
+      except OSError as e:
+        if not tf.io.gfile.exists(final):
+          raise
+        log(f"index of step {step} was published at {final} meanwhile ({e}); keeping that one")
+      io_utils.fsync_path(root)
   finally:
     if tf.io.gfile.exists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)
@@ -99,17 +115,28 @@ def published_steps(model_dir: str) -> List[int]:
 
 
 def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
-  """Removes temporary directories a killed refresher left behind; returns how many."""
+  """Removes temporary directories whose writer has exited (a killed refresher or trainer); returns how
+  many. One whose writer still runs (a trainer publishing its bootstrap index, another process's
+  publication) is left alone: its pid is in its name (io_utils.temporary_path), checked on this host."""
   root = index_root(model_dir)
   if not tf.io.gfile.isdir(root):
     return 0
   removed = 0
   for name in tf.io.gfile.listdir(root):
+    name = name.rstrip("/")
     # .tmp-*: an index being published; .embeddings-*: worker rows of a multi-host refresh.
-    if io_utils.is_temporary(name.rstrip("/")) or name.startswith(".embeddings-"):
-      log(f"removing unfinished index {os.path.join(root, name)} (a refresher stopped while writing it)")
-      shutil.rmtree(os.path.join(root, name.rstrip("/")), ignore_errors=True)
-      removed += 1
+    if io_utils.is_temporary(name):
+      pid = process_lock.writer_pid(name)
+      if pid is not None and process_lock.is_running(pid):
+        log(f"leaving {os.path.join(root, name)}: its writer (pid {pid}) is still running")
+        continue
+      log(f"removing unfinished index {os.path.join(root, name)} (its writer stopped while writing it)")
+    elif name.startswith(".embeddings-"):
+      log(f"removing worker rows {os.path.join(root, name)} of an unfinished multi-host refresh")
+    else:
+      continue
+    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    removed += 1
   return removed
 
 
@@ -154,20 +181,44 @@ def load_published(path: str, record: Optional[Dict] = None) -> LoadedIndex:
 
 
 class IndexWatcher:
-  """Trainer-side view of MODEL_DIR/index/: the newest complete index, loaded on demand.
+  """Trainer-side view of MODEL_DIR/index/: the newest complete index of the trainer's corpus, loaded on
+  demand.
 
-  Checksums are verified once per directory (a published index never changes); a corrupt or
-  incomplete one is skipped with a single warning and not retried.
+  Checksums are verified once per directory (a published index never changes); a corrupt or incomplete
+  one, or one built from another corpus than corpus_prefix (published.json's corpus_fingerprint, or its
+  document count for indexes that predate it), is skipped with a single warning and not retried: the
+  trainer keeps training on the newest index that matches.
   """
 
-  def __init__(self, model_dir: str, log: Callable[[str], None] = print):
+  def __init__(self, model_dir: str, log: Callable[[str], None] = print,
+               corpus_prefix: Optional[str] = None):
     self.model_dir = model_dir
     self._log = log
     self._bad = set()
     self._verified: Dict[int, Dict] = {}
+    self._corpus_prefix = corpus_prefix
+    self._corpus = None
+    if corpus_prefix:
+      self._corpus = (corpus_lib.fingerprint(corpus_prefix),
+                      corpus_lib.read_manifest(corpus_prefix)["num_documents"])
+
+  def _other_corpus(self, path: str, record: Dict) -> Optional[str]:
+    """Why the index at path is of another corpus than the trainer's, or None."""
+    if self._corpus is None:
+      return None
+    expected_fingerprint, expected_docs = self._corpus
+    found = record.get("corpus_fingerprint")
+    if (found is not None and found != expected_fingerprint) or record.get("num_docs") != expected_docs:
+      return (f"index {path} was built from the corpus {record.get('corpus_prefix')} "
+              f"({record.get('num_docs')} documents, fingerprint {str(found)[:16]}), not from this "
+              f"trainer's --retrieval_corpus_path={self._corpus_prefix} ({expected_docs} documents, "
+              f"fingerprint {expected_fingerprint[:16]}): its rows would point at other documents. "
+              f"Restart bin/refresh_doc_embeds with --retrieval_corpus_path={self._corpus_prefix} and "
+              f"delete {path}; training goes on with the newest index of this corpus")
+    return None
 
   def newest_step(self) -> Optional[int]:
-    """The step of the newest complete, uncorrupted published index, or None."""
+    """The step of the newest complete, uncorrupted published index of the trainer's corpus, or None."""
     for step in reversed(published_steps(self.model_dir)):
       if step in self._bad:
         continue
@@ -175,13 +226,20 @@ class IndexWatcher:
         return step
       path = os.path.join(index_root(self.model_dir), str(step))
       try:
-        self._verified[step] = verify_published(path)
-        return step
+        record = verify_published(path)
       except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
         # Deleted under us by keep-K cleanup, or really broken: either way not usable.
         if tf.io.gfile.exists(path):
           self._log(f"WARNING: skipping index {path}: {e}")
           self._bad.add(step)
+        continue
+      mismatch = self._other_corpus(path, record)
+      if mismatch:
+        self._log(f"WARNING: skipping {mismatch}")
+        self._bad.add(step)
+        continue
+      self._verified[step] = record
+      return step
     return None
 
   def load_newer(self, current_step: Optional[int]) -> Optional[LoadedIndex]:
@@ -199,17 +257,39 @@ class IndexWatcher:
       return None
 
   def wait_for_newer(self, current_step: Optional[int], poll_seconds: float = 2.0,
-                     timeout_seconds: Optional[float] = None,
-                     reason: str = "") -> Optional[LoadedIndex]:
-    """Blocks (sleeping between looks) until an index newer than current_step is published."""
+                     timeout_seconds: Optional[float] = None, reason: str = "",
+                     refresher_grace_seconds: Optional[float] = REFRESHER_GRACE_SECONDS
+                     ) -> Optional[LoadedIndex]:
+    """Blocks (sleeping between looks) until an index newer than current_step is published.
+
+    Raises NoRefresherError when, for refresher_grace_seconds in a row, no bin/refresh_doc_embeds holds
+    the model dir's lock (none was started, it crashed, or it exited after the done marker): nothing
+    would ever publish. None disables the check (and it is skipped on remote model dirs).
+    """
     deadline = None if timeout_seconds is None else time.time() + timeout_seconds
+    lock_path = os.path.join(self.model_dir, process_lock.LOCK_NAME)
+    check_refresher = refresher_grace_seconds is not None and "://" not in self.model_dir
+    unlocked_since = None
     announced = False
     while True:
       loaded = self.load_newer(current_step)
       if loaded is not None:
         return loaded
-      if deadline is not None and time.time() >= deadline:
+      now = time.time()
+      if deadline is not None and now >= deadline:
         return None
+      if check_refresher:
+        if process_lock.is_held(lock_path):
+          unlocked_since = None
+        elif unlocked_since is None:
+          unlocked_since = now
+        elif now - unlocked_since >= refresher_grace_seconds:
+          raise NoRefresherError(
+              f"waited {now - unlocked_since:.0f} s for an index under {index_root(self.model_dir)} but "
+              f"no bin/refresh_doc_embeds is running on {self.model_dir} ({lock_path} is not held): "
+              f"start one with --model_dir={self.model_dir} and the trainer's --retrieval_corpus_path "
+              "(see its log if one crashed), then restart this trainer; it resumes from its last "
+              "checkpoint")
       if not announced:
         what = "a first index" if current_step is None else f"an index newer than step {current_step}"
         self._log(f"waiting for bin/refresh_doc_embeds to publish {what} under "

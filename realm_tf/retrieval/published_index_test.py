@@ -7,12 +7,14 @@ fraction of a second; the SavedModel round trip of a real RetrieverEmbedder has 
 import json
 import os
 import shutil
+import subprocess
 import threading
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import io_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.retrieval import index as index_lib
@@ -119,16 +121,6 @@ class PublishIndexTest(tf.test.TestCase):
     self.assertIn(os.path.join(model_dir, "index", "10"), removed[1])
     self.assertEqual(published_index.IndexWatcher(model_dir).newest_step(), 30)
 
-  def test_republishing_a_step_replaces_it(self):
-    model_dir = self.get_temp_dir()
-    _publish(model_dir, 4)
-    _publish(model_dir, 4, query_tower=_ScaledQueryTower(-1.0))
-    self.assertEqual(published_index.published_steps(model_dir), [4])
-    loaded = published_index.IndexWatcher(model_dir).load_newer(None)
-    inputs = _query_inputs()
-    self.assertAllClose(loaded.embed_queries(*inputs),
-                        _ScaledQueryTower(-1.0)(tuple(tf.constant(x) for x in inputs)))
-
   def test_failed_publication_leaves_nothing_behind(self):
     model_dir = self.get_temp_dir()
     _publish(model_dir, 1)
@@ -190,20 +182,43 @@ class PublishIndexTest(tf.test.TestCase):
     self.assertLen(warnings, 1)
     self.assertIn("saved_model.pb", warnings[0])
 
-  def test_clean_temporary_removes_only_temporary_directories(self):
+  def test_clean_temporary_removes_only_temporary_directories_of_exited_writers(self):
     model_dir = self.get_temp_dir()
     self.assertEqual(published_index.clean_temporary(model_dir, log=self.fail), 0)  # no index dir
     complete = _publish(model_dir, 3)
     root = published_index.index_root(model_dir)
-    leftovers = [os.path.join(root, ".tmp-5-99-0123abcd"), os.path.join(root, ".tmp-6-99-4567cdef")]
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    leftovers = [os.path.join(root, f".tmp-5-{exited.pid}-0123abcd"),
+                 os.path.join(root, f".tmp-6-{exited.pid}-4567cdef")]
     shutil.copytree(complete, leftovers[0])
     os.makedirs(os.path.join(leftovers[1], "mips"))
+    # A live writer's (this process's) directory, e.g. the trainer publishing its bootstrap index.
+    live = io_utils.temporary_path(os.path.join(root, "7"))
+    os.makedirs(os.path.join(live, "mips"))
     messages = []
     self.assertEqual(published_index.clean_temporary(model_dir, log=messages.append), 2)
-    self.assertEqual(os.listdir(root), ["3"])
-    self.assertLen(messages, 2)
-    self.assertTrue(all("removing unfinished index" in m for m in messages), messages)
+    self.assertCountEqual(os.listdir(root), ["3", os.path.basename(live)])
+    self.assertLen(messages, 3)
+    self.assertEqual(sum("removing unfinished index" in m for m in messages), 2, messages)
+    self.assertIn(f"its writer (pid {os.getpid()}) is still running", messages[-1] + messages[0])
     published_index.verify_published(complete)
+
+  def test_a_published_step_is_never_replaced(self):
+    model_dir = self.get_temp_dir()
+    first = _publish(model_dir, 4)
+    before = os.stat(os.path.join(first, "published.json")).st_ino
+    messages = []
+    self.assertEqual(_publish(model_dir, 4, log=messages.append,
+                              query_tower=_ScaledQueryTower(-1.0)), first)
+    self.assertEqual(os.stat(os.path.join(first, "published.json")).st_ino, before)
+    loaded = published_index.IndexWatcher(model_dir).load_newer(None)  # still the first copy's tower
+    inputs = _query_inputs()
+    self.assertAllClose(loaded.embed_queries(*inputs),
+                        _ScaledQueryTower(5)(tuple(tf.constant(x) for x in inputs)))
+    self.assertTrue(any("already published" in m for m in messages), messages)
+    root = published_index.index_root(model_dir)
+    self.assertEqual(os.listdir(root), ["4"])  # the second copy's temporary directory is gone too
 
   def test_wait_for_newer_times_out_when_nothing_is_published(self):
     model_dir = self.get_temp_dir()

@@ -10,6 +10,7 @@ With several workers (hosts), each embeds a contiguous run of the corpus and wri
 waits for all of them, merges, builds and publishes.
 """
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Callable, Iterator, Optional
 
 import tensorflow as tf
 
+from realm_tf import process_lock
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
@@ -40,6 +42,21 @@ class RefresherOptions:
   num_workers: int = 1
   worker_index: int = 0
   merge_timeout_seconds: float = 1800.0
+  wait_for_lock: bool = False
+
+
+def _one_refresher(options: RefresherOptions, log: Callable[[str], None]):
+  """The model dir's refresher lock (realm_tf.process_lock), held for the refresher's life: a second
+  refresher on the same model dir raises LockedError naming the first (or waits, wait_for_lock). Workers
+  other than 0 only write their rows and do not take it; a remote model dir (gs://) cannot be flocked."""
+  if options.worker_index != 0:
+    return contextlib.nullcontext()
+  if "://" in options.model_dir:
+    log(f"WARNING: {options.model_dir} is not a local filesystem: nothing stops a second refresher on it")
+    return contextlib.nullcontext()
+  return process_lock.exclusive(os.path.join(options.model_dir, process_lock.LOCK_NAME),
+                                "bin/refresh_doc_embeds", wait=options.wait_for_lock,
+                                poll_seconds=options.poll_seconds, log=log)
 
 
 def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int,
@@ -80,7 +97,8 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
   start = time.time()
   mips = index_lib.build_index(embeddings, implementation=options.index_implementation)
   build_seconds = time.time() - start
-  record = dict(info or {}, corpus_prefix=options.corpus_prefix, embed_seconds=embed_seconds,
+  record = dict(info or {}, corpus_prefix=options.corpus_prefix,
+                corpus_fingerprint=corpus_lib.fingerprint(options.corpus_prefix), embed_seconds=embed_seconds,
                 build_seconds=build_seconds, implementation=options.index_implementation)
   path = published_index.publish_index(options.model_dir, step, mips, retriever.query_embedder,
                                        info=record, keep=options.keep, log=log)
@@ -102,7 +120,8 @@ def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[st
   info = {"bootstrap": True}
   if init_checkpoint:
     info["checkpoint"] = checkpoints.restore_retriever(retriever, init_checkpoint)
-  return build_and_publish(config, retriever, 0, options, strategy, info, log)
+  with _one_refresher(options, log):
+    return build_and_publish(config, retriever, 0, options, strategy, info, log)
 
 
 def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> Iterator[str]:
@@ -137,6 +156,12 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
 def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
         log: Callable[[str], None] = print) -> int:
   """The refresher loop; returns the number of indexes published (or, on workers > 0, embedded)."""
+  with _one_refresher(options, log):
+    return _run_locked(options, strategy, log)
+
+
+def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy],
+                log: Callable[[str], None]) -> int:
   published_index.clean_temporary(options.model_dir, log)
   config_path = os.path.join(options.model_dir, realm_config_lib.CONFIG_NAME)
   announced = False

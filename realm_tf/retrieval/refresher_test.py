@@ -225,7 +225,9 @@ class RefresherTest(tf.test.TestCase):
 
   def test_removes_temporary_directories_of_a_killed_refresher(self):
     model_dir = self.get_temp_dir()
-    leftover = os.path.join(published_index.index_root(model_dir), ".tmp-7-123-0badf00d")
+    exited = subprocess.Popen(["true"])  # a pid whose process is gone, as a killed refresher's
+    exited.wait()
+    leftover = os.path.join(published_index.index_root(model_dir), f".tmp-7-{exited.pid}-0badf00d")
     os.makedirs(os.path.join(leftover, "mips"))
     checkpoints.write_done_marker(model_dir)
     refresher.run(self._options(model_dir), log=lambda message: None)
@@ -314,6 +316,17 @@ class RefresherTest(tf.test.TestCase):
       try:
         self._wait_for(self._published(model_dir, 10), "publishing the index of step 10",
                        log_path=log_path, process=process)
+        # A second refresher on the same model dir stops at once, naming the first; nothing published.
+        second = subprocess.run(
+            pipeline._command(  # pylint: disable=protected-access
+                "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
+                poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
+            capture_output=True, text=True, env=pipeline._env(),  # pylint: disable=protected-access
+            timeout=_DEADLINE_SECONDS, check=False)
+        self.assertNotEqual(second.returncode, 0, second.stderr[-2000:])
+        self.assertIn(f"held by pid {process.pid}", second.stderr)
+        self.assertIn("only one bin/refresh_doc_embeds may run per model dir", second.stderr)
+        self.assertNotIn("Traceback", second.stderr)
         trainer.save(20)
         self._wait_for(self._published(model_dir, 20), "publishing the index of step 20",
                        log_path=log_path, process=process)
@@ -330,6 +343,43 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(published_index.published_steps(model_dir), [10, 20])
     self.assertIndexOf(model_dir, 10, trainer, atol=1e-4)
     self.assertIndexOf(model_dir, 20, trainer, atol=1e-4)
+
+
+class CorpusBindingTest(tf.test.TestCase):
+  """An index records its corpus; a trainer's IndexWatcher skips an index of another corpus."""
+
+  def test_trainer_skips_an_index_of_another_corpus_with_one_warning(self):
+    directory = self.create_tempdir().full_path
+    documents = []
+    for doc in corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")):
+      documents.append(doc)
+      if len(documents) == _NUM_DOCS:
+        break
+    tokenizer = tokenization.Tokenizer(_VOCAB)
+    ours, shuffled = os.path.join(directory, "ours"), os.path.join(directory, "shuffled")
+    corpus_lib.write_corpus(lambda: documents, tokenizer, ours, num_shards=1)
+    # The same count, other rows: the case a document count cannot catch.
+    corpus_lib.write_corpus(lambda: documents[::-1], tokenizer, shuffled, num_shards=1)
+    model_dir = os.path.join(directory, "realm")
+    trainer = _FakeTrainer(model_dir, _config(), None)
+    trainer.write_config()
+    retriever = trainer.retriever
+    for step, corpus_prefix in ((10, ours), (20, shuffled)):
+      options = refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=corpus_prefix,
+                                           index_implementation="brute_force", batch_size=8)
+      refresher.build_and_publish(trainer.config, retriever, step, options, log=lambda m: None)
+    record = published_index.verify_published(os.path.join(published_index.index_root(model_dir), "20"))
+    self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(shuffled))
+    self.assertNotEqual(corpus_lib.fingerprint(ours), corpus_lib.fingerprint(shuffled))
+    warnings = []
+    watcher = published_index.IndexWatcher(model_dir, warnings.append, corpus_prefix=ours)
+    self.assertEqual(watcher.load_newer(None).step, 10)
+    self.assertIsNone(watcher.load_newer(10))  # asked again: still skipped, not warned again
+    self.assertLen(warnings, 1)
+    for part in ("index/20", shuffled, ours, "--retrieval_corpus_path=" + ours, "delete"):
+      self.assertIn(part, warnings[0])
+    # Without a corpus to compare with (tools that read any index), the newest is taken.
+    self.assertEqual(published_index.IndexWatcher(model_dir, self.fail).newest_step(), 20)
 
 
 class _Notifying(list):

@@ -123,7 +123,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                      index_implementation=options.index_implementation),
           strategy, {"bootstrap": True}, log)
 
-  watcher = published_index.IndexWatcher(model_dir, log)
+  watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=options.retrieval_corpus_path)
   corpus = realm_input.CorpusTable(options.retrieval_corpus_path)
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
