@@ -340,9 +340,12 @@ class PublishFaultTest(tf.test.TestCase):
       with self.subTest(fault=name):
         model_dir = os.path.join(self.get_temp_dir(), re.sub(r"\W", "_", name))
         _publish_cheap(model_dir, 1)
-        with patch, self.assertRaisesRegex(error, _ENOSPC):
-          _publish_cheap(model_dir, 2)
         root = published_index.index_root(model_dir)
+        with patch, self.assertRaisesRegex(published_index.IndexWriteError,
+                                           f"index of step 2 into {re.escape(root)}: .*{_ENOSPC}.*"
+                                           "untouched; free space") as raised:
+          _publish_cheap(model_dir, 2)
+        self.assertIsInstance(raised.exception.__cause__, error)
         self.assertEqual(os.listdir(root), ["1"])  # nothing under the final name, no .tmp leftovers
         self.assertEqual(_leftovers(root), [])
         published_index.verify_published(os.path.join(root, "1"))

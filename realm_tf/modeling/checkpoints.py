@@ -77,7 +77,8 @@ def restore_retriever(retriever, checkpoint_path: str) -> str:
     for status in statuses:
       status.expect_partial()
       status.assert_existing_objects_matched()
-  except (AssertionError, ValueError, tf.errors.OpError) as e:
+  except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
+    # IndexError: TensorFlow's reader of a truncated data file ("Read less bytes than requested").
     raise ValueError(f"{checkpoint_path}: cannot restore the retriever from it ({layout} layout): "
                      f"{e}") from e
   return checkpoint_path
@@ -87,6 +88,15 @@ def write_done_marker(model_dir: str) -> None:
   """Tells the refresher that training finished (it exits once it has seen the last checkpoint)."""
   with tf.io.gfile.GFile(os.path.join(model_dir, DONE_MARKER), "w") as f:
     f.write("done\n")
+
+
+def clear_done_marker(model_dir: str) -> bool:
+  """Removes the done marker (a finished run continued to more steps); returns whether there was one."""
+  path = os.path.join(model_dir, DONE_MARKER)
+  if not tf.io.gfile.exists(path):
+    return False
+  tf.io.gfile.remove(path)
+  return True
 
 
 def training_done(model_dir: str) -> bool:

@@ -11,6 +11,7 @@ consumed and skips them, so the order is a function of the seed and the step (gi
 """
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -18,6 +19,8 @@ from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
+from realm_tf import io_utils
+from realm_tf.modeling import checkpoints
 from realm_tf.training import train_lib
 
 
@@ -32,6 +35,9 @@ class LoopOptions:
     keep_checkpoint_max: checkpoints to keep.
     log_every_steps: progress line and summaries every this many steps.
     jit_compile: compile the step with XLA.
+    global_batch_size: examples per step over all replicas; recorded in MODEL_DIR/train_state.json, and
+      a resume with another one is refused (the data stream resumes by batches: it would repeat or skip
+      examples).
   """
   model_dir: str
   num_train_steps: int
@@ -39,10 +45,18 @@ class LoopOptions:
   keep_checkpoint_max: int = 5
   log_every_steps: int = 10
   jit_compile: bool = True
+  global_batch_size: Optional[int] = None
+
+
+TRAIN_STATE_NAME = "train_state.json"
 
 
 class CheckpointWriteError(RuntimeError):
   """The model dir cannot take a checkpoint (unwritable or full)."""
+
+
+class ResumeError(ValueError):
+  """The model dir cannot be resumed as asked (no readable checkpoint, another batch size)."""
 
 
 class NonFiniteLossError(RuntimeError):
@@ -62,6 +76,57 @@ def _check_finite(result: Dict[str, float], step: int, manager: tf.train.Checkpo
       f"step {step}: non-finite training values ({', '.join(bad)}); training stopped before saving this "
       f"step, {resume}. Lower --learning_rate, check the input data, or use float32 instead of "
       "--mixed_precision")
+
+
+def _remove_unfinished_saves(model_dir: str, log: Callable[[str], None]) -> None:
+  """Deletes ckpt-N_temp/ directories a killed or disk-full save left behind (TensorFlow writes a
+  checkpoint there and renames its files into place; what remains was never a checkpoint)."""
+  for path in tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*_temp")):
+    log(f"removing {path}: an unfinished checkpoint save")
+    tf.io.gfile.rmtree(path)
+
+
+def _restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
+                             log: Callable[[str], None]) -> None:
+  """Restores the newest checkpoint that reads; a damaged one (truncated or missing data file) is named
+  and skipped for the one before it. None readable: ResumeError with the fix."""
+  damaged = []
+  for path in reversed(manager.checkpoints):
+    try:
+      checkpoint.restore(path).assert_existing_objects_matched()
+    except (tf.errors.OpError, ValueError, IndexError, AssertionError) as e:
+      # IndexError: TensorFlow's reader of a truncated data file ("Read less bytes than requested").
+      files = ", ".join(sorted(os.path.basename(f) for f in tf.io.gfile.glob(path + ".*")))
+      log(f"WARNING: checkpoint {path} is damaged ({type(e).__name__}: {str(e).splitlines()[0][:300]}; "
+          f"its files: {files or 'none'}); trying the one before it")
+      damaged.append(path)
+      continue
+    log(f"resumed from {path} at step {int(checkpoint.optimizer.iterations.numpy())}"
+        + (f" (skipped damaged {', '.join(damaged)}: delete them)" if damaged else ""))
+    return
+  raise ResumeError(
+      f"no checkpoint in {manager.directory} can be read (damaged: {', '.join(damaged)}). Delete them "
+      "(and the 'checkpoint' file) to start over from the warm start, or restore them from a backup")
+
+
+def _check_batch_size(options: LoopOptions) -> None:
+  path = os.path.join(options.model_dir, TRAIN_STATE_NAME)
+  if options.global_batch_size is None or not tf.io.gfile.exists(path):
+    return
+  with tf.io.gfile.GFile(path) as f:
+    recorded = json.load(f).get("global_batch_size")
+  if recorded is not None and recorded != options.global_batch_size:
+    raise ResumeError(
+        f"{options.model_dir} was trained with a global batch of {recorded} ({path}); resuming with "
+        f"{options.global_batch_size} would repeat or skip training examples, since the data stream "
+        f"resumes by batches. Resume with --batch_size={recorded} (global), or train in a new "
+        "--model_dir warm-started from this run's checkpoint")
+
+
+def _record_batch_size(options: LoopOptions) -> None:
+  if options.global_batch_size is not None:
+    io_utils.write_json_atomic(os.path.join(options.model_dir, TRAIN_STATE_NAME),
+                               {"global_batch_size": int(options.global_batch_size)})
 
 
 def _save(manager: tf.train.CheckpointManager, step: int) -> str:
@@ -99,15 +164,21 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
   manager = tf.train.CheckpointManager(checkpoint, options.model_dir,
                                        max_to_keep=options.keep_checkpoint_max,
                                        step_counter=optimizer.iterations)
-  if manager.latest_checkpoint:
-    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-    log(f"resumed from {manager.latest_checkpoint} at step {int(optimizer.iterations.numpy())}")
+  _remove_unfinished_saves(options.model_dir, log)
+  if manager.checkpoints:
+    _check_batch_size(options)
+    _restore_newest_readable(checkpoint, manager, log)
   elif warm_start is not None:
     warm_start()
   step = int(optimizer.iterations.numpy())
   if step >= options.num_train_steps:
     log(f"already at step {step} >= --num_train_steps={options.num_train_steps}; nothing to do")
     return {}
+  if checkpoints.clear_done_marker(options.model_dir):
+    # A finished run continued to more steps: a refresher must not take the old marker for this run's.
+    log(f"continuing a finished run to step {options.num_train_steps}: removed its "
+        f"{checkpoints.DONE_MARKER} marker")
+  _record_batch_size(options)
 
   dataset = strategy.experimental_distribute_dataset(dataset_fn(step))
   train_step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile,

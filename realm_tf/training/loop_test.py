@@ -1,4 +1,4 @@
-"""Tests of the shared training loop's stop on non-finite values."""
+"""Tests of the shared training loop: its stop on non-finite values and how it resumes."""
 
 import os
 
@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf.modeling import checkpoints
 from realm_tf.modeling import losses
 from realm_tf.training import loop
 
@@ -73,6 +74,80 @@ class NonFiniteTest(tf.test.TestCase):
   def test_finite_run_reports_no_check_value(self):
     metrics = self._train(_Regression(), os.path.join(self.get_temp_dir(), "fine"))
     self.assertEqual(set(metrics), {"loss", "mse", "steps_per_second"})
+
+
+
+class ResumeTest(tf.test.TestCase):
+  """Operator mistakes on resume: a damaged checkpoint, another batch size, a finished run continued."""
+
+  def _train(self, model_dir, num_train_steps=6, batch_size=4, messages=None):
+    model = _Regression()
+    model(tf.zeros([1, 3]))
+    optimizer = tf_keras.optimizers.legacy.SGD(0.01)
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_train_steps,
+                               save_checkpoints_steps=2, log_every_steps=100, jit_compile=False,
+                               global_batch_size=batch_size)
+    loop.train(model, optimizer, tf.distribute.get_strategy(), _batches, options,
+               log=(messages if messages is not None else []).append)
+    return model, int(optimizer.iterations.numpy())
+
+  def test_a_truncated_or_missing_newest_checkpoint_falls_back_to_the_one_before(self):
+    for damage in ("truncate", "delete"):
+      model_dir = os.path.join(self.get_temp_dir(), damage)
+      self._train(model_dir)
+      data = os.path.join(model_dir, "ckpt-6.data-00000-of-00001")
+      if damage == "truncate":
+        with open(data, "r+b") as f:
+          f.truncate(os.path.getsize(data) // 2)
+      else:
+        os.remove(data)
+      messages = []
+      _, step = self._train(model_dir, num_train_steps=8, messages=messages)
+      self.assertEqual(step, 8)
+      warning = [m for m in messages if m.startswith("WARNING")]
+      self.assertLen(warning, 1, messages)
+      self.assertIn(os.path.join(model_dir, "ckpt-6"), warning[0])
+      self.assertTrue(any(m.startswith(f"resumed from {os.path.join(model_dir, 'ckpt-4')} at step 4")
+                          for m in messages), messages)
+
+  def test_no_readable_checkpoint_stops_with_the_fix(self):
+    model_dir = os.path.join(self.get_temp_dir(), "all_damaged")
+    self._train(model_dir)
+    for name in os.listdir(model_dir):
+      if ".data-" in name:
+        os.remove(os.path.join(model_dir, name))
+    with self.assertRaisesRegex(loop.ResumeError, "no checkpoint in .* can be read .*Delete them"):
+      self._train(model_dir, num_train_steps=8)
+
+  def test_another_batch_size_is_refused(self):
+    model_dir = os.path.join(self.get_temp_dir(), "batch")
+    self._train(model_dir, batch_size=8)
+    with self.assertRaisesRegex(loop.ResumeError, r"global batch of 8 .*resuming with 4 .*"
+                                                  r"--batch_size=8"):
+      self._train(model_dir, num_train_steps=8, batch_size=4)
+    _, step = self._train(model_dir, num_train_steps=8, batch_size=8)  # the same size resumes
+    self.assertEqual(step, 8)
+
+  def test_continuing_a_finished_run_removes_its_done_marker(self):
+    model_dir = os.path.join(self.get_temp_dir(), "continued")
+    self._train(model_dir)
+    checkpoints.write_done_marker(model_dir)
+    self._train(model_dir, num_train_steps=6)  # nothing to do: the marker stays
+    self.assertTrue(checkpoints.training_done(model_dir))
+    messages = []
+    self._train(model_dir, num_train_steps=8, messages=messages)
+    self.assertFalse(checkpoints.training_done(model_dir))
+    self.assertTrue(any("removed its TRAINING_DONE" in m for m in messages), messages)
+
+  def test_unfinished_saves_are_removed(self):
+    model_dir = os.path.join(self.get_temp_dir(), "temp")
+    self._train(model_dir)
+    leftover = os.path.join(model_dir, "ckpt-8_temp")
+    os.makedirs(os.path.join(leftover, "part-00000-of-00001"))
+    messages = []
+    self._train(model_dir, num_train_steps=8, messages=messages)
+    self.assertFalse(os.path.exists(leftover))
+    self.assertTrue(any(m.startswith(f"removing {leftover}") for m in messages), messages)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ class TrainerFlags:
         model_dir=self.model_dir.value, num_train_steps=self.num_train_steps.value,
         save_checkpoints_steps=self.save_checkpoints_steps.value,
         keep_checkpoint_max=self.keep_checkpoint_max.value,
-        log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value)
+        log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value,
+        global_batch_size=self.batch_size.value)
 
   def setup(self):
     """Strategy (logical CPUs first), precision policy, BERT config; returns (strategy, bert_config)."""
