@@ -78,7 +78,27 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
   final = os.path.join(root, str(step))
   tmp = io_utils.temporary_path(os.path.join(root, str(step)))
   try:
-    _write_index(tmp, final, root, step, mips_index, query_embedder, info, log)
+    tf.io.gfile.makedirs(tmp)
+    mips_index.save(os.path.join(tmp, MIPS_DIR), step=step)
+    tf.saved_model.save(_QueryEmbedderModule(query_embedder), os.path.join(tmp, QUERY_EMBEDDER_DIR))
+    record = dict(info or {}, step=int(step), num_docs=int(mips_index.num_docs),
+                  dim=int(mips_index.dim), published_unix_time=time.time())
+    io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
+    for directory, _, files in os.walk(tmp):
+      for name in files:
+        io_utils.fsync_path(os.path.join(directory, name))
+    if tf.io.gfile.exists(final):
+      # Never replaced in place (a reader could see it half-deleted): the copy there is of the same
+      # checkpoint, published by an earlier or concurrent process.
+      log(f"index of step {step} is already published at {final}; keeping that one")
+    else:
+      try:
+        os.rename(tmp, final)
+      except OSError as e:
+        if not tf.io.gfile.exists(final):
+          raise
+        log(f"index of step {step} was published at {final} meanwhile ({e}); keeping that one")
+      io_utils.fsync_path(root)
   except (OSError, tf.errors.OpError) as e:
     raise IndexWriteError(
         f"cannot write the index of step {step} into {root}: {e}. The indexes published there are "
@@ -91,32 +111,6 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
     log(f"removing old index {os.path.join(root, str(old))} (keeping the newest {keep})")
     shutil.rmtree(os.path.join(root, str(old)), ignore_errors=True)
   return final
-
-
-def _write_index(tmp: str, final: str, root: str, step: int, mips_index: index_lib.MipsIndex,
-                 query_embedder, info: Optional[Dict], log: Callable[[str], None]) -> None:
-  """publish_index's writes: everything into tmp, then one rename to final."""
-  tf.io.gfile.makedirs(tmp)
-  mips_index.save(os.path.join(tmp, MIPS_DIR), step=step)
-  tf.saved_model.save(_QueryEmbedderModule(query_embedder), os.path.join(tmp, QUERY_EMBEDDER_DIR))
-  record = dict(info or {}, step=int(step), num_docs=int(mips_index.num_docs),
-                dim=int(mips_index.dim), published_unix_time=time.time())
-  io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
-  for directory, _, files in os.walk(tmp):
-    for name in files:
-      io_utils.fsync_path(os.path.join(directory, name))
-  if tf.io.gfile.exists(final):
-    # Never replaced in place (a reader could see it half-deleted): the copy there is of the same
-    # checkpoint, published by an earlier or concurrent process.
-    log(f"index of step {step} is already published at {final}; keeping that one")
-  else:
-    try:
-      os.rename(tmp, final)
-    except OSError as e:
-      if not tf.io.gfile.exists(final):
-        raise
-      log(f"index of step {step} was published at {final} meanwhile ({e}); keeping that one")
-    io_utils.fsync_path(root)
 
 
 def published_steps(model_dir: str) -> List[int]:
