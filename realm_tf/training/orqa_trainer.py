@@ -404,6 +404,9 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
   model_dir = options.loop.model_dir
+  if options.index_dir and not options.retriever_checkpoint:
+    raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
+                     "start from the retriever whose document tower embedded that index")
   # Before anything is built: the corpus and a resumed run must have been made with this vocab.
   vocab_sha256 = corpus_lib.check_vocab(
       options.config.vocab_path, options.orqa.retrieval_corpus_path,
@@ -411,9 +414,6 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
       os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
   config = dataclasses.replace(options.config, share_embedders=False, vocab_sha256=vocab_sha256)
   options = dataclasses.replace(options, config=config)
-  if options.index_dir and not options.retriever_checkpoint:
-    raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
-                     "start from the retriever whose document tower embedded that index")
   retrievers: List[embedder_lib.Retriever] = []
 
   def retriever_fn() -> embedder_lib.Retriever:  # Built once, only when needed.
