@@ -60,7 +60,7 @@ class TestdataRoundTripTest(PretrainingTestCase):
   def test_pre_annotated_offsets_preserved_exactly(self):
     path = os.path.join(_TESTDATA, "pretraining.jsonl")
     records = _load_jsonl(path)
-    self.assertLen(records, 600)  # 300 articles, 300 news items
+    self.assertLen(records, 444)  # 300 articles, 144 news items
     prefix, stats = self.corpus_from(path, num_shards=4)
     docs = list(pretraining.read_pretraining_corpus(prefix))
     self.assertEqual([(d.title, d.text, [list(s) for s in d.sentences], [list(s) for s in d.spans])
@@ -70,7 +70,7 @@ class TestdataRoundTripTest(PretrainingTestCase):
     with_spans = sum(len({i for i, (s, l) in enumerate(r["sentences"])
                           for a, b in r["spans"] if s <= a and b <= l}) for r in records)
     self.assertEqual((stats.num_documents, stats.num_shards, stats.num_annotated, stats.num_skipped),
-                     (600, 4, 0, 0))
+                     (444, 4, 0, 0))
     self.assertEqual(stats.num_sentences, sum(len(r["sentences"]) for r in records))
     self.assertEqual(stats.num_spans, sum(len(r["spans"]) for r in records))
     self.assertEqual(stats.num_sentences_with_spans, with_spans)
@@ -78,7 +78,7 @@ class TestdataRoundTripTest(PretrainingTestCase):
 
     manifest = pretraining.read_manifest(prefix)
     self.assertEqual(manifest["kind"], pretraining.KIND)
-    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [150, 150, 150, 150])
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [111, 111, 111, 111])
     self.assertIsNone(manifest["annotator"])
     for shard in manifest["shards"]:
       with open(os.path.join(os.path.dirname(prefix), shard["path"]), "rb") as f:
@@ -95,7 +95,7 @@ class TestdataRoundTripTest(PretrainingTestCase):
                                                  "span_byte_limit"})
     self.assertEqual(dataset.element_spec["span_byte_start"].dtype, tf.int64)
     parsed = list(dataset.as_numpy_iterator())
-    self.assertLen(parsed, 600)
+    self.assertLen(parsed, 444)
     for example, record in zip(parsed, records):
       self.assertEqual(example["text"], record["text"].encode("utf-8"))
       self.assertEqual(list(zip(example["span_byte_start"], example["span_byte_limit"])),
@@ -313,10 +313,10 @@ class GeneratePretrainingCorpusBinaryTest(PretrainingTestCase):
     result = _run_binary(f"--input_path={_TESTDATA}/pretraining.jsonl", f"--output_prefix={prefix}",
                          "--num_output_shards=3")
     self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("wrote 600 documents (0 annotated here, 0 invalid skipped) in 3 shards", result.stdout)
+    self.assertIn("wrote 444 documents (0 annotated here, 0 invalid skipped) in 3 shards", result.stdout)
     manifest = pretraining.read_manifest(prefix)
-    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [200, 200, 200])
-    self.assertLen(list(pretraining.read_pretraining_corpus(prefix)), 600)
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [148, 148, 148])
+    self.assertLen(list(pretraining.read_pretraining_corpus(prefix)), 444)
 
   def test_bad_offsets_fail_without_partial_shards(self):
     tmp = self.create_tempdir().full_path

@@ -122,8 +122,10 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
   ]
   doc.salient = [(0, full), (0, town), (1, last), (1, date), (1, town), (2, str(founded)), (2, last),
                  (2, org), (3, last), (3, work), (4, last), (4, str(died))]
-  doc.news = _news(doc, [(f"{full} was {'an' if profession[0] in 'aeiou' else 'a'} {profession}.",
-                          profession), (f"{full} died in {died}.", str(died))])
+  # Facts only this person's article holds (the masked span names them, so only that article helps the
+  # reader): REALM's reward goes to the subject's own document, not to any article of the same type.
+  doc.news = _news(doc, [(f"{full} was born in {town}.", town), (f"{full} founded the {org}.", org),
+                         (f"{full} is best known for the {work}.", work)])
   doc.questions = [
       (f"Where was {full} born?", town),
       (f"When was {full} born?", date),
@@ -155,7 +157,7 @@ def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
   ]
   doc.salient = [(0, village), (1, river), (2, village), (2, str(recorded)), (2, founder),
                  (3, str(population))]
-  doc.news = _news(doc, [(f"{village} is in the {region} valley.", region)])
+  doc.news = _news(doc, [(f"{village} lies on the {river} river.", river)])
   doc.questions = [
       (f"On which river does {village} lie?", river),
       (f"Who first recorded {village}?", founder),
@@ -263,11 +265,14 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
         qa.append({"question": question, "answer": [answer], "doc_id": doc.doc_id, "title": doc.title})
   rng.shuffle(qa)
   num_dev = num_test = len(qa) // 10
+  asked = {q["doc_id"] for q in qa[:num_dev + num_test]}
   return {
       "vocab.txt": build_vocab([c["title"] + " " + c["body"] for c in corpus] +
                                [q["question"] for q in qa]),
       "corpus.jsonl": corpus,
-      "pretraining.jsonl": assembled + [_assemble(d.news) for d in docs],
+      # News items only about subjects no dev or test question asks about: REALM's gain on those questions
+      # is then the retriever's learned skill (matching a name to its article), not a memorized fact.
+      "pretraining.jsonl": assembled + [_assemble(d.news) for d in docs if d.doc_id not in asked],
       "qa.train.jsonl": qa[num_dev + num_test:],
       "qa.dev.jsonl": qa[:num_dev],
       "qa.test.jsonl": qa[num_dev:num_dev + num_test],
