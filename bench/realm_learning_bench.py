@@ -13,7 +13,7 @@ Questions are never trained on: REALM sees only pre-training sentences with a sa
 
 Resumable: each seed's run lives under --work_dir/seed_<s>/ and its measured rows in result.json there; a
 seed with a result.json is not run again (delete it to rerun). Options of PipelineOptions can be set with
---set=name=value (repeatable), e.g. --set=span_substitution_rate=1.0 to measure a device.
+--set=name=value (repeatable), e.g. --set=realm_learning_rate=1e-5.
 Prints a table and writes JSON (machine, options, per-seed rows, smallest gain) to --output.
 """
 

@@ -25,9 +25,6 @@ _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension 
 _EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
                               "Embedder LayerNorm epsilon (1e-3 when warm-starting from ICT).")
 _SHARE = flags.DEFINE_bool("share_embedders", True, "One tower for queries and documents.")
-_SCORE_SCALE = flags.DEFINE_float("retrieval_score_scale", 1.0,
-                                   "Scale of q.d before the candidate softmax (1.0: the original; "
-                                   "1/sqrt(projection_size) keeps a fresh retriever unsaturated).")
 _Q = flags.DEFINE_integer("query_seq_len", 96, "Q.")
 _C = flags.DEFINE_integer("candidate_seq_len", 288, "C.")
 _M = flags.DEFINE_integer("max_masks", 10, "M.")
@@ -44,21 +41,6 @@ _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_for
 _STALENESS = flags.DEFINE_integer("max_index_staleness_steps", None,
                                   "Wait for the refresher when the index is older than this many steps.")
 _CHECK_EVERY = flags.DEFINE_integer("check_index_every_batches", 10, "Look for a newer index this often.")
-_FREEZE = flags.DEFINE_integer(
-    "freeze_retriever_steps", 0,
-    "Train only the knowledge-augmented encoder for this many first steps: a reader that does not yet "
-    "read the retrieved documents gives the retriever noise, which can undo an ICT warm start.")
-_SUBSTITUTION = flags.DEFINE_float(
-    "span_substitution_rate", 0.0,
-    "Share of examples whose masked span, and its copies in the retrieved documents the reader sees, are "
-    "replaced by random wordpieces, so the reader must copy from a retrieved document instead of "
-    "memorizing (realm_tf/training/span_substitution.py). For readers trained from scratch; 0 is the "
-    "original.", lower_bound=0.0, upper_bound=1.0)
-_WARMUP = flags.DEFINE_integer(
-    "reader_warmup_steps", 0,
-    "For this many first steps the knowledge-augmented encoder reads only the retrieved documents that "
-    "contain the masked span, and the retriever is frozen (as by --freeze_retriever_steps): a reader "
-    "trained from scratch learns to copy from its input far sooner so. 0 is the original.", lower_bound=0)
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
 
@@ -71,8 +53,7 @@ def main(argv):
       do_lower_case=_FLAGS.do_lower_case.value, projection_size=_PROJECTION.value,
       embedder_layer_norm_epsilon=_EPSILON.value, share_embedders=_SHARE.value,
       query_seq_len=_Q.value, candidate_seq_len=_C.value, max_masks=_M.value,
-      num_candidates=_N.value, retrieval_score_scale=_SCORE_SCALE.value,
-      embedder_pooling=_FLAGS.embedder_pooling.value)
+      num_candidates=_N.value, embedder_pooling=_FLAGS.embedder_pooling.value)
   options = realm_trainer.RealmTrainerOptions(
       config=config, loop=_FLAGS.loop_options(),
       pretraining_corpus_path=_PRETRAINING.value, retrieval_corpus_path=_RETRIEVAL.value,
@@ -81,9 +62,7 @@ def main(argv):
       init_retriever_checkpoint=_INIT_RETRIEVER.value, init_reader_checkpoint=_INIT_READER.value,
       bootstrap_index=_BOOTSTRAP.value, index_implementation=_INDEX.value,
       max_index_staleness_steps=_STALENESS.value, check_index_every_batches=_CHECK_EVERY.value,
-      wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value,
-      freeze_retriever_steps=_FREEZE.value, span_substitution_rate=_SUBSTITUTION.value,
-      reader_warmup_steps=_WARMUP.value)
+      wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value)
   realm_trainer.train(options, strategy, log=logging.info)
 
 

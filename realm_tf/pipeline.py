@@ -61,9 +61,6 @@ class PipelineOptions:
   # The paper's REALM learning rate. At 1e-4 the retriever's recall fell on every seed; at 3e-5 it rises
   # after a short dip (docs/benchmarks.md).
   realm_learning_rate: float = 3e-5
-  freeze_retriever_steps: int = 0
-  span_substitution_rate: float = 0.0
-  reader_warmup_steps: int = 0
   # What REALM pre-trains on (ICT always uses all of testdata's pretraining.jsonl): "news", its news
   # items alone (facts only their subject's article holds, about subjects no dev or test question asks
   # about), as REALM pre-trained on CC-News while retrieving from Wikipedia (an article's own
@@ -78,7 +75,6 @@ class PipelineOptions:
   max_masks: int = 8
   num_candidates: int = 8
   max_index_staleness_steps: int = 100
-  retrieval_score_scale: float = 1.0
   orqa_steps: int = 200
   orqa_learning_rate: float = 3e-4
   index_implementation: str = "scann"
@@ -208,11 +204,7 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
           log_every_steps=25, init_retriever_checkpoint=init_retriever,
           init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
           index_implementation=options.index_implementation, check_index_every_batches=2,
-          max_index_staleness_steps=options.max_index_staleness_steps,
-          retrieval_score_scale=options.retrieval_score_scale,
-          freeze_retriever_steps=options.freeze_retriever_steps,
-          span_substitution_rate=options.span_substitution_rate,
-          reader_warmup_steps=options.reader_warmup_steps)
+          max_index_staleness_steps=options.max_index_staleness_steps)
       refresher.wait(timeout=300)
     finally:
       if refresher.poll() is None:

@@ -54,20 +54,14 @@ class RealmPretrainer(tf_keras.Model):
     reader_config: BERT of the knowledge-augmented encoder (defaults to retriever_config's shape).
     projection_size, layer_norm_epsilon, dropout_rate, share_embedders, pooling: see
       embedder.Retriever.
-    retrieval_score_scale: multiplies f(x, z) before the softmax over candidates. 1.0 is the original
-      (raw inner products). LayerNorm'ed D-dim embeddings give scores of standard deviation ~sqrt(D) at
-      initialization, which saturates the softmax and starves the retriever of gradient when it starts
-      untrained or barely trained; 1/sqrt(D) starts it unsaturated (the LayerNorm gains can still grow).
-      The index ranking is unaffected (a positive scale).
   """
 
   def __init__(self, retriever_config: bert.BertConfig,
                reader_config: Optional[bert.BertConfig] = None, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-               share_embedders: bool = True, retrieval_score_scale: float = 1.0,
-               name: str = "realm", pooling: str = embedder_lib.POOLER, **kwargs):
+               share_embedders: bool = True, name: str = "realm",
+               pooling: str = embedder_lib.POOLER, **kwargs):
     super().__init__(name=name, **kwargs)
-    self.retrieval_score_scale = retrieval_score_scale
     self.retriever = embedder_lib.Retriever(retriever_config, projection_size, layer_norm_epsilon,
                                             dropout_rate, share_embedders, pooling=pooling)
     self.encoder = kae_lib.KnowledgeAugmentedEncoder(reader_config or retriever_config)
@@ -76,7 +70,7 @@ class RealmPretrainer(tf_keras.Model):
     """Returns retrieval_logits [B, N], candidate_log_probs [B, N], gold_log_probs [B, N, M]."""
     retrieval_logits = self.retriever(
         (bert_triple(features, QUERY), bert_triple(features, CANDIDATE)),
-        training=training) * self.retrieval_score_scale
+        training=training)
     num_candidates = tf.shape(retrieval_logits)[1]
     # The query's masks sit at the same positions in every joint input ([CLS] query [SEP] body).
     positions = tf.repeat(features[MLM_POSITIONS][:, tf.newaxis, :], num_candidates, axis=1)

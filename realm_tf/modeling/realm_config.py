@@ -38,7 +38,6 @@ class RealmConfig:
     share_embedders: one tower for queries and documents.
     query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
       including the null document).
-    retrieval_score_scale: see realm_tf.modeling.realm.RealmPretrainer (1.0: the original).
   """
   retriever_bert: bert.BertConfig
   reader_bert: bert.BertConfig
@@ -52,7 +51,6 @@ class RealmConfig:
   candidate_seq_len: int = 288
   max_masks: int = 10
   num_candidates: int = 8
-  retrieval_score_scale: float = 1.0
   # Last, with a default, so configs written before it existed still load (as "pooler").
   embedder_pooling: str = embedder_lib.POOLER
   # sha256 of the vocab file; the trainers record it (realm_tf.data.corpus.check_vocab returns it) and
@@ -68,6 +66,13 @@ class RealmConfig:
   @classmethod
   def from_dict(cls, values: Dict[str, Any]) -> "RealmConfig":
     values = dict(values)
+    # Configs written while a retrieval score scale existed: 1.0 (REALM's raw inner products) is what
+    # every model computes now; a run trained with another scale cannot be continued faithfully.
+    scale = values.pop("retrieval_score_scale", 1.0)
+    if scale != 1.0:
+      raise ValueError(f"retrieval_score_scale={scale}: this run was trained with scaled retrieval "
+                       "scores, which realm_tf no longer computes (REALM uses the raw inner products); "
+                       "start a new --model_dir")
     for key in ("retriever_bert", "reader_bert"):
       values[key] = bert.BertConfig(**values[key])
     return cls(**values)
@@ -88,9 +93,15 @@ class RealmConfig:
                               "bin/train_realm (or pass the run's model dir)")
     with tf.io.gfile.GFile(path) as f:
       try:
-        return cls.from_dict(json.load(f))
-      except (json.JSONDecodeError, TypeError, KeyError) as e:
+        values = json.load(f)
+      except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
+    try:
+      return cls.from_dict(values)
+    except (TypeError, KeyError) as e:
+      raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
+    except ValueError as e:
+      raise ValueError(f"{path}: {e}") from e
 
   def check_matches(self, saved: "RealmConfig", path: str) -> None:
     """A restarted run must use the configuration its checkpoints were written with.

@@ -144,6 +144,23 @@ class RealmConfigTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, "pooling must be one of"):
       _config(embedder_pooling="max")
 
+  def test_configs_with_the_removed_retrieval_score_scale(self):
+    model_dir = self.get_temp_dir()
+    path = _config().save(model_dir)
+    with open(path) as f:
+      values = json.load(f)
+    # 1.0 was the default, REALM's raw inner products: such a run continues unchanged.
+    values["retrieval_score_scale"] = 1.0
+    with open(path, "w") as f:
+      json.dump(values, f)
+    self.assertEqual(realm_config_lib.RealmConfig.load(model_dir), _config())
+    # Any other scale trained a model this code no longer computes: refused, naming the file.
+    values["retrieval_score_scale"] = 0.125
+    with open(path, "w") as f:
+      json.dump(values, f)
+    with self.assertRaisesRegex(ValueError, f"{path}: retrieval_score_scale=0.125.*new --model_dir"):
+      realm_config_lib.RealmConfig.load(model_dir)
+
   def test_vocab_sha256_is_saved_old_configs_load_and_save_or_check_records_it(self):
     model_dir = os.path.join(self.get_temp_dir(), "vocab_sha")
     config = _config(vocab_sha256="ab" * 32)

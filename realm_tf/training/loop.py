@@ -15,7 +15,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
@@ -143,8 +143,7 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
           warm_start: Optional[Callable[[], None]] = None,
           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
-          log: Callable[[str], None] = print, frozen_variables: Sequence[tf.Variable] = (),
-          freeze_until_step: int = 0) -> Dict[str, float]:
+          log: Callable[[str], None] = print) -> Dict[str, float]:
   """Trains until options.num_train_steps; returns the metrics of the last step.
 
   Args:
@@ -153,7 +152,6 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
     dataset_fn: batches consumed so far -> the dataset of global batches from there on.
     warm_start: initializes weights when the model dir holds no checkpoint yet.
     after_step: (step, metrics) -> extra scalars to log; called every step on the host.
-    frozen_variables, freeze_until_step: see train_lib.TrainStep.
   """
   try:
     tf.io.gfile.makedirs(options.model_dir)
@@ -181,11 +179,7 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
   _record_batch_size(options)
 
   dataset = strategy.experimental_distribute_dataset(dataset_fn(step))
-  train_step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile,
-                                   frozen_variables=frozen_variables,
-                                   freeze_until_step=freeze_until_step)
-  if train_step.freeze_until_step > step:
-    log(f"{len(frozen_variables)} variables frozen until step {freeze_until_step}")
+  train_step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile)
   writer = tf.summary.create_file_writer(os.path.join(options.model_dir, "train"))
   metrics: Dict[str, float] = {}
   started = time.time()

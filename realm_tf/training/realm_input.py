@@ -30,7 +30,6 @@ from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import published_index
-from realm_tf.training import span_substitution
 
 
 def document_fingerprint(title: tf.Tensor, body: tf.Tensor) -> tf.Tensor:
@@ -189,30 +188,9 @@ def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
           num_valid > 0)
 
 
-def _keep_span_holders(candidates: featurization.BertInputs, joint: featurization.BertInputs,
-                       targets: tf.Tensor, target_mask: tf.Tensor, active: tf.Tensor, batch_size: int,
-                       per_example: int):
-  """When active: each example's candidates (rows [B * K, ...]) narrowed to those whose document holds
-  the masked span, cycled to fill the K places; examples without one get an all-zero MLM mask."""
-  repeat = lambda t: tf.repeat(t, per_example, axis=0)
-  holds = tf.reduce_any(span_substitution.span_starts(joint.token_ids, joint.segment_ids, repeat(targets),
-                                                       repeat(target_mask)), axis=1)
-  holds = tf.reshape(holds, [batch_size, per_example])
-  count = tf.reduce_sum(tf.cast(holds, tf.int32), axis=1, keepdims=True)  # [B, 1]
-  holders_first = tf.argsort(tf.cast(holds, tf.int32), axis=1, direction="DESCENDING", stable=True)
-  slot = tf.range(per_example)[tf.newaxis, :] % tf.maximum(count, 1)
-  order = tf.gather(holders_first, slot, batch_dims=1)
-  order = tf.where(active, order, tf.range(per_example)[tf.newaxis, :])
-  flat = tf.reshape(order + per_example * tf.range(batch_size)[:, tf.newaxis], [-1])
-  pick = lambda inputs: featurization.BertInputs(*(tf.gather(t, flat) for t in inputs))
-  kept_mask = tf.where(tf.logical_and(active, count == 0), tf.zeros_like(target_mask), target_mask)
-  return pick(candidates), pick(joint), kept_mask
-
-
 def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
                   featurizer: featurization.Featurizer, state: RetrievalState, batch_size: int,
-                  seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0,
-                  span_substitution_rate: float = 0.0, reader_warmup_steps: int = 0) -> tf.data.Dataset:
+                  seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0) -> tf.data.Dataset:
   """Batches of REALM features (see realm_tf.modeling.realm); state.index says which index chose them.
 
   Args:
@@ -222,16 +200,7 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     batch_size: examples per batch (drop_remainder: static shapes).
     seed: the example stream is a function of the seed (and of the index used for retrieval).
     skip_batches: batches to skip, so a resumed run continues the same stream where it stopped.
-    span_substitution_rate: share of examples whose masked span, and its copies in the candidates' joint
-      inputs, are replaced by random wordpieces (realm_tf.training.span_substitution); 0 turns it off.
-    reader_warmup_steps: the first this-many batches keep only the retrieved candidates that contain the
-      masked span (repeated to fill the N - 1 places; examples with none carry no loss), so a reader
-      trained from scratch sees the span in every document it reads until it copies. Pair with a frozen
-      retriever: scoring such candidates teaches it nothing.
   """
-  if not 0.0 <= span_substitution_rate <= 1.0:
-    raise ValueError(f"span_substitution_rate must be in [0, 1], got {span_substitution_rate}")
-  replacements = span_substitution.replacement_ids(tokenizer.vocab)
   num_candidates = state.num_candidates
   examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
                                                    reshuffle_each_iteration=True)
@@ -257,18 +226,16 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
   queries = examples.batch(64).map(mask).unbatch().filter(
       lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK)))
   batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
-  # The batch number seeds the substitutions, so a resumed run draws the same ones.
-  batches = tf.data.Dataset.zip(tf.data.Dataset.counter(skip_batches), batches)
 
-  def retrieve(batch_number, features):
+  def retrieve(features):
     rows = tf.py_function(
         state.retrieve,
         [features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
          features["own_fingerprint"]], tf.int32)
     rows.set_shape([batch_size, num_candidates - 1])
-    return batch_number, features, rows
+    return features, rows
 
-  def assemble(batch_number, features, rows):
+  def assemble(features, rows):
     flat_rows = tf.reshape(rows, [-1])
     titles = tf.gather(state.corpus.title_ids, flat_rows)
     bodies = tf.gather(state.corpus.body_ids, flat_rows)
@@ -282,22 +249,6 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
                                              tf.zeros([batch_size], tf.int64))
     null_joint = featurizer.joint_inputs(query_ids, empty)
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
-    if reader_warmup_steps > 0:
-      candidates, joint, out[realm_model.MLM_MASK] = _keep_span_holders(
-          candidates, joint, features[realm_model.MLM_TARGETS], features[realm_model.MLM_MASK],
-          batch_number < reader_warmup_steps, batch_size, num_candidates - 1)
-    if span_substitution_rate > 0:
-      targets, target_mask = features[realm_model.MLM_TARGETS], features[realm_model.MLM_MASK]
-      apply, replacement = span_substitution.draw_replacements(
-          replacements, span_substitution_rate, batch_size, targets.shape[1],
-          tf.stack([tf.constant(seed, tf.int64), batch_number]))
-      substituted = target_mask * tf.cast(apply, target_mask.dtype)[:, tf.newaxis]
-      per_candidate = lambda t: tf.repeat(t, num_candidates - 1, axis=0)
-      joint = joint._replace(token_ids=span_substitution.substitute(
-          joint.token_ids, joint.segment_ids, per_candidate(targets), per_candidate(substituted),
-          per_candidate(replacement)))
-      out[realm_model.MLM_TARGETS] = tf.where(substituted > 0, tf.cast(replacement, targets.dtype),
-                                              targets)
     for prefix, real, first in ((realm_model.CANDIDATE, candidates, null),
                                 (realm_model.JOINT, joint, null_joint)):
       for field, values, null_values in zip(realm_model.BERT_FIELDS, real, first):

@@ -49,9 +49,6 @@ class RealmTrainerOptions:
   max_index_staleness_steps: Optional[int] = None
   check_index_every_batches: int = 10
   wait_for_index_seconds: Optional[float] = None
-  freeze_retriever_steps: int = 0
-  span_substitution_rate: float = 0.0
-  reader_warmup_steps: int = 0
   seed: int = 0
 
 
@@ -60,7 +57,7 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   model = realm_model.RealmPretrainer(
       config.retriever_bert, config.reader_bert, config.projection_size,
       config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders,
-      config.retrieval_score_scale, pooling=config.embedder_pooling)
+      pooling=config.embedder_pooling)
   q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
   dummy = {}
   for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),
@@ -133,9 +130,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   def dataset_fn(batches_done: int) -> tf.data.Dataset:
     return realm_input.realm_dataset(
         pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
-        state, options.batch_size, seed=options.seed, skip_batches=batches_done,
-        span_substitution_rate=options.span_substitution_rate,
-        reader_warmup_steps=options.reader_warmup_steps)
+        state, options.batch_size, seed=options.seed, skip_batches=batches_done)
 
   started = time.time()
   first_loss = []
@@ -157,9 +152,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                 max(time.time() - started, 1e-9)),
     }
 
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
-                     frozen_variables=model.retriever.trainable_variables,
-                     freeze_until_step=max(options.freeze_retriever_steps, options.reader_warmup_steps))
+  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)

@@ -15,11 +15,9 @@ A model whose loss itself needs the other replicas (ICT's in-batch softmax over 
 compiles the whole step itself.
 """
 
-import functools
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional
 
 import tensorflow as tf
-import tf_keras
 
 from realm_tf.modeling import losses
 
@@ -57,55 +55,39 @@ class TrainStep:
     optimizer: a tf_keras optimizer created under strategy.scope().
     strategy: the distribution strategy (tf.distribute.get_strategy() for none).
     jit_compile: compile the forward and backward pass with XLA.
-    frozen_variables, freeze_until_step: while the optimizer's step is below freeze_until_step, these
-      variables get no gradient and no update (not even weight decay); their backward pass is not
-      computed. REALM freezes its retriever this way while the reader learns to read the retrieved
-      documents, so the retriever's first updates carry a signal instead of a random reader's noise.
 
   Call with a per-replica batch (what iterating a strategy-distributed dataset yields); returns a dict of
   scalar tensors: loss (global mean), the model's metrics (global means) and NONFINITE_GRADIENTS.
   """
 
   def __init__(self, model, optimizer, strategy: Optional[tf.distribute.Strategy] = None,
-               jit_compile: bool = True, frozen_variables: Sequence[tf.Variable] = (),
-               freeze_until_step: int = 0):
+               jit_compile: bool = True):
     self.model = model
     self.optimizer = optimizer
     self.strategy = strategy or tf.distribute.get_strategy()
     self.jit_compile = _uses_compiler(model, self.strategy, jit_compile)
-    self.freeze_until_step = freeze_until_step if frozen_variables else 0
-    frozen = {v.ref() for v in frozen_variables}
-    if self.freeze_until_step and not isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-      # Keras 2.11+ optimizers create their slots for the variables of their first update only and
-      # then reject any other; legacy ones (Model Garden's AdamW) create slots per variable as needed.
-      with self.strategy.scope():
-        optimizer.build(model.trainable_variables)
-    self._steps = {}
-    for is_frozen in ((False, True) if self.freeze_until_step else (False,)):
-      variables = [v for v in model.trainable_variables if not (is_frozen and v.ref() in frozen)]
-      gradients = functools.partial(self._loss_and_gradients, variables)
-      # A nested tf.function only when compiling: an uncompiled nested function would still be a
-      # separate graph, where a cross-replica loss (ICT) cannot synchronize.
-      if self.jit_compile:
-        gradients = tf.function(gradients, jit_compile=True)
-      self._steps[is_frozen] = tf.function(
-          functools.partial(self._distributed_step, variables, gradients))
+    # A nested tf.function only when compiling: an uncompiled nested function would still be a
+    # separate graph, where a cross-replica loss (ICT) cannot synchronize.
+    self._gradients = (tf.function(self._loss_and_gradients, jit_compile=True) if self.jit_compile
+                       else self._loss_and_gradients)
+    self._step = tf.function(self._distributed_step)
 
-  def _loss_and_gradients(self, variables, features: Dict[str, tf.Tensor]):
+  def _loss_and_gradients(self, features: Dict[str, tf.Tensor]):
     """This replica's LossOutput and the gradients of its loss SUM (no cross-replica op unless the
     model's loss has one)."""
     with tf.GradientTape() as tape:
       output = self.model.compute_loss(features, training=True)
       loss_sum = tf.cast(output.loss_sum, tf.float32)
+    variables = self.model.trainable_variables
     return output, tape.gradient(loss_sum, variables)
 
-  def _replica_step(self, variables, gradients_fn, features: Dict[str, tf.Tensor]):
-    output, gradients = gradients_fn(features)
+  def _replica_step(self, features: Dict[str, tf.Tensor]):
+    output, gradients = self._gradients(features)
     global_weight = tf.maximum(_all_reduce_sum(tf.cast(output.loss_weight, tf.float32)), 1e-12)
     # Variables the loss does not reach (e.g. the pooler under the MLM loss) get no update at all, not
     # even weight decay, as in the original BERT optimizer.
     pairs = [(g / tf.cast(global_weight, g.dtype), v)
-             for g, v in zip(gradients, variables) if g is not None]
+             for g, v in zip(gradients, self.model.trainable_variables) if g is not None]
     # How many replicas got a NaN or Inf gradient: the loop stops on any before saving (the loss alone
     # can be finite while a gradient overflows).
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in pairs]) if pairs else True
@@ -114,15 +96,14 @@ class TrainStep:
     loss = _all_reduce_sum(tf.cast(output.loss_sum, tf.float32)) / global_weight
     return dict(_global_metrics(output), loss=loss, **{NONFINITE_GRADIENTS: nonfinite})
 
-  def _distributed_step(self, variables, gradients_fn, features):
-    per_replica = self.strategy.run(self._replica_step, args=(variables, gradients_fn, features))
+  def _distributed_step(self, features):
+    per_replica = self.strategy.run(self._replica_step, args=(features,))
     # Values are already all-reduced, hence identical on every replica: take the first.
     return tf.nest.map_structure(
         lambda v: self.strategy.experimental_local_results(v)[0], per_replica)
 
   def __call__(self, features) -> Dict[str, tf.Tensor]:
-    frozen = bool(self.freeze_until_step) and int(self.optimizer.iterations.numpy()) < self.freeze_until_step
-    return self._steps[frozen](features)
+    return self._step(features)
 
 
 def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,

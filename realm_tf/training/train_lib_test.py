@@ -299,43 +299,6 @@ class MixedPrecisionTest(_SeededTestCase):
     self.assertEqual(tf.float32, model(features).logits.dtype)
 
 
-class FreezeTest(_SeededTestCase):
-
-  def test_realm_retriever_frozen_until_the_step_then_trained(self):
-    for optimizer_class in (tf_keras.optimizers.Adam, tf_keras.optimizers.legacy.Adam):
-      with self.subTest(optimizer_class.__module__):
-        self._check_freeze(optimizer_class(1e-2))
-
-  def _check_freeze(self, optimizer):
-    features = _realm_features()
-    model = _build("realm")
-    step = train_lib.TrainStep(model, optimizer, jit_compile=True,
-                               frozen_variables=model.retriever.trainable_variables,
-                               freeze_until_step=2)
-    retriever_before = [v.numpy() for v in model.retriever.trainable_variables]
-    encoder_before = [v.numpy() for v in model.encoder.trainable_variables]
-
-    def changed(variables, before):
-      return sum(not np.array_equal(v.numpy(), b) for v, b in zip(variables, before))
-
-    step(features)
-    step(features)  # steps 1 and 2 run with the optimizer at iterations 0 and 1: frozen
-    self.assertEqual(changed(model.retriever.trainable_variables, retriever_before), 0)
-    self.assertGreater(changed(model.encoder.trainable_variables, encoder_before), 0)
-    self.assertEqual(int(optimizer.iterations.numpy()), 2)
-    step(features)  # iterations 2: the retriever trains
-    self.assertGreater(changed(model.retriever.trainable_variables, retriever_before), 0)
-
-  def test_no_frozen_variables_means_no_freeze(self):
-    model = _build("realm")
-    step = train_lib.TrainStep(model, tf_keras.optimizers.SGD(0.1), freeze_until_step=5)
-    self.assertEqual(step.freeze_until_step, 0)
-    before = [v.numpy() for v in model.retriever.trainable_variables]
-    step(_realm_features())
-    self.assertTrue(any(not np.array_equal(v.numpy(), b)
-                        for v, b in zip(model.retriever.trainable_variables, before)))
-
-
 class EvalStepTest(_SeededTestCase):
 
   def test_eval_step_changes_no_weight(self):
