@@ -153,6 +153,30 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
     time.sleep(options.poll_seconds)
 
 
+def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
+                             log: Callable[[str], None]) -> Optional[str]:
+  """Restores newest, or when it cannot be read (damaged, or deleted by the trainer's keep-K cleanup
+  between the look and the read) the newest earlier checkpoint that is newer than every published index,
+  so the trainer still gets a fresher index; returns the path restored, or None (then the refresher waits
+  for the next checkpoint)."""
+  state = tf.train.get_checkpoint_state(options.model_dir)
+  listed = list(state.all_model_checkpoint_paths) if state else []
+  published = published_index.published_steps(options.model_dir)
+  floor = max([options.start_at_step - 1] + published)
+  earlier = [p for p in reversed(listed)
+             if floor < checkpoints.checkpoint_step(p) < checkpoints.checkpoint_step(newest)]
+  for path in [newest] + earlier:
+    try:
+      checkpoints.restore_retriever(retriever, path)
+    except (ValueError, FileNotFoundError) as e:
+      log(f"WARNING: skipping {path}: {str(e).splitlines()[0][:500]}")
+      continue
+    if path != newest:
+      log(f"embedding {path} instead of the unreadable {os.path.basename(newest)}")
+    return path
+  return None
+
+
 def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
         log: Callable[[str], None] = print) -> int:
   """The refresher loop; returns the number of indexes published (or, on workers > 0, embedded)."""
@@ -184,12 +208,10 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
     step = checkpoints.checkpoint_step(checkpoint_path)
     if step < options.start_at_step or step in published_index.published_steps(options.model_dir):
       continue
-    try:
-      checkpoints.restore_retriever(retriever, checkpoint_path)
-    except (ValueError, FileNotFoundError) as e:
-      # The trainer's keep-K cleanup may delete a checkpoint between the look and the read.
-      log(f"WARNING: skipping {checkpoint_path}: {e}")
+    checkpoint_path = _restore_newest_readable(retriever, checkpoint_path, options, log)
+    if checkpoint_path is None:
       continue
+    step = checkpoints.checkpoint_step(checkpoint_path)
     build_and_publish(config, retriever, step, options, strategy,
                       {"checkpoint": checkpoint_path}, log)
     refreshes += 1

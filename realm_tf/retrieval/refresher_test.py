@@ -6,6 +6,7 @@ with different weights per step. Each published index must hold the document emb
 weights of its step, which proves the refresher restored the checkpoint it names.
 """
 
+import glob
 import os
 import subprocess
 import threading
@@ -222,6 +223,29 @@ class RefresherTest(tf.test.TestCase):
     self.assertTrue(any(m.startswith("WARNING: skipping") and "ckpt-30" in m for m in messages),
                     messages)
     self.assertEqual(os.listdir(published_index.index_root(model_dir)), ["10"])
+
+  def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(self):
+    model_dir = self.get_temp_dir() + "/damaged"
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    newest = trainer.save(20)
+    trainer.finish()
+    data = glob.glob(newest + ".data-*")[0]
+    with open(data, "r+b") as f:  # cut in half, as a kill or a full disk during a copy leaves it
+      f.truncate(os.path.getsize(data) // 2)
+    messages = []
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
+    self.assertEqual(published_index.published_steps(model_dir), [10])
+    self.assertIndexOf(model_dir, 10, trainer)
+    self.assertTrue(any(m.startswith(f"WARNING: skipping {newest}") for m in messages), messages)
+    self.assertIn(f"embedding {trainer.manager.checkpoints[0]} instead of the unreadable ckpt-20",
+                  messages)
+    # Nothing readable newer than the newest index: the refresher waits for the next checkpoint.
+    os.remove(data)
+    messages.clear()
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
+    self.assertEqual(published_index.published_steps(model_dir), [10])
 
   def test_removes_temporary_directories_of_a_killed_refresher(self):
     model_dir = self.get_temp_dir()

@@ -160,16 +160,34 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
   return retriever
 
 
-def _read_index_dir(index_dir: str) -> Tuple[np.ndarray, Dict]:
+def check_index_corpus(recorded: Optional[str], index_path: str, corpus_prefix: str,
+                       fix: str) -> str:
+  """Stops when an index records the fingerprint of another corpus than corpus_prefix (row i of the index
+  would not be document i: a corpus of the same size, shuffled or edited, passes every shape check);
+  returns corpus_prefix's fingerprint. Indexes written before fingerprints were recorded pass."""
+  expected = corpus_lib.fingerprint(corpus_prefix)
+  if recorded is not None and recorded != expected:
+    raise ValueError(f"{index_path} embeds another corpus (fingerprint {recorded[:16]}) than "
+                     f"{corpus_prefix} (fingerprint {expected[:16]}): its rows would point at other "
+                     f"documents. {fix}")
+  return expected
+
+
+def _read_index_dir(index_dir: str, corpus_prefix: str) -> Tuple[np.ndarray, Dict]:
   """Embeddings and provenance of --index_dir: a published MODEL_DIR/index/<step> or a saved MIPS
   index directory (e.g. bin/convert_checkpoint's mips/)."""
+  fix = ("Pass --index_dir of an index built from this corpus, or omit it to embed the corpus with "
+         "--retriever_checkpoint's document tower")
   if tf.io.gfile.exists(os.path.join(index_dir, published_index.PUBLISHED_NAME)):
     record = published_index.verify_published(index_dir)
+    check_index_corpus(record.get("corpus_fingerprint"), index_dir, corpus_prefix, fix)
     mips = index_lib.load_index(os.path.join(index_dir, published_index.MIPS_DIR), verify=False)
     return np.asarray(mips.embeddings), {"index_dir": index_dir, "index_step": record.get("step"),
                                          "index_corpus": record.get("corpus_prefix")}
   if tf.io.gfile.exists(os.path.join(index_dir, index_lib.MANIFEST_NAME)):
     mips = index_lib.load_index(index_dir)
+    check_index_corpus(mips.manifest.get("extra", {}).get("corpus_fingerprint"), index_dir,
+                       corpus_prefix, fix)
     return np.asarray(mips.embeddings), {"index_dir": index_dir, "index_step": mips.step}
   raise FileNotFoundError(f"--index_dir={index_dir} is neither a published index (no "
                           f"{published_index.PUBLISHED_NAME}) nor a saved MIPS index (no "
@@ -186,11 +204,11 @@ def prepare_frozen_index(options: OrqaTrainerOptions, strategy: tf.distribute.St
   corpus_prefix = options.orqa.retrieval_corpus_path
   num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
   if tf.io.gfile.exists(os.path.join(directory, index_lib.MANIFEST_NAME)):
-    embeddings = np.asarray(index_lib.load_index(directory).embeddings)
+    embeddings = load_frozen_index(model_dir, corpus_prefix)
     log(f"reusing the frozen index {directory} ({embeddings.shape[0]} blocks)")
     return embeddings
   if options.index_dir:
-    embeddings, provenance = _read_index_dir(options.index_dir)
+    embeddings, provenance = _read_index_dir(options.index_dir, corpus_prefix)
     log(f"frozen index from {options.index_dir}")
   else:
     started = time.time()
@@ -207,8 +225,20 @@ def prepare_frozen_index(options: OrqaTrainerOptions, strategy: tf.distribute.St
                      f"documents and projection_size is {options.config.projection_size}; the index "
                      "must embed exactly this corpus, row for row, with this retriever")
   index_lib.build_index(embeddings, implementation="brute_force").save(
-      directory, extra=dict(provenance, corpus_prefix=corpus_prefix))
+      directory, extra=dict(provenance, corpus_prefix=corpus_prefix,
+                            corpus_fingerprint=corpus_lib.fingerprint(corpus_prefix)))
   return embeddings
+
+
+def load_frozen_index(model_dir: str, corpus_prefix: str) -> np.ndarray:
+  """MODEL_DIR/frozen_index's embeddings [N, D], after checking they embed corpus_prefix as it is now."""
+  directory = frozen_index_dir(model_dir)
+  mips = index_lib.load_index(directory)
+  check_index_corpus(
+      mips.manifest.get("extra", {}).get("corpus_fingerprint"), directory, corpus_prefix,
+      "The corpus changed after bin/train_orqa embedded it: put back the corpus the run was trained "
+      "on, or train again in a new --model_dir")
+  return np.asarray(mips.embeddings)
 
 
 def warm_start_reader(reader, checkpoint: str) -> str:
@@ -537,7 +567,7 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
                          source=f"{model_dir}/{realm_config_lib.CONFIG_NAME}'s vocab_path")
   path = resolve_trained_checkpoint(model_dir, checkpoint)
   tokenizer = config.tokenizer()
-  embeddings = np.asarray(index_lib.load_index(frozen_index_dir(model_dir)).embeddings)
+  embeddings = load_frozen_index(model_dir, orqa.retrieval_corpus_path)
   blocks = orqa_features.load_blocks(orqa.retrieval_corpus_path, orqa.max_block_len)
   with (strategy or tf.distribute.get_strategy()).scope():
     model = build_model(config, orqa, embeddings, blocks, tokenizer)

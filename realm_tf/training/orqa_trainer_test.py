@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import testing_utils
+from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
@@ -172,6 +173,34 @@ class FrozenIndexTest(tf.test.TestCase):
     self.assertAllEqual(saved.embeddings, embeddings)
     self.assertEqual(saved.manifest["extra"]["index_dir"], index_dir)
     self.assertIn(f"frozen index from {index_dir}", logs)
+
+  def test_index_or_frozen_index_of_a_same_size_corpus_with_other_documents_is_refused(self):
+    tmp = self.create_tempdir().full_path
+    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
+    # 24 documents too, but other ones (other train questions' gold documents): only the fingerprint
+    # tells the corpora apart.
+    other = testing_utils.testdata_qa_slice(os.path.join(tmp, "other"), 30, 0, 24)["corpus"]
+    embeddings = np.random.default_rng(0).normal(size=[24, 16]).astype(np.float32)
+    index_dir = os.path.join(tmp, "index_of_other")
+    index_lib.build_index(embeddings, implementation="brute_force").save(
+        index_dir, extra={"corpus_fingerprint": corpus_lib.fingerprint(other)})
+    options = _options(os.path.join(tmp, "orqa"), paths, steps=1, index_dir=index_dir)
+    with self.assertRaisesRegex(ValueError, f"{index_dir} embeds another corpus .* than {paths['corpus']}"
+                                r".*Pass --index_dir of an index built from this corpus"):
+      orqa_trainer.prepare_frozen_index(options, tf.distribute.get_strategy(), lambda: None,
+                                        log=lambda _: None)
+    self.assertFalse(os.path.exists(orqa_trainer.frozen_index_dir(options.loop.model_dir)))
+
+    # Built from this corpus, the frozen index records its fingerprint; evaluation and export (through
+    # load_frozen_index) refuse it once the corpus at that path holds other documents.
+    index_lib.build_index(embeddings, implementation="brute_force").save(
+        index_dir, overwrite=True, extra={"corpus_fingerprint": corpus_lib.fingerprint(paths["corpus"])})
+    orqa_trainer.prepare_frozen_index(options, tf.distribute.get_strategy(), lambda: None,
+                                      log=lambda _: None)
+    model_dir = options.loop.model_dir
+    self.assertAllEqual(orqa_trainer.load_frozen_index(model_dir, paths["corpus"]), embeddings)
+    with self.assertRaisesRegex(ValueError, "frozen_index embeds another corpus .*The corpus changed"):
+      orqa_trainer.load_frozen_index(model_dir, other)
 
   def test_index_dir_needs_the_retriever_checkpoint(self):
     options = _options("/nonexistent/orqa", {"corpus": "c", "train": "t", "dev": "d"}, steps=1,
