@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf.modeling import checkpoints
+from realm_tf.training import preemption
 from realm_tf.training import train_lib
 
 
@@ -184,32 +185,43 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
   metrics: Dict[str, float] = {}
   started = time.time()
   window_start, window_steps = started, 0
-  for batch in dataset:
-    result = train_step(batch)
-    step = int(optimizer.iterations.numpy())
-    metrics = {name: float(value) for name, value in result.items()}
-    _check_finite(metrics, step, manager)
-    metrics.pop(train_lib.NONFINITE_GRADIENTS, None)
-    window_steps += 1
-    if after_step is not None:
-      metrics.update(after_step(step, metrics))
-    if step % options.log_every_steps == 0 or step >= options.num_train_steps:
-      now = time.time()
-      metrics["steps_per_second"] = window_steps / max(now - window_start, 1e-9)
-      window_start, window_steps = now, 0
-      with writer.as_default(step=step):
-        for name, value in metrics.items():
-          tf.summary.scalar(name, value)
-        lr = optimizer.learning_rate
-        tf.summary.scalar("learning_rate",
-                          lr(optimizer.iterations) if callable(lr) else lr)
-      shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
-      log(f"step {step}/{options.num_train_steps}: {shown}")
-    if step % options.save_checkpoints_steps == 0 or step >= options.num_train_steps:
-      path = _save(manager, step)
-      log(f"saved {path}")
-    if step >= options.num_train_steps:
-      break
+  # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next step boundary with a checkpoint
+  # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
+  with preemption.sigterm_requests_stop() as stop:
+    for batch in dataset:
+      result = train_step(batch)
+      step = int(optimizer.iterations.numpy())
+      metrics = {name: float(value) for name, value in result.items()}
+      _check_finite(metrics, step, manager)
+      metrics.pop(train_lib.NONFINITE_GRADIENTS, None)
+      window_steps += 1
+      if after_step is not None:
+        metrics.update(after_step(step, metrics))
+      if step % options.log_every_steps == 0 or step >= options.num_train_steps:
+        now = time.time()
+        metrics["steps_per_second"] = window_steps / max(now - window_start, 1e-9)
+        window_start, window_steps = now, 0
+        with writer.as_default(step=step):
+          for name, value in metrics.items():
+            tf.summary.scalar(name, value)
+          lr = optimizer.learning_rate
+          tf.summary.scalar("learning_rate",
+                            lr(optimizer.iterations) if callable(lr) else lr)
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
+        log(f"step {step}/{options.num_train_steps}: {shown}")
+      saved = step % options.save_checkpoints_steps == 0 or step >= options.num_train_steps
+      if saved:
+        path = _save(manager, step)
+        log(f"saved {path}")
+      if step >= options.num_train_steps:
+        break
+      if stop.requested:
+        path = manager.latest_checkpoint if saved else _save(manager, step)
+        writer.flush()
+        message = (f"SIGTERM: saved {path} at step {step} of {options.num_train_steps} and stopped; "
+                   "run the same command again to resume from it")
+        log(message)
+        raise preemption.Preempted(message)
   writer.flush()
   log(f"trained to step {step} in {time.time() - started:.1f} s")
   return metrics
