@@ -22,6 +22,7 @@ import tensorflow as tf
 from realm_tf import io_utils
 from realm_tf.modeling import checkpoints
 from realm_tf.training import preemption
+from realm_tf.training import step_loop
 from realm_tf.training import train_lib
 
 
@@ -36,6 +37,9 @@ class LoopOptions:
     keep_checkpoint_max: checkpoints to keep.
     log_every_steps: progress line and summaries every this many steps.
     jit_compile: compile the step with XLA.
+    steps_per_loop: steps run in one tf.function (a tf.while_loop, orbit.StandardTrainer) between two
+      looks of the host; metrics are means over the loop. save_checkpoints_steps and log_every_steps
+      must be multiples of it. The host's hooks (after_step, the REALM index check) run once per loop.
     global_batch_size: examples per step over all replicas; recorded in MODEL_DIR/train_state.json, and
       a resume with another one is refused (the data stream resumes by batches: it would repeat or skip
       examples).
@@ -47,6 +51,16 @@ class LoopOptions:
   log_every_steps: int = 10
   jit_compile: bool = True
   global_batch_size: Optional[int] = None
+  steps_per_loop: int = 1
+
+  def __post_init__(self):
+    if self.steps_per_loop < 1:
+      raise ValueError(f"--steps_per_loop={self.steps_per_loop} must be at least 1")
+    for flag in ("save_checkpoints_steps", "log_every_steps"):
+      if getattr(self, flag) % self.steps_per_loop:
+        raise ValueError(f"--{flag}={getattr(self, flag)} is not a multiple of --steps_per_loop="
+                         f"{self.steps_per_loop}: checkpoints and logs happen between loops; make it "
+                         "a multiple")
 
 
 TRAIN_STATE_NAME = "train_state.json"
@@ -64,17 +78,20 @@ class NonFiniteLossError(RuntimeError):
   """A step gave a NaN or Inf loss or gradient; nothing of it was saved."""
 
 
-def _check_finite(result: Dict[str, float], step: int, manager: tf.train.CheckpointManager) -> None:
+def _check_finite(result: Dict[str, float], step: int, manager: tf.train.CheckpointManager,
+                  steps_run: int = 1) -> None:
   bad = [f"{name}={value}" for name, value in sorted(result.items()) if not math.isfinite(value)]
   if result.get(train_lib.NONFINITE_GRADIENTS, 0.0) > 0:
     bad.append("a NaN or Inf gradient")
   if not bad:
     return
+  # A loop of several steps is checked as a whole: its mean is non-finite when any of its steps was.
+  where = f"step {step}" if steps_run == 1 else f"steps {step - steps_run + 1}-{step} (one loop)"
   latest = manager.latest_checkpoint
   resume = (f"the last good checkpoint is {latest}; a restart resumes from it" if latest else
             "no checkpoint was written yet; a restart begins from the warm start")
   raise NonFiniteLossError(
-      f"step {step}: non-finite training values ({', '.join(bad)}); training stopped before saving this "
+      f"{where}: non-finite training values ({', '.join(bad)}); training stopped before saving this "
       f"step, {resume}. Lower --learning_rate, check the input data, or use float32 instead of "
       "--mixed_precision")
 
@@ -145,14 +162,15 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
           warm_start: Optional[Callable[[], None]] = None,
           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
           log: Callable[[str], None] = print) -> Dict[str, float]:
-  """Trains until options.num_train_steps; returns the metrics of the last step.
+  """Trains until options.num_train_steps; returns the metrics of the last loop.
 
   Args:
     model: task model with compute_loss, created under strategy.scope() with its variables built.
     optimizer: created under strategy.scope().
     dataset_fn: batches consumed so far -> the dataset of global batches from there on.
     warm_start: initializes weights when the model dir holds no checkpoint yet.
-    after_step: (step, metrics) -> extra scalars to log; called every step on the host.
+    after_step: (step, metrics) -> extra scalars to log; called on the host after every loop of
+      options.steps_per_loop steps (and after the first step), with the loop's mean metrics.
   """
   try:
     tf.io.gfile.makedirs(options.model_dir)
@@ -179,22 +197,31 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
         f"{checkpoints.DONE_MARKER} marker")
   _record_batch_size(options)
 
-  dataset = strategy.experimental_distribute_dataset(dataset_fn(step))
+  iterator = iter(strategy.experimental_distribute_dataset(dataset_fn(step)))
   train_step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile)
   writer = tf.summary.create_file_writer(os.path.join(options.model_dir, "train"))
-  metrics: Dict[str, float] = {}
   started = time.time()
   window_start, window_steps = started, 0
-  # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next step boundary with a checkpoint
+  runner = None
+  # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
   with preemption.sigterm_requests_stop() as stop:
-    for batch in dataset:
-      result = train_step(batch)
+    while step < options.num_train_steps:
+      if runner is None:
+        # The first step runs alone: its result names the scalars the compiled loop sums.
+        metrics = {name: float(value) for name, value in train_step(next(iterator)).items()}
+        runner = step_loop.StepLoop(iterator, train_step, metrics)
+        steps_run = 1
+      else:
+        # Loops end on multiples of steps_per_loop, so every log and save interval (multiples of it)
+        # ends one.
+        steps_run = min(options.steps_per_loop - step % options.steps_per_loop,
+                        options.num_train_steps - step)
+        metrics = runner.train(tf.constant(steps_run, tf.int32))
       step = int(optimizer.iterations.numpy())
-      metrics = {name: float(value) for name, value in result.items()}
-      _check_finite(metrics, step, manager)
+      _check_finite(metrics, step, manager, steps_run)
       metrics.pop(train_lib.NONFINITE_GRADIENTS, None)
-      window_steps += 1
+      window_steps += steps_run
       if after_step is not None:
         metrics.update(after_step(step, metrics))
       if step % options.log_every_steps == 0 or step >= options.num_train_steps:
@@ -213,9 +240,7 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
       if saved:
         path = _save(manager, step)
         log(f"saved {path}")
-      if step >= options.num_train_steps:
-        break
-      if stop.requested:
+      if stop.requested and step < options.num_train_steps:
         path = manager.latest_checkpoint if saved else _save(manager, step)
         writer.flush()
         message = (f"SIGTERM: saved {path} at step {step} of {options.num_train_steps} and stopped; "

@@ -77,6 +77,62 @@ class NonFiniteTest(tf.test.TestCase):
 
 
 
+class StepsPerLoopTest(tf.test.TestCase):
+
+  def _train(self, model_dir, steps_per_loop, model=None, num_train_steps=10):
+    model = model or _Regression()
+    model(tf.zeros([1, 3]))
+    seen, logs = [], []
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_train_steps,
+                               save_checkpoints_steps=5 if steps_per_loop > 1 else 1,
+                               log_every_steps=steps_per_loop, jit_compile=False,
+                               steps_per_loop=steps_per_loop)
+    loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _batches,
+               options, after_step=lambda step, m: seen.append((step, m["loss"])) or {},
+               log=logs.append)
+    return model, seen, logs
+
+  def test_loops_of_five_steps_train_exactly_as_single_steps_and_report_window_means(self):
+    one, per_step, _ = self._train(os.path.join(self.get_temp_dir(), "one"), 1)
+    five, per_loop, logs = self._train(os.path.join(self.get_temp_dir(), "five"), 5)
+    self.assertAllClose(five.dense.kernel, one.dense.kernel, rtol=1e-6)
+    self.assertAllClose(five.dense.bias, one.dense.bias, rtol=1e-6)
+    self.assertEqual(int(five.calls.numpy()), 10)
+    # The host looks after the first step, then at the end of each loop: steps 1, 5 and 10.
+    self.assertEqual([step for step, _ in per_loop], [1, 5, 10])
+    losses = dict(per_step)
+    self.assertAllClose([loss for _, loss in per_loop],
+                        [losses[1], np.mean([losses[s] for s in range(2, 6)]),
+                         np.mean([losses[s] for s in range(6, 11)])], rtol=1e-5)
+    self.assertEqual(tf.train.get_checkpoint_state(os.path.join(self.get_temp_dir(), "five"))
+                     .all_model_checkpoint_paths[-2:],
+                     [os.path.join(self.get_temp_dir(), "five", f"ckpt-{s}") for s in (5, 10)])
+    self.assertEqual([line.split(":")[0] for line in logs if line.startswith("step ")],
+                     ["step 5/10", "step 10/10"])
+
+  def test_a_resumed_run_continues_on_loop_boundaries(self):
+    model_dir = os.path.join(self.get_temp_dir(), "resumed")
+    self._train(model_dir, 5, num_train_steps=5)
+    model, seen, _ = self._train(model_dir, 5, num_train_steps=15)
+    self.assertEqual([step for step, _ in seen], [6, 10, 15])
+    # The call counter is a model variable: 5 restored from ckpt-5, then this process's steps 6-15.
+    self.assertEqual(int(model.calls.numpy()), 15)
+
+  def test_a_nan_inside_a_loop_names_the_loop_and_keeps_the_checkpoint_before_it(self):
+    model_dir = os.path.join(self.get_temp_dir(), "nan_in_loop")
+    with self.assertRaisesRegex(loop.NonFiniteLossError, r"steps 6-10 \(one loop\): non-finite"):
+      self._train(model_dir, 5, model=_Regression(poison_loss_at=8))
+    self.assertEqual(tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-5"))
+
+  def test_intervals_must_be_multiples_of_the_loop(self):
+    with self.assertRaisesRegex(ValueError, "--save_checkpoints_steps=15 is not a multiple of "
+                                "--steps_per_loop=10"):
+      loop.LoopOptions(model_dir="m", num_train_steps=100, save_checkpoints_steps=15,
+                       log_every_steps=10, steps_per_loop=10)
+    with self.assertRaisesRegex(ValueError, "--steps_per_loop=0 must be at least 1"):
+      loop.LoopOptions(model_dir="m", num_train_steps=100, steps_per_loop=0)
+
+
 class ResumeTest(tf.test.TestCase):
   """Operator mistakes on resume: a damaged checkpoint, another batch size, a finished run continued."""
 

@@ -434,6 +434,10 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
   model_dir = options.loop.model_dir
+  if options.eval_every_steps % options.loop.steps_per_loop:
+    raise ValueError(f"--eval_every_steps={options.eval_every_steps} is not a multiple of --steps_per_loop="
+                     f"{options.loop.steps_per_loop}: dev evaluations happen between loops; make it a "
+                     "multiple")
   if options.index_dir and not options.retriever_checkpoint:
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")

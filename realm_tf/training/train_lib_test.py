@@ -24,6 +24,8 @@ try:  # Before anything else touches TensorFlow: logical devices are fixed at ru
 except RuntimeError as e:  # TensorFlow was initialized by an earlier test module (pytest only).
   _SPLIT_ERROR = str(e)
 
+import os
+
 import numpy as np
 import tf_keras
 
@@ -32,6 +34,7 @@ from realm_tf.modeling import ict
 from realm_tf.modeling import losses
 from realm_tf.modeling import reader
 from realm_tf.modeling import realm
+from realm_tf.training import loop
 from realm_tf.training import train_lib
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
@@ -297,6 +300,38 @@ class MixedPrecisionTest(_SeededTestCase):
   def test_orqa(self):
     model, features = self._check_close_to_float32("orqa")
     self.assertEqual(tf.float32, model(features).logits.dtype)
+
+
+class StepsPerLoopTest(_SeededTestCase):
+  """ICT and REALM through loop.train: loops of 5 compiled steps give the per-step run's weights and its
+  losses' window means."""
+
+  def _run(self, task, weights, steps_per_loop, model_dir):
+    model = _build(task, weights=weights)
+    optimizer = tf_keras.optimizers.SGD(_LEARNING_RATE)
+    features = _TASKS[task][1]()
+    seen = []
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=10, save_checkpoints_steps=10,
+                               log_every_steps=steps_per_loop, jit_compile=task == "ict",
+                               steps_per_loop=steps_per_loop)
+    loop.train(model, optimizer, tf.distribute.get_strategy(),
+               lambda _: tf.data.Dataset.from_tensors(features).repeat(), options,
+               after_step=lambda step, m: seen.append((step, m["loss"])) or {}, log=lambda _: None)
+    return model.get_weights(), seen
+
+  def test_ict_and_realm_loss_curves_match_across_loop_lengths(self):
+    for task in ("ict", "realm"):
+      with self.subTest(task):
+        weights = _build(task).get_weights()
+        single, per_step = self._run(task, weights, 1, os.path.join(self.get_temp_dir(), task + "1"))
+        looped, per_loop = self._run(task, weights, 5, os.path.join(self.get_temp_dir(), task + "5"))
+        for a, b in zip(looped, single):
+          self.assertAllClose(a, b, atol=1e-5, rtol=1e-4)
+        losses = dict(per_step)
+        self.assertEqual([s for s, _ in per_loop], [1, 5, 10])
+        self.assertAllClose([loss for _, loss in per_loop],
+                            [losses[1], np.mean([losses[s] for s in range(2, 6)]),
+                             np.mean([losses[s] for s in range(6, 11)])], rtol=1e-4)
 
 
 class EvalStepTest(_SeededTestCase):

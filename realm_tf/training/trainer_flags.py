@@ -36,6 +36,7 @@ class TrainerFlags:
   save_checkpoints_steps: flags.FlagHolder
   keep_checkpoint_max: flags.FlagHolder
   log_every_steps: flags.FlagHolder
+  steps_per_loop: flags.FlagHolder
   seed: flags.FlagHolder
   strategy: flags.FlagHolder
   tpu: flags.FlagHolder
@@ -50,7 +51,7 @@ class TrainerFlags:
         save_checkpoints_steps=self.save_checkpoints_steps.value,
         keep_checkpoint_max=self.keep_checkpoint_max.value,
         log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value,
-        global_batch_size=self.batch_size.value)
+        global_batch_size=self.batch_size.value, steps_per_loop=self.steps_per_loop.value)
 
   def setup(self):
     """Strategy (logical CPUs first), precision policy, BERT config; returns (strategy, bert_config)."""
@@ -80,6 +81,9 @@ def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps:
                                                   "Checkpoint interval."),
       keep_checkpoint_max=flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept."),
       log_every_steps=flags.DEFINE_integer("log_every_steps", 10, "Progress line interval."),
+      steps_per_loop=flags.DEFINE_integer(
+          "steps_per_loop", 1, "Steps run in one compiled loop between two looks of the host (on TPUs, "
+          "e.g. 100); --save_checkpoints_steps and --log_every_steps must be multiples of it."),
       seed=flags.DEFINE_integer("seed", 0, "Seed of the example stream."),
       strategy=flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy."),
       tpu=flags.DEFINE_string("tpu", "", "TPU name, grpc:// address, or local, for --strategy=tpu."),
