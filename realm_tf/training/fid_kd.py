@@ -55,6 +55,7 @@ from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import fid as fid_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import bm25
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import optimization
@@ -108,33 +109,6 @@ def iteration_dir(model_dir: str, iteration: int) -> str:
 
 # ---------------------------------------------------------------------------------------------------------
 # Retrieval.
-
-
-def bm25_top_k(doc_token_ids: Sequence[Sequence[int]], query_token_ids: Sequence[Sequence[int]], k: int,
-               k1: float = 0.9, b: float = 0.4, ignore_ids: Sequence[int] = ()) -> np.ndarray:
-  """BM25 (Lucene's idf, Anserini's default k1/b) over wordpiece ids: int64 [num_queries, k] rows.
-
-  Only for iteration 0 (--initial_passages=bm25), as the paper's first reader reads BM25 passages.
-  """
-  num_docs = len(doc_token_ids)
-  vocab = 1 + max([max(d, default=0) for d in doc_token_ids] + [max(q, default=0) for q in query_token_ids])
-  tf_matrix = np.zeros([num_docs, vocab], np.float32)
-  for row, ids in enumerate(doc_token_ids):
-    np.add.at(tf_matrix[row], np.asarray(ids, np.int64), 1.0)
-  tf_matrix[:, list(ignore_ids)] = 0.0
-  lengths = tf_matrix.sum(axis=1, keepdims=True)
-  df = (tf_matrix > 0).sum(axis=0)
-  idf = np.log(1.0 + (num_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
-  weights = tf_matrix * (k1 + 1) / (tf_matrix + k1 * (1 - b + b * lengths / max(lengths.mean(), 1e-9)))
-  weights *= idf[np.newaxis]
-  queries = np.zeros([len(query_token_ids), vocab], np.float32)
-  for row, ids in enumerate(query_token_ids):
-    queries[row, np.unique(np.asarray(ids, np.int64))] = 1.0
-  queries[:, list(ignore_ids)] = 0.0
-  scores = queries @ weights.T
-  k = min(k, num_docs)
-  # Stable order: by score descending, then row ascending.
-  return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64)
 
 
 def embed_corpus(retriever: embedder_lib.Retriever, options: FidKdOptions) -> np.ndarray:
@@ -348,12 +322,10 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   metrics["recall_before"] = retriever_eval.retriever_recall(
       retriever, config, options.retrieval_corpus_path, data.dev, ks, doc_embeddings=doc_embeddings)
   if iteration == 0 and options.initial_passages == "bm25":
-    doc_ids = [d["title_token_ids"] + d["body_token_ids"] for d in data.documents]
-    specials = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.unk_id, tokenizer.pad_id)
-    train_rows = bm25_top_k(doc_ids, [t.ids for t in tokenizer.tokenize_texts([e.question for e in data.train])],
-                            n, ignore_ids=specials)
-    dev_rows = bm25_top_k(doc_ids, [t.ids for t in tokenizer.tokenize_texts([e.question for e in data.dev])],
-                          n, ignore_ids=specials)
+    # Anserini's k1/b, as FiD's first reader read Pyserini's BM25 passages.
+    index = bm25.Bm25Index([f"{d['title']} {d['body']}" for d in data.documents], k1=0.9, b=0.4)
+    train_rows, _ = index.search([e.question for e in data.train], n)
+    dev_rows, _ = index.search([e.question for e in data.dev], n)
     metrics["passages"] = "bm25"
   else:
     train_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.train], n)

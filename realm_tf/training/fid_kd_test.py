@@ -24,19 +24,6 @@ _FID = fid_lib.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encode
                          num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
 
 
-class Bm25Test(tf.test.TestCase):
-
-  def test_rare_shared_term_ranks_first(self):
-    docs = [[5, 6, 7, 10, 11, 12, 13], [5, 8], [5, 9, 9, 9], [5, 6]]
-    rows = fid_kd.bm25_top_k(docs, [[9, 5], [8], [6, 5]], k=2, ignore_ids=[7])
-    self.assertEqual(2, rows[0, 0])  # the only document with 9
-    self.assertEqual(1, rows[1, 0])  # the only document with 8
-    # 6 occurs once in docs 0 and 3; the shorter doc 3 ranks first (length normalization).
-    self.assertEqual([3, 0], rows[2].tolist())
-    # An ignored id scores nothing: only document 0 has 7, yet all tie at 0 and the order is by row.
-    self.assertEqual([0, 1], fid_kd.bm25_top_k(docs, [[7]], k=2, ignore_ids=[7])[0].tolist())
-
-
 class BatchesTest(tf.test.TestCase):
 
   def test_epoch_function_is_called_per_epoch_and_order_is_seeded(self):
