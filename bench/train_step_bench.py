@@ -42,14 +42,12 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-posi
 import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import tiny_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import embedder as embedder_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import ict  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import reader  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import realm  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
 from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -62,144 +60,6 @@ _OUTPUT = flags.DEFINE_string(
                            "train_step_bench.json"),
     "Where to write the JSON results.")
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CLS, _SEP, _MASK = 2, 3, 4
-_PROJECTION_SIZE = 128
-_SPAN_HIDDEN_SIZE = 256
-_MAX_SPAN_WIDTH = 10
-
-# Shapes per config: small but realistic for tiny, and BERT-base cut down to fit a CPU time budget.
-_SHAPES = {
-    "tiny": dict(B=8, N=8, Q=32, C=64, M=4),
-    "minilm": dict(B=4, N=8, Q=32, C=128, M=4),
-    "bert_base": dict(B=2, N=4, Q=32, C=128, M=4),
-}
-
-
-def _tiny_vocab_size() -> int:
-  """The testdata vocab's size (what bin/demo's tiny models use), else 285."""
-  path = os.path.join(_ROOT, "testdata", "vocab.txt")
-  if os.path.exists(path):
-    with open(path, encoding="utf-8") as f:
-      return sum(1 for _ in f)
-  return 285
-
-
-def _config(name: str) -> bert.BertConfig:
-  if name == "tiny":
-    return bert.tiny_config(_tiny_vocab_size())
-  if name == "minilm":
-    return bert.minilm_l6_config()
-  if name == "bert_base":
-    return bert.bert_base_config()
-  raise ValueError(f"unknown config {name!r}; use tiny, minilm or bert_base")
-
-
-# ------------------------------------------------------------------------------------------------
-# Synthetic batches (random wordpieces; the step time does not depend on the values).
-
-
-def _triple(rng, vocab_size, shape, segment_start):
-  token_ids = rng.integers(5, vocab_size, shape).astype(np.int32)
-  token_ids[..., 0] = _CLS
-  token_ids[..., -1] = _SEP
-  segment_ids = np.zeros(shape, np.int32)
-  segment_ids[..., segment_start:] = 1
-  return token_ids, np.ones(shape, np.int32), segment_ids
-
-
-def _add(features, prefix, triple):
-  for field, value in zip(realm.BERT_FIELDS, triple):
-    features[f"{prefix}_{field}"] = value
-
-
-def _realm_features(vocab_size, B, N, Q, C, M):
-  rng = np.random.default_rng(0)
-  query = _triple(rng, vocab_size, [B, Q], Q)
-  positions = np.tile(np.arange(1, M + 1, dtype=np.int32), [B, 1])
-  targets = query[0][:, 1:M + 1].copy()
-  query[0][:, 1:M + 1] = _MASK
-  candidates = _triple(rng, vocab_size, [B, N, C], C // 4)
-  joint_ids = np.concatenate([np.repeat(query[0][:, np.newaxis], N, 1), candidates[0][:, :, 1:]], -1)
-  joint = (joint_ids, np.ones_like(joint_ids), (np.arange(Q + C - 1) >= Q).astype(np.int32)
-           * np.ones_like(joint_ids))
-  features = {realm.MLM_POSITIONS: positions, realm.MLM_TARGETS: targets,
-              realm.MLM_MASK: np.ones([B, M], np.float32)}
-  _add(features, realm.QUERY, query)
-  _add(features, realm.CANDIDATE, candidates)
-  _add(features, realm.JOINT, joint)
-  return features
-
-
-def _ict_features(vocab_size, B, N, Q, C, M):
-  del N, M
-  rng = np.random.default_rng(1)
-  features = {ict.MASK_QUERY: (rng.random(B) < 0.9).astype(np.float32)}
-  _add(features, ict.QUERY, _triple(rng, vocab_size, [B, Q], Q))
-  _add(features, ict.BLOCK, _triple(rng, vocab_size, [B, C], C // 4))
-  return features
-
-
-def _orqa_features(vocab_size, B, N, Q, C, M):
-  del M
-  rng = np.random.default_rng(2)
-  length = Q + C
-  block_mask = np.zeros([B, N, length], np.int32)
-  block_mask[:, :, Q:-1] = 1
-  gold_starts = np.full([B, N, 2], -1, np.int32)
-  gold_ends = np.full([B, N, 2], -1, np.int32)
-  gold_starts[:, 0, 0], gold_ends[:, 0, 0] = Q + 3, Q + 5
-  retriever_beam = 4 * N
-  features = {"block_mask": block_mask, "gold_starts": gold_starts, "gold_ends": gold_ends,
-              "retriever_logits": rng.normal(size=[B, retriever_beam]).astype(np.float32),
-              "retriever_correct": rng.random([B, retriever_beam]) < 0.2}
-  _add(features, "reader", _triple(rng, vocab_size, [B, N, length], Q))
-  return features
-
-
-class OrqaReaderModel(tf_keras.Model):
-  """ORQA's loss over a span reader, the retriever's outputs given as features (see the docstring)."""
-
-  def __init__(self, config: bert.BertConfig, seq_len: int, reader_beam: int, name="orqa", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.reader_beam = reader_beam
-    self.reader = reader.SpanReader(config, seq_len=seq_len, span_hidden_size=_SPAN_HIDDEN_SIZE,
-                                    max_span_width=_MAX_SPAN_WIDTH)
-
-  def call(self, features, training=None):
-    return self.reader((realm.bert_triple(features, "reader"), features["block_mask"],
-                        features["retriever_logits"][:, :self.reader_beam]), training=training)
-
-  def compute_loss(self, features, training=None):
-    output = self(features, training=training)
-    correct = reader.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
-                                    features["gold_ends"])
-    return losses.orqa_loss(features["retriever_logits"], features["retriever_correct"], output.logits,
-                            correct)
-
-
-def _task(name, config, shapes):
-  """(model, features) of one task, the model built by a forward pass."""
-  vocab = config.vocab_size
-  if name == "realm":
-    model = realm.RealmPretrainer(config, projection_size=_PROJECTION_SIZE)
-    features = _realm_features(vocab, **shapes)
-  elif name == "ict":
-    model = ict.IctModel(config, projection_size=_PROJECTION_SIZE)
-    features = _ict_features(vocab, **shapes)
-  elif name == "orqa":
-    model = OrqaReaderModel(config, seq_len=shapes["Q"] + shapes["C"], reader_beam=shapes["N"])
-    features = _orqa_features(vocab, **shapes)
-  else:
-    raise ValueError(f"unknown task {name!r}; use realm, ict or orqa")
-  features = {k: tf.constant(v) for k, v in features.items()}
-  model(features)
-  return model, features
-
-
-# ------------------------------------------------------------------------------------------------
-
-
 def _count(model) -> int:
   """Parameters (each variable once, trainable or not) of a model whose variables exist."""
   unique = {id(v): v for v in model.weights}
@@ -211,20 +71,20 @@ def _parameter_counts(config: bert.BertConfig):
   dummy = tf.zeros([1, 4], tf.int32)
   triple = (dummy, dummy, dummy)
   counts = {}
-  embedder = embedder_lib.RetrieverEmbedder(config, _PROJECTION_SIZE)
+  embedder = embedder_lib.RetrieverEmbedder(config, tiny_tasks.PROJECTION_SIZE)
   embedder(triple)
   counts["RetrieverEmbedder"] = _count(embedder)
-  counts["Retriever"] = _count(embedder_lib.build_retriever(config, _PROJECTION_SIZE))
+  counts["Retriever"] = _count(embedder_lib.build_retriever(config, tiny_tasks.PROJECTION_SIZE))
   counts["Retriever (separate towers)"] = _count(
-      embedder_lib.build_retriever(config, _PROJECTION_SIZE, share_embedders=False))
+      embedder_lib.build_retriever(config, tiny_tasks.PROJECTION_SIZE, share_embedders=False))
   encoder = kae_lib.KnowledgeAugmentedEncoder(config)
   encoder((triple, tf.zeros([1, 1], tf.int32)))
   counts["KnowledgeAugmentedEncoder"] = _count(encoder)
   small = dict(B=1, N=2, Q=4, C=4, M=1)
-  counts["RealmPretrainer"] = _count(_task("realm", config, small)[0])
-  counts["IctModel"] = _count(_task("ict", config, small)[0])
-  span_reader = reader.SpanReader(config, seq_len=8, span_hidden_size=_SPAN_HIDDEN_SIZE,
-                                  max_span_width=_MAX_SPAN_WIDTH)
+  counts["RealmPretrainer"] = _count(tiny_tasks.task("realm", config, small)[0])
+  counts["IctModel"] = _count(tiny_tasks.task("ict", config, small)[0])
+  span_reader = reader.SpanReader(config, seq_len=8, span_hidden_size=tiny_tasks.SPAN_HIDDEN_SIZE,
+                                  max_span_width=tiny_tasks.MAX_SPAN_WIDTH)
   reader_ids = tf.zeros([1, 1, 8], tf.int32)
   span_reader(((reader_ids,) * 3, tf.ones([1, 1, 8], tf.int32), tf.zeros([1, 1])))
   counts["SpanReader"] = _count(span_reader)
@@ -239,7 +99,7 @@ def _timed_step(step, features):
   return time.perf_counter() - wall, time.process_time() - cpu, loss
 
 
-def _time_task(task: str, config: bert.BertConfig, shapes):
+def _time_task(task_name: str, config: bert.BertConfig, shapes):
   """{"xla": timing, "no_xla": timing} of TrainStep on the default strategy.
 
   Both variants are built and warmed up first, then their timed steps alternate (XLA, plain, plain,
@@ -251,7 +111,7 @@ def _time_task(task: str, config: bert.BertConfig, shapes):
   features = None
   for variant, jit in (("xla", True), ("no_xla", False)):
     tf_keras.utils.set_random_seed(0)
-    model, features = _task(task, config, shapes)
+    model, features = tiny_tasks.task(task_name, config, shapes)
     optimizer = optimization.create_optimizer(1e-5, num_train_steps=1000, num_warmup_steps=0)
     steps[variant] = train_lib.TrainStep(model, optimizer, jit_compile=jit)
   for i in range(max(_WARMUP_STEPS.value, 1)):
@@ -269,7 +129,7 @@ def _time_task(task: str, config: bert.BertConfig, shapes):
   for variant, runs in samples.items():
     walls, cpus, losses_ = zip(*runs)
     if not all(np.isfinite(losses_)):
-      raise RuntimeError(f"{task} ({variant}) produced a non-finite loss: {losses_}")
+      raise RuntimeError(f"{task_name} ({variant}) produced a non-finite loss: {losses_}")
     timings[variant] = {"first_step_s": first[variant], "median_step_s": statistics.median(walls),
                         "min_step_s": min(walls), "median_step_cpu_s": statistics.median(cpus),
                         "step_times_s": list(walls), "step_cpu_s": list(cpus),
@@ -283,19 +143,19 @@ def main(argv):
              "warmup_steps": _WARMUP_STEPS.value,
              "configs": {}}
   for name in _CONFIGS.value:
-    config = _config(name)
-    shapes = _SHAPES[name]
+    config = tiny_tasks.bert_config(name)
+    shapes = tiny_tasks.SHAPES[name]
     print(f"== {name}: {config.num_layers} layers, hidden {config.hidden_size}, vocab "
           f"{config.vocab_size}; shapes {shapes}", flush=True)
     counts = _parameter_counts(config)
     for model_name, count in counts.items():
       print(f"  {model_name:<28} {count:>13,d} parameters", flush=True)
     timings = {}
-    for task in _TASKS.value:
-      for variant, timing in _time_task(task, config, shapes).items():
+    for task_name in _TASKS.value:
+      for variant, timing in _time_task(task_name, config, shapes).items():
         timing["examples_per_second"] = shapes["B"] / timing["median_step_s"]
-        timings[f"{task}/{variant}"] = timing
-        print(f"  {task:<5} {variant:<7} first step {timing['first_step_s']:7.2f} s  median step "
+        timings[f"{task_name}/{variant}"] = timing
+        print(f"  {task_name:<5} {variant:<7} first step {timing['first_step_s']:7.2f} s  median step "
               f"{timing['median_step_s']:7.3f} s wall, {timing['median_step_cpu_s']:7.3f} s CPU, "
               f"{timing['examples_per_second']:7.2f} examples/s", flush=True)
     results["configs"][name] = {"bert": config.to_dict(), "shapes": shapes, "parameters": counts,
@@ -313,10 +173,10 @@ def main(argv):
   print(f"  {'config':<10}{'task':<6}{'XLA step':>18}{'no-XLA step':>18}{'speedup':>9}"
         f"{'XLA ex/s':>10}{'no-XLA ex/s':>13}{'XLA 1st':>9}{'no-XLA 1st':>12}")
   for config_name, r in results["configs"].items():
-    for task in _TASKS.value:
-      xla, plain = r["timings"][f"{task}/xla"], r["timings"][f"{task}/no_xla"]
+    for task_name in _TASKS.value:
+      xla, plain = r["timings"][f"{task_name}/xla"], r["timings"][f"{task_name}/no_xla"]
       cells = [f"{t['median_step_s']:.3f}s ({t['median_step_cpu_s']:.2f})" for t in (xla, plain)]
-      print(f"  {config_name:<10}{task:<6}{cells[0]:>18}{cells[1]:>18}"
+      print(f"  {config_name:<10}{task_name:<6}{cells[0]:>18}{cells[1]:>18}"
             f"{plain['median_step_s'] / xla['median_step_s']:>8.2f}x{xla['examples_per_second']:>10.2f}"
             f"{plain['examples_per_second']:>13.2f}{xla['first_step_s']:>8.1f}s"
             f"{plain['first_step_s']:>11.1f}s")
