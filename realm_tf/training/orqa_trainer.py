@@ -524,7 +524,8 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
           f"{best['checkpoint']}")
     log(f"step {step}: dev evaluation in {time.time() - eval_started:.1f} s: " +
         ", ".join(f"{k}={v:.2f}" for k, v in sorted(shown.items())))
-    return shown
+    # Written once, to MODEL_DIR/dev (above), not again among the training scalars.
+    return {}
 
   final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,

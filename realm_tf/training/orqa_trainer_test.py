@@ -70,6 +70,16 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     for key in ("accuracy", "exact_match", "f1", "recall@1", "recall@5", "recall@20", "recall@100"):
       self.assertIn(key, best["metrics"])
     self.assertEqual(best["metrics"]["recall@20"] <= best["metrics"]["recall@100"], True)
+    # Dev metrics go to TensorBoard once, under MODEL_DIR/dev, not again among the training scalars.
+    tags = {}
+    for run in ("train", "dev"):
+      for path in tf.io.gfile.glob(os.path.join(model_dir, run, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+          tags.setdefault(run, set()).update(v.tag for v in event.summary.value)
+    self.assertIn("exact_match", tags["dev"])
+    self.assertIn("loss", tags["train"])
+    self.assertFalse({t for t in tags["train"] if t.startswith("dev_")},
+                     tags["train"])
 
     # bin/eval_orqa's path: the best checkpoint, the same dev metrics, and the files it promises.
     result = orqa_trainer.evaluate_model_dir(model_dir, paths["dev"], batch_size=4, log=logs.append)
