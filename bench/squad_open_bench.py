@@ -176,6 +176,7 @@ def main(argv):
     unknown = [v for v in values if v not in allowed]
     if unknown or not values:
       raise app.UsageError(f"{name}: unknown or no values {unknown}; choose from {sorted(allowed)}")
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   paths = minilm_lib.squad_paths("bench/squad_open_bench.py")
@@ -200,7 +201,7 @@ def main(argv):
       else:
         ranked, details = _run_bm25(data, with_title=method == "bm25_title")
       start = time.perf_counter()
-      recall = squad_open.rankings_recall(ranked, data, _KS)
+      recall = evaluation.rankings_recall(ranked, ks=_KS, **data.recall_inputs())
       row = dict(details, corpus=corpus_name, corpus_description=_CORPUS_NAMES[corpus_name],
                  num_docs=len(data.documents), num_questions=len(data.questions), method=method,
                  method_description=_METHOD_NAMES[method], training_steps=0, recall=recall,

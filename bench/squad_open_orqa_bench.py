@@ -29,7 +29,7 @@ training questions with none are skipped and counted.
   optimizer      the project's BERT AdamW (training/optimization.py): warmup, linear decay to 0,
                  weight decay 0.01, global-norm clip 1.0; dropout on (training=True)
 Evaluation: the 10,570 dev questions re-embedded by the tower, exact inner-product search over the fixed
-paragraph embeddings, answer-string and gold-paragraph recall@1/5/20/100 (squad_open.rankings_recall),
+paragraph embeddings, answer-string and gold-paragraph recall@1/5/20/100 (realm_tf.evaluation.rankings_recall),
 at step 0 (zero-shot, must equal squad_open_bench's minilm row) and after the last step. Prints a table
 with squad_open_bench's rows for reference and writes JSON (machine, hyperparameters, timings, skipped
 questions, loss curve) to --output.
@@ -205,11 +205,10 @@ class QuestionTower(tf_keras.Model):
 
 def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
   """(recall dict, dev question embeddings, seconds): embed, exact search, score."""
-  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   queries = question_embedder.embed([q.question for q in full.questions], log=_log)
   rows, _ = index.search(queries, max(_KS))
-  recall = squad_open.rankings_recall(rows, full, _KS)
+  recall = evaluation.rankings_recall(rows, ks=_KS, **full.recall_inputs())
   seconds = time.perf_counter() - start
   _log(f"{label}: answer recall@1/5/20/100 "
        + "/".join(f"{recall[f'answer_recall@{k}']:.1f}" for k in _KS) + ", gold "

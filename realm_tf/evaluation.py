@@ -19,6 +19,8 @@ import string
 import unicodedata
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+import numpy as np
+
 from realm_tf import io_utils
 from realm_tf.data import qa
 from realm_tf.data import text_records
@@ -143,6 +145,37 @@ def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
   n = len(first_hits)
   return {f"recall@{k}": 100.0 * sum(1 for r in first_hits if r is not None and r <= k) / n
           for k in ks}
+
+
+def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]],
+                    gold_rows: Optional[Sequence[int]] = None, ks: Sequence[int] = (1, 5, 20, 100),
+                    mode: str = "raw", answers_are_regex: Optional[Sequence[bool]] = None
+                    ) -> Dict[str, float]:
+  """Recall percentages of ranked corpus rows: rows[i] are question i's rows of texts, best first.
+
+  Returns "answer_recall@k" (some answers[i] in texts[row], by has_answer with mode, or as regexes where
+  answers_are_regex[i]) and, given gold_rows (question i's gold row, -1 for none), "gold_recall@k", for
+  each k in ks, and "num_questions". Raises if rows is not [len(answers), k] with k at least
+  min(max(ks), len(texts)): a truncated ranking would understate recall silently.
+  """
+  rows = np.asarray(rows)
+  if rows.ndim != 2 or rows.shape[0] != len(answers):
+    raise ValueError(f"rankings_recall: rows must be [num_questions={len(answers)}, k], got shape "
+                     f"{rows.shape}")
+  if rows.shape[1] < min(max(ks), len(texts)):
+    raise ValueError(f"rankings_recall: rankings of {rows.shape[1]} rows cannot give recall@{max(ks)}; "
+                     "retrieve at least max(ks) documents per question")
+  regex = answers_are_regex or [False] * len(answers)
+  answer_hits = [[has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked]
+                 for ranked, question_answers, is_regex in zip(rows, answers, regex)]
+  results = {"num_questions": float(len(answers))}
+  for name, value in recall_at_k(answer_hits, ks).items():
+    results["answer_" + name] = value
+  if gold_rows is not None:
+    gold = np.asarray(gold_rows)
+    for name, value in recall_at_k((rows == gold[:, None]).tolist(), ks).items():
+      results["gold_" + name] = value
+  return results
 
 
 def evaluate_predictions(examples: Sequence[qa.QAExample],

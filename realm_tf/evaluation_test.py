@@ -116,6 +116,26 @@ class RecallAtKTest(tf.test.TestCase):
       evaluation.recall_at_k([[True]], ks=(0,))
 
 
+class RankingsRecallTest(tf.test.TestCase):
+
+  def test_answer_and_gold_recall_with_regex_answers_and_without_gold_rows(self):
+    texts = ["Tallis was born in 1802.", "Rome lies on the Tiber.", "nothing here"]
+    rows = [[2, 1, 0], [0, 2, 1]]
+    answers = [["Tiber"], [r"18\d\d"]]
+    recall = evaluation.rankings_recall(rows, texts, answers, gold_rows=[1, 1], ks=(1, 2, 3),
+                                        answers_are_regex=[False, True])
+    # Question 0: "Tiber" at rank 2; question 1: the year pattern at rank 1.
+    self.assertEqual(recall["num_questions"], 2)
+    self.assertAllClose([recall[f"answer_recall@{k}"] for k in (1, 2, 3)], [50, 100, 100])
+    self.assertAllClose([recall[f"gold_recall@{k}"] for k in (1, 2, 3)], [0, 50, 100])
+    no_gold = evaluation.rankings_recall(rows, texts, answers, ks=(1,), answers_are_regex=[False, True])
+    self.assertNotIn("gold_recall@1", no_gold)
+    with self.assertRaisesRegex(ValueError, r"rows must be \[num_questions=2, k\]"):
+      evaluation.rankings_recall([[0, 1]], texts, answers, ks=(1,))
+    with self.assertRaisesRegex(ValueError, "cannot give recall@3"):
+      evaluation.rankings_recall([[0], [1]], texts, answers, ks=(1, 3))
+
+
 class EvaluatePredictionsTest(tf.test.TestCase):
 
   def setUp(self):

@@ -47,15 +47,10 @@ def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus_pre
   index = index_lib.build_index(doc_embeddings, implementation="brute_force")
   queries = embed_questions(retriever, config, [e.question for e in examples])
   ids, _ = index.search(queries, max_k)
-  results: Dict[str, float] = {"num_questions": float(len(examples))}
-  answer_hits = [[evaluation.has_answer(documents[d]["title"] + " " + documents[d]["body"],
-                                        e.answers, e.answer_is_regex) for d in row]
-                 for row, e in zip(ids, examples)]
-  for name, value in evaluation.recall_at_k(answer_hits, ks).items():
-    results["answer_" + name] = value
+  gold_rows = None
   if examples and all("doc_id" in e.metadata for e in examples):
-    gold_hits = [[documents[d]["doc_id"] == e.metadata["doc_id"] for d in row]
-                 for row, e in zip(ids, examples)]
-    for name, value in evaluation.recall_at_k(gold_hits, ks).items():
-      results["gold_" + name] = value
-  return results
+    row_of = {d["doc_id"]: i for i, d in enumerate(documents)}
+    gold_rows = [row_of.get(e.metadata["doc_id"], -1) for e in examples]
+  return evaluation.rankings_recall(
+      ids, [d["title"] + " " + d["body"] for d in documents], [e.answers for e in examples],
+      gold_rows=gold_rows, ks=ks, answers_are_regex=[e.answer_is_regex for e in examples])

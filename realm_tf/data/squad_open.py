@@ -6,23 +6,22 @@ squad-v1.1-paragraphs.tsv numbers them: train 1..18,896 in file order, then dev.
 a dev question's answer-bearing paragraphs are (nearly always) dev paragraphs; the dev-only corpus
 (2,067 paragraphs) is the easier setting some papers report beside the full one.
 
-Recall is reported two ways (rankings_recall): "answer string in top-k" (has_answer, lower-cased and
-whitespace-normalised: DPR-style, which finds "paris" in "Paris") and "gold paragraph in top-k". The
-answer is looked for in the paragraph body only: the title is not part of SQuAD's context.
+Recall is reported two ways (realm_tf.evaluation.rankings_recall with SquadOpen.recall_inputs()):
+"answer string in top-k" (has_answer, lower-cased and whitespace-normalised: DPR-style, which finds
+"paris" in "Paris") and "gold paragraph in top-k". The answer is looked for in the paragraph body only:
+the title is not part of SQuAD's context.
 """
 
 import dataclasses
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
 import numpy as np
 
-from realm_tf import evaluation
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import qa
 
 TRAIN_FILE = "train-v1.1.rebuilt.json"
 DEV_FILE = "dev-v1.1.rebuilt.json"
-DEFAULT_KS = (1, 5, 20, 100)
 
 
 @dataclasses.dataclass
@@ -39,6 +38,12 @@ class SquadOpen:
   def dev_corpus(self) -> "SquadOpen":
     """The same questions against the dev paragraphs alone (rows shift down by num_train_paragraphs)."""
     return SquadOpen(self.documents[self.num_train_paragraphs:], self.questions, 0)
+
+  def recall_inputs(self) -> Dict:
+    """Keyword arguments of realm_tf.evaluation.rankings_recall for rankings of this corpus's rows:
+    answers searched in the bodies, normalised (SQuAD-open's convention), and the gold rows."""
+    return {"texts": [d.body for d in self.documents], "answers": [q.answers for q in self.questions],
+            "gold_rows": self.gold_rows(), "mode": "normalized"}
 
   def gold_rows(self) -> np.ndarray:
     """int64 [num_questions]: the row of each question's gold paragraph in documents (-1 if absent)."""
@@ -58,31 +63,3 @@ def load_squad_open(train_path: str, dev_path: str) -> SquadOpen:
     raise qa.InputError(f"{dev_path}: {len(shared)} articles also occur in {train_path} (e.g. "
                         f"{shared[0]!r}); SQuAD-open expects the dev articles held out of train")
   return SquadOpen(documents=train + dev, questions=questions, num_train_paragraphs=len(train))
-
-
-def rankings_recall(rows: np.ndarray, data: SquadOpen, ks: Sequence[int] = DEFAULT_KS
-                    ) -> Dict[str, float]:
-  """Recall percentages of ranked corpus rows, one row of rows per question (best first).
-
-  Returns {"answer_recall@k", "gold_recall@k"} for each k in ks, and "num_questions". Raises if rows
-  has fewer columns than the largest k (a truncated ranking would understate recall silently).
-  """
-  rows = np.asarray(rows)
-  if rows.ndim != 2 or rows.shape[0] != len(data.questions):
-    raise ValueError(f"rankings_recall: rows must be [num_questions={len(data.questions)}, k], got "
-                     f"shape {rows.shape}")
-  if rows.shape[1] < min(max(ks), len(data.documents)):
-    raise ValueError(f"rankings_recall: rankings of {rows.shape[1]} rows cannot give recall@{max(ks)}; "
-                     "retrieve at least max(ks) documents per question")
-  gold = data.gold_rows()
-  # Each document's body is normalised once per lookup inside has_answer; bodies repeat across
-  # questions, but 10k questions x 100 rows is ~1M substring tests, a few seconds.
-  answer_hits = [[evaluation.has_answer(data.documents[d].body, q.answers, mode="normalized")
-                  for d in ranked] for ranked, q in zip(rows, data.questions)]
-  gold_hits = (rows == gold[:, None]).tolist()
-  results = {"num_questions": len(data.questions)}
-  for name, value in evaluation.recall_at_k(answer_hits, ks).items():
-    results["answer_" + name] = value
-  for name, value in evaluation.recall_at_k(gold_hits, ks).items():
-    results["gold_" + name] = value
-  return results

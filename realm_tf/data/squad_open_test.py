@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import evaluation
 from realm_tf import testing_utils
 from realm_tf.data import corpus
 from realm_tf.data import qa
@@ -57,7 +58,7 @@ class SquadOpenTest(tf.test.TestCase):
     # casing and whitespace collapsing, and never matches row 2 ("Paris" alone).
     # Question 1: gold (row 4) at rank 1. Question 2: gold at rank 3, answer nowhere.
     rows = np.array([[2, 3, 0], [4, 0, 1], [0, 1, 4]])
-    recall = squad_open.rankings_recall(rows, self.data, ks=(1, 2, 3))
+    recall = evaluation.rankings_recall(rows, ks=(1, 2, 3), **self.data.recall_inputs())
     self.assertEqual(recall["num_questions"], 3)
     self.assertAllClose([recall[f"answer_recall@{k}"] for k in (1, 2, 3)], [100 / 3, 200 / 3, 200 / 3])
     self.assertAllClose([recall[f"gold_recall@{k}"] for k in (1, 2, 3)], [100 / 3, 200 / 3, 100])
@@ -66,15 +67,15 @@ class SquadOpenTest(tf.test.TestCase):
     # "Alpha Article" is the title of rows 0 and 1, not in their bodies: no answer hit.
     data = squad_open.SquadOpen(self.data.documents, [qa.QAExample("t?", ["Alpha Article"], metadata={
         "doc_id": "1"})], 3)
-    recall = squad_open.rankings_recall(np.array([[0, 1]]), data, ks=(1, 2))
+    recall = evaluation.rankings_recall(np.array([[0, 1]]), ks=(1, 2), **data.recall_inputs())
     self.assertEqual(recall["answer_recall@2"], 0)
     self.assertEqual(recall["gold_recall@1"], 100)
 
   def test_errors(self):
     with self.assertRaisesRegex(ValueError, r"must be \[num_questions=3, k\]"):
-      squad_open.rankings_recall(np.zeros([2, 3], np.int64), self.data, ks=(1,))
+      evaluation.rankings_recall(np.zeros([2, 3], np.int64), ks=(1,), **self.data.recall_inputs())
     with self.assertRaisesRegex(ValueError, "cannot give recall@3"):
-      squad_open.rankings_recall(np.zeros([3, 2], np.int64), self.data, ks=(1, 3))
+      evaluation.rankings_recall(np.zeros([3, 2], np.int64), ks=(1, 3), **self.data.recall_inputs())
     overlapping = _write_squad(os.path.join(self.create_tempdir().full_path, "dev.json"),
                                [("Beta", [("Beta again.", [("q?", ["again"])])])])
     with self.assertRaisesRegex(qa.InputError, r"1 articles also occur in .*train.json \(e.g. 'Beta'\)"):
@@ -114,7 +115,7 @@ class SharedDataTest(tf.test.TestCase):
       self.assertEqual(row[:3], [document.doc_id, document.body, document.title])
     self.assertEqual([r[3] for r in rows[1:]].count("dev"), 2067)
     # The gold paragraph holds the answer: answer recall@1 of the gold ranking is 100%.
-    recall = squad_open.rankings_recall(gold[:, None], data, ks=(1,))
+    recall = evaluation.rankings_recall(gold[:, None], ks=(1,), **data.recall_inputs())
     self.assertEqual(recall["gold_recall@1"], 100)
     self.assertGreater(recall["answer_recall@1"], 99.9)
 
