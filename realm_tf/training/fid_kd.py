@@ -22,6 +22,10 @@ A run's model dir:
   realm_config.json, fid_config.json   the retriever / tokenizer and reader configurations (checked on resume)
   initial_retriever/ckpt-0             the retriever iteration 0 starts from (--retriever_checkpoint or a
                                        seeded fresh one), so that a resumed run starts from the same weights
+  iteration_<i>/reader_1_passage_train/, reader_train/, retriever_train/
+                                       the shared loop's model dirs of the iteration's three training
+                                       phases (checkpoints with optimizer state, TensorBoard train/):
+                                       a run stopped mid-phase resumes the phase there
   iteration_<i>/reader/ckpt-S          the reader of iteration i (tf.train.Checkpoint(model=reader))
   iteration_<i>/scores.jsonl           per training question: retrieved rows, doc ids, retriever and
                                        reader scores
@@ -58,9 +62,9 @@ from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import bm25
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.training import loop
 from realm_tf.training import optimization
 from realm_tf.training import orqa_trainer
-from realm_tf.training import train_lib
 
 INITIAL_RETRIEVER_DIR = "initial_retriever"
 METRICS_NAME = "metrics.json"
@@ -156,26 +160,36 @@ def _batches(features: Union[Features, Callable[[int], Features]], batch_size: i
 
 
 def train_model(model, features: Union[Features, Callable[[int], Features]], steps: int,
-                batch_size: int, learning_rate: float, seed: int, jit_compile: bool = False,
-                log: Callable[[str], None] = print, name: str = "model") -> Dict[str, float]:
-  """Trains a compute_loss model for `steps` steps (BERT AdamW, 10% warmup, linear decay).
+                batch_size: int, learning_rate: float, seed: int, model_dir: str,
+                jit_compile: bool = False, log: Callable[[str], None] = print,
+                name: str = "model") -> Dict[str, float]:
+  """Trains a compute_loss model for `steps` steps (BERT AdamW, 10% warmup, linear decay) through the
+  shared loop (realm_tf.training.loop): checkpoints in model_dir (a restarted run resumes the phase
+  there), a stop on a non-finite loss, SIGTERM handling.
 
   features: arrays of the examples, or a function epoch -> arrays (see _batches).
-  Returns {"first_loss", "last_loss", "last_<metric>"} (the last ones averaged over the final 10% steps).
+  Returns {"steps", "seconds", "first_loss", "last_<metric>"} (the last ones averaged over the final 10%
+  of the steps this process trained; first_loss None when the phase had finished before).
   """
   optimizer = optimization.create_optimizer(learning_rate, steps, num_warmup_steps=max(steps // 10, 0),
                                             weight_decay_rate=0.0)
-  step = train_lib.TrainStep(model, optimizer, jit_compile=jit_compile)
   history: List[Dict[str, float]] = []
+
+  def after_step(step, metrics):
+    history.append(dict(metrics))
+    return {}
+
   started = time.time()
-  for i, batch in enumerate(_batches(features, batch_size, seed).take(steps)):
-    history.append({k: float(v) for k, v in step(batch).items()})
-    if (i + 1) % max(steps // 5, 1) == 0 or i + 1 == steps:
-      shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(history[-1].items()))
-      log(f"  {name} step {i + 1}/{steps}: {shown}")
+  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=steps,
+                             keep_checkpoint_max=1, log_every_steps=max(steps // 5, 1),
+                             jit_compile=jit_compile, global_batch_size=batch_size)
+  loop.train(model, optimizer, tf.distribute.get_strategy(),
+             lambda batches_done: _batches(features, batch_size, seed).skip(batches_done), options,
+             after_step=after_step, log=lambda line: log(f"  {name} {line}"))
+  result = {"steps": steps, "seconds": time.time() - started,
+            "first_loss": history[0]["loss"] if history else None}
   tail = history[-max(steps // 10, 1):]
-  result = {"steps": steps, "first_loss": history[0]["loss"], "seconds": time.time() - started}
-  for key in history[-1]:
+  for key in (history[-1] if history else {}):
     result["last_" + key] = float(np.mean([h[key] for h in tail]))
   return result
 
@@ -350,8 +364,8 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   metrics["reader_substituted_fraction"] = substituted / len(data.train)
   metrics["reader_training"] = train_model(
       reader, reader_epoch, options.reader_steps, options.reader_batch_size,
-      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log,
-      f"reader ({n} passages)")
+      options.reader_learning_rate, options.seed + iteration, os.path.join(directory, "reader_train"),
+      options.jit_compile, log, f"reader ({n} passages)")
   reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
                       options.reader_steps)
   dev_features = fid_lib.pad_examples(tokenizer, options.fid,
@@ -403,7 +417,8 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
                                           options.retriever_temperature)
     metrics["retriever_training"] = train_model(
         model, kd_features, options.retriever_steps, options.retriever_batch_size,
-        options.retriever_learning_rate, options.seed + iteration, options.jit_compile, log, "retriever")
+        options.retriever_learning_rate, options.seed + iteration,
+        os.path.join(directory, "retriever_train"), options.jit_compile, log, "retriever")
   metrics["retriever_checkpoint"] = save_retriever(retriever, os.path.join(directory, "retriever"),
                                                    options.retriever_steps if metrics["retriever_training"]
                                                    else 0)
@@ -441,8 +456,9 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   epochs, _ = _reader_epochs(options, data, single, iteration, stream=1)
   result["reader_single_passage_training"] = train_model(
       reader, epochs, options.reader_single_passage_steps, options.reader_batch_size,
-      options.reader_learning_rate, options.seed + iteration, options.jit_compile, log,
-      "reader (1 passage)")
+      options.reader_learning_rate, options.seed + iteration,
+      os.path.join(iteration_dir(options.model_dir, iteration), "reader_1_passage_train"),
+      options.jit_compile, log, "reader (1 passage)")
   return result
 
 
