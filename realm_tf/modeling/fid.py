@@ -40,16 +40,14 @@ FiD's KLDivLoss(reduction="mean") divides by n as well, which only rescales the 
 """
 
 import dataclasses
-import json
-import os
-from typing import Any, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from realm_tf import evaluation
-from realm_tf import io_utils
+from realm_tf import json_config
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import losses
 
@@ -59,7 +57,7 @@ _MASK_BIAS = -1e9
 
 
 @dataclasses.dataclass(frozen=True)
-class FidConfig:
+class FidConfig(json_config.JsonConfig):
   """The reader's architecture and input lengths.
 
   Attributes:
@@ -76,6 +74,10 @@ class FidConfig:
     initializer_factor: scales T5's initialization (normal, stddev fan_in^-0.5 per weight; 1 for
       embeddings and position biases).
   """
+  FILE_NAME: ClassVar[str] = CONFIG_NAME
+  DESCRIPTION: ClassVar[str] = "a FiD reader configuration"
+  WRITTEN_BY: ClassVar[str] = "bin/train_fid_kd"
+
   vocab_size: int
   hidden_size: int = 64
   num_heads: int = 2
@@ -96,26 +98,6 @@ class FidConfig:
     if self.passage_seq_len < 2 or self.answer_seq_len < 2:
       raise ValueError(f"FidConfig: passage_seq_len ({self.passage_seq_len}) and answer_seq_len "
                        f"({self.answer_seq_len}) must be at least 2")
-
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  def save(self, model_dir: str) -> str:
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, CONFIG_NAME)
-    io_utils.write_json_atomic(path, self.to_dict())
-    return path
-
-  @classmethod
-  def load(cls, model_dir: str) -> "FidConfig":
-    path = os.path.join(model_dir, CONFIG_NAME)
-    if not tf.io.gfile.exists(path):
-      raise FileNotFoundError(f"{path} does not exist; bin/train_fid_kd writes it when it starts")
-    with tf.io.gfile.GFile(path) as f:
-      try:
-        return cls(**json.load(f))
-      except (json.JSONDecodeError, TypeError) as e:
-        raise ValueError(f"{path}: not a FiD reader configuration ({e})") from e
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -28,15 +28,13 @@ run; see realm_tf.training.orqa_trainer), as the original kept them in local var
 """
 
 import dataclasses
-import json
-import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import io_utils
+from realm_tf import json_config
 from realm_tf.data import orqa_features
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import losses
@@ -47,7 +45,7 @@ ORQA_CONFIG_NAME = "orqa_config.json"
 
 
 @dataclasses.dataclass(frozen=True)
-class OrqaConfig:
+class OrqaConfig(json_config.JsonConfig):
   """What ORQA adds to a run's RealmConfig (saved as MODEL_DIR/orqa_config.json).
 
   Attributes:
@@ -62,6 +60,10 @@ class OrqaConfig:
     reader_layer_norm_epsilon: the span head's LayerNorm (1e-3, Keras's default, as the original).
     retrieval_corpus_path: the corpus whose rows the frozen index embeds.
   """
+  FILE_NAME: ClassVar[str] = ORQA_CONFIG_NAME
+  DESCRIPTION: ClassVar[str] = "an ORQA configuration"
+  WRITTEN_BY: ClassVar[str] = "bin/train_orqa"
+
   reader_seq_len: int = 320
   span_hidden_size: int = 256
   max_span_width: int = 10
@@ -88,27 +90,6 @@ class OrqaConfig:
   def max_block_len(self) -> int:
     """Block wordpieces that can ever fit beside an empty question."""
     return self.reader_seq_len - 3
-
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  def save(self, model_dir: str) -> str:
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, ORQA_CONFIG_NAME)
-    io_utils.write_json_atomic(path, self.to_dict())
-    return path
-
-  @classmethod
-  def load(cls, model_dir: str) -> "OrqaConfig":
-    path = os.path.join(model_dir, ORQA_CONFIG_NAME)
-    if not tf.io.gfile.exists(path):
-      raise FileNotFoundError(f"{path} does not exist: {model_dir} is not a bin/train_orqa model dir "
-                              "(the trainer writes it when it starts)")
-    with tf.io.gfile.GFile(path) as f:
-      try:
-        return cls(**json.load(f))
-      except (json.JSONDecodeError, TypeError) as e:
-        raise ValueError(f"{path}: not an ORQA configuration ({e})") from e
 
 
 class _FrozenCorpus:

@@ -7,14 +7,10 @@ trainer's would produce a useless index).
 """
 
 import dataclasses
-import json
-import os
-from typing import Any, Dict, Optional
-
-import tensorflow as tf
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from realm_tf import featurization
-from realm_tf import io_utils
+from realm_tf import json_config
 from realm_tf import tokenization
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
@@ -23,7 +19,7 @@ CONFIG_NAME = "realm_config.json"
 
 
 @dataclasses.dataclass(frozen=True)
-class RealmConfig:
+class RealmConfig(json_config.JsonConfig):
   """Models and featurization of a run.
 
   Attributes:
@@ -39,6 +35,13 @@ class RealmConfig:
     query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
       including the null document).
   """
+  FILE_NAME: ClassVar[str] = CONFIG_NAME
+  DESCRIPTION: ClassVar[str] = "a realm_tf run configuration"
+  WRITTEN_BY: ClassVar[str] = ("bin/train_realm, bin/train_ict, bin/train_orqa, bin/train_fid_kd or "
+                               "bin/convert_checkpoint")
+  # The vocab may move between machines; it is compared by content (realm_tf.data.corpus.check_vocab).
+  NOT_COMPARED: ClassVar[Tuple[str, ...]] = ("vocab_path", "vocab_sha256")
+
   retriever_bert: bert.BertConfig
   reader_bert: bert.BertConfig
   vocab_path: str
@@ -60,9 +63,6 @@ class RealmConfig:
   def __post_init__(self):
     embedder_lib.check_pooling(self.embedder_pooling)
 
-  def to_dict(self) -> Dict[str, Any]:
-    return dataclasses.asdict(self)
-
   @classmethod
   def from_dict(cls, values: Dict[str, Any]) -> "RealmConfig":
     values = dict(values)
@@ -77,56 +77,14 @@ class RealmConfig:
       values[key] = bert.BertConfig(**values[key])
     return cls(**values)
 
-  def save(self, model_dir: str) -> str:
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, CONFIG_NAME)
-    io_utils.write_json_atomic(path, self.to_dict())
-    return path
-
-  @classmethod
-  def load(cls, model_dir_or_file: str) -> "RealmConfig":
-    path = model_dir_or_file
-    if tf.io.gfile.isdir(path):
-      path = os.path.join(path, CONFIG_NAME)
-    if not tf.io.gfile.exists(path):
-      raise FileNotFoundError(f"{path} does not exist: the trainer writes it when it starts; start "
-                              "bin/train_realm (or pass the run's model dir)")
-    with tf.io.gfile.GFile(path) as f:
-      try:
-        values = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
-    try:
-      return cls.from_dict(values)
-    except (TypeError, KeyError) as e:
-      raise ValueError(f"{path}: not a realm_tf run configuration ({e})") from e
-    except ValueError as e:
-      raise ValueError(f"{path}: {e}") from e
-
-  def check_matches(self, saved: "RealmConfig", path: str) -> None:
-    """A restarted run must use the configuration its checkpoints were written with.
-
-    The vocab is compared by content, not here: realm_tf.data.corpus.check_vocab(vocab_path,
-    recorded_sha256=saved.vocab_sha256, ...) names both files.
-    """
-    mine, theirs = self.to_dict(), saved.to_dict()
-    differences = [f"{k}: {theirs[k]!r} (saved) vs {mine[k]!r} (flags)" for k in mine
-                   if k not in ("vocab_path", "vocab_sha256") and mine[k] != theirs[k]]
-    if differences:
-      raise ValueError(f"{path} was written with another configuration; use a new --model_dir or the "
-                       "same flags. Differences: " + "; ".join(differences))
-
-  def save_or_check(self, model_dir: str) -> None:
-    """Writes MODEL_DIR/realm_config.json, or on a restart checks the saved one (check_matches); a saved
-    file without vocab_sha256 (written before it existed) gets this config's recorded."""
-    try:
-      saved = RealmConfig.load(model_dir)
-    except FileNotFoundError:
-      self.save(model_dir)
-      return
-    self.check_matches(saved, model_dir)
+  def save_or_check(self, model_dir: str) -> "RealmConfig":
+    """Writes MODEL_DIR/realm_config.json, or on a restart checks the saved one (check_matches; the vocab
+    is compared by content, by realm_tf.data.corpus.check_vocab); a saved file without vocab_sha256
+    (written before it existed) gets this config's recorded."""
+    saved = super().save_or_check(model_dir)
     if saved.vocab_sha256 is None and self.vocab_sha256:
       self.save(model_dir)
+    return saved
 
   @staticmethod
   def saved_vocab_sha256(model_dir: str) -> Optional[str]:

@@ -275,18 +275,8 @@ def _initial_retriever(options: FidKdOptions, log) -> embedder_lib.Retriever:
 
 
 def _check_configs(options: FidKdOptions) -> None:
-  try:
-    options.config.check_matches(realm_config_lib.RealmConfig.load(options.model_dir), options.model_dir)
-  except FileNotFoundError:
-    options.config.save(options.model_dir)
-  try:
-    saved = fid_lib.FidConfig.load(options.model_dir)
-  except FileNotFoundError:
-    options.fid.save(options.model_dir)
-    return
-  if saved != options.fid:
-    raise ValueError(f"{options.model_dir} was started with another reader configuration ({saved}); use "
-                     "a new --model_dir or the same reader flags")
+  options.config.save_or_check(options.model_dir)
+  options.fid.save_or_check(options.model_dir)
 
 
 def _read_json(path: str):

@@ -121,7 +121,7 @@ class LoopTest(tf.test.TestCase):
         config=_CONFIG, fid=fid_lib.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
         model_dir=model_dir, retrieval_corpus_path=paths["corpus"], train_path=paths["train"],
         dev_path=paths["dev"])
-    with self.assertRaisesRegex(ValueError, "another reader configuration"):
+    with self.assertRaisesRegex(ValueError, "another FiD reader configuration"):
       fid_kd.run(options, log=lambda _: None)
 
 

@@ -46,12 +46,7 @@ def build_model(config: realm_config_lib.RealmConfig) -> ict_model.IctModel:
 def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict[str, float]:
   config = options.config
-  tf.io.gfile.makedirs(options.loop.model_dir)
-  try:
-    config.check_matches(realm_config_lib.RealmConfig.load(options.loop.model_dir),
-                         options.loop.model_dir)
-  except FileNotFoundError:
-    config.save(options.loop.model_dir)
+  config.save_or_check(options.loop.model_dir)
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
   with strategy.scope():

@@ -92,16 +92,7 @@ def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConf
                    model_dir: str) -> None:
   """Writes the run's configs, or checks that a restarted run uses the ones it was started with."""
   config.save_or_check(model_dir)
-  try:
-    saved = orqa_lib.OrqaConfig.load(model_dir)
-  except FileNotFoundError:
-    orqa.save(model_dir)
-    return
-  if saved != orqa:
-    differences = [f"{k}: {v!r} (saved) vs {orqa.to_dict()[k]!r} (flags)"
-                   for k, v in saved.to_dict().items() if orqa.to_dict()[k] != v]
-    raise ValueError(f"{model_dir} was started with another ORQA configuration; use a new --model_dir or "
-                     "the same flags. Differences: " + "; ".join(differences))
+  orqa.save_or_check(model_dir)
 
 
 _WORD_EMBEDDINGS = re.compile(r"(^|/)(retriever/(doc|query)_embedder|embedder)/encoder/_embedding_layer/"

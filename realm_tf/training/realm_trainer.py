@@ -71,10 +71,6 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   return model
 
 
-def _write_config(config: realm_config_lib.RealmConfig, model_dir: str) -> None:
-  config.save_or_check(model_dir)
-
-
 def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Runs REALM pre-training to options.loop.num_train_steps; returns a summary of the run."""
@@ -93,7 +89,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
       realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
       os.path.join(model_dir, realm_config_lib.CONFIG_NAME)))
   tf.io.gfile.makedirs(model_dir)
-  _write_config(config, model_dir)
+  config.save_or_check(model_dir)
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
 
