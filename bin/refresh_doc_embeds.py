@@ -33,6 +33,9 @@ _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_for
                            "MIPS implementation of the published index.")
 _KEEP = flags.DEFINE_integer("keep", 3, "Published indexes to keep.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
+_LENGTH_BUCKETS = flags.DEFINE_integer(
+    "embed_length_buckets", 4, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
+    "multiples of 8); 1 pads every document to candidate_seq_len.", lower_bound=1)
 _MAX_REFRESHES = flags.DEFINE_integer("max_refreshes", None, "Exit after this many refreshes.")
 _POLL_SECONDS = flags.DEFINE_float("poll_seconds", 5.0, "Seconds between looks for a checkpoint.")
 _START_AT_STEP = flags.DEFINE_integer("start_at_step", 0, "Ignore checkpoints before this step.")
@@ -70,7 +73,8 @@ def main(argv):
                                      num_cpu_devices=_NUM_CPU_DEVICES.value)
   options = refresher.RefresherOptions(
       model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
-      keep=_KEEP.value, batch_size=_BATCH_SIZE.value, max_refreshes=_MAX_REFRESHES.value,
+      keep=_KEEP.value, batch_size=_BATCH_SIZE.value, embed_length_buckets=_LENGTH_BUCKETS.value,
+      max_refreshes=_MAX_REFRESHES.value,
       poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
       num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value,
       merge_timeout_seconds=_MERGE_TIMEOUT.value, wait_for_lock=_WAIT_FOR_LOCK.value)

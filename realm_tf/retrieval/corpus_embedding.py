@@ -1,8 +1,10 @@
 """Embedding the whole retrieval corpus with the document tower, in corpus row order.
 
 Row i of the result is document i of the corpus (sorted shard order), because the index maps rows back
-to documents. Batches are static-shaped for XLA/TPU: the last partial batch is padded with copies of its
-first document and the padding trimmed afterwards (the original DocumentEmbedder padded the same way).
+to documents. Documents are grouped by packed length into a few padded lengths (length_buckets), so a
+short document is not padded to candidate_seq_len; each bucket's batches are static-shaped for XLA/TPU:
+its last partial batch is padded with copies of its first document and the padding dropped afterwards
+(the original DocumentEmbedder padded the same way).
 Under a distribution strategy each global batch is split across replicas in order and reassembled in
 replica order. Several workers (hosts) can each take a contiguous run of rows (--num_workers,
 --worker_index); `merge_worker_embeddings` concatenates their outputs in worker order.
@@ -19,6 +21,11 @@ import tensorflow as tf
 from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
+
+
+# Four padded lengths: on SQuAD's paragraphs (mean 155 of 288 wordpieces) about half of a fully padded
+# batch is padding; four static shapes keep compilation to a handful of programs.
+DEFAULT_LENGTH_BUCKETS = 4
 
 
 def worker_rows(num_docs: int, num_workers: int, worker_index: int) -> range:
@@ -64,7 +71,8 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
                  batch_size: int = 256, strategy: Optional[tf.distribute.Strategy] = None,
                  num_workers: int = 1, worker_index: int = 0,
                  log: Callable[[str], None] = print, log_every_seconds: float = 30.0,
-                 jit_compile: bool = True) -> np.ndarray:
+                 jit_compile: bool = True,
+                 num_length_buckets: int = DEFAULT_LENGTH_BUCKETS) -> np.ndarray:
   """Embeds this worker's rows of the corpus.
 
   Args:
@@ -79,6 +87,11 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
       On CPU a batch of the MiniLM or BERT-base config then takes 14-20% less CPU time (1.1-1.2x the
       docs/s on a loaded 2-core machine; bench/hf_compare_bench.py), for seconds (tiny) to under a
       minute (BERT-base) of compilation.
+    num_length_buckets: documents are grouped by packed length into this many padded lengths (multiples
+      of 8 up to candidate_seq_len; see length_buckets), each embedded at its own static shape, so short
+      documents are not padded to the longest: a handful of compiled programs, and results returned in
+      row order. Equal to unbucketed embedding for any tower that masks its padding (BERT attention,
+      [CLS] pooler, masked mean); 1 pads every document to candidate_seq_len.
 
   Returns:
     float32 [num_rows_of_this_worker, D].
@@ -92,21 +105,31 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
   total = len(rows)
   if total == 0:
     return np.zeros([0, 0], np.float32)
-  num_batches = -(-total // batch_size)
-  padded_total = num_batches * batch_size
-
-  dataset = candidate_dataset(corpus_prefix, featurizer, rows)
-  # Static shapes: pad the last batch with copies of the first document of the corpus run.
-  padding = dataset.take(1).repeat(padded_total - total)
-  dataset = dataset.concatenate(padding).batch(batch_size, drop_remainder=True).prefetch(2)
-  distributed = strategy.experimental_distribute_dataset(dataset)
+  max_len = featurizer.candidate_seq_len
+  lengths = length_buckets(max_len, num_length_buckets)
+  # Each element: a static [batch_size, L] batch of one bucket and the corpus rows it holds (-1 for the
+  # padding that fills the bucket's last batch with copies of its first document).
+  documents = candidate_dataset(corpus_prefix, featurizer, rows).enumerate()
+  buckets = []
+  for i, length in enumerate(lengths):
+    lower = lengths[i - 1] if i else 0
+    in_bucket = documents.filter(
+        lambda row, f, lower=lower, length=length: tf.logical_and(
+            tf.reduce_sum(f["mask"]) > lower, tf.reduce_sum(f["mask"]) <= length))
+    buckets.append(in_bucket.batch(batch_size).map(
+        lambda row, f, length=length: _fill_batch(row, f, length, batch_size)))
+  dataset = buckets[0]
+  for bucket in buckets[1:]:
+    dataset = dataset.concatenate(bucket)
+  distributed = strategy.experimental_distribute_dataset(dataset.prefetch(2))
 
   def embed(batch):
-    return embed_fn((batch["token_ids"], batch["mask"], batch["segment_ids"]))
+    return batch["row"], embed_fn((batch["token_ids"], batch["mask"], batch["segment_ids"]))
 
   # Compiled per replica, called inside strategy.run: outside TPUs XLA cannot span replicas (as
   # TrainStep). A plain function in between: handed to strategy.run itself, the compiled function would
-  # run on the first replica's device with another replica's variables.
+  # run on the first replica's device with another replica's variables. XLA compiles once per bucket
+  # length.
   compiled = tf.function(embed, jit_compile=True) if jit_compile else embed
 
   @tf.function
@@ -114,21 +137,43 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
     per_replica = strategy.run(lambda b: compiled(b), args=(batch,))  # pylint: disable=unnecessary-lambda
     return strategy.experimental_local_results(per_replica)
 
-  outputs: List[np.ndarray] = []
-  embedded = 0  # a running count: summing over `outputs` at every batch would be quadratic
+  embeddings = None
+  embedded = 0
   start = time.time()
   last_log = start
   for batch in distributed:
-    parts = [np.asarray(part) for part in step(batch)]
-    outputs.extend(parts)
-    embedded += sum(len(part) for part in parts)
-    done = min(embedded, total)
+    for batch_rows, values in step(batch):
+      batch_rows, values = np.asarray(batch_rows), np.asarray(values, np.float32)
+      real = batch_rows >= 0
+      if embeddings is None:
+        embeddings = np.zeros([total, values.shape[-1]], np.float32)
+      embeddings[batch_rows[real]] = values[real]
+      embedded += int(real.sum())
     now = time.time()
-    if now - last_log >= log_every_seconds or done == total:
-      log(str(EmbeddingProgress(done, total, now - start)))
+    if now - last_log >= log_every_seconds or embedded == total:
+      log(str(EmbeddingProgress(embedded, total, now - start)))
       last_log = now
-  embeddings = np.concatenate(outputs, axis=0)[:total].astype(np.float32)
   return embeddings
+
+
+def length_buckets(max_len: int, num_buckets: int) -> List[int]:
+  """The padded lengths of num_buckets equal steps up to max_len, rounded up to multiples of 8 (the
+  last is max_len itself); e.g. 288 in 4 -> [72, 144, 216, 288]."""
+  if num_buckets < 1:
+    raise ValueError(f"num_length_buckets must be at least 1, got {num_buckets}")
+  lengths = {min(max_len, -(-max_len * (i + 1) // num_buckets // 8) * 8) for i in range(num_buckets)}
+  return sorted(lengths | {max_len})
+
+
+def _fill_batch(row, features, length: int, batch_size: int):
+  """A bucket's batch cut to its length and filled up to batch_size with copies of its first document
+  (row -1), so that every batch of the bucket has one static shape."""
+  missing = batch_size - tf.shape(row)[0]
+  fill = lambda t: tf.concat([t, tf.repeat(t[:1], missing, axis=0)], axis=0)
+  batch = {k: tf.ensure_shape(fill(v[:, :length]), [batch_size, length]) for k, v in features.items()}
+  batch["row"] = tf.ensure_shape(
+      tf.concat([tf.cast(row, tf.int64), -tf.ones([missing], tf.int64)], axis=0), [batch_size])
+  return batch
 
 
 def worker_embeddings_path(output_dir: str, num_workers: int, worker_index: int) -> str:

@@ -150,6 +150,49 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     self.assertEqual(got.shape, (_NUM_DOCS, _D))
     self.assertAllClose(got, want, atol=1e-5)
 
+  def test_length_buckets(self):
+    self.assertEqual(corpus_embedding.length_buckets(288, 4), [72, 144, 216, 288])
+    self.assertEqual(corpus_embedding.length_buckets(128, 3), [48, 88, 128])
+    self.assertEqual(corpus_embedding.length_buckets(32, 1), [32])
+    self.assertEqual(corpus_embedding.length_buckets(10, 8), [8, 10])  # never more than the lengths
+    with self.assertRaisesRegex(ValueError, "num_length_buckets must be at least 1"):
+      corpus_embedding.length_buckets(32, 0)
+
+  def test_length_buckets_embed_as_the_padded_path_for_both_poolings_and_replicas(self):
+    # At 128 wordpieces the testdata documents (81 on average) fall in several buckets.
+    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=16,
+                                                         candidate_seq_len=128, max_masks=4)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2,
+                              intermediate_size=64)
+    strategies = [("default", tf.distribute.get_strategy())]
+    if not _SPLIT_ERROR:
+      strategies.append(("mirrored", distribute.get_strategy("mirrored", num_cpu_devices=2)))
+    for pooling in (embedder_lib.POOLER, "mean"):
+      for name, strategy in strategies:
+        with self.subTest(pooling=pooling, strategy=name):
+          tf_keras.utils.set_random_seed(2)
+          with strategy.scope():
+            retriever = embedder_lib.build_retriever(config, _D, pooling=pooling)
+          shapes = []
+
+          def embed_fn(inputs, retriever=retriever, shapes=shapes):
+            shapes.append(inputs[0].shape.as_list())  # at trace time
+            return retriever.embed_documents(inputs, training=False)
+
+          run = lambda buckets, embed_fn=embed_fn, strategy=strategy: corpus_embedding.embed_corpus(
+              embed_fn, self.prefix, featurizer, batch_size=6, strategy=strategy,
+              log=lambda _: None, num_length_buckets=buckets)
+          padded = run(1)
+          shapes.clear()
+          bucketed = run(4)
+          self.assertEqual(bucketed.shape, (_NUM_DOCS, _D))
+          self.assertAllClose(bucketed, padded, atol=2e-5)
+          lengths = sorted({s[1] for s in shapes})
+          self.assertGreater(len(lengths), 1, shapes)  # the documents did spread over buckets
+          self.assertContainsSubset(lengths, [32, 64, 96, 128])
+          per_replica = 6 // strategy.num_replicas_in_sync
+          self.assertTrue(all(s[0] == per_replica for s in shapes), shapes)
+
   def test_batch_size_not_divisible_by_replicas(self):
     strategy = self._mirrored()
     with self.assertRaisesRegex(ValueError, "batch_size 7 is not divisible by the 2 replicas"):

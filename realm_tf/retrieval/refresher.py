@@ -36,6 +36,7 @@ class RefresherOptions:
   index_implementation: str = "scann"
   keep: int = 3
   batch_size: int = 128
+  embed_length_buckets: int = corpus_embedding.DEFAULT_LENGTH_BUCKETS
   max_refreshes: Optional[int] = None
   poll_seconds: float = 5.0
   start_at_step: int = 0
@@ -71,7 +72,7 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
   embeddings = corpus_embedding.embed_corpus(
       lambda inputs: retriever.embed_documents(inputs, training=False), options.corpus_prefix,
       featurizer, batch_size=options.batch_size, strategy=strategy, num_workers=options.num_workers,
-      worker_index=options.worker_index, log=log)
+      worker_index=options.worker_index, log=log, num_length_buckets=options.embed_length_buckets)
   embed_seconds = time.time() - start
   if options.num_workers > 1:
     shards_dir = os.path.join(published_index.index_root(options.model_dir), f".embeddings-{step}")
