@@ -105,22 +105,21 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
   total = len(rows)
   if total == 0:
     return np.zeros([0, 0], np.float32)
-  max_len = featurizer.candidate_seq_len
-  lengths = length_buckets(max_len, num_length_buckets)
-  # Each element: a static [batch_size, L] batch of one bucket and the corpus rows it holds (-1 for the
-  # padding that fills the bucket's last batch with copies of its first document).
-  documents = candidate_dataset(corpus_prefix, featurizer, rows).enumerate()
-  buckets = []
-  for i, length in enumerate(lengths):
-    lower = lengths[i - 1] if i else 0
-    in_bucket = documents.filter(
-        lambda row, f, lower=lower, length=length: tf.logical_and(
-            tf.reduce_sum(f["mask"]) > lower, tf.reduce_sum(f["mask"]) <= length))
-    buckets.append(in_bucket.batch(batch_size).map(
-        lambda row, f, length=length: _fill_batch(row, f, length, batch_size)))
-  dataset = buckets[0]
-  for bucket in buckets[1:]:
-    dataset = dataset.concatenate(bucket)
+  lengths = tf.constant(length_buckets(featurizer.candidate_seq_len, num_length_buckets), tf.int64)
+
+  def bucket_of(row, features):
+    del row
+    # The first (shortest) padded length that holds the document.
+    return tf.argmax(tf.cast(lengths >= tf.reduce_sum(tf.cast(features["mask"], tf.int64)), tf.int64))
+
+  def batches_of(bucket, window):
+    return window.batch(batch_size).map(
+        lambda row, features: _fill_batch(row, features, lengths[bucket], batch_size))
+
+  # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus rows
+  # it holds (-1 for the padding that fills a bucket's last batch with copies of its first document).
+  dataset = candidate_dataset(corpus_prefix, featurizer, rows).enumerate().group_by_window(
+      bucket_of, batches_of, window_size=batch_size)
   distributed = strategy.experimental_distribute_dataset(dataset.prefetch(2))
 
   def embed(batch):
@@ -165,12 +164,12 @@ def length_buckets(max_len: int, num_buckets: int) -> List[int]:
   return sorted(lengths | {max_len})
 
 
-def _fill_batch(row, features, length: int, batch_size: int):
+def _fill_batch(row, features, length: tf.Tensor, batch_size: int):
   """A bucket's batch cut to its length and filled up to batch_size with copies of its first document
-  (row -1), so that every batch of the bucket has one static shape."""
+  (row -1), so that every batch of the bucket has one shape (XLA compiles one program per bucket)."""
   missing = batch_size - tf.shape(row)[0]
   fill = lambda t: tf.concat([t, tf.repeat(t[:1], missing, axis=0)], axis=0)
-  batch = {k: tf.ensure_shape(fill(v[:, :length]), [batch_size, length]) for k, v in features.items()}
+  batch = {k: tf.ensure_shape(fill(v[:, :length]), [batch_size, None]) for k, v in features.items()}
   batch["row"] = tf.ensure_shape(
       tf.concat([tf.cast(row, tf.int64), -tf.ones([missing], tf.int64)], axis=0), [batch_size])
   return batch
