@@ -30,19 +30,20 @@ class StepLoop(orbit.StandardTrainer):
       # Float32 sums of every step's scalars; created outside the loop (no variables in a while_loop).
       self._sums = {name: tf.Variable(0.0, trainable=False, name=f"sum_{i}")
                     for i, name in enumerate(sorted(names))}
-    self._steps = tf.Variable(0, trainable=False, dtype=tf.int64)
+
+  def train(self, num_steps: tf.Tensor) -> Dict[str, float]:
+    sums = super().train(num_steps)
+    steps = max(int(num_steps), 1)
+    return {name: total / steps for name, total in sums.items()}
 
   def train_loop_begin(self):
     for total in self._sums.values():
       total.assign(0.0)
-    self._steps.assign(0)
 
   def train_step(self, iterator):
     result = self._train_step(next(iterator))
     for name, total in self._sums.items():
       total.assign_add(tf.cast(result[name], tf.float32))
-    self._steps.assign_add(1)
 
   def train_loop_end(self) -> Dict[str, float]:
-    steps = max(int(self._steps.numpy()), 1)
-    return {name: float(total.numpy()) / steps for name, total in self._sums.items()}
+    return {name: float(total.numpy()) for name, total in self._sums.items()}
