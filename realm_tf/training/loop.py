@@ -57,10 +57,13 @@ class LoopOptions:
     if self.steps_per_loop < 1:
       raise ValueError(f"--steps_per_loop={self.steps_per_loop} must be at least 1")
     for flag in ("save_checkpoints_steps", "log_every_steps"):
-      if getattr(self, flag) % self.steps_per_loop:
-        raise ValueError(f"--{flag}={getattr(self, flag)} is not a multiple of --steps_per_loop="
-                         f"{self.steps_per_loop}: checkpoints and logs happen between loops; make it "
-                         "a multiple")
+      self.check_between_loops(flag, getattr(self, flag), "checkpoints and logs")
+
+  def check_between_loops(self, flag: str, interval: int, what: str) -> None:
+    """The host acts only between loops: an interval of steps (--flag) must be a multiple of the loop."""
+    if interval % self.steps_per_loop:
+      raise ValueError(f"--{flag}={interval} is not a multiple of --steps_per_loop={self.steps_per_loop}: "
+                       f"{what} happen between loops; make it a multiple")
 
 
 TRAIN_STATE_NAME = "train_state.json"

@@ -151,17 +151,17 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
   return retriever
 
 
-def check_index_corpus(recorded: Optional[str], index_path: str, corpus_prefix: str,
-                       fix: str) -> str:
+def check_index_corpus(recorded: Optional[str], index_path: str, corpus_prefix: str, fix: str) -> None:
   """Stops when an index records the fingerprint of another corpus than corpus_prefix (row i of the index
-  would not be document i: a corpus of the same size, shuffled or edited, passes every shape check);
-  returns corpus_prefix's fingerprint. Indexes written before fingerprints were recorded pass."""
+  would not be document i: a corpus of the same size, shuffled or edited, passes every shape check).
+  Indexes written before fingerprints were recorded pass."""
+  if recorded is None:
+    return
   expected = corpus_lib.fingerprint(corpus_prefix)
-  if recorded is not None and recorded != expected:
+  if recorded != expected:
     raise ValueError(f"{index_path} embeds another corpus (fingerprint {recorded[:16]}) than "
                      f"{corpus_prefix} (fingerprint {expected[:16]}): its rows would point at other "
                      f"documents. {fix}")
-  return expected
 
 
 def _read_index_dir(index_dir: str, corpus_prefix: str) -> Tuple[np.ndarray, Dict]:
@@ -425,10 +425,7 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
   model_dir = options.loop.model_dir
-  if options.eval_every_steps % options.loop.steps_per_loop:
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} is not a multiple of --steps_per_loop="
-                     f"{options.loop.steps_per_loop}: dev evaluations happen between loops; make it a "
-                     "multiple")
+  options.loop.check_between_loops("eval_every_steps", options.eval_every_steps, "dev evaluations")
   if options.index_dir and not options.retriever_checkpoint:
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")
