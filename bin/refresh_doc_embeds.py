@@ -24,6 +24,7 @@ from realm_tf import process_lock
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import refresher
 from realm_tf.training import distribute
+from realm_tf.training import flags_util
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "The trainer's model directory.", required=True)
 _CORPUS = flags.DEFINE_string("retrieval_corpus_path", None,
@@ -31,11 +32,23 @@ _CORPUS = flags.DEFINE_string("retrieval_corpus_path", None,
                               required=True)
 _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
                            "MIPS implementation of the published index.")
+_RESCORING = flags.DEFINE_enum(
+    "index_rescoring", "float32", ["float32", "int8"],
+    "Vectors the ScaNN index re-scores its candidates with: float32, or int8 (a compressed index: 132 "
+    "instead of 512 bytes per document at D=128, recall@10 in docs/benchmarks.md).")
 _KEEP = flags.DEFINE_integer("keep", 3, "Published indexes to keep.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
 _LENGTH_BUCKETS = flags.DEFINE_integer(
     "embed_length_buckets", 4, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
     "multiples of 8); 1 pads every document to candidate_seq_len.", lower_bound=1)
+_MIXED_PRECISION = flags.DEFINE_enum(
+    "mixed_precision", "float32", ["float32", "mixed_bfloat16"],
+    "Precision of the document tower while embedding (and of the query tower published with the index): "
+    "mixed_bfloat16 computes in bfloat16 with float32 weights, for TPUs and CPUs with bfloat16 units "
+    "(bench/refresh_bench.py measures its speed and its effect on recall). The index stores float32.")
+_EMBED_JIT = flags.DEFINE_bool(
+    "embed_jit_compile", True, "Compile the embedding step with XLA (needed on TPUs). On CPUs with AMX, "
+    "mixed_bfloat16 runs faster without it (TensorFlow's oneDNN kernels; bench/refresh_bench.py).")
 _MAX_REFRESHES = flags.DEFINE_integer("max_refreshes", None, "Exit after this many refreshes.")
 _POLL_SECONDS = flags.DEFINE_float("poll_seconds", 5.0, "Seconds between looks for a checkpoint.")
 _START_AT_STEP = flags.DEFINE_integer("start_at_step", 0, "Ignore checkpoints before this step.")
@@ -67,6 +80,10 @@ def main(argv):
     raise app.UsageError("--strategy=multi_worker_mirrored is not supported by the refresher: run one "
                          "refresher per host with --num_workers=W --worker_index=i (worker 0 merges "
                          "and publishes), each with a single-host strategy")
+  if _RESCORING.value != "float32" and _INDEX.value != "scann":
+    raise app.UsageError(f"--index_rescoring={_RESCORING.value} needs --index_implementation=scann")
+  # Before any model is built: Keras layers take the global policy when they are created.
+  flags_util.set_precision(_MIXED_PRECISION.value)
   if _NUM_CPU_DEVICES.value > 1:
     distribute.configure_logical_cpus(_NUM_CPU_DEVICES.value)
   strategy = distribute.get_strategy(_STRATEGY.value, tpu=_TPU.value,
@@ -74,6 +91,7 @@ def main(argv):
   options = refresher.RefresherOptions(
       model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
       keep=_KEEP.value, batch_size=_BATCH_SIZE.value, embed_length_buckets=_LENGTH_BUCKETS.value,
+      embed_jit_compile=_EMBED_JIT.value, index_rescoring=_RESCORING.value,
       max_refreshes=_MAX_REFRESHES.value,
       poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
       num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value,

@@ -67,92 +67,126 @@ def candidate_dataset(corpus_prefix: str, featurizer: featurization.Featurizer,
   return dataset.ragged_batch(256).map(featurize).unbatch()
 
 
+class CorpusEmbedder:
+  """The document tower's embedding of a corpus, compiled once and reused for every call.
+
+  The refresher embeds the corpus again after every checkpoint with the same tower (restored in place),
+  so it keeps one CorpusEmbedder for its whole life: the compiled program of each length bucket is built
+  on the first refresh and reused by the next ones (a new tf.function per refresh recompiled every bucket,
+  15-23 s of the MiniLM tower's first batch).
+
+  Args:
+    embed_fn: (token_ids, mask, segment_ids) int32 [b, C] -> float [b, D]; e.g. a RetrieverEmbedder
+      called with training=False. Runs under `strategy` when one is given.
+    featurizer: packs candidates to featurizer.candidate_seq_len.
+    batch_size: global batch size (divisible by the number of replicas).
+    strategy: distribution strategy for the embedding (default: none).
+    jit_compile: compile embed_fn with XLA. The batches are static-shaped, so it compiles once per bucket.
+      On CPU a float32 batch of the MiniLM or BERT-base config then takes 14-20% less CPU time (1.1-1.2x
+      the docs/s on a loaded 2-core machine; bench/hf_compare_bench.py). Under mixed_bfloat16 on a CPU
+      with AMX, XLA's CPU backend is slower than TensorFlow's oneDNN kernels (bench/refresh_bench.py):
+      turn it off there.
+    num_length_buckets: documents are grouped by packed length into this many padded lengths (multiples
+      of 8 up to candidate_seq_len; see length_buckets), each embedded at its own static shape, so short
+      documents are not padded to the longest: a handful of compiled programs, and results returned in
+      row order. Equal to unbucketed embedding for any tower that masks its padding (BERT attention,
+      [CLS] pooler, masked mean); 1 pads every document to candidate_seq_len.
+  """
+
+  def __init__(self, embed_fn: Callable, featurizer: featurization.Featurizer, batch_size: int = 256,
+               strategy: Optional[tf.distribute.Strategy] = None, jit_compile: bool = True,
+               num_length_buckets: int = DEFAULT_LENGTH_BUCKETS):
+    self._strategy = strategy or tf.distribute.get_strategy()
+    if batch_size % self._strategy.num_replicas_in_sync:
+      raise ValueError(f"batch_size {batch_size} is not divisible by the "
+                       f"{self._strategy.num_replicas_in_sync} replicas")
+    self._featurizer = featurizer
+    self._batch_size = batch_size
+    self._lengths = length_buckets(featurizer.candidate_seq_len, num_length_buckets)
+
+    def embed(batch):
+      embeddings = embed_fn((batch["token_ids"], batch["mask"], batch["segment_ids"]))
+      return batch["row"], tf.cast(embeddings, tf.float32)
+
+    # Compiled per replica, called inside strategy.run: outside TPUs XLA cannot span replicas (as
+    # TrainStep). A plain function in between: handed to strategy.run itself, the compiled function
+    # would run on the first replica's device with another replica's variables. XLA compiles once per
+    # bucket length.
+    compiled = tf.function(embed, jit_compile=True) if jit_compile else embed
+    strategy = self._strategy
+
+    @tf.function
+    def step(batch):
+      per_replica = strategy.run(lambda b: compiled(b), args=(batch,))  # pylint: disable=unnecessary-lambda
+      return strategy.experimental_local_results(per_replica)
+
+    self._step = step
+
+  @property
+  def tracing_count(self) -> int:
+    """How often the step was traced: once per bucket length for the life of this embedder."""
+    return self._step.experimental_get_tracing_count()
+
+  def __call__(self, corpus_prefix: str, num_workers: int = 1, worker_index: int = 0,
+               log: Callable[[str], None] = print, log_every_seconds: float = 30.0) -> np.ndarray:
+    """Embeds this worker's rows of the corpus: float32 [num_rows_of_this_worker, D], in row order."""
+    num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
+    rows = worker_rows(num_docs, num_workers, worker_index)
+    total = len(rows)
+    if total == 0:
+      return np.zeros([0, 0], np.float32)
+    batch_size = self._batch_size
+    lengths = tf.constant(self._lengths, tf.int64)
+
+    def bucket_of(row, features):
+      del row
+      # The first (shortest) padded length that holds the document.
+      return tf.argmax(tf.cast(lengths >= tf.reduce_sum(tf.cast(features["mask"], tf.int64)), tf.int64))
+
+    def batches_of(bucket, window):
+      return window.batch(batch_size).map(
+          lambda row, features: _fill_batch(row, features, lengths[bucket], batch_size))
+
+    # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus
+    # rows it holds (-1 for the padding that fills a bucket's last batch with copies of its first
+    # document).
+    dataset = candidate_dataset(corpus_prefix, self._featurizer, rows).enumerate().group_by_window(
+        bucket_of, batches_of, window_size=batch_size)
+    distributed = self._strategy.experimental_distribute_dataset(dataset.prefetch(2))
+
+    embeddings = None
+    embedded = 0
+    start = time.time()
+    last_log = start
+    for batch in distributed:
+      for batch_rows, values in self._step(batch):
+        batch_rows, values = np.asarray(batch_rows), np.asarray(values, np.float32)
+        real = batch_rows >= 0
+        if embeddings is None:
+          embeddings = np.zeros([total, values.shape[-1]], np.float32)
+        embeddings[batch_rows[real]] = values[real]
+        embedded += int(real.sum())
+      now = time.time()
+      if now - last_log >= log_every_seconds or embedded == total:
+        log(str(EmbeddingProgress(embedded, total, now - start)))
+        last_log = now
+    return embeddings
+
+
 def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurization.Featurizer,
                  batch_size: int = 256, strategy: Optional[tf.distribute.Strategy] = None,
                  num_workers: int = 1, worker_index: int = 0,
                  log: Callable[[str], None] = print, log_every_seconds: float = 30.0,
                  jit_compile: bool = True,
                  num_length_buckets: int = DEFAULT_LENGTH_BUCKETS) -> np.ndarray:
-  """Embeds this worker's rows of the corpus.
-
-  Args:
-    embed_fn: (token_ids, mask, segment_ids) int32 [b, C] -> float32 [b, D]; e.g. a RetrieverEmbedder
-      called with training=False. Runs under `strategy` when one is given.
-    corpus_prefix: a corpus written by realm_tf.data.corpus.write_corpus.
-    featurizer: packs candidates to featurizer.candidate_seq_len.
-    batch_size: global batch size (divisible by the number of replicas).
-    strategy: distribution strategy for the embedding (default: none).
-    num_workers, worker_index: which contiguous run of rows to embed.
-    jit_compile: compile embed_fn with XLA. The batches are static-shaped, so it compiles once per call.
-      On CPU a batch of the MiniLM or BERT-base config then takes 14-20% less CPU time (1.1-1.2x the
-      docs/s on a loaded 2-core machine; bench/hf_compare_bench.py), for seconds (tiny) to under a
-      minute (BERT-base) of compilation.
-    num_length_buckets: documents are grouped by packed length into this many padded lengths (multiples
-      of 8 up to candidate_seq_len; see length_buckets), each embedded at its own static shape, so short
-      documents are not padded to the longest: a handful of compiled programs, and results returned in
-      row order. Equal to unbucketed embedding for any tower that masks its padding (BERT attention,
-      [CLS] pooler, masked mean); 1 pads every document to candidate_seq_len.
+  """Embeds this worker's rows of the corpus once (see CorpusEmbedder for the arguments); a caller that
+  embeds the same corpus again with the same tower keeps a CorpusEmbedder instead.
 
   Returns:
     float32 [num_rows_of_this_worker, D].
   """
-  strategy = strategy or tf.distribute.get_strategy()
-  if batch_size % strategy.num_replicas_in_sync:
-    raise ValueError(f"batch_size {batch_size} is not divisible by the {strategy.num_replicas_in_sync} "
-                     "replicas")
-  num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
-  rows = worker_rows(num_docs, num_workers, worker_index)
-  total = len(rows)
-  if total == 0:
-    return np.zeros([0, 0], np.float32)
-  lengths = tf.constant(length_buckets(featurizer.candidate_seq_len, num_length_buckets), tf.int64)
-
-  def bucket_of(row, features):
-    del row
-    # The first (shortest) padded length that holds the document.
-    return tf.argmax(tf.cast(lengths >= tf.reduce_sum(tf.cast(features["mask"], tf.int64)), tf.int64))
-
-  def batches_of(bucket, window):
-    return window.batch(batch_size).map(
-        lambda row, features: _fill_batch(row, features, lengths[bucket], batch_size))
-
-  # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus rows
-  # it holds (-1 for the padding that fills a bucket's last batch with copies of its first document).
-  dataset = candidate_dataset(corpus_prefix, featurizer, rows).enumerate().group_by_window(
-      bucket_of, batches_of, window_size=batch_size)
-  distributed = strategy.experimental_distribute_dataset(dataset.prefetch(2))
-
-  def embed(batch):
-    return batch["row"], embed_fn((batch["token_ids"], batch["mask"], batch["segment_ids"]))
-
-  # Compiled per replica, called inside strategy.run: outside TPUs XLA cannot span replicas (as
-  # TrainStep). A plain function in between: handed to strategy.run itself, the compiled function would
-  # run on the first replica's device with another replica's variables. XLA compiles once per bucket
-  # length.
-  compiled = tf.function(embed, jit_compile=True) if jit_compile else embed
-
-  @tf.function
-  def step(batch):
-    per_replica = strategy.run(lambda b: compiled(b), args=(batch,))  # pylint: disable=unnecessary-lambda
-    return strategy.experimental_local_results(per_replica)
-
-  embeddings = None
-  embedded = 0
-  start = time.time()
-  last_log = start
-  for batch in distributed:
-    for batch_rows, values in step(batch):
-      batch_rows, values = np.asarray(batch_rows), np.asarray(values, np.float32)
-      real = batch_rows >= 0
-      if embeddings is None:
-        embeddings = np.zeros([total, values.shape[-1]], np.float32)
-      embeddings[batch_rows[real]] = values[real]
-      embedded += int(real.sum())
-    now = time.time()
-    if now - last_log >= log_every_seconds or embedded == total:
-      log(str(EmbeddingProgress(embedded, total, now - start)))
-      last_log = now
-  return embeddings
+  embedder = CorpusEmbedder(embed_fn, featurizer, batch_size, strategy, jit_compile, num_length_buckets)
+  return embedder(corpus_prefix, num_workers, worker_index, log, log_every_seconds)
 
 
 def length_buckets(max_len: int, num_buckets: int) -> List[int]:

@@ -193,6 +193,47 @@ class CorpusEmbeddingTest(tf.test.TestCase):
           per_replica = 6 // strategy.num_replicas_in_sync
           self.assertTrue(all(s[0] == per_replica for s in shapes), shapes)
 
+  def test_one_embedder_compiles_once_and_follows_weights_restored_in_place(self):
+    # The refresher's case: one CorpusEmbedder for the process, a new checkpoint restored into the same
+    # tower before each refresh.
+    tf_keras.utils.set_random_seed(3)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
+                              intermediate_size=64)
+    retriever = embedder_lib.build_retriever(config, _D, pooling="mean")
+    embedder = corpus_embedding.CorpusEmbedder(
+        lambda x: retriever.embed_documents(x, training=False), self.featurizer, batch_size=8)
+    first = embedder(self.prefix, log=lambda _: None)
+    traced = embedder.tracing_count
+    self.assertGreaterEqual(traced, 1)
+    retriever.set_weights([w + 0.01 * np.ones_like(w) for w in retriever.get_weights()])
+    second = embedder(self.prefix, log=lambda _: None)
+    self.assertEqual(embedder.tracing_count, traced)  # no new trace, so no new compilation
+    self.assertGreater(np.max(np.abs(second - first)), 1e-3)  # the new weights were used
+    self.assertAllClose(second, retriever.embed_documents(self.candidates, training=False).numpy(),
+                        atol=2e-5)
+
+  def test_mixed_bfloat16_tower_embeds_close_to_float32(self):
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2,
+                              intermediate_size=64)
+    tf_keras.utils.set_random_seed(4)
+    full = embedder_lib.build_retriever(config, _D, pooling="mean")
+    want = full.embed_documents(self.candidates, training=False).numpy()
+    try:
+      tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+      half = embedder_lib.build_retriever(config, _D, pooling="mean")
+      half.embed_documents(tuple(x[:1] for x in self.candidates), training=False)  # builds it
+    finally:
+      tf_keras.mixed_precision.set_global_policy("float32")
+    half.set_weights(full.get_weights())
+    for jit_compile in (False, True):
+      with self.subTest(jit_compile=jit_compile):
+        got = self._embed(lambda x: half.embed_documents(x, training=False), batch_size=8,
+                          jit_compile=jit_compile)
+        self.assertEqual(got.dtype, np.float32)
+        self.assertGreater(np.max(np.abs(got - want)), 1e-4)  # computed in bfloat16 ...
+        cosine = np.sum(got * want, -1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
+        self.assertGreater(cosine.min(), 0.99)  # ... and close to float32
+
   def test_batch_size_not_divisible_by_replicas(self):
     strategy = self._mirrored()
     with self.assertRaisesRegex(ValueError, "batch_size 7 is not divisible by the 2 replicas"):

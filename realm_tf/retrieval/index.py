@@ -15,7 +15,9 @@ care which one they hold:
                    brute-force scorer.
 
 Both return EXACT inner products against the stored float32 embeddings (as ORQA re-scored ScaNN's ids),
-sorted descending, ties broken by the lower row. The exact re-score of ScaNN's candidates is done here in
+sorted descending, ties broken by the lower row. A compressed ScaNN index (rescoring="int8") stores int8
+vectors with one float32 scale per dimension instead (132 instead of 512 bytes per document at D=128)
+and re-scores against those: the scores are exact for the dequantized vectors, not for the originals. The exact re-score of ScaNN's candidates is done here in
 numpy rather than by ScaNN's own `reorder`: ScaNN's reorder keeps a second float32 copy of the corpus in
 memory and on disk (`dataset.npy`), while the embeddings are stored here anyway; so an index costs the
 embeddings plus D/2 bytes of AH codes per document, not twice the embeddings.
@@ -27,7 +29,8 @@ Saved form (a directory; `save` writes it beside its final name and renames it, 
 nothing or a complete index; `verify_index` checks it before anything is loaded):
   manifest.json     format_version, implementation, step, num_docs, dim, parameters, sha256 and size of
                     every other file, created time, library versions, and the caller's `extra`
-  embeddings.npy    float32 [num_docs, dim] (np.save, no pickle)
+  embeddings.npy    float32 [num_docs, dim] (np.save, no pickle); a compressed ScaNN index has instead
+  embeddings_int8.npy   int8 [num_docs, dim] and embedding_scales.npy float32 [dim]
   doc_ids.npy       int64 [num_docs]: the id returned for each row
   scann/            ScaNN only: the pybind searcher's serialized assets (loaded without ScaNN's pickle
                     path; the manifest's checksums cover every file)
@@ -54,6 +57,9 @@ from realm_tf import io_utils
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 EMBEDDINGS_NAME = "embeddings.npy"
+INT8_CODES_NAME = "embeddings_int8.npy"
+INT8_SCALES_NAME = "embedding_scales.npy"
+RESCORING_DTYPES = ("float32", "int8")
 DOC_IDS_NAME = "doc_ids.npy"
 SCANN_DIR = "scann"
 _SCANN_ASSETS = "scann_assets.pbtxt"
@@ -184,6 +190,52 @@ def _validated_doc_ids(doc_ids: Optional[np.ndarray], num_docs: int) -> np.ndarr
     raise ValueError("doc_ids contains duplicates; each row must have its own id (pass None to use the "
                      "row numbers)")
   return doc_ids
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Embeddings:
+  """Embeddings kept as int8 codes with one float32 scale per dimension: row r is codes[r] * scales.
+
+  The compressed index's re-scoring vectors. ScaNN's own int8 reordering (`reorder(quantize=INT8)`)
+  keeps its vectors inside the searcher, where ORQA's in-graph scoring and the exports, which read
+  `MipsIndex.embeddings`, cannot get at them; these are plain arrays that dequantize on demand.
+  Per-dimension symmetric scales (max |x_d| / 127) cost D floats and keep every dimension's full range.
+  """
+  codes: np.ndarray  # int8 [num_docs, dim]
+  scales: np.ndarray  # float32 [dim]
+
+  @classmethod
+  def quantize(cls, embeddings: np.ndarray) -> "Int8Embeddings":
+    scales = np.max(np.abs(embeddings), axis=0).astype(np.float32) / 127.0
+    scales[scales == 0] = 1.0  # an all-zero dimension: any scale reproduces it
+    codes = np.empty(embeddings.shape, np.int8)
+    for start in range(0, embeddings.shape[0], 65536):  # in blocks: no float temporary of the corpus
+      block = embeddings[start:start + 65536] / scales
+      codes[start:start + 65536] = np.clip(np.rint(block), -127, 127)
+    return cls(codes, scales)
+
+  @property
+  def shape(self) -> Tuple[int, int]:
+    return self.codes.shape
+
+  def rows(self, rows: np.ndarray) -> np.ndarray:
+    """float32 [..., dim] of the dequantized rows."""
+    return self.codes[rows].astype(np.float32) * self.scales
+
+  def dequantized(self) -> np.ndarray:
+    out = np.empty(self.codes.shape, np.float32)
+    for start in range(0, self.codes.shape[0], 65536):
+      out[start:start + 65536] = self.codes[start:start + 65536].astype(np.float32) * self.scales
+    out.flags.writeable = False
+    return out
+
+
+def _stored_vectors(num_docs: int, dim: int, parameters: Dict[str, Any]
+                    ) -> List[Tuple[str, Tuple[int, ...], Any]]:
+  """(file name, shape, dtype) of the document vectors an index with these parameters stores."""
+  if parameters.get("rescoring", "float32") == "int8":
+    return [(INT8_CODES_NAME, (num_docs, dim), np.int8), (INT8_SCALES_NAME, (dim,), np.float32)]
+  return [(EMBEDDINGS_NAME, (num_docs, dim), np.float32)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -350,8 +402,9 @@ class MipsIndex(abc.ABC):
     os.mkdir(tmp)
     try:
       _write_npy(os.path.join(tmp, DOC_IDS_NAME), (self._num_docs,), np.int64, [self._doc_ids])
-      _write_npy(os.path.join(tmp, EMBEDDINGS_NAME), (self._num_docs, self._dim), np.float32,
-                 self._embedding_blocks())
+      blocks = self._stored_blocks()
+      for name, shape, dtype in _stored_vectors(self._num_docs, self._dim, self._parameters):
+        _write_npy(os.path.join(tmp, name), shape, dtype, blocks[name])
       self._write_implementation_files(tmp)
       files = {}
       for rel in _files_under(tmp):
@@ -367,7 +420,7 @@ class MipsIndex(abc.ABC):
           "step": None if step is None else int(step),
           "num_docs": self._num_docs,
           "dim": self._dim,
-          "dtype": "float32",
+          "dtype": np.dtype(_stored_vectors(self._num_docs, self._dim, self._parameters)[0][2]).name,
           "parameters": self._parameters,
           "files": files,
           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
@@ -395,6 +448,10 @@ class MipsIndex(abc.ABC):
   def _embedding_blocks(self):
     """Yields float32 row blocks of the embeddings, in order (for saving without a joined copy)."""
 
+  def _stored_blocks(self) -> Dict[str, Any]:
+    """File name -> row blocks of each stored vector file (see _stored_vectors)."""
+    return {EMBEDDINGS_NAME: self._embedding_blocks()}
+
   def _write_implementation_files(self, directory: str) -> None:
     """Writes implementation-specific files into the temporary directory (none by default)."""
 
@@ -416,23 +473,30 @@ class MipsIndex(abc.ABC):
     if cls is not MipsIndex and impl_cls is not cls:
       raise ValueError(f"{directory} holds a {manifest['implementation']!r} index, not "
                        f"{cls.implementation!r}; load it with load_index()")
-    embeddings_path = os.path.join(directory, EMBEDDINGS_NAME)
+    stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
+    arrays = {}
     try:
       doc_ids = np.load(os.path.join(directory, DOC_IDS_NAME), allow_pickle=False)
-      embeddings = np.load(embeddings_path, mmap_mode="r", allow_pickle=False)
+      for name, _, _ in stored:
+        arrays[name] = np.load(os.path.join(directory, name), mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
       raise CorruptIndexError(f"{directory}: cannot read the arrays ({e}); rebuild the index") from e
-    shape = (manifest["num_docs"], manifest["dim"])
-    if embeddings.shape != shape or doc_ids.shape != (shape[0],):
-      raise CorruptIndexError(f"{embeddings_path}: shape {embeddings.shape} (doc_ids {doc_ids.shape}) "
-                              f"does not match the manifest's {shape}; rebuild the index")
+    for name, shape, _ in stored + [(DOC_IDS_NAME, (manifest["num_docs"],), None)]:
+      array = doc_ids if name == DOC_IDS_NAME else arrays[name]
+      if array.shape != shape:
+        raise CorruptIndexError(f"{os.path.join(directory, name)}: shape {array.shape} does not match "
+                                f"the manifest's {shape}; rebuild the index")
+    embeddings = arrays.get(EMBEDDINGS_NAME)
+    if embeddings is None:
+      embeddings = Int8Embeddings(np.array(arrays[INT8_CODES_NAME]), np.array(arrays[INT8_SCALES_NAME]))
     return impl_cls._load(directory, manifest, embeddings, doc_ids.astype(np.int64), **options)
 
   @classmethod
   @abc.abstractmethod
   def _load(cls, directory: str, manifest: Dict[str, Any], embeddings: np.ndarray,
             doc_ids: np.ndarray, **options) -> "MipsIndex":
-    """Constructs from a verified directory; embeddings is a read-only memory map of embeddings.npy."""
+    """Constructs from a verified directory; embeddings is a read-only memory map of embeddings.npy
+    (Int8Embeddings for a compressed index)."""
 
 
 def _read_manifest(directory: str) -> Dict[str, Any]:
@@ -470,6 +534,12 @@ def _read_manifest(directory: str) -> Dict[str, Any]:
   return manifest
 
 
+def read_manifest(directory: str) -> Dict[str, Any]:
+  """The manifest of a saved index (checked for shape, not checksums: see verify_index), e.g. to read
+  what its writer recorded under "extra" before loading it."""
+  return _read_manifest(os.path.abspath(_check_local(directory)))
+
+
 def verify_index(directory: str) -> Dict[str, Any]:
   """Checks that a directory is a complete, intact saved index and returns its manifest.
 
@@ -485,7 +555,8 @@ def verify_index(directory: str) -> Dict[str, Any]:
   manifest = _read_manifest(directory)
   files = manifest["files"]
   impl_cls = _IMPLEMENTATIONS[manifest["implementation"]]
-  required = [EMBEDDINGS_NAME, DOC_IDS_NAME] + impl_cls.required_files
+  stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
+  required = [name for name, _, _ in stored] + [DOC_IDS_NAME] + impl_cls.required_files
   for rel in required:
     if rel not in files:
       raise CorruptIndexError(f"{directory}: the manifest lists no {rel}; rebuild the index")
@@ -510,8 +581,7 @@ def verify_index(directory: str) -> Dict[str, Any]:
                               f"({len(unlisted)} unlisted files); the directory was modified after it "
                               "was saved: rebuild the index")
     num_docs, dim = manifest["num_docs"], manifest["dim"]
-    for rel, want_shape, want_dtype in ((EMBEDDINGS_NAME, (num_docs, dim), np.float32),
-                                        (DOC_IDS_NAME, (num_docs,), np.int64)):
+    for rel, want_shape, want_dtype in stored + [(DOC_IDS_NAME, (num_docs,), np.int64)]:
       path = os.path.join(directory, rel)
       try:
         shape, dtype = _npy_header(path)
@@ -658,6 +728,9 @@ class ScannOptions:
     tree_min_docs: below this many documents ScaNN is built as its exact float32 brute-force scorer
       (no tree, no hashing): a tree of a few dozen leaves gains nothing and AH needs training data.
     training_threads: threads for training (0 = ScaNN's default).
+    rescoring: the stored vectors the candidates are re-scored with: "float32" (the embeddings
+      themselves) or "int8" (Int8Embeddings: a quarter of the bytes; recall@10 against exact search
+      and bytes per document in bench/index_bench.py).
   """
   num_leaves: Optional[int] = None
   num_leaves_to_search: Optional[int] = None
@@ -667,9 +740,12 @@ class ScannOptions:
   anisotropic_quantization_threshold: Optional[float] = None
   tree_min_docs: int = 5000
   training_threads: int = 0
+  rescoring: str = "float32"
 
   def resolve(self, num_docs: int) -> Dict[str, Any]:
     """The concrete parameters for num_docs documents, with "mode": "tree_ah" or "brute_force"."""
+    if self.rescoring not in RESCORING_DTYPES:
+      raise ValueError(f"ScannIndex: rescoring must be one of {RESCORING_DTYPES}, got {self.rescoring!r}")
     for name in ("num_leaves", "num_leaves_to_search", "training_sample_size", "num_candidates",
                  "dimensions_per_block", "tree_min_docs", "training_threads"):
       value = getattr(self, name)
@@ -711,12 +787,15 @@ class ScannIndex(MipsIndex):
   implementation = "scann"
   required_files = [f"{SCANN_DIR}/{_SCANN_ASSETS}"]
 
-  def __init__(self, searcher, embeddings: np.ndarray, doc_ids: np.ndarray, parameters: Dict[str, Any],
+  def __init__(self, searcher, embeddings, doc_ids: np.ndarray, parameters: Dict[str, Any],
                manifest: Optional[Dict[str, Any]] = None):
     super().__init__(embeddings.shape[0], embeddings.shape[1], doc_ids, parameters, manifest)
     self._searcher = searcher
-    self._embeddings = embeddings.view()
-    self._embeddings.flags.writeable = False
+    if isinstance(embeddings, Int8Embeddings):
+      self._vectors = embeddings
+    else:
+      self._vectors = embeddings.view()
+      self._vectors.flags.writeable = False
 
   @classmethod
   def _build(cls, embeddings: np.ndarray, doc_ids: np.ndarray, **options) -> "ScannIndex":
@@ -735,7 +814,9 @@ class ScannIndex(MipsIndex):
       builder = builder.score_brute_force()
     if params["training_threads"]:
       builder = builder.set_n_training_threads(params["training_threads"])
-    return cls(builder.build(), embeddings, doc_ids, params)
+    # The tree and the hash codes are trained on the float32 vectors; only the re-scoring uses int8.
+    vectors = Int8Embeddings.quantize(embeddings) if params["rescoring"] == "int8" else embeddings
+    return cls(builder.build(), vectors, doc_ids, params)
 
   @classmethod
   def _load(cls, directory, manifest, embeddings, doc_ids, num_candidates: Optional[int] = None,
@@ -756,14 +837,24 @@ class ScannIndex(MipsIndex):
     except (OSError, RuntimeError, ValueError) as e:
       raise CorruptIndexError(f"{scann_dir}: ScaNN cannot load the searcher ({e}); rebuild the "
                               "index") from e
-    return cls(searcher, np.array(embeddings), doc_ids, params, manifest)
+    if not isinstance(embeddings, Int8Embeddings):
+      embeddings = np.array(embeddings)
+    return cls(searcher, embeddings, doc_ids, params, manifest)
 
   @property
   def embeddings(self) -> np.ndarray:
-    return self._embeddings
+    """float32 [num_docs, dim]; a compressed index dequantizes its int8 vectors (a new array)."""
+    if isinstance(self._vectors, Int8Embeddings):
+      return self._vectors.dequantized()
+    return self._vectors
 
   def _embedding_blocks(self):
-    yield self._embeddings
+    yield self.embeddings
+
+  def _stored_blocks(self) -> Dict[str, Any]:
+    if isinstance(self._vectors, Int8Embeddings):
+      return {INT8_CODES_NAME: [self._vectors.codes], INT8_SCALES_NAME: [self._vectors.scales]}
+    return super()._stored_blocks()
 
   def _write_implementation_files(self, directory: str) -> None:
     scann_dir = os.path.join(directory, SCANN_DIR)
@@ -787,15 +878,19 @@ class ScannIndex(MipsIndex):
                                                     leaves_to_search=leaves)
     rows = np.asarray(rows).astype(np.int64)  # [batch, candidates]
     valid = ~np.isnan(np.asarray(distances))  # ScaNN pads a short result with NaN distances.
-    # Exact float32 scores of the candidates: [batch, candidates, dim] x [batch, dim, 1].
-    scores = np.matmul(self._embeddings[rows], queries[:, :, None])[:, :, 0]
+    # Exact scores of the candidates' stored vectors: [batch, candidates, dim] x [batch, dim, 1].
+    if isinstance(self._vectors, Int8Embeddings):
+      candidate_vectors = self._vectors.rows(rows)
+    else:
+      candidate_vectors = self._vectors[rows]
+    scores = np.matmul(candidate_vectors, queries[:, :, None])[:, :, 0]
     scores[~valid] = -np.inf
     order = np.lexsort((rows, -scores), axis=-1)[:, :k]  # by score descending, then row
     top_rows = np.take_along_axis(rows, order, axis=1)
     top_scores = np.take_along_axis(scores, order, axis=1)
     short = np.flatnonzero(valid.sum(axis=1) < k)
     if short.size:
-      exact_rows, exact_scores = _exact_numpy(queries[short], self._embeddings, k)
+      exact_rows, exact_scores = _exact_numpy(queries[short], self.embeddings, k)
       top_rows[short], top_scores[short] = exact_rows, exact_scores
     return top_rows, top_scores
 

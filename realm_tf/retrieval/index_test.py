@@ -228,6 +228,57 @@ class ScannIndexTest(tf.test.TestCase):
       index_lib.ScannIndex.build(_random(10, 4), leaves=3)
 
 
+class CompressedIndexTest(tf.test.TestCase):
+
+  def test_int8_rescoring_keeps_recall_and_scores_its_dequantized_vectors(self):
+    embeddings = _clustered(20000, 64, num_clusters=200)
+    queries = _near(embeddings, 64)
+    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
+    index = index_lib.ScannIndex.build(embeddings, rescoring="int8")
+    self.assertEqual(index.parameters["rescoring"], "int8")
+    ids, scores = index.search(queries, 10)
+    self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.95)
+    # The stored vectors are within half a quantization step of the originals in every dimension ...
+    vectors = index.embeddings
+    step = np.max(np.abs(embeddings), axis=0) / 127
+    self.assertTrue(np.all(np.abs(vectors - embeddings) <= step / 2 + 1e-7))
+    self.assertGreater(np.max(np.abs(vectors - embeddings)), 0)  # ... and not the originals
+    # ... and the scores are their inner products, sorted.
+    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, vectors[ids]), rtol=1e-5, atol=1e-4)
+    self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
+
+  def test_saved_compressed_index_holds_int8_vectors_and_loads_them(self):
+    embeddings = _clustered(6000, 16, num_clusters=60)
+    queries = _near(embeddings, 16)
+    sizes = {}
+    for rescoring in ("float32", "int8"):
+      index = index_lib.ScannIndex.build(embeddings, rescoring=rescoring)
+      directory = os.path.join(self.create_tempdir().full_path, rescoring)
+      manifest = index.save(directory, step=3)
+      sizes[rescoring] = sum(entry["bytes"] for entry in manifest["files"].values())
+      loaded = index_lib.load_index(directory)
+      for got, want in zip(loaded.search(queries, 10), index.search(queries, 10)):
+        self.assertAllEqual(got, want)
+      self.assertAllEqual(loaded.embeddings, index.embeddings)
+    self.assertEqual(manifest["dtype"], "int8")
+    self.assertIn("embeddings_int8.npy", manifest["files"])
+    self.assertNotIn("embeddings.npy", manifest["files"])
+    self.assertEqual(np.load(os.path.join(directory, "embeddings_int8.npy")).dtype, np.int8)
+    # 48 of the 64 float32 bytes per document saved, less the scales' small file (D=16: the ScaNN
+    # files weigh more here than at D=128).
+    self.assertLessEqual(sizes["int8"], sizes["float32"] - 6000 * 48 + 1024)
+    # A damaged int8 file is caught like any other.
+    with open(os.path.join(directory, "embeddings_int8.npy"), "r+b") as f:
+      f.seek(-1, os.SEEK_END)
+      f.write(b"\x7f" if f.read(1) != b"\x7f" else b"\x00")
+    with self.assertRaisesRegex(index_lib.CorruptIndexError, "embeddings_int8.npy"):
+      index_lib.load_index(directory)
+
+  def test_bad_rescoring(self):
+    with self.assertRaisesRegex(ValueError, "rescoring must be one of"):
+      index_lib.ScannIndex.build(_random(100, 8), rescoring="int4")
+
+
 class RecallAtKTest(tf.test.TestCase):
 
   def test_values(self):

@@ -34,9 +34,13 @@ class RefresherOptions:
   model_dir: str
   corpus_prefix: str
   index_implementation: str = "scann"
+  # ScaNN's re-scoring vectors: "float32", or "int8" for a compressed index (index.Int8Embeddings).
+  index_rescoring: str = "float32"
   keep: int = 3
   batch_size: int = 128
   embed_length_buckets: int = corpus_embedding.DEFAULT_LENGTH_BUCKETS
+  # XLA for the embedding step; off is faster for a mixed_bfloat16 tower on CPUs (oneDNN's AMX kernels).
+  embed_jit_compile: bool = True
   max_refreshes: Optional[int] = None
   poll_seconds: float = 5.0
   start_at_step: int = 0
@@ -62,17 +66,18 @@ def _one_refresher(options: RefresherOptions, log: Callable[[str], None]):
 
 def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int,
                       options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
-                      info: Optional[dict] = None, log: Callable[[str], None] = print) -> Optional[str]:
+                      info: Optional[dict] = None, log: Callable[[str], None] = print,
+                      embedder: Optional[corpus_embedding.CorpusEmbedder] = None) -> Optional[str]:
   """Embeds the corpus with `retriever`'s document tower and publishes the index of `step`.
 
+  embedder: the process's CorpusEmbedder of this retriever (corpus_embedder), so that a refresh reuses
+  the programs compiled by the one before; a new one by default.
   Returns the published path, or None on a worker other than 0 (which only writes its rows).
   """
-  featurizer = config.featurizer()
+  embedder = embedder or corpus_embedder(config, retriever, options, strategy)
   start = time.time()
-  embeddings = corpus_embedding.embed_corpus(
-      lambda inputs: retriever.embed_documents(inputs, training=False), options.corpus_prefix,
-      featurizer, batch_size=options.batch_size, strategy=strategy, num_workers=options.num_workers,
-      worker_index=options.worker_index, log=log, num_length_buckets=options.embed_length_buckets)
+  embeddings = embedder(options.corpus_prefix, num_workers=options.num_workers,
+                        worker_index=options.worker_index, log=log)
   embed_seconds = time.time() - start
   if options.num_workers > 1:
     shards_dir = os.path.join(published_index.index_root(options.model_dir), f".embeddings-{step}")
@@ -96,7 +101,8 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
         time.sleep(options.poll_seconds)
     shutil.rmtree(shards_dir, ignore_errors=True)
   start = time.time()
-  mips = index_lib.build_index(embeddings, implementation=options.index_implementation)
+  mips = index_lib.build_index(embeddings, implementation=options.index_implementation,
+                               **index_build_options(options))
   build_seconds = time.time() - start
   record = dict(info or {}, corpus_prefix=options.corpus_prefix,
                 corpus_fingerprint=corpus_lib.fingerprint(options.corpus_prefix), embed_seconds=embed_seconds,
@@ -107,6 +113,25 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
       f"{embed_seconds:.1f} s ({mips.num_docs / max(embed_seconds, 1e-9):.1f} docs/s), index built in "
       f"{build_seconds:.1f} s")
   return path
+
+
+def index_build_options(options: RefresherOptions) -> dict:
+  """The build options of the published indexes (the compressed form is ScaNN's only)."""
+  if options.index_implementation != "scann":
+    if options.index_rescoring != "float32":
+      raise ValueError(f"--index_rescoring={options.index_rescoring} needs --index_implementation=scann "
+                       f"(the {options.index_implementation} index scores float32 vectors only)")
+    return {}
+  return {"rescoring": options.index_rescoring}
+
+
+def corpus_embedder(config: realm_config_lib.RealmConfig, retriever, options: RefresherOptions,
+                    strategy: Optional[tf.distribute.Strategy] = None) -> corpus_embedding.CorpusEmbedder:
+  """The embedding of the corpus by retriever's document tower, compiled once for every refresh."""
+  return corpus_embedding.CorpusEmbedder(
+      lambda inputs: retriever.embed_documents(inputs, training=False), config.featurizer(),
+      batch_size=options.batch_size, strategy=strategy, jit_compile=options.embed_jit_compile,
+      num_length_buckets=options.embed_length_buckets)
 
 
 def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[str],
@@ -203,6 +228,9 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
                          source=f"{config_path}'s vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
+  # One for the process: checkpoints are restored into `retriever` in place, so the compiled programs
+  # stay valid from one refresh to the next.
+  embedder = corpus_embedder(config, retriever, options, strategy)
 
   refreshes = 0
   for checkpoint_path in _new_checkpoints(options, log):
@@ -214,7 +242,7 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
       continue
     step = checkpoints.checkpoint_step(checkpoint_path)
     build_and_publish(config, retriever, step, options, strategy,
-                      {"checkpoint": checkpoint_path}, log)
+                      {"checkpoint": checkpoint_path}, log, embedder)
     refreshes += 1
     if options.max_refreshes is not None and refreshes >= options.max_refreshes:
       log(f"published {refreshes} indexes (--max_refreshes); exiting")

@@ -369,6 +369,41 @@ class RefresherTest(tf.test.TestCase):
     self.assertIndexOf(model_dir, 20, trainer, atol=1e-4)
 
 
+  def test_binary_publishes_a_compressed_index_embedded_in_bfloat16(self):
+    model_dir = os.path.join(self.get_temp_dir(), "realm_bf16")
+    log_path = os.path.join(self.get_temp_dir(), "refresh_doc_embeds_bf16.log")
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    trainer.finish()
+    with open(log_path, "w") as log_file:
+      returncode = subprocess.run(
+          pipeline._command(  # pylint: disable=protected-access
+              "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
+              poll_seconds=0.5, index_implementation="scann", index_rescoring="int8",
+              mixed_precision="mixed_bfloat16", embed_jit_compile=False, batch_size=8),
+          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env(),  # pylint: disable=protected-access
+          timeout=_DEADLINE_SECONDS, check=False).returncode
+    with open(log_path) as f:
+      log = f.read()
+    self.assertEqual(returncode, 0, log[-4000:])
+    path = os.path.join(published_index.index_root(model_dir), "10")
+    loaded = published_index.load_published(path)
+    self.assertEqual(loaded.mips.parameters["rescoring"], "int8")
+    self.assertEqual(loaded.mips.manifest["dtype"], "int8")
+    got, want = loaded.mips.embeddings, trainer.doc_embeddings[10]
+    self.assertGreater(np.max(np.abs(got - want)), 1e-4)  # bfloat16 and int8, not float32 ...
+    cosine = np.sum(got * want, -1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))
+    self.assertGreater(cosine.min(), 0.99)  # ... and close to it
+
+  def test_int8_rescoring_needs_scann(self):
+    options = self._options(self.get_temp_dir(), index_rescoring="int8")
+    with self.assertRaisesRegex(ValueError, "--index_rescoring=int8 needs --index_implementation=scann"):
+      refresher.index_build_options(options)
+    self.assertEqual(refresher.index_build_options(
+        self._options(self.get_temp_dir(), index_implementation="scann")), {"rescoring": "float32"})
+
+
 class CorpusBindingTest(tf.test.TestCase):
   """An index records its corpus; a trainer's IndexWatcher skips an index of another corpus."""
 
