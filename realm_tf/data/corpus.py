@@ -15,6 +15,7 @@ record order) is the input order and stable across runs: index row i is document
 
 import dataclasses
 import hashlib
+import os
 import re
 from typing import Callable, Iterable, Iterator, List, Optional
 
@@ -207,6 +208,72 @@ def fingerprint(output_prefix: str) -> str:
   """sha256 (hex) of the corpus manifest, which lists every shard's checksum and count: two corpora with
   the same fingerprint hold the same documents in the same rows. Indexes record it (published.json)."""
   return shards.sha256_file(output_prefix + MANIFEST_SUFFIX)
+
+
+def derived_from(output_prefix: str) -> Optional[dict]:
+  """The corpus this one was derived from by bin/update_index ({"corpus_prefix", "fingerprint", "change"}),
+  or None for a corpus written from raw documents."""
+  return read_manifest(output_prefix).get("derived_from")
+
+
+def descends_from(output_prefix: str, ancestor_prefix: str, max_depth: int = 1000) -> bool:
+  """Whether output_prefix was derived from ancestor_prefix by one or more bin/update_index runs, each
+  from the corpus as it is now (every link's recorded fingerprint is checked where that corpus still
+  exists): a process started on the ancestor may then follow the derived corpus. A corpus is not its own
+  descendant."""
+  target = os.path.abspath(ancestor_prefix)
+  current = output_prefix
+  for _ in range(max_depth):
+    parent = derived_from(current)
+    if not parent:
+      return False
+    parent_prefix = parent["corpus_prefix"]
+    if tf.io.gfile.exists(parent_prefix + MANIFEST_SUFFIX):
+      if fingerprint(parent_prefix) != parent["fingerprint"]:
+        return False  # that corpus was rewritten since: the chain no longer holds
+    elif os.path.abspath(parent_prefix) != target:
+      return False
+    if os.path.abspath(parent_prefix) == target:
+      return True
+    current = parent_prefix
+  return False
+
+
+def write_derived_corpus(base_prefix: str, records: Callable[[], Iterable[dict]], total: int,
+                         output_prefix: str, num_shards: int, change: dict,
+                         log: Callable[[str], None] = lambda message: None) -> dict:
+  """Writes a corpus derived from base_prefix (bin/update_index: documents added, replaced, removed)
+  from already tokenized records (dicts as read_corpus yields), without tokenizing again; returns its
+  manifest.
+
+  The manifest keeps the base's vocab fields and records "derived_from" (the base's prefix, its
+  fingerprint and the change), so that an index of the base can be told apart from one of this corpus,
+  and a refresher or trainer started on the base can follow it (descends_from). Written like
+  write_corpus: temporary shards renamed when complete, the manifest last.
+  """
+  base = read_manifest(base_prefix)
+  if os.path.abspath(output_prefix) == os.path.abspath(base_prefix):
+    raise ValueError(f"the derived corpus must not overwrite its base {base_prefix}: indexes of the "
+                     "base still point at its rows; pass another output prefix")
+  uids = set()
+  duplicates = 0
+  with shards.ShardedWriter(output_prefix, total, num_shards) as writer:
+    for record in records():
+      doc = Document(record["title"], record["body"], record["doc_id"])
+      writer.write(_to_example(doc, record["title_token_ids"], record["body_token_ids"]))
+      duplicates += doc.uid in uids
+      uids.add(doc.uid)
+    return writer.finish({
+        "format_version": FORMAT_VERSION,
+        "num_documents": total,
+        "num_skipped": 0,
+        "num_duplicate_uids": duplicates,
+        "vocab_size": base.get("vocab_size"),
+        "vocab_sha256": base.get("vocab_sha256"),
+        "do_lower_case": base.get("do_lower_case"),
+        "derived_from": {"corpus_prefix": os.path.abspath(base_prefix),
+                         "fingerprint": fingerprint(base_prefix), "change": change},
+    }, log)
 
 
 class VocabMismatchError(ValueError):

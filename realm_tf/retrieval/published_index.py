@@ -69,7 +69,9 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
     model_dir: the trainer's model directory.
     step: the checkpoint step the embeddings come from.
     mips_index: the built index over the corpus.
-    query_embedder: the query tower of the same step (a Keras model taking BERT inputs).
+    query_embedder: the query tower of the same step (a Keras model taking BERT inputs), or the
+      query_embedder/ SavedModel directory of an index published before, copied as it is
+      (bin/update_index: the documents change, the towers do not).
     info: extra facts recorded in published.json (corpus prefix, checkpoint path, timings).
     keep: how many published indexes to keep (the oldest are deleted after publishing).
   """
@@ -80,7 +82,10 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
   try:
     tf.io.gfile.makedirs(tmp)
     mips_index.save(os.path.join(tmp, MIPS_DIR), step=step)
-    tf.saved_model.save(_QueryEmbedderModule(query_embedder), os.path.join(tmp, QUERY_EMBEDDER_DIR))
+    if isinstance(query_embedder, str):
+      shutil.copytree(query_embedder, os.path.join(tmp, QUERY_EMBEDDER_DIR))
+    else:
+      tf.saved_model.save(_QueryEmbedderModule(query_embedder), os.path.join(tmp, QUERY_EMBEDDER_DIR))
     record = dict(info or {}, step=int(step), num_docs=int(mips_index.num_docs),
                   dim=int(mips_index.dim), published_unix_time=time.time())
     io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
@@ -168,6 +173,39 @@ def verify_published(path: str) -> Dict:
   return record
 
 
+def current_corpus(model_dir: str, corpus_prefix: str, log: Callable[[str], None] = print) -> str:
+  """The corpus a refresher or trainer started on corpus_prefix should use now: corpus_prefix itself, or
+  the corpus bin/update_index derived from it, when the newest complete published index embeds one.
+
+  bin/update_index publishes an index of a NEW corpus (corpus_prefix is never rewritten: the indexes in
+  use point at its rows). Following it here is what makes the next full refresh embed the updated
+  corpus, and a restarted trainer read the updated documents. Only a descendant is followed (each
+  derived corpus records its base and the base's fingerprint): an index of an unrelated corpus is
+  still skipped by IndexWatcher, as before.
+  """
+  for step in reversed(published_steps(model_dir)):
+    path = os.path.join(index_root(model_dir), str(step))
+    try:
+      record = verify_published(path)
+    except (index_lib.CorruptIndexError, OSError, tf.errors.OpError):
+      continue
+    found = record.get("corpus_prefix")
+    if not found or os.path.abspath(found) == os.path.abspath(corpus_prefix):
+      return corpus_prefix
+    try:
+      follow = (tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
+                and corpus_lib.fingerprint(found) == record.get("corpus_fingerprint")
+                and corpus_lib.descends_from(found, corpus_prefix))
+    except (OSError, ValueError, KeyError, tf.errors.OpError):
+      follow = False
+    if follow:
+      log(f"the newest index {path} embeds {found}, which bin/update_index derived from "
+          f"{corpus_prefix}: using that corpus")
+      return found
+    return corpus_prefix
+  return corpus_prefix
+
+
 class LoadedIndex(NamedTuple):
   """A published index in memory: its step, the MIPS index and the stale query tower."""
   step: int
@@ -218,6 +256,15 @@ class IndexWatcher:
     expected_fingerprint, expected_docs = self._corpus
     found = record.get("corpus_fingerprint")
     if (found is not None and found != expected_fingerprint) or record.get("num_docs") != expected_docs:
+      derived = record.get("corpus_prefix")
+      if derived and tf.io.gfile.exists(derived + corpus_lib.MANIFEST_SUFFIX) and \
+          corpus_lib.descends_from(derived, self._corpus_prefix):
+        # The trainer holds its corpus in memory: rows of the updated corpus would point at other
+        # documents. A restart reads the updated corpus (current_corpus) and resumes from its checkpoint.
+        return (f"index {path} embeds {derived}, which bin/update_index derived from this trainer's "
+                f"corpus {self._corpus_prefix}; this process holds the old corpus's rows in memory. "
+                "Restart the trainer (same command): it resumes from its last checkpoint and trains on the "
+                "updated corpus")
       return (f"index {path} was built from the corpus {record.get('corpus_prefix')} "
               f"({record.get('num_docs')} documents, fingerprint {str(found)[:16]}), not from this "
               f"trainer's --retrieval_corpus_path={self._corpus_prefix} ({expected_docs} documents, "

@@ -7,7 +7,8 @@ A run's model dir:
   frozen_index/       the block embeddings, a saved brute-force MIPS index (realm_tf.retrieval.index):
                       made ONCE at the start, either by embedding --retrieval_corpus_path with the
                       document tower of --retriever_checkpoint or copied from --index_dir, and reused
-                      when the run restarts (it never changes during fine-tuning)
+                      when the run restarts (it never changes during fine-tuning; bin/update_index
+                      replaces it, with a corpus derived from this one: frozen_index_corpus)
   ckpt-N              the shared training loop's checkpoints (model + optimizer; the index is not in them)
   best/ckpt-S         the model at the dev evaluation with the best accuracy so far
   best_metric.json    which checkpoint that is, its step and its dev metrics; written atomically AFTER
@@ -46,6 +47,7 @@ from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.training import loop
 from realm_tf.training import optimization
@@ -185,6 +187,18 @@ def _read_index_dir(index_dir: str, corpus_prefix: str) -> Tuple[np.ndarray, Dic
                           f"{index_lib.MANIFEST_NAME}); pass MODEL_DIR/index/<step> of a REALM run")
 
 
+def _updated_corpus_of(index_dir: str, corpus_prefix: str) -> Optional[str]:
+  """The corpus a published --index_dir embeds when bin/update_index derived it from corpus_prefix."""
+  if not tf.io.gfile.exists(os.path.join(index_dir, published_index.PUBLISHED_NAME)):
+    return None
+  found = published_index.verify_published(index_dir).get("corpus_prefix")
+  if (found and os.path.abspath(found) != os.path.abspath(corpus_prefix)
+      and tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
+      and corpus_lib.descends_from(found, corpus_prefix)):
+    return found
+  return None
+
+
 def prepare_frozen_index(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
                          retriever_fn: Callable[[], embedder_lib.Retriever],
                          log: Callable[[str], None] = print) -> np.ndarray:
@@ -195,11 +209,19 @@ def prepare_frozen_index(options: OrqaTrainerOptions, strategy: tf.distribute.St
   corpus_prefix = options.orqa.retrieval_corpus_path
   num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
   if tf.io.gfile.exists(os.path.join(directory, index_lib.MANIFEST_NAME)):
-    embeddings = load_frozen_index(model_dir, corpus_prefix)
+    embeddings = load_frozen_index(model_dir, frozen_index_corpus(model_dir, corpus_prefix))
     log(f"reusing the frozen index {directory} ({embeddings.shape[0]} blocks)")
     return embeddings
   if options.index_dir:
+    followed = _updated_corpus_of(options.index_dir, corpus_prefix)
+    if followed:
+      log(f"--index_dir={options.index_dir} embeds {followed}, which bin/update_index derived from "
+          f"{corpus_prefix}: training on that corpus")
+      corpus_prefix = followed
+      num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
     embeddings, provenance = _read_index_dir(options.index_dir, corpus_prefix)
+    if followed:
+      provenance["corpus_update"] = {"base_corpus": options.orqa.retrieval_corpus_path}
     log(f"frozen index from {options.index_dir}")
   else:
     started = time.time()
@@ -219,6 +241,53 @@ def prepare_frozen_index(options: OrqaTrainerOptions, strategy: tf.distribute.St
       directory, extra=dict(provenance, corpus_prefix=corpus_prefix,
                             corpus_fingerprint=corpus_lib.fingerprint(corpus_prefix)))
   return embeddings
+
+
+def frozen_index_corpus(model_dir: str, corpus_prefix: str) -> str:
+  """The corpus MODEL_DIR/frozen_index embeds: the run's corpus_prefix (orqa_config.json), or the corpus
+  bin/update_index derived from it and recorded in the frozen index (update_frozen_index). The run's
+  configuration keeps naming the corpus it was started on; the frozen index, replaced in one rename,
+  is what says which rows it holds, so there is no second file to keep in step."""
+  directory = frozen_index_dir(model_dir)
+  if not tf.io.gfile.exists(os.path.join(directory, index_lib.MANIFEST_NAME)):
+    return corpus_prefix
+  extra = index_lib.read_manifest(directory).get("extra", {})
+  found = extra.get("corpus_prefix")
+  if (extra.get("corpus_update") and found
+      and os.path.abspath(found) != os.path.abspath(corpus_prefix)
+      and tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
+      and corpus_lib.descends_from(found, corpus_prefix)):
+    return found
+  return corpus_prefix
+
+
+def update_frozen_index(model_dir: str, change: index_update.ChangeSet, on_existing: str = "error",
+                        output_corpus_prefix: Optional[str] = None, batch_size: int = 128,
+                        log: Callable[[str], None] = print) -> str:
+  """bin/update_index on an ORQA run: applies a change set (realm_tf.retrieval.index_update) to
+  MODEL_DIR/frozen_index with the run's frozen document tower (restored from its best or latest
+  checkpoint; ORQA never trains it), and saves the new frozen index in its place. eval_orqa,
+  export_saved_model and a resumed train_orqa then read the derived corpus (frozen_index_corpus).
+  Returns the derived corpus prefix."""
+  trained = load_trained(model_dir)
+  corpus_prefix = trained.orqa.retrieval_corpus_path
+  directory = frozen_index_dir(model_dir)
+  mips = index_lib.load_index(directory)
+  retriever = trained.model.retriever
+  result = index_update.update_corpus(
+      corpus_prefix, np.asarray(mips.embeddings), change, on_existing, trained.tokenizer,
+      trained.featurizer, lambda: lambda inputs: retriever.embed_documents(inputs, training=False),
+      output_corpus_prefix, batch_size, log)
+  extra = dict(mips.manifest.get("extra", {}), corpus_prefix=result.corpus_prefix,
+               corpus_fingerprint=corpus_lib.fingerprint(result.corpus_prefix),
+               corpus_update=dict(result.summary, base_corpus=corpus_prefix,
+                                  checkpoint=trained.checkpoint))
+  # save() renames the complete new directory into place (the old one is moved aside for the
+  # instant between two renames, then deleted).
+  index_lib.build_index(result.embeddings, implementation="brute_force").save(
+      directory, step=mips.step, extra=extra, overwrite=True)
+  log(f"replaced {directory}: {result.embeddings.shape[0]} blocks of {result.corpus_prefix}")
+  return result.corpus_prefix
 
 
 def load_frozen_index(model_dir: str, corpus_prefix: str) -> np.ndarray:
@@ -464,7 +533,8 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
         "evaluation matches them as patterns")
 
   embeddings = prepare_frozen_index(options, strategy, retriever_fn, log)
-  blocks = orqa_features.load_blocks(options.orqa.retrieval_corpus_path, options.orqa.max_block_len)
+  blocks = orqa_features.load_blocks(frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path),
+                                     options.orqa.max_block_len)
   with strategy.scope():
     model = build_model(config, options.orqa, embeddings, blocks, tokenizer)
     optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,
@@ -560,6 +630,9 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
                          source=f"{model_dir}/{realm_config_lib.CONFIG_NAME}'s vocab_path")
   path = resolve_trained_checkpoint(model_dir, checkpoint)
   tokenizer = config.tokenizer()
+  # After bin/update_index the frozen index embeds a corpus derived from the configured one.
+  orqa = dataclasses.replace(orqa, retrieval_corpus_path=frozen_index_corpus(
+      model_dir, orqa.retrieval_corpus_path))
   embeddings = load_frozen_index(model_dir, orqa.retrieval_corpus_path)
   blocks = orqa_features.load_blocks(orqa.retrieval_corpus_path, orqa.max_block_len)
   with (strategy or tf.distribute.get_strategy()).scope():

@@ -1,0 +1,81 @@
+r"""Adds, replaces and removes documents of a published index, embedding only the changed documents.
+
+--index is a REALM run's published index (MODEL_DIR/index/<step>, or MODEL_DIR for its newest) or an ORQA
+run (MODEL_DIR of bin/train_orqa, or its MODEL_DIR/frozen_index). The update writes a new corpus derived
+from the index's corpus (default `<corpus>-v<k>` beside it; the old corpus is left as it is), embeds the
+added and replaced documents with the index's own document tower, and publishes the new index atomically:
+MODEL_DIR/index/<newest + 1>/ for a REALM run (a trainer's watcher swaps it in; a refresher's next full
+refresh embeds the derived corpus), MODEL_DIR/frozen_index for an ORQA run (eval_orqa, export_saved_model
+and a resumed train_orqa read the derived corpus). Removed documents are deleted from the corpus and the
+index, so they are never returned again. A bad change set stops before anything is written.
+
+  python bin/update_index.py --index=/runs/realm --documents=new_docs.jsonl --remove_ids=doc-17,doc-40
+  python bin/update_index.py --index=/runs/orqa --documents=fixed.tsv --on_existing=replace
+"""
+
+import os
+
+from absl import app
+from absl import flags
+
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import text_records
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_update
+from realm_tf.training import orqa_trainer
+
+_INDEX = flags.DEFINE_string(
+    "index", None, "MODEL_DIR/index/<step> (or a REALM MODEL_DIR: its newest index), or an ORQA "
+    "MODEL_DIR (or its frozen_index).", required=True)
+_DOCUMENTS = flags.DEFINE_string(
+    "documents", None, "Documents to add or replace: JSONL {\"id\", \"title\", \"body\"}, DPR TSV "
+    "(id, text, title), or a corpus prefix from bin/generate_retrieval_corpus.")
+_REMOVE_IDS = flags.DEFINE_list("remove_ids", [], "doc_ids to remove (comma-separated).")
+_REMOVE_IDS_PATH = flags.DEFINE_string("remove_ids_path", None, "A file of doc_ids to remove, one a line.")
+_ON_EXISTING = flags.DEFINE_enum(
+    "on_existing", "error", index_update.ON_EXISTING,
+    "A document of --documents whose id the corpus holds: stop with an error, or replace it in its row.")
+_OUTPUT_CORPUS = flags.DEFINE_string(
+    "output_corpus_prefix", None, "Prefix of the updated corpus (default: <the index's corpus>-v<k>).")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "REALM: the checkpoint whose document tower built the index (default: the one "
+    "published.json records).")
+_KEEP = flags.DEFINE_integer("keep", 3, "REALM: published indexes to keep (as bin/refresh_doc_embeds).")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  target = _INDEX.value.rstrip("/")
+  orqa_dir = None
+  if os.path.basename(target) == orqa_trainer.FROZEN_INDEX_DIR:
+    orqa_dir = os.path.dirname(target)
+  elif os.path.exists(os.path.join(target, orqa_trainer.FROZEN_INDEX_DIR, index_lib.MANIFEST_NAME)):
+    orqa_dir = target
+  try:
+    if orqa_dir is not None:
+      config = realm_config_lib.RealmConfig.load(orqa_dir)
+      change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value,
+                                            corpus_lib.vocab_sha256(config.vocab_path))
+      orqa_trainer.update_frozen_index(orqa_dir, change, _ON_EXISTING.value, _OUTPUT_CORPUS.value,
+                                       _BATCH_SIZE.value)
+      print(f"updated {orqa_trainer.frozen_index_dir(orqa_dir)}")
+      return
+    path = index_update.resolve_published(target)
+    model_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    config = realm_config_lib.RealmConfig.load(os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
+    change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value,
+                                          corpus_lib.vocab_sha256(config.vocab_path))
+    published = index_update.update_published_index(
+        path, change, _ON_EXISTING.value, _CHECKPOINT.value, _OUTPUT_CORPUS.value, _KEEP.value,
+        _BATCH_SIZE.value)
+    print(f"published {published}")
+  except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
+          index_lib.CorruptIndexError, FileNotFoundError) as e:
+    raise app.UsageError(f"{e}\nThe published index is unchanged.") from None
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,245 @@
+"""Tests of realm_tf.retrieval.index_update on a REALM model dir with a published index of testdata.
+
+The model dir is what bin/train_realm and bin/refresh_doc_embeds leave: realm_config.json, a checkpoint
+and MODEL_DIR/index/<step>/ published by refresher.build_and_publish from that checkpoint. The retriever
+mean-pools a random tiny BERT, under which a query made of a document's own words finds that document,
+so retrieval of an added document is observable without training.
+"""
+
+import json
+import os
+import shutil
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import testing_utils
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import text_records
+from realm_tf.modeling import bert
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import index_update
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+
+_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_VOCAB = os.path.join(_TESTDATA, "vocab.txt")
+_NUM_DOCS = 30
+_STEP = 5
+_NEW_DOC = {"id": "new-1", "title": "Quorvath Zelindra",
+            "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+
+
+def _config() -> realm_config_lib.RealmConfig:
+  small = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
+  return realm_config_lib.RealmConfig(
+      retriever_bert=small, reader_bert=small, vocab_path=_VOCAB, projection_size=16, query_seq_len=32,
+      candidate_seq_len=64, max_masks=4, num_candidates=4, embedder_pooling="mean")
+
+
+def _write_jsonl(path, records):
+  with open(path, "w", encoding="utf-8") as f:
+    for record in records:
+      f.write(json.dumps(record) + "\n")
+  return path
+
+
+class IndexUpdateTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.dir = self.create_tempdir().full_path
+    self.corpus = os.path.join(self.dir, "corpus", "blocks")
+    documents = list(corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")))[:_NUM_DOCS]
+    self.documents = documents
+    corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB), self.corpus, num_shards=2)
+    self.model_dir = os.path.join(self.dir, "realm")
+    self.config = _config()
+    self.config.save(self.model_dir)
+    tf_keras.utils.set_random_seed(0)
+    self.retriever = self.config.build_retriever()
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever))
+    self.checkpoint = tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(
+        checkpoint_number=_STEP)
+    self.base_index = refresher.build_and_publish(
+        self.config, self.retriever, _STEP,
+        refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=self.corpus,
+                                   index_implementation="brute_force", batch_size=8),
+        info={"checkpoint": self.checkpoint}, log=lambda message: None)
+    self.messages = []
+
+  def _update(self, change, **kwargs):
+    return index_update.update_published_index(self.base_index, change, log=self.messages.append,
+                                               batch_size=8, **kwargs)
+
+  def _query(self, loaded, text):
+    tokenizer = self.config.tokenizer()
+    featurizer = self.config.featurizer(tokenizer)
+    ids = tokenizer.tokenize([text.encode("utf-8")])
+    inputs = featurizer.query_inputs(ids)
+    query = loaded.embed_queries(*(np.asarray(x, np.int32) for x in inputs))
+    rows, _ = loaded.mips.search(query, k=loaded.mips.num_docs)
+    return rows[0]
+
+  def _assert_untouched(self):
+    """Only the base index is published and no updated corpus exists."""
+    self.assertEqual(published_index.published_steps(self.model_dir), [_STEP])
+    self.assertEqual(sorted(n for n in os.listdir(os.path.dirname(self.corpus)) if "-v" in n), [])
+
+  def test_add_replace_remove_publishes_a_new_version_of_the_updated_corpus(self):
+    replaced, removed = self.documents[3], self.documents[7]
+    new_text = "Vorlanne Tesk wrote the song of the glass harbour."
+    change = index_update.read_change_set(
+        _write_jsonl(os.path.join(self.dir, "change.jsonl"), [
+            _NEW_DOC, {"id": replaced.doc_id, "title": replaced.title, "body": new_text}]),
+        remove_ids=[removed.doc_id])
+    path = self._update(change, on_existing="replace")
+    self.assertEqual(path, os.path.join(published_index.index_root(self.model_dir), str(_STEP + 1)))
+    record = published_index.verify_published(path)
+    updated = self.corpus + "-v1"
+    self.assertEqual(record["corpus_prefix"], updated)
+    self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(updated))
+    self.assertEqual(record["checkpoint_step"], _STEP)
+    self.assertEqual({k: record["update"][k] for k in ("added", "replaced", "removed", "embedded")},
+                     {"added": 1, "replaced": 1, "removed": 1, "embedded": 2})
+
+    rows = list(corpus_lib.read_corpus(updated))
+    ids = [r["doc_id"] for r in rows]
+    self.assertLen(rows, _NUM_DOCS)
+    self.assertNotIn(removed.doc_id, ids)
+    self.assertEqual(ids[-1], "new-1")
+    self.assertEqual(rows[ids.index(replaced.doc_id)]["body"], new_text)
+    self.assertEqual(ids.index(replaced.doc_id), 3)  # replaced in its own row
+    # The base corpus and index are untouched: consumers of the old index keep valid rows.
+    self.assertLen(list(corpus_lib.read_corpus(self.corpus)), _NUM_DOCS)
+    published_index.verify_published(self.base_index)
+
+    # Only the changed documents were embedded, and the result is what a full refresh of the updated
+    # corpus with the same checkpoint gives.
+    loaded = published_index.load_published(path)
+    full = corpus_embedding.embed_corpus(
+        lambda inputs: self.retriever.embed_documents(inputs, training=False), updated,
+        self.config.featurizer(), batch_size=8, log=lambda message: None)
+    self.assertAllClose(np.asarray(loaded.mips.embeddings), full, atol=1e-4, rtol=1e-4)
+
+    # The newest index is the update; watchers of the updated corpus take it, a trainer still holding
+    # the base corpus in memory skips it and is told to restart, and a restarted process follows it.
+    self.assertEqual(published_index.IndexWatcher(self.model_dir, corpus_prefix=updated).newest_step(),
+                     _STEP + 1)
+    warnings = []
+    old = published_index.IndexWatcher(self.model_dir, warnings.append, corpus_prefix=self.corpus)
+    self.assertEqual(old.newest_step(), _STEP)
+    self.assertIn("Restart the trainer", warnings[0])
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None), updated)
+
+    # The added document is retrieved by a question about it; the removed one never is.
+    top = self._query(loaded, "Where was Quorvath Zelindra born? Yxmoor beside the river Plessa")
+    self.assertEqual(ids[top[0]], "new-1")
+    for doc in self.documents[:10] + [removed]:
+      self.assertNotIn(removed.doc_id, [ids[r] for r in self._query(loaded, doc.body)])
+
+  def test_a_second_update_derives_from_the_first_and_is_followed(self):
+    first = self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
+    self.base_index = first
+    second = self._update(index_update.read_change_set(remove_ids=[self.documents[1].doc_id]))
+    self.assertEqual(published_index.verify_published(second)["corpus_prefix"], self.corpus + "-v2")
+    self.assertTrue(corpus_lib.descends_from(self.corpus + "-v2", self.corpus))
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None),
+                     self.corpus + "-v2")
+    # A removal needs no tower: nothing was embedded.
+    self.assertEqual(published_index.verify_published(second)["update"]["embedded"], 0)
+
+  def test_unknown_id_to_remove(self):
+    change = index_update.read_change_set(remove_ids=["no-such-doc", self.documents[0].doc_id])
+    with self.assertRaisesRegex(index_update.UpdateError, "does not hold: 'no-such-doc'"):
+      self._update(change)
+    self._assert_untouched()
+
+  def test_duplicate_ids(self):
+    path = _write_jsonl(os.path.join(self.dir, "dup.jsonl"), [_NEW_DOC, _NEW_DOC])
+    with self.assertRaisesRegex(index_update.UpdateError, "'new-1' more than once"):
+      index_update.read_change_set(path)
+    with self.assertRaisesRegex(index_update.UpdateError, "more than once"):
+      index_update.read_change_set(remove_ids=["a", "b", "a"])
+    with self.assertRaisesRegex(index_update.UpdateError, "both removed .* and added"):
+      index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "one.jsonl"), [_NEW_DOC]),
+                                   remove_ids=["new-1"])
+
+  def test_existing_id_is_an_error_unless_replace(self):
+    existing = self.documents[2]
+    change = index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "existing.jsonl"), [
+        {"id": existing.doc_id, "title": "t", "body": "another text"}]))
+    with self.assertRaisesRegex(index_update.UpdateError, "--on_existing=replace"):
+      self._update(change)
+    self._assert_untouched()
+
+  def test_document_without_id_and_malformed_line(self):
+    with self.assertRaisesRegex(text_records.InputError, r"no_id.jsonl:1: .* needs an \"id\""):
+      index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "no_id.jsonl"),
+                                                [{"title": "t", "body": "b"}]))
+    bad = os.path.join(self.dir, "bad.jsonl")
+    with open(bad, "w") as f:
+      f.write(json.dumps(_NEW_DOC) + "\n{not json\n")
+    with self.assertRaisesRegex(text_records.InputError, r"bad.jsonl:2: not a JSON object"):
+      index_update.read_change_set(bad)
+
+  def test_change_set_of_another_vocabulary(self):
+    vocab = testing_utils.write_vocab(self.dir, name="other_vocab.txt")
+    other = os.path.join(self.dir, "other", "blocks")
+    corpus_lib.write_corpus(lambda: [corpus_lib.Document(_NEW_DOC["title"], _NEW_DOC["body"], "new-1")],
+                            tokenization.Tokenizer(vocab), other, num_shards=1)
+    with self.assertRaisesRegex(index_update.UpdateError, "tokenized with another vocab"):
+      index_update.read_change_set(other, vocab_sha256=corpus_lib.vocab_sha256(_VOCAB))
+    # Read without the vocab given, the index's update still refuses it.
+    change = index_update.read_change_set(other)
+    with self.assertRaisesRegex(index_update.UpdateError, "another vocab"):
+      self._update(change)
+    self._assert_untouched()
+
+  def test_another_checkpoint_than_the_index_was_built_from(self):
+    for variable in self.retriever.trainable_variables:
+      variable.assign_add(tf.random.normal(variable.shape, stddev=0.5, seed=1))
+    other = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)).write(
+        os.path.join(self.dir, "other", "ckpt"))
+    change = index_update.read_change_set(
+        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))
+    with self.assertRaisesRegex(index_update.UpdateError, "not the tower the index was built with"):
+      self._update(change, checkpoint=other)
+    self._assert_untouched()
+
+  def test_only_the_newest_index_is_updated(self):
+    shutil.copytree(self.base_index, os.path.join(published_index.index_root(self.model_dir), "9"))
+    with self.assertRaisesRegex(index_update.UpdateError, "not the newest index"):
+      self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
+
+  def test_failure_before_the_publish_rename_leaves_the_previous_index_in_use(self):
+    change = index_update.read_change_set(
+        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))
+    real_rename = os.rename
+
+    def killed(source, target):
+      if os.path.basename(target) == str(_STEP + 1):
+        raise OSError("injected: killed before the publish rename")
+      return real_rename(source, target)
+
+    with mock.patch.object(published_index.os, "rename", killed):
+      with self.assertRaises(published_index.IndexWriteError):
+        self._update(change)
+    self.assertEqual(published_index.published_steps(self.model_dir), [_STEP])
+    self.assertEqual([n for n in os.listdir(published_index.index_root(self.model_dir))
+                      if n.startswith(".tmp-")], [])
+    watcher = published_index.IndexWatcher(self.model_dir, corpus_prefix=self.corpus)
+    self.assertEqual(watcher.load_newer(None).step, _STEP)
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None),
+                     self.corpus)
+    # The next attempt does not reuse the orphaned corpus version; it takes the next one.
+    path = self._update(change)
+    self.assertEqual(published_index.verify_published(path)["corpus_prefix"], self.corpus + "-v2")
+
+
+if __name__ == "__main__":
+  tf.test.main()
