@@ -348,7 +348,11 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
                          config.tokenizer(), config.featurizer(), embed_fn_factory,
                          output_corpus_prefix, batch_size, log)
   implementation = record.get("implementation") or mips.implementation
-  new_mips = index_lib.build_index(result.embeddings, implementation=implementation)
+  # The same kind of index as the refresher built (a compressed ScaNN index stays compressed).
+  options = {}
+  if implementation == index_lib.ScannIndex.implementation and "rescoring" in mips.parameters:
+    options["rescoring"] = mips.parameters["rescoring"]
+  new_mips = index_lib.build_index(result.embeddings, implementation=implementation, **options)
   update_id = uuid.uuid4().hex
   info = {k: v for k, v in record.items()
           if k not in ("step", "num_docs", "dim", "published_unix_time", "update", "embed_seconds",

@@ -153,6 +153,27 @@ class IndexUpdateTest(tf.test.TestCase):
     # A removal needs no tower: nothing was embedded.
     self.assertEqual(published_index.verify_published(second)["update"]["embedded"], 0)
 
+  def test_the_next_full_refresh_embeds_the_updated_corpus(self):
+    removed = self.documents[4].doc_id
+    self._update(index_update.read_change_set(
+        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]), remove_ids=[removed]))
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever))
+    tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(checkpoint_number=10)
+    messages = []
+    # Started with the base corpus, as it was before the update.
+    refreshes = refresher.run(refresher.RefresherOptions(
+        model_dir=self.model_dir, corpus_prefix=self.corpus, index_implementation="brute_force",
+        batch_size=8, poll_seconds=0.1, max_refreshes=1), log=messages.append)
+    self.assertEqual(refreshes, 1)
+    record = published_index.verify_published(os.path.join(published_index.index_root(self.model_dir),
+                                                            "10"))
+    self.assertEqual(record["corpus_prefix"], self.corpus + "-v1")
+    self.assertEqual(record["num_docs"], _NUM_DOCS)
+    self.assertTrue(any("using that corpus" in m for m in messages), messages)
+    ids = [r["doc_id"] for r in corpus_lib.read_corpus(record["corpus_prefix"])]
+    self.assertNotIn(removed, ids)
+    self.assertIn("new-1", ids)
+
   def test_unknown_id_to_remove(self):
     change = index_update.read_change_set(remove_ids=["no-such-doc", self.documents[0].doc_id])
     with self.assertRaisesRegex(index_update.UpdateError, "does not hold: 'no-such-doc'"):

@@ -241,6 +241,11 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
     if checkpoint_path is None:
       continue
     step = checkpoints.checkpoint_step(checkpoint_path)
+    # bin/update_index publishes an index of a corpus derived from this one: every refresh after it
+    # embeds that corpus, or the next refresh would undo the update.
+    followed = published_index.current_corpus(options.model_dir, options.corpus_prefix, log)
+    if followed != options.corpus_prefix:
+      options = dataclasses.replace(options, corpus_prefix=followed)
     build_and_publish(config, retriever, step, options, strategy,
                       {"checkpoint": checkpoint_path}, log, embedder)
     refreshes += 1

@@ -116,8 +116,11 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                      index_implementation=options.index_implementation),
           strategy, {"bootstrap": True}, log)
 
-  watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=options.retrieval_corpus_path)
-  corpus = realm_input.CorpusTable(options.retrieval_corpus_path)
+  # After bin/update_index the newest index embeds a corpus derived from --retrieval_corpus_path; a
+  # (re)started trainer reads that one, so the index rows and the documents it featurizes agree.
+  corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
+  watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
+  corpus = realm_input.CorpusTable(corpus_prefix)
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
       options.max_index_staleness_steps, options.wait_for_index_seconds, log,
