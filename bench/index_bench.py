@@ -11,7 +11,8 @@ disk and in memory decide which index (and which ScaNN parameters) pre-training 
       --replicate_to=100000,1000000                    # real embeddings, also replicated with noise
 
 For each data set and size: build time, median search time of a batch of --num_queries queries top-k
-over --runs runs (after one warm-up), recall@k of ScaNN against exact search, bytes per document of the
+over --runs runs (after one warm-up), recall@k of ScaNN (float32 re-scoring, and the compressed index's
+int8 re-scoring) against exact search, bytes per document of the
 saved directory, and resident memory per document of the loaded index and the time to verify and load it
 (measured in a fresh process, so it is what a trainer pays), and the 1-minute load average of the
 machine (timings on a shared machine mean little without it). Synthetic data sets:
@@ -76,7 +77,9 @@ _OUTPUT = flags.DEFINE_string(
 # Internal: the fresh-process memory probe runs this same script with this flag.
 _PROBE = flags.DEFINE_string("probe_load", None, "(internal) load this index, print memory as JSON.")
 
-_IMPLEMENTATIONS = ("brute_force", "scann")
+# (name, implementation, build options): the compressed ScaNN index re-scores from int8 vectors.
+_VARIANTS = (("brute_force", "brute_force", {}), ("scann", "scann", {}),
+             ("scann_int8", "scann", {"rescoring": "int8"}))
 
 
 def _rss_bytes() -> int:
@@ -223,8 +226,8 @@ def _machine():
 def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
   rows, exact_ids = [], None
-  for implementation in _IMPLEMENTATIONS:
-    options = scann_options if implementation == "scann" else {}
+  for variant, implementation, variant_options in _VARIANTS:
+    options = dict(scann_options, **variant_options) if implementation == "scann" else {}
     gc.collect()
     start = time.perf_counter()
     index = index_lib.build_index(docs, implementation=implementation, **options)
@@ -233,13 +236,13 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
     ids, _ = index.search(queries, k)
     if exact_ids is None:
       exact_ids = ids  # brute force runs first
-    directory = os.path.join(workdir, f"{dataset}-{docs.shape[0]}-{implementation}")
+    directory = os.path.join(workdir, f"{dataset}-{docs.shape[0]}-{variant}")
     start = time.perf_counter()
     index.save(directory, step=0)
     save_s = time.perf_counter() - start
     row = {
         "dataset": dataset, "num_docs": int(docs.shape[0]), "dim": int(docs.shape[1]),
-        "implementation": implementation, "parameters": index.parameters,
+        "implementation": variant, "parameters": index.parameters,
         "num_queries": int(queries.shape[0]), "k": k,
         "build_s": build_s, "search_ms": 1000 * search_s, "queries_per_s": queries.shape[0] / search_s,
         f"recall_at_{k}": index_lib.recall_at_k(ids, exact_ids, k),
@@ -247,7 +250,7 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
         # Timings on a shared machine are only as good as its load: recorded beside them.
         "load_average_1min": os.getloadavg()[0],
     }
-    if implementation == "scann" and index.parameters["mode"] == "tree_ah":
+    if variant == "scann" and index.parameters["mode"] == "tree_ah":
       # The recall/speed trade-off at a few settings of the search-time knobs.
       sweep = []
       leaves = index.parameters["num_leaves_to_search"]
