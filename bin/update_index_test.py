@@ -1,0 +1,169 @@
+"""Runs bin/update_index as a user would, as separate processes on testdata: on a REALM run's published
+index (then bin/train_orqa --index_dir takes the updated index), on the ORQA run's frozen index (then
+bin/eval_orqa and bin/export_saved_model read the updated corpus: a replaced document's new text is what
+the exported open-QA model returns), and with bad change sets, which stop with a message and leave the
+published index as it was.
+
+The corpus has as many documents as the reader reads (reader_beam_size 5), so the exported model returns
+the text of every block whatever its untrained retriever ranks first.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import testing_utils
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.export import saved_models
+from realm_tf.modeling import bert
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+
+_REPO = testing_utils.repo_root()
+_VOCAB = os.path.join(_REPO, "testdata", "vocab.txt")
+_NEW_BODY = "Ostrel Vanquine built the copper lighthouse of Merrowdale in the year of the long frost."
+
+
+def _run(script, *args, timeout=400):
+  env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+  return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
+                        capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+def _write_jsonl(path, records):
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  return path
+
+
+def _snapshot(directory):
+  """Every file under directory with its bytes: equal snapshots mean nothing was written there."""
+  found = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      with open(os.path.join(root, name), "rb") as f:
+        found[os.path.relpath(os.path.join(root, name), directory)] = f.read()
+  return found
+
+
+class UpdateIndexBinaryTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tf.compat.v1.test.get_temp_dir()
+    paths = testing_utils.testdata_qa_slice(cls.tmp, num_train=3, num_dev=1, num_docs=5)
+    cls.corpus, cls.train, cls.dev = paths["corpus"], paths["train"], paths["dev"]
+    cls.documents = list(corpus_lib.read_corpus(cls.corpus))
+    # A REALM run as bin/train_realm and bin/refresh_doc_embeds leave it, in the configuration
+    # bin/train_orqa's flags below build.
+    cls.realm_dir = os.path.join(cls.tmp, "realm")
+    config = realm_config_lib.RealmConfig(
+        retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285), vocab_path=_VOCAB,
+        projection_size=32, query_seq_len=32, candidate_seq_len=128)
+    config.save(cls.realm_dir)
+    tf_keras.utils.set_random_seed(0)
+    retriever = config.build_retriever()
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever))
+    cls.checkpoint = tf.train.CheckpointManager(root, cls.realm_dir, max_to_keep=3).save(
+        checkpoint_number=3)
+    refresher.build_and_publish(
+        config, retriever, 3, refresher.RefresherOptions(
+            model_dir=cls.realm_dir, corpus_prefix=cls.corpus, index_implementation="brute_force"),
+        info={"checkpoint": cls.checkpoint}, log=lambda message: None)
+
+  def _assert_failed_untouched(self, result, directory, before, *parts):
+    self.assertNotEqual(result.returncode, 0, result.stdout)
+    for part in parts + ("The published index is unchanged",):
+      self.assertIn(part, result.stderr)
+    self.assertEqual(_snapshot(directory), before)
+
+  def test_realm_index_then_orqa_frozen_index(self):
+    # 1. A REALM run's newest index: one document added, one removed.
+    added = {"id": "added-1", "title": "Ostrel Vanquine", "body": "Ostrel Vanquine keeps bees."}
+    removed = self.documents[4]["doc_id"]
+    result = _run("update_index.py", f"--index={self.realm_dir}", f"--remove_ids={removed}",
+                  "--documents=" + _write_jsonl(os.path.join(self.tmp, "add.jsonl"), [added]))
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    updated_index = os.path.join(published_index.index_root(self.realm_dir), "4")
+    self.assertIn(f"published {updated_index}", result.stdout)
+    updated_corpus = self.corpus + "-v1"
+    self.assertEqual(published_index.verify_published(updated_index)["corpus_prefix"], updated_corpus)
+
+    # 2. bin/train_orqa --index_dir takes it, given the run's corpus, and trains on the updated corpus.
+    orqa_dir = os.path.join(self.tmp, "orqa")
+    result = _run("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
+                  f"--retrieval_corpus_path={self.corpus}", f"--index_dir={updated_index}",
+                  f"--retriever_checkpoint={self.checkpoint}", f"--vocab_path={_VOCAB}",
+                  "--bert_config=tiny", "--projection_size=32", "--query_seq_len=32",
+                  "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32",
+                  "--batch_size=2", "--num_train_steps=2", "--save_checkpoints_steps=2",
+                  "--nojit_compile")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertIn("training on that corpus", result.stderr)
+    frozen = os.path.join(orqa_dir, "frozen_index")
+    self.assertEqual(index_lib.read_manifest(frozen)["extra"]["corpus_prefix"], updated_corpus)
+
+    # 3. Bad change sets on the ORQA run: a clear error, the frozen index untouched.
+    before = _snapshot(frozen)
+    result = _run("update_index.py", f"--index={orqa_dir}", "--remove_ids=no-such-id")
+    self._assert_failed_untouched(result, frozen, before, "does not hold: 'no-such-id'")
+    existing = self.documents[0]
+    change = _write_jsonl(os.path.join(self.tmp, "replace.jsonl"), [
+        {"id": existing["doc_id"], "title": existing["title"], "body": _NEW_BODY}])
+    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}")
+    self._assert_failed_untouched(result, frozen, before, "--on_existing=replace")
+    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
+                  f"--remove_ids={existing['doc_id']}")
+    self._assert_failed_untouched(result, frozen, before, "both removed")
+
+    # 4. Replace a document's text in the ORQA run; eval and export read the updated corpus.
+    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
+                  "--on_existing=replace")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertNotEqual(_snapshot(frozen), before)
+    result = _run("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}", "--recall_ks=1,5")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    export_dir = os.path.join(self.tmp, "export")
+    result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--output_dir={export_dir}",
+                  "--notoken_ids")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    open_qa = saved_models.load_saved_model(os.path.join(export_dir, "open_qa"))
+    outputs = open_qa.signatures["serving_default"](questions=tf.constant(["Who built a lighthouse?"]))
+    texts = [t.decode("utf-8") for t in np.asarray(outputs["block_texts"])[0]]
+    self.assertIn(_NEW_BODY, texts)
+    self.assertIn(added["body"], texts)
+    self.assertNotIn(existing["body"], texts)
+    self.assertNotIn(self.documents[4]["body"], texts)
+
+  def test_bad_change_sets_leave_the_realm_index_untouched(self):
+    model_dir = os.path.join(self.tmp, "realm_bad")
+    tf.io.gfile.makedirs(model_dir)
+    for name in os.listdir(self.realm_dir):  # its own copy: the other test publishes into realm/
+      source = os.path.join(self.realm_dir, name)
+      if name != "index" and os.path.isfile(source):
+        tf.io.gfile.copy(source, os.path.join(model_dir, name), overwrite=True)
+    shutil.copytree(os.path.join(published_index.index_root(self.realm_dir), "3"),
+                    os.path.join(published_index.index_root(model_dir), "3"))
+    before = _snapshot(model_dir)
+    duplicate = _write_jsonl(os.path.join(self.tmp, "dup.jsonl"), [
+        {"id": "x", "title": "a", "body": "b"}, {"id": "x", "title": "c", "body": "d"}])
+    result = _run("update_index.py", f"--index={model_dir}", f"--documents={duplicate}")
+    self._assert_failed_untouched(result, model_dir, before, "'x' more than once")
+    wrong_format = os.path.join(self.tmp, "docs.csv")
+    with open(wrong_format, "w") as f:
+      f.write("id,title,body\n")
+    result = _run("update_index.py", f"--index={model_dir}", f"--documents={wrong_format}")
+    self._assert_failed_untouched(result, model_dir, before, "unknown corpus format")
+
+
+if __name__ == "__main__":
+  tf.test.main()
