@@ -27,13 +27,11 @@ def main(argv):
   if not questions:
     raise app.UsageError('pass the question(s) after the flags: bin/answer.py "who wrote the iliad" '
                          "--saved_model=DIR")
-  kind = saved_models.export_info(_SAVED_MODEL.value).get("kind", saved_models.OPEN_QA)
-  if kind != saved_models.OPEN_QA:
-    raise app.UsageError(f"--saved_model={_SAVED_MODEL.value} is a {kind} model; pass a raw-text open_qa "
-                         "SavedModel (bin/export_saved_model's OUTPUT_DIR/open_qa)")
-  model = saved_models.load_saved_model(_SAVED_MODEL.value)
-  outputs = model.signatures["serving_default"](questions=questions)
-  outputs = {k: v.numpy() for k, v in outputs.items()}
+  try:
+    model = saved_models.load_open_qa(_SAVED_MODEL.value)
+  except ValueError as e:
+    raise app.UsageError(f"--saved_model: {e}") from e
+  outputs = saved_models.answer_questions(model, questions)
   for i, question in enumerate(questions):
     print(f"Q: {question}")
     print(f"A: {_text(outputs['answers'][i])}    (score {outputs['scores'][i]:.3f})")

@@ -341,16 +341,18 @@ def reader_inputs_from_texts(tokenizer: tokenization.Tokenizer, questions, block
   return TextReaderFeatures(inputs, byte_starts, byte_limits, gold_starts, gold_ends, retriever_correct)
 
 
-def extract_answers(tokenizer: tokenization.Tokenizer, block_texts, first_piece, last_piece) -> tf.Tensor:
-  """Answer strings from predicted wordpiece indices into each block, sliced from the original text.
+def answer_byte_spans(tokenizer: tokenization.Tokenizer, block_texts, first_piece, last_piece
+                      ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Byte spans [begin, end) in each block's original text of predicted wordpiece indices.
 
   Args:
     block_texts: tf.string [B], the predicted block of each question.
     first_piece, last_piece: int [B], wordpiece indices (0-based, within the block's wordpieces,
-      i.e. reader position - block_start); a negative or out-of-range index gives "".
+      i.e. reader position - block_start); a negative or out-of-range index gives no span.
 
   Returns:
-    tf.string [B]: text[start byte of first_piece : limit byte of last_piece].
+    (begin, end), int64 [B] each: the start byte of first_piece and the limit byte of last_piece;
+    -1 and -1 where there is no span.
   """
   block_texts = tf.convert_to_tensor(block_texts, tf.string)
   _, starts, limits = tokenizer.tokenize_with_offsets(block_texts)
@@ -364,9 +366,28 @@ def extract_answers(tokenizer: tokenization.Tokenizer, block_texts, first_piece,
   flat_limits = tf.concat([limits.flat_values, [0]], 0)
   begin = tf.gather(flat_starts, tf.where(valid, first_index, tf.size(starts.flat_values, tf.int64)))
   end = tf.gather(flat_limits, tf.where(valid, last_index, tf.size(limits.flat_values, tf.int64)))
-  text = tf.strings.substr(block_texts, tf.where(valid, begin, 0), tf.where(valid, end - begin, 0),
-                           unit="BYTE")
+  none = tf.constant(-1, tf.int64)
+  return tf.where(valid, begin, none), tf.where(valid, end, none)
+
+
+def slice_answers(block_texts, begin, end) -> tf.Tensor:
+  """text[begin:end] (bytes) per block; "" where begin is -1 (answer_byte_spans' "no span")."""
+  valid = begin >= 0
+  text = tf.strings.substr(tf.convert_to_tensor(block_texts, tf.string), tf.where(valid, begin, 0),
+                           tf.where(valid, end - begin, 0), unit="BYTE")
   return tf.where(valid, text, "")
+
+
+def extract_answers(tokenizer: tokenization.Tokenizer, block_texts, first_piece, last_piece) -> tf.Tensor:
+  """Answer strings from predicted wordpiece indices into each block, sliced from the original text.
+
+  Args: as answer_byte_spans.
+
+  Returns:
+    tf.string [B]: text[start byte of first_piece : limit byte of last_piece] ("" for no span).
+  """
+  begin, end = answer_byte_spans(tokenizer, block_texts, first_piece, last_piece)
+  return slice_answers(block_texts, begin, end)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ becomes an asset):
                       it are comparable with the index's
   open_qa/            serving_default(questions: string [B]) -> {answers: string [B], scores: float32 [B],
                       block_ids: int32 [B, K] (corpus rows, best first), doc_ids, block_titles,
-                      block_texts: string [B, K], retriever_scores: float32 [B, K]}
+                      block_texts: string [B, K], retriever_scores: float32 [B, K],
+                      answer_block_ids: int32 [B] (the answer's corpus row, one of block_ids),
+                      answer_byte_starts / answer_byte_limits: int32 [B] (its byte span in that
+                      block's text; -1 for no answer)}
                       K = the reader beam. It carries the whole index and the block texts: brute force
                       over the embedded blocks (exact; fine for small corpora), or a ScaNN searcher
                       (index="scann", ScaNN's TF ops, serialized with the model) whose candidates are
@@ -30,10 +33,8 @@ inputs, int32 [B, T] of any T, [PAD] = 0:
   document_embedder_token_ids/  (input_word_ids, input_mask, input_type_ids):
                                 [CLS] title [SEP] body [SEP], type ids 0 then 1 -> {embeddings}
   open_qa_token_ids/            (input_word_ids, input_mask): [CLS] question [SEP] -> the raw model's
-                                outputs plus answer_block_ids int32 [B] (the answer's corpus row),
-                                answer_byte_starts / answer_byte_limits int32 [B] (its byte span in that
-                                block's text; -1 for no answer) and answer_token_ids int32
-                                [B, max_span_width] (0-padded); always exact brute-force search.
+                                outputs plus answer_token_ids int32 [B, max_span_width] (0-padded);
+                                always exact brute-force search.
 
 The pieces are taken back out of the packing ([CLS]/[SEP] dropped, segments by input_type_ids) and packed
 again exactly as the raw-text signatures pack them (truncated to the run's sequence lengths), so a client
@@ -240,10 +241,15 @@ class OpenQaModule(tf.Module):
     features = orqa_features.question_features(self.tokenizer, self._featurizer, questions,
                                                model.orqa.reader_seq_len)
     outputs = model.predict_answers(features, training=False, candidate_fn=self._candidate_fn)
-    answers = orqa_features.extract_answers(self.tokenizer,
-                                            tf.gather(self.block_texts, outputs["predicted_row"]),
-                                            outputs["first_piece"], outputs["last_piece"])
-    return _retrieved_outputs(self, outputs, answers)
+    row = outputs["predicted_row"]
+    text = tf.gather(self.block_texts, row)
+    begin, end = orqa_features.answer_byte_spans(self.tokenizer, text, outputs["first_piece"],
+                                                 outputs["last_piece"])
+    result = _retrieved_outputs(self, outputs, orqa_features.slice_answers(text, begin, end))
+    # Where the answer sits, so a client (bin/serve's page) can mark it in its passage.
+    result.update(answer_block_ids=row, answer_byte_starts=tf.cast(begin, tf.int32),
+                  answer_byte_limits=tf.cast(end, tf.int32))
+    return result
 
 
 def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
@@ -525,3 +531,20 @@ def load_saved_model(path: str):
     import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
   return tf.saved_model.load(path)
 
+
+
+def load_open_qa(path: str):
+  """load_saved_model for a raw-text open_qa export; ValueError naming the path when it is another kind
+  of model (an embedder, or a token-id twin that takes wordpiece ids instead of questions)."""
+  kind = export_info(path).get("kind", OPEN_QA)
+  if kind != OPEN_QA:
+    raise ValueError(f"{path} is a {kind} model; pass a raw-text open_qa SavedModel "
+                     "(bin/export_saved_model's OUTPUT_DIR/open_qa)")
+  return load_saved_model(path)
+
+
+def answer_questions(model, questions: Sequence[str]) -> Dict[str, np.ndarray]:
+  """The outputs of a loaded open_qa model's serving_default signature for questions, as numpy arrays
+  (strings as bytes)."""
+  outputs = model.signatures["serving_default"](questions=tf.constant(list(questions), tf.string))
+  return {key: value.numpy() for key, value in outputs.items()}

@@ -13,20 +13,12 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
-from realm_tf.data import corpus as corpus_lib
-from realm_tf.data import orqa_features
+from realm_tf.export import random_orqa
 from realm_tf.export import saved_models
-from realm_tf.modeling import bert
-from realm_tf.modeling import orqa as orqa_lib
-from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_trainer
 
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 _QUESTIONS = ["Where was Savix Lunene born?", "", "What did Wenor found? " * 91,
               "Où est né Zoë Kelarlé, l'ingénieur?", "When was Essan Zoror born?"]
 _NUM_DOCS = 40
@@ -57,42 +49,6 @@ print(json.dumps(out))
 """
 
 
-def _model_dir(tmp):
-  """A bin/train_orqa-style model dir with random weights: configs, frozen index, ckpt-1; the vocab is a
-  copy that the test deletes after exporting."""
-  vocab = os.path.join(tmp, "vocab_copy.txt")
-  shutil.copy(os.path.join(_TESTDATA, "vocab.txt"), vocab)
-  tokenizer = tokenization.Tokenizer(vocab)
-  with open(os.path.join(_TESTDATA, "corpus.jsonl"), encoding="utf-8") as f:
-    records = [json.loads(line) for line in f][:_NUM_DOCS]
-  documents = [corpus_lib.Document(r["title"], r["body"], r["id"]) for r in records]
-  prefix = os.path.join(tmp, "corpus", "blocks")
-  corpus_lib.write_corpus(lambda: documents, tokenizer, prefix, num_shards=1)
-  bert_config = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-  config = realm_config_lib.RealmConfig(retriever_bert=bert_config, reader_bert=bert_config,
-                                        vocab_path=vocab, projection_size=16, query_seq_len=24,
-                                        candidate_seq_len=64, share_embedders=False)
-  orqa = orqa_lib.OrqaConfig(reader_seq_len=96, span_hidden_size=16, max_span_width=6,
-                             retriever_beam_size=10, reader_beam_size=3, retrieval_corpus_path=prefix)
-  model_dir = os.path.join(tmp, "orqa")
-  config.save(model_dir)
-  orqa.save(model_dir)
-  tf_keras.utils.set_random_seed(3)
-  retriever = orqa_trainer.load_retriever_checkpoint(config, None)
-  # Random vectors rather than the untrained document tower's: that tower maps these templated documents
-  # to near-identical points, and near-ties would make "the same top blocks" depend on float rounding.
-  embeddings = np.random.default_rng(0).normal(size=[_NUM_DOCS, 16]).astype(np.float32)
-  index_lib.build_index(embeddings, implementation="brute_force").save(
-      orqa_trainer.frozen_index_dir(model_dir))
-  blocks = orqa_features.load_blocks(prefix, orqa.max_block_len)
-  model = orqa_trainer.build_model(config, orqa, embeddings, blocks, tokenizer)
-  orqa_lib.copy_retriever_weights(retriever, model.retriever)
-  kernel = model.retriever.query_embedder.projection.kernel  # as if fine-tuning moved the query tower
-  kernel.assign(kernel + np.random.default_rng(1).normal(scale=0.5, size=kernel.shape))
-  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), model_dir, 1).save(checkpoint_number=1)
-  return model_dir, vocab, documents
-
-
 def _packed(rows, type_ids=None):
   """Client-side BERT packing of wordpiece rows, padded with 0 to the longest: the token-id signatures'
   inputs (no truncation), as Python lists for --input_exprs."""
@@ -116,7 +72,7 @@ class ExportTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp()
-    model_dir, vocab, cls.documents = _model_dir(cls.tmp)
+    model_dir, vocab, cls.documents = random_orqa.write_model_dir(cls.tmp, num_docs=_NUM_DOCS)
     trained = cls.trained = orqa_trainer.load_trained(model_dir)
     predictor = orqa_trainer.OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer,
                                            trained.blocks, batch_size=len(_QUESTIONS), num_retrieved=3)
@@ -162,6 +118,15 @@ class ExportTest(tf.test.TestCase):
       self.assertEqual(qa["doc_ids"][0], [documents[r].doc_id for r in expected["block_rows"][0]])
       self.assertEqual(qa["block_texts"][3], [documents[r].body for r in expected["block_rows"][3]])
 
+  def _check_answer_spans(self, qa):
+    self.assertAllEqual(qa["answer_block_ids"], self.expected["predicted_row"])
+    self.assertIn(-1, qa["answer_byte_starts"])  # the empty question has no answer
+    for i, answer in enumerate(qa["answers"]):
+      body = self.documents[self.expected["predicted_row"][i]].body.encode("utf-8")
+      start, limit = qa["answer_byte_starts"][i], qa["answer_byte_limits"][i]
+      self.assertEqual(body[start:limit].decode("utf-8") if start >= 0 else "", answer)
+      self.assertEqual(start < 0, limit < 0)
+
   def _stock_cli(self, command, path, signature, inputs):
     """Runs `saved_model_cli run` (command: the stock script, or a python -c prefix) in a fresh process
     and returns its outputs (read back from --outdir) as Python values."""
@@ -204,9 +169,9 @@ class ExportTest(tf.test.TestCase):
 
     for kind in ("open_qa", "open_qa_scann"):
       self._check_open_qa(out[kind], kind)
-    # Every answer is a slice of the block it came from, accents included.
-    for i, answer in enumerate(out["open_qa"]["answers"]):
-      self.assertIn(answer, self.documents[self.expected["predicted_row"][i]].body)
+    # Every answer is a slice of the block it came from, accents included, at the bytes the model names.
+    for kind in ("open_qa", "open_qa_scann"):
+      self._check_answer_spans(out[kind])
     self.assertAllClose(out["query_embedder"]["embeddings"], self.expected_queries, atol=1e-5)
     # The document embedder is the model's (frozen) document tower, not the query tower.
     self.assertAllClose(out["document_embedder"]["embeddings"], self.expected_documents, atol=1e-5)
@@ -224,12 +189,9 @@ class ExportTest(tf.test.TestCase):
 
     qa = self._stock_cli(cli, self.paths["open_qa_token_ids"], "serving_token_ids", self.question_ids)
     self._check_open_qa(qa, "open_qa_token_ids")
+    self._check_answer_spans(qa)
     expected = self.expected
-    self.assertAllEqual(qa["answer_block_ids"], expected["predicted_row"])
-    for i, answer in enumerate(qa["answers"]):
-      body = self.documents[expected["predicted_row"][i]].body.encode("utf-8")
-      start, limit = qa["answer_byte_starts"][i], qa["answer_byte_limits"][i]
-      self.assertEqual(body[start:limit].decode("utf-8"), answer)
+    for i in range(len(qa["answers"])):
       first, last = expected["first_piece"][i], expected["last_piece"][i]
       width = last - first + 1 if first >= 0 else 0
       block = self.trained.blocks.token_ids[expected["predicted_row"][i]]
