@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv-hf, the optional environment of the Hugging Face PyTorch comparison (bench/hf_compare.py),
+# Creates .venv-hf, the optional environment of the PyTorch comparisons (bench/hf_compare.py, st_encode.py),
 # from bench/requirements-hf.txt. Separate from .venv on purpose: torch and transformers are never
 # dependencies of realm_tf, only of this one benchmark.
 #
@@ -13,7 +13,7 @@ venv="${root}/.venv-hf"
 # The CPU-only torch wheels live on PyTorch's own index; PyPI's Linux build pulls gigabytes of CUDA.
 index_url="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 
-if [[ -x "${venv}/bin/python" ]] && "${venv}/bin/python" -c "import torch, transformers" 2>/dev/null; then
+if [[ -x "${venv}/bin/python" ]] && "${venv}/bin/python" -c "import torch, transformers, sentence_transformers" 2>/dev/null; then
   echo "${venv} is ready"
   exit 0
 fi
