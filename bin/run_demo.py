@@ -181,6 +181,11 @@ def _demo():
       print("    " + line)
   print(f"  total {result['seconds']:.0f} s; logs and checkpoints under {options.output_dir}")
   print("demo done.")
+  if "orqa" in result:
+    # Last, so it is on screen when the demo ends: the command that serves the export.
+    serve = (f"{sys.executable} {os.path.join(_REPO, 'bin', 'serve.py')} "
+             f"--saved_model={os.path.join(result['orqa']['export_dir'], 'open_qa')}")
+    print(f"Ask it in a browser: run\n  {serve}\nand open http://127.0.0.1:8501/ (bin/serve.py in README)")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,8 @@ page and finds the answer there."""
 import http.client
 import json
 import os
-import queue
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,42 +16,16 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.export import random_orqa
 from realm_tf.export import saved_models
 from realm_tf.serving import browser
+from realm_tf.serving import process
 from realm_tf.training import orqa_trainer
 
 _QUESTIONS = ["Where was Savix Lunene born?", "Où est né Zoë Kelarlé, l'ingénieur?",
               "What did Wenor found? " * 40]
 _TIMEOUT_S = 3  # the server's --request_timeout_s: short, so the slow-client test is quick
 _PATH = "/v1/models/open_qa:predict"
-
-
-def _start_server(saved_model: str, *flags: str):
-  """bin/serve.py as a subprocess; returns (process, port) once it prints that it serves."""
-  repo = testing_utils.repo_root()
-  process = subprocess.Popen(
-      [sys.executable, os.path.join(repo, "bin", "serve.py"), f"--saved_model={saved_model}",
-       "--port=0", "--noaccess_log", *flags],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      env=dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3"))
-  lines = queue.Queue()
-  threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
-  stderr = []
-  threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True).start()
-  deadline = time.monotonic() + 300  # loading TensorFlow and the model on a busy 2-core machine
-  while time.monotonic() < deadline:
-    try:
-      line = lines.get(timeout=1)
-    except queue.Empty:
-      if process.poll() is not None:
-        break
-      continue
-    if line.startswith("serving "):
-      return process, int(line.split("http://127.0.0.1:")[1].split("/")[0]), stderr
-  process.kill()
-  raise AssertionError("bin/serve.py did not start:\n" + "".join(stderr)[-3000:])
 
 
 class ServeTest(tf.test.TestCase):
@@ -69,18 +39,17 @@ class ServeTest(tf.test.TestCase):
                                                   os.path.join(cls.tmp, "export", "open_qa"))
     # What bin/answer.py prints comes from this call on the same export.
     cls.expected = saved_models.answer_questions(saved_models.load_open_qa(cls.saved_model), _QUESTIONS)
-    cls.process, cls.port, cls.stderr = _start_server(cls.saved_model,
-                                                      f"--request_timeout_s={_TIMEOUT_S}")
+    cls.server = process.ServeProcess(cls.saved_model, f"--request_timeout_s={_TIMEOUT_S}",
+                                      "--noaccess_log")
+    cls.port = cls.server.port
 
   @classmethod
   def tearDownClass(cls):
-    cls.process.send_signal(signal.SIGTERM)
-    try:
-      cls.process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-      cls.process.kill()
+    code = cls.server.stop()
     shutil.rmtree(cls.tmp, ignore_errors=True)
     super().tearDownClass()
+    if code != 0:  # SIGTERM stops the server cleanly
+      raise AssertionError(f"bin/serve.py exited with {code} on SIGTERM:\n{cls.server.stderr()[-3000:]}")
 
   def _request(self, method, path, body=None, headers=None):
     connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
