@@ -63,9 +63,13 @@ def _read_json(path):
 def index_sizes(index_results, blocks):
   """Bytes on disk and in memory of each index kind, from the largest clustered run of index_bench."""
   sizes = {}
-  for kind in ("brute_force", "scann"):
+  for kind in ("brute_force", "scann", "scann_int8"):
     runs = [r for r in index_results["results"]
             if r["implementation"] == kind and r["dataset"] == "clustered"]
+    if not runs:
+      if kind == "scann_int8":  # index_bench runs from before the compressed index have none
+        continue
+      raise ValueError(f"{_INDEX_JSON.value} has no clustered {kind} run; rerun bench/index_bench.py")
     run = max(runs, key=lambda r: r["num_docs"])
     sizes[kind] = {"measured_at_docs": run["num_docs"],
                    "disk_bytes_per_doc": run["disk_bytes_per_doc"],
