@@ -96,6 +96,14 @@ _MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Use the first N dev
 _EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Corpus embedding batch size.")
 _JIT = flags.DEFINE_bool("jit_compile", False, "Compile the train steps with XLA.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of initializations and example order.")
+_KEEP_BETTER = flags.DEFINE_bool(
+    "keep_better_retriever", True,
+    "Keep a round's distilled retriever only if its dev --selection_metric is not below the round's "
+    "start; otherwise the next round starts from the previous accepted retriever (metrics.json: accepted, "
+    "retriever_after). Off: every round continues from its distilled retriever.")
+_SELECTION = flags.DEFINE_string("selection_metric", "gold_recall@5",
+                                 "Dev recall that decides acceptance: gold_recall@K (needs doc_id in the "
+                                 "dev questions) or answer_recall@K, K one of --recall_ks.")
 
 
 def main(argv):
@@ -127,13 +135,16 @@ def main(argv):
       reader_single_passage_steps=_SINGLE_STEPS.value, reader_score_aggregation=_AGGREGATION.value,
       distill_answer_bearing_only=_ANSWER_BEARING.value, recall_ks=ks,
       max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
-      embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value)
+      embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value,
+      keep_better_retriever=_KEEP_BETTER.value, selection_metric=_SELECTION.value)
   for metrics in fid_kd.run(options, log=logging.info):
     before, after = metrics["recall_before"], metrics["recall_after"]
-    logging.info("iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> %.1f",
-                 metrics["iteration"], metrics["reader_exact_match"],
+    logging.info("iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> %.1f; "
+                 "%s, ends with %s", metrics["iteration"], metrics["reader_exact_match"],
                  metrics.get("reader_gold_top1", float("nan")), before.get("gold_recall@5", float("nan")),
-                 after.get("gold_recall@5", float("nan")))
+                 after.get("gold_recall@5", float("nan")),
+                 "accepted" if metrics.get("accepted", True) else "REJECTED",
+                 metrics.get("retriever_after", "its distilled retriever"))
 
 
 if __name__ == "__main__":

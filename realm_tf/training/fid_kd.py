@@ -16,7 +16,10 @@ here one process runs them all, for --iterations rounds:
      passages; realm_tf.modeling.fid.SCORE_AGGREGATIONS) and how often it ranks the gold passage first;
   4. train the retriever on those passages with the KL loss for retriever_steps (only on the questions
      whose passages hold an answer, with distill_answer_bearing_only);
-  5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus).
+  5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus) and, with
+     keep_better_retriever, keep it only if its selection_metric (e.g. gold_recall@5) is not below the
+     round's start; otherwise the next round starts from the retriever this round started from (model
+     selection on dev recall: FiD-KD's rounds can lower recall, see keep_better_retriever).
 
 A run's model dir:
   realm_config.json, fid_config.json   the retriever / tokenizer and reader configurations (checked on resume)
@@ -32,9 +35,12 @@ A run's model dir:
   iteration_<i>/retriever/ckpt-S       the distilled retriever (model/retriever/ layout: usable as
                                        --retriever_checkpoint of bin/train_orqa, bin/train_realm, ...)
   iteration_<i>/metrics.json           recall before / after, reader dev exact match, teacher and retriever
-                                       gold top-1, training summaries; written LAST and atomically: its
+                                       gold top-1, training summaries, whether the distilled retriever was
+                                       accepted and which retriever the round ended with
+                                       ("retriever_after", relative to MODEL_DIR: iteration_<i>/retriever or,
+                                       if rejected, the round's start); written LAST and atomically: its
                                        presence marks the iteration done, and a restarted run skips it
-                                       (resuming from its retriever)
+                                       (resuming from its retriever_after)
   fid_kd_summary.json                  all iterations' metrics
 
 Scale: the corpus (titles, bodies, packed candidates) and the questions are held in host memory and the
@@ -105,10 +111,26 @@ class FidKdOptions:
   predict_batch_size: int = 32
   jit_compile: bool = False
   seed: int = 0
+  keep_better_retriever: bool = True
+  selection_metric: str = "gold_recall@5"
 
 
 def iteration_dir(model_dir: str, iteration: int) -> str:
   return os.path.join(model_dir, f"iteration_{iteration}")
+
+
+def _retriever_subdir(iteration: int) -> str:
+  """Where iteration i's distilled retriever is saved, relative to the model dir."""
+  return f"iteration_{iteration}/retriever"
+
+
+def check_selection_metric(options: "FidKdOptions") -> None:
+  """--selection_metric must name a recall that retriever_eval.retriever_recall reports for --recall_ks."""
+  kind, _, k = options.selection_metric.partition("_recall@")
+  if kind not in ("gold", "answer") or not k.isdigit() or int(k) not in options.recall_ks:
+    raise ValueError(
+        f"--selection_metric={options.selection_metric!r} must be gold_recall@K or answer_recall@K with K one "
+        f"of --recall_ks={','.join(map(str, options.recall_ks))} (what retriever_eval reports per round)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -293,27 +315,36 @@ def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]
                      f"{options.reader_score_aggregation!r}")
   if options.iterations < 1:
     raise ValueError(f"--iterations must be at least 1, got {options.iterations}")
+  check_selection_metric(options)
   tf.io.gfile.makedirs(options.model_dir)
   _check_configs(options)
   data = _Data(options, log)
   retriever = _initial_retriever(options, log)
+  start = INITIAL_RETRIEVER_DIR  # the retriever the next round starts from, relative to the model dir
   all_metrics: List[Dict] = []
   for iteration in range(options.iterations):
     directory = iteration_dir(options.model_dir, iteration)
     metrics_path = os.path.join(directory, METRICS_NAME)
     if tf.io.gfile.exists(metrics_path):
-      all_metrics.append(_read_json(metrics_path))
-      retriever = _load_retriever(options, os.path.join(directory, "retriever"),
-                                  f"{directory}/retriever")
-      log(f"iteration {iteration}: done already ({metrics_path}); skipped")
+      metrics = _read_json(metrics_path)
+      all_metrics.append(metrics)
+      # The retriever the round ENDED with: its distilled one if accepted, else its start (runs written
+      # before acceptance existed always continued from the distilled one).
+      start = metrics.get("retriever_after", _retriever_subdir(iteration))
+      retriever = _load_retriever(options, os.path.join(options.model_dir, start), f"MODEL_DIR/{start}")
+      log(f"iteration {iteration}: done already ({metrics_path}); skipped, continuing from {start}")
       continue
-    all_metrics.append(_run_iteration(options, data, retriever, iteration, log))
+    metrics = _run_iteration(options, data, retriever, iteration, start, log)
+    all_metrics.append(metrics)
+    start = metrics["retriever_after"]
   io_utils.write_json_atomic(os.path.join(options.model_dir, SUMMARY_NAME), all_metrics)
   return all_metrics
 
 
 def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever, iteration: int,
-                   log: Callable[[str], None]) -> Dict:
+                   start: str, log: Callable[[str], None]) -> Dict:
+  """One round; start: the saved retriever (relative to the model dir) that `retriever` holds, restored
+  into it if the distilled retriever is rejected."""
   started = time.time()
   directory = iteration_dir(options.model_dir, iteration)
   tf.io.gfile.makedirs(directory)
@@ -325,6 +356,10 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   ks = tuple(k for k in options.recall_ks if k <= len(data.documents))
   metrics["recall_before"] = retriever_eval.retriever_recall(
       retriever, config, options.retrieval_corpus_path, data.dev, ks, doc_embeddings=doc_embeddings)
+  if options.selection_metric not in metrics["recall_before"]:
+    raise ValueError(f"--selection_metric={options.selection_metric} is not measured on --dev_path="
+                     f"{options.dev_path} (reported: {_recall_line(metrics['recall_before'])}; gold recall "
+                     "needs a doc_id per question, and K at most the corpus size); choose one of those")
   if iteration == 0 and options.initial_passages == "bm25":
     # Anserini's k1/b, as FiD's first reader read Pyserini's BM25 passages.
     index = bm25.Bm25Index([f"{d['title']} {d['body']}" for d in data.documents], k1=0.9, b=0.4)
@@ -418,9 +453,29 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
       retriever, config, options.retrieval_corpus_path, data.dev, ks,
       doc_embeddings=embed_corpus(retriever, options))
   metrics["reader_checkpoint"] = reader_path
+  log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}")
+
+  # 6. Model selection. Why: a round whose reader reads poor passages teaches a worse ranking (testdata,
+  # 3 passages: gold recall@5 10 -> 45 after round 0, then 16 after round 1); keeping the previous
+  # retriever lets a later round (a reader that reads better, more passages) improve on the best so far.
+  metric = options.selection_metric
+  before, after = metrics["recall_before"][metric], metrics["recall_after"][metric]
+  metrics["selection_metric"] = metric
+  metrics["accepted"] = after >= before or not options.keep_better_retriever
+  if metrics["accepted"]:
+    metrics["retriever_after"] = _retriever_subdir(iteration)
+    metrics["recall_end"] = metrics["recall_after"]
+    note = "" if after >= before else " (below the start, but --nokeep_better_retriever)"
+    log(f"iteration {iteration}: distilled retriever accepted, {metric} {before:.1f} -> {after:.1f}{note}")
+  else:
+    retriever.set_weights(_load_retriever(options, os.path.join(options.model_dir, start),
+                                          f"MODEL_DIR/{start}").get_weights())
+    metrics["retriever_after"] = start
+    metrics["recall_end"] = metrics["recall_before"]
+    log(f"iteration {iteration}: distilled retriever REJECTED: {metric} fell {before:.1f} -> {after:.1f}; "
+        f"the next round starts from {start} again (--keep_better_retriever)")
   metrics["seconds"] = time.time() - started
-  log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}"
-      f" ({metrics['seconds']:.0f} s)")
+  log(f"iteration {iteration}: done in {metrics['seconds']:.0f} s")
   io_utils.write_json_atomic(os.path.join(directory, METRICS_NAME), metrics)
   return metrics
 
