@@ -51,6 +51,8 @@ NUM_PROBES = 4
 # Largest ||new - stored|| / ||stored|| of a probe: float32 re-embedding differs by ~1e-6, a bfloat16
 # tower by ~1e-3; another checkpoint or another tower by far more.
 PROBE_TOLERANCE = 2e-2
+# Documents to embed from which the embedding is compiled with XLA (as the refresher always does).
+JIT_COMPILE_MIN_DOCUMENTS = 2048
 
 
 class UpdateError(ValueError):
@@ -251,8 +253,11 @@ def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeS
     try:
       prefix = os.path.join(scratch, "changes")
       corpus_lib.write_corpus(lambda: documents + probe_docs, tokenizer, prefix, num_shards=1)
-      embeddings = corpus_embedding.embed_corpus(embed_fn_factory(), prefix, featurizer,
-                                                 batch_size=batch_size, log=log)
+      # XLA compiles one program per length bucket (seconds each for a MiniLM tower, and most of a
+      # small update's time); below a few batches per bucket the compiled programs do not pay back.
+      embeddings = corpus_embedding.embed_corpus(
+          embed_fn_factory(), prefix, featurizer, batch_size=batch_size, log=log,
+          jit_compile=len(documents) + len(probes) >= JIT_COMPILE_MIN_DOCUMENTS)
       tokenized = list(corpus_lib.read_corpus(prefix))
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
