@@ -48,7 +48,14 @@ _EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
                               "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
 _Q = flags.DEFINE_integer("query_seq_len", 32, "Retriever query length Q.")
 _C = flags.DEFINE_integer("candidate_seq_len", 128, "Retriever document length C.")
-_READER_HIDDEN = flags.DEFINE_integer("reader_hidden_size", 64, "FiD reader width H.")
+_READER_INIT = flags.DEFINE_string(
+    "reader_init_checkpoint", None,
+    "Pre-trained BERT for the reader's ENCODER (a bin/train_mlm export, TF1 BERT checkpoint, Hugging Face "
+    "BERT directory / safetensors; its config beside it, its vocab that of --vocab_path), re-loaded at the "
+    "start of every iteration; the decoder (--reader_hidden_size ...) is trained from scratch and "
+    "cross-attends over a projection of the BERT outputs when the widths differ. Default: the T5-style "
+    "encoder of --reader_encoder_layers, trained from scratch.")
+_READER_HIDDEN = flags.DEFINE_integer("reader_hidden_size", 64, "FiD reader (decoder) width H.")
 _READER_HEADS = flags.DEFINE_integer("reader_num_heads", 2, "FiD reader attention heads.")
 _READER_ENC = flags.DEFINE_integer("reader_encoder_layers", 2, "FiD reader encoder layers.")
 _READER_DEC = flags.DEFINE_integer("reader_decoder_layers", 2, "FiD reader decoder layers.")
@@ -118,11 +125,17 @@ def main(argv):
     ks = tuple(int(k) for k in _KS.value)
   except ValueError as e:
     raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from e
+  try:
+    reader_bert = (fid_lib.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
+                   if _READER_INIT.value else None)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   reader = fid_lib.FidConfig(
       vocab_size=bert.vocab_size, hidden_size=_READER_HIDDEN.value, num_heads=_READER_HEADS.value,
       num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
       intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,
-      passage_seq_len=_L.value, answer_seq_len=_T.value)
+      passage_seq_len=_L.value, answer_seq_len=_T.value, encoder="bert" if reader_bert else "t5",
+      bert=reader_bert)
   options = fid_kd.FidKdOptions(
       config=config, fid=reader, model_dir=_MODEL_DIR.value, retrieval_corpus_path=_RETRIEVAL.value,
       train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
@@ -136,7 +149,8 @@ def main(argv):
       distill_answer_bearing_only=_ANSWER_BEARING.value, recall_ks=ks,
       max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
       embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value,
-      keep_better_retriever=_KEEP_BETTER.value, selection_metric=_SELECTION.value)
+      keep_better_retriever=_KEEP_BETTER.value, selection_metric=_SELECTION.value,
+      reader_init_checkpoint=_READER_INIT.value)
   for metrics in fid_kd.run(options, log=logging.info):
     before, after = metrics["recall_before"], metrics["recall_after"]
     logging.info("iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> %.1f; "

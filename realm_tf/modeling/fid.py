@@ -17,6 +17,15 @@ learn to copy the answer's wordpieces from a passage, which needs "the token aft
 attention; a bias per distance gives that directly. (Learned absolute position embeddings were replaced
 together with the initialization; only the pair was measured, see FidReader.)
 
+The encoder may instead be a pre-trained BERT (FidConfig.encoder = "bert": Model Garden's BertEncoderV2
+from realm_tf.modeling.bert, warm-started by load_encoder_weights from anything
+realm_tf.modeling.bert_conversion reads: a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such
+as all-MiniLM-L6-v2), with a Dense projection to the decoder width when they differ. Why: the paper's
+reader is pre-trained T5 and reads from its first step; a reader encoder trained from scratch on testdata
+reached 1% dev exact match on the passages of a distilled retriever (issue 19), too weak a teacher. The
+encoder-decoder of a BERT encoder and a small decoder trained from scratch is still Fusion-in-Decoder:
+passages encoded on their own, the decoder cross-attending over all of them.
+
 Tokenization is realm_tf.tokenization (WordPiece); the decoder starts from [CLS] and ends with [SEP].
 On a vocab without the words "question", "title", "context" (testdata/vocab.txt) the markers are [UNK]
 pieces, which still separate the fields positionally.
@@ -48,10 +57,13 @@ import tf_keras
 
 from realm_tf import evaluation
 from realm_tf import json_config
+from realm_tf.modeling import bert as bert_lib
+from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import losses
 
 CONFIG_NAME = "fid_config.json"
+ENCODERS = ("t5", "bert")
 # Additive bias of masked attention positions (as realm_tf.modeling.losses.MASK_VALUE).
 _MASK_BIAS = -1e9
 
@@ -73,6 +85,10 @@ class FidConfig(json_config.JsonConfig):
       (exact distances up to half the buckets, logarithmic buckets up to max_distance).
     initializer_factor: scales T5's initialization (normal, stddev fan_in^-0.5 per weight; 1 for
       embeddings and position biases).
+    encoder: "t5" (the T5-style encoder of num_encoder_layers here, trained from scratch) or "bert" (a
+      BertEncoderV2 of config `bert`, meant to be warm-started: load_encoder_weights; num_encoder_layers
+      is then unused). hidden_size, num_heads, intermediate_size are the decoder's either way.
+    bert: the BERT encoder's configuration (encoder "bert" only); its vocab_size must be vocab_size.
   """
   FILE_NAME: ClassVar[str] = CONFIG_NAME
   DESCRIPTION: ClassVar[str] = "a FiD reader configuration"
@@ -90,14 +106,66 @@ class FidConfig(json_config.JsonConfig):
   relative_attention_num_buckets: int = 32
   relative_attention_max_distance: int = 128
   initializer_factor: float = 1.0
+  encoder: str = "t5"
+  bert: Optional[bert_lib.BertConfig] = None
 
   def __post_init__(self):
+    if self.encoder not in ENCODERS:
+      raise ValueError(f"FidConfig: encoder must be one of {ENCODERS}, got {self.encoder!r}")
+    if (self.encoder == "bert") != (self.bert is not None):
+      raise ValueError(f"FidConfig: a BERT configuration is needed with encoder 'bert' and only then "
+                       f"(encoder {self.encoder!r}, bert {self.bert})")
+    if self.bert is not None:
+      if self.bert.vocab_size != self.vocab_size:
+        raise ValueError(f"FidConfig: the BERT encoder's vocab_size {self.bert.vocab_size} differs from the "
+                         f"reader's {self.vocab_size}; both read the same wordpiece ids")
+      if self.passage_seq_len > self.bert.max_position_embeddings:
+        raise ValueError(f"FidConfig: passage_seq_len {self.passage_seq_len} exceeds the BERT encoder's "
+                         f"max_position_embeddings {self.bert.max_position_embeddings}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"FidConfig: hidden_size {self.hidden_size} is not a multiple of num_heads "
                        f"{self.num_heads}")
     if self.passage_seq_len < 2 or self.answer_seq_len < 2:
       raise ValueError(f"FidConfig: passage_seq_len ({self.passage_seq_len}) and answer_seq_len "
                        f"({self.answer_seq_len}) must be at least 2")
+
+  def to_dict(self) -> Dict:
+    values = dataclasses.asdict(self)
+    values["bert"] = self.bert.to_dict() if self.bert is not None else None
+    return values
+
+  @classmethod
+  def from_dict(cls, values: Dict) -> "FidConfig":
+    values = dict(values)
+    if values.get("bert") is not None:
+      values["bert"] = bert_lib.BertConfig(**values["bert"])
+    return cls(**values)
+
+
+def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_init_checkpoint"
+                        ) -> bert_lib.BertConfig:
+  """The BertConfig of a warm-start checkpoint (bert_conversion.config_from_source), checked against the
+  corpus vocab: the reader's ids come from that vocab, and a BERT of another vocab would read them as
+  other words."""
+  try:
+    config = bert_conversion.config_from_source(checkpoint)
+  except (bert_conversion.ConversionError, FileNotFoundError, ValueError) as e:
+    raise ValueError(f"{flag}={checkpoint}: not a BERT checkpoint realm_tf can read ({e}); pass a "
+                     "bin/train_mlm export, a TF1 BERT checkpoint or a Hugging Face BERT directory with "
+                     "its bert_config.json / config.json") from e
+  if config.vocab_size != vocab_size:
+    raise ValueError(f"{flag}={checkpoint}: its BERT has a vocabulary of {config.vocab_size} wordpieces, "
+                     f"the corpus vocab (--vocab_path) {vocab_size}; warm-start from a BERT of the same "
+                     "vocab (e.g. bin/train_mlm with this --vocab_path)")
+  return config
+
+
+def load_encoder_weights(reader: "FidReader", checkpoint: str) -> "bert_conversion.ConversionReport":
+  """Warm-starts a BERT-encoder reader's encoder from `checkpoint`; strict: every encoder weight must be
+  found (a partly random encoder is not the pre-trained reader the run asks for)."""
+  if reader.config.encoder != "bert":
+    raise ValueError(f"load_encoder_weights: the reader's encoder is {reader.config.encoder!r}, not 'bert'")
+  return bert_conversion.load_bert_weights(reader.bert_encoder, checkpoint, strict=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -578,15 +646,24 @@ class FidReader(tf_keras.Model):
     self.token_embedding = tf_keras.layers.Embedding(config.vocab_size, config.hidden_size,
                                                      embeddings_initializer=initializer(1),
                                                      name="token_embedding")
-    self.encoder_position_bias = RelativePositionBias(config, True, initializer,
-                                                      name="encoder_position_bias")
     self.decoder_position_bias = RelativePositionBias(config, False, initializer,
                                                       name="decoder_position_bias")
-    self.encoder_layers = [_EncoderLayer(config, initializer, name=f"encoder_layer_{i}")
-                           for i in range(config.num_encoder_layers)]
+    if config.encoder == "bert":
+      # The decoder keeps its own token embedding (the BERT word embeddings stay the encoder's, and the
+      # decoder's width may differ).
+      self.bert_encoder = bert_lib.build_encoder(config.bert, name="bert_encoder")
+      self.encoder_projection = (
+          tf_keras.layers.Dense(config.hidden_size, kernel_initializer=initializer(config.bert.hidden_size),
+                                name="encoder_projection")
+          if config.bert.hidden_size != config.hidden_size else None)
+    else:
+      self.encoder_position_bias = RelativePositionBias(config, True, initializer,
+                                                        name="encoder_position_bias")
+      self.encoder_layers = [_EncoderLayer(config, initializer, name=f"encoder_layer_{i}")
+                             for i in range(config.num_encoder_layers)]
+      self.encoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
     self.decoder_layers = [_DecoderLayer(config, initializer, name=f"decoder_layer_{i}")
                            for i in range(config.num_decoder_layers)]
-    self.encoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
     self.decoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
     self.dropout = tf_keras.layers.Dropout(config.dropout_rate)
 
@@ -603,13 +680,20 @@ class FidReader(tf_keras.Model):
     seq_len = shape[2]
     ids = tf.reshape(passage_ids, [-1, seq_len])  # [B*n, L]
     mask = tf.cast(tf.reshape(passage_mask, [-1, seq_len]), tf.float32)
-    x = self.dropout(self.token_embedding(ids), training=training)
-    bias = ((1.0 - mask) * _MASK_BIAS)[:, tf.newaxis, tf.newaxis, :] + self.encoder_position_bias(
-        seq_len, seq_len)
-    for layer in self.encoder_layers:
-      x = layer(x, bias, training=training)
-    x = self.encoder_norm(x)
-    memory = tf.reshape(x, [shape[0], shape[1] * seq_len, self.config.hidden_size])
+    if self.config.encoder == "bert":
+      int_mask = tf.cast(mask, tf.int32)
+      x = self.bert_encoder(bert_lib.encoder_inputs(tf.cast(ids, tf.int32), int_mask, tf.zeros_like(int_mask)),
+                            training=training)["sequence_output"]
+      if self.encoder_projection is not None:
+        x = self.encoder_projection(x)
+    else:
+      x = self.dropout(self.token_embedding(ids), training=training)
+      bias = ((1.0 - mask) * _MASK_BIAS)[:, tf.newaxis, tf.newaxis, :] + self.encoder_position_bias(
+          seq_len, seq_len)
+      for layer in self.encoder_layers:
+        x = layer(x, bias, training=training)
+      x = self.encoder_norm(x)
+    memory = tf.reshape(tf.cast(x, tf.float32), [shape[0], shape[1] * seq_len, self.config.hidden_size])
     return memory, tf.reshape(mask, [shape[0], shape[1] * seq_len])
 
   def decode(self, decoder_input_ids, memory, memory_mask, training=None):

@@ -1,5 +1,8 @@
 """Tests of the FiD reader, its cross-attention scores and the FiD-KD loss (realm_tf.modeling.fid)."""
 
+import json
+import os
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -7,6 +10,7 @@ import tf_keras
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.modeling import bert
+from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid
 from realm_tf.training import train_lib
@@ -304,6 +308,143 @@ class AnswerSubstitutionTest(_Seeded):
     single = fid.single_passage_examples(examples, continuation)
     self.assertEqual([[examples.pairs[0][1]], [examples.pairs[1][0]]], single.pairs)
     self.assertEqual(["ab", "cd"], single.answer_texts)
+
+
+def _random_bert(config: bert.BertConfig, seed: int):
+  """A built BertEncoderV2 whose every weight is random (LayerNorm and biases too), so that a load that
+  missed a weight shows."""
+  encoder = bert.build_encoder(config)
+  ids = tf.zeros([1, 1], tf.int32)
+  encoder(bert.encoder_inputs(ids, tf.ones_like(ids), ids))
+  rng = np.random.default_rng(seed)
+  for variable in encoder.weights:
+    variable.assign(rng.normal(0.0, 0.1, variable.shape).astype(np.float32))
+  return encoder
+
+
+class BertEncoderReaderTest(_Seeded):
+  """The FiD reader with a warm-started BERT encoder (FidConfig.encoder = "bert")."""
+
+  def _bert_config(self, vocab_size=None):
+    return bert.tiny_config(vocab_size or self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
+                            intermediate_size=64, max_position_embeddings=64)
+
+  def _write_train_mlm_export(self, config, seed=1):
+    """bin/train_mlm's MODEL_DIR/bert layout: a Model Garden checkpoint (encoder/, masked_lm/), the
+    checkpoint index file and bert_config.json."""
+    source = _random_bert(config, seed)
+    directory = os.path.join(self.get_temp_dir(), f"mlm_export_{seed}")
+    tf.io.gfile.makedirs(directory)
+    tf.train.Checkpoint(encoder=source).write(os.path.join(directory, "ckpt-7"))
+    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
+      f.write('model_checkpoint_path: "ckpt-7"\n')
+    with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
+      json.dump(config.to_dict(), f)
+    return source, directory
+
+  def _write_tf1_checkpoint(self, config, seed=2):
+    """Google's TF1 BERT layout (bert/encoder/layer_0/..., fused head kernels) and bert_config.json."""
+    source = _random_bert(config, seed)
+    # pylint: disable=protected-access (the converter's own name and shape map, read backwards)
+    variables = {t.source_name: t.variable.numpy().reshape(t.source_shape)
+                 for t in bert_conversion._encoder_targets(source, "bert/")}
+    directory = os.path.join(self.get_temp_dir(), f"tf1_{seed}")
+    tf.io.gfile.makedirs(directory)
+    with tf.compat.v1.Graph().as_default() as graph:
+      tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
+                 for name, value in variables.items()]
+      saver = tf.compat.v1.train.Saver(tf_vars)
+      with tf.compat.v1.Session(graph=graph) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        path = saver.save(session, os.path.join(directory, "bert_model.ckpt"), write_meta_graph=False)
+    with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
+      json.dump({"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+                 "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
+                 "intermediate_size": config.intermediate_size, "hidden_act": "gelu",
+                 "max_position_embeddings": config.max_position_embeddings}, f)
+    return source, path
+
+  def _reader(self, checkpoint, hidden_size):
+    bert_config = fid.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
+    config = _tiny_config(self.tokenizer.vocab_size, hidden_size=hidden_size, encoder="bert",
+                          bert=bert_config)
+    reader = fid.build_reader(config)
+    fid.load_encoder_weights(reader, checkpoint)
+    return config, reader
+
+  def _assert_same_weights(self, source, encoder):
+    self.assertLen(encoder.weights, len(source.weights))
+    for a, b in zip(source.weights, encoder.weights):
+      self.assertAllClose(a.numpy(), b.numpy(), atol=0, rtol=0, msg=b.name)
+
+  def test_train_mlm_export_sets_the_encoder_and_the_reader_runs_with_a_projection(self):
+    source, directory = self._write_train_mlm_export(self._bert_config())
+    config, reader = self._reader(directory, hidden_size=16)  # BERT 32 -> decoder 16: a projection
+    self._assert_same_weights(source, reader.bert_encoder)
+    self.assertIsNotNone(reader.encoder_projection)
+    features = ReaderTest._features(self, config)
+    memory, memory_mask = reader.encode(features.passage_ids, features.passage_mask)
+    self.assertEqual((2, 2 * config.passage_seq_len, 16), tuple(memory.shape))
+    self.assertEqual((2, 2 * config.passage_seq_len), tuple(memory_mask.shape))
+    # The encoder's output is the loaded BERT's (then projected): the memory of pair 0 is the projection
+    # of the source encoder's sequence output on it.
+    ids = features.passage_ids[:, 0]
+    mask = features.passage_mask[:, 0]
+    expected = reader.encoder_projection(source(bert.encoder_inputs(ids, mask, np.zeros_like(ids)),
+                                                training=False)["sequence_output"])
+    self.assertAllClose(expected, memory[:, :config.passage_seq_len], atol=1e-5)
+    # Loss, gradients into the BERT encoder, greedy decoding and the cross-attention scores.
+    batch = {k: tf.constant(v) for k, v in features._asdict().items()}
+    with tf.GradientTape() as tape:
+      output = reader.compute_loss(batch, training=True)
+    self.assertGreater(float(output.loss_sum), 0.0)
+    gradients = tape.gradient(output.loss_sum, reader.bert_encoder.trainable_variables)
+    self.assertGreater(max(float(tf.reduce_max(tf.abs(g))) for g in gradients if g is not None), 0.0)
+    decoded = reader.greedy_decode(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
+    self.assertEqual((2, config.answer_seq_len), tuple(decoded.shape))
+    for aggregation in fid.SCORE_AGGREGATIONS:
+      scores = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id,
+                                     aggregation)
+      self.assertEqual((2, 2), tuple(scores.shape))
+      self.assertTrue(np.isfinite(scores.numpy()).all())
+
+  def test_tf1_checkpoint_sets_the_encoder_and_the_reader_checkpoint_round_trips(self):
+    source, path = self._write_tf1_checkpoint(self._bert_config())
+    config, reader = self._reader(path, hidden_size=32)  # same width: no projection
+    self._assert_same_weights(source, reader.bert_encoder)
+    self.assertIsNone(reader.encoder_projection)
+    features = ReaderTest._features(self, config)
+    saved = tf.train.Checkpoint(model=reader).write(os.path.join(self.get_temp_dir(), "reader", "ckpt"))
+    restored = fid.build_reader(config)
+    tf.train.Checkpoint(model=restored).read(saved).assert_consumed()
+    inputs = (features.passage_ids, features.passage_mask, features.decoder_input_ids)
+    self.assertAllClose(reader(inputs, training=False), restored(inputs, training=False))
+
+  def test_checkpoint_of_another_vocabulary_is_refused(self):
+    _, directory = self._write_train_mlm_export(self._bert_config(vocab_size=self.tokenizer.vocab_size + 5))
+    with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*vocabulary of "
+                                f"{self.tokenizer.vocab_size + 5} wordpieces.*--vocab_path"):
+      fid.bert_encoder_config(directory, self.tokenizer.vocab_size)
+    with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*not a BERT checkpoint"):
+      fid.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
+
+  def test_config_round_trip_and_checks(self):
+    config = _tiny_config(self.tokenizer.vocab_size, encoder="bert", bert=self._bert_config())
+    config.save(self.get_temp_dir())
+    loaded = fid.FidConfig.load(self.get_temp_dir())
+    self.assertEqual(config, loaded)
+    self.assertIsInstance(loaded.bert, bert.BertConfig)
+    self.assertEqual(config, config.save_or_check(self.get_temp_dir()))
+    with self.assertRaisesRegex(ValueError, "another FiD reader configuration.*bert"):
+      _tiny_config(self.tokenizer.vocab_size).save_or_check(self.get_temp_dir())
+    with self.assertRaisesRegex(ValueError, "vocab_size"):
+      _tiny_config(self.tokenizer.vocab_size + 1, encoder="bert", bert=self._bert_config())
+    with self.assertRaisesRegex(ValueError, "BERT configuration is needed"):
+      _tiny_config(self.tokenizer.vocab_size, encoder="bert")
+    with self.assertRaisesRegex(ValueError, "max_position_embeddings 64"):
+      _tiny_config(self.tokenizer.vocab_size, encoder="bert", bert=self._bert_config(), passage_seq_len=96)
+    with self.assertRaisesRegex(ValueError, "encoder must be one of"):
+      _tiny_config(self.tokenizer.vocab_size, encoder="gpt")
 
 
 class RelativePositionTest(tf.test.TestCase):

@@ -8,7 +8,8 @@ here one process runs them all, for --iterations rounds:
      and retrieve the top n passages of every training and dev question (iteration 0 may use BM25
      passages instead, as the paper starts from BM25);
   2. train a FRESHLY INITIALIZED reader on the training questions (re-initialized every iteration, as in
-     the paper): first for reader_single_passage_steps on each question's highest-ranked answer-bearing
+     the paper, whose reader restarts from pre-trained T5: a BERT encoder is re-loaded from
+     reader_init_checkpoint every iteration): first for reader_single_passage_steps on each question's highest-ranked answer-bearing
      passage alone, then for reader_steps on its n passages, with answers substituted
      (realm_tf.modeling.fid.AnswerSubstitution) so that it must read rather than memorize; measure its
      exact match on the dev questions;
@@ -112,6 +113,7 @@ class FidKdOptions:
   jit_compile: bool = False
   seed: int = 0
   keep_better_retriever: bool = True
+  reader_init_checkpoint: Optional[str] = None
   selection_metric: str = "gold_recall@5"
 
 
@@ -316,6 +318,9 @@ def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]
   if options.iterations < 1:
     raise ValueError(f"--iterations must be at least 1, got {options.iterations}")
   check_selection_metric(options)
+  if options.reader_init_checkpoint and options.fid.encoder != "bert":
+    raise ValueError(f"--reader_init_checkpoint={options.reader_init_checkpoint} warm-starts a BERT reader "
+                     f"encoder, but the reader's encoder is {options.fid.encoder!r}")
   tf.io.gfile.makedirs(options.model_dir)
   _check_configs(options)
   data = _Data(options, log)
@@ -381,6 +386,9 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   # fid.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
   reader = fid_lib.build_reader(options.fid)
+  if options.fid.encoder == "bert" and options.reader_init_checkpoint:
+    log(f"iteration {iteration}: reader encoder warm-started: "
+        f"{fid_lib.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0]}")
   train_examples = data.reader_examples(data.train, train_rows, with_answers=True)
   train_features = fid_lib.pad_examples(tokenizer, options.fid, train_examples)
   if options.reader_single_passage_steps:

@@ -116,6 +116,46 @@ class LoopTest(tf.test.TestCase):
     with open(os.path.join(model_dir, fid_kd.SUMMARY_NAME), encoding="utf-8") as f:
       self.assertLen(json.load(f), 2)
 
+  def test_bert_reader_encoder_is_warm_started_every_iteration(self):
+    directory = self.get_temp_dir()
+    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
+    # A bin/train_mlm-style export (Model Garden checkpoint + bert_config.json) of a BERT of the corpus
+    # vocab, hidden 32 (the decoder's 16 gets a projection).
+    bert_config = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
+    source = bert.build_encoder(bert_config)
+    ids = tf.zeros([1, 1], tf.int32)
+    source(bert.encoder_inputs(ids, tf.ones_like(ids), ids))
+    export = os.path.join(directory, "mlm_bert")
+    tf.train.Checkpoint(encoder=source).write(os.path.join(export, "ckpt-1"))
+    with open(os.path.join(export, "checkpoint"), "w", encoding="utf-8") as f:
+      f.write('model_checkpoint_path: "ckpt-1"\n')
+    with open(os.path.join(export, "bert_config.json"), "w", encoding="utf-8") as f:
+      json.dump(bert_config.to_dict(), f)
+    reader_config = dataclasses.replace(_FID, hidden_size=16, encoder="bert",
+                                        bert=fid_lib.bert_encoder_config(export, 285))
+    options = fid_kd.FidKdOptions(
+        config=_CONFIG, fid=reader_config, model_dir=os.path.join(directory, "bert_run"),
+        retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
+        iterations=2, num_passages=3, reader_steps=3, retriever_steps=2, reader_batch_size=4,
+        retriever_batch_size=4, reader_single_passage_steps=0, recall_ks=(1, 5), embed_batch_size=32,
+        predict_batch_size=8, reader_init_checkpoint=export, reader_learning_rate=1e-2)
+    logs = []
+    metrics = fid_kd.run(options, log=logs.append)
+    self.assertLen([line for line in logs if "reader encoder warm-started" in line], 2)
+    # Each iteration (re-)loaded the export (the two log lines) and its reader trained the warm-started
+    # encoder: the saved encoder is near the export, but not equal to it.
+    for i, m in enumerate(metrics):
+      reader = fid_lib.build_reader(reader_config)
+      tf.train.Checkpoint(model=reader).read(m["reader_checkpoint"]).assert_existing_objects_matched()
+      moved = max(float(np.abs(a.numpy() - b.numpy()).max())
+                  for a, b in zip(source.weights, reader.bert_encoder.weights))
+      self.assertBetween(moved, 1e-6, 1.0, msg=f"iteration {i}")
+    self.assertTrue(tf.io.gfile.exists(os.path.join(options.model_dir, fid_lib.CONFIG_NAME)))
+    self.assertEqual(reader_config, fid_lib.FidConfig.load(options.model_dir))
+    with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*warm-starts a BERT reader"):
+      fid_kd.run(dataclasses.replace(options, fid=_FID, model_dir=os.path.join(directory, "t5_run")),
+                 log=lambda _: None)
+
   def test_bad_selection_metric_is_refused(self):
     directory = self.get_temp_dir()
     paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
