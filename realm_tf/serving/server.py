@@ -9,8 +9,8 @@ Python's ThreadingHTTPServer: a thread per connection, so a slow client holds on
 model calls from several threads run concurrently (a loaded SavedModel function is thread-safe).
 Every refused request gets {"error": "..."} and a 4xx status, and the server goes on serving:
   - a body over ServerOptions.max_body_bytes: 413, answered from Content-Length without reading it;
-  - a body or a request line not complete within request_timeout_s: 408 (body) or the connection closed
-    (request line and headers, as http.server does);
+  - a body not complete within request_timeout_s: 408; a request line or headers stalling that long:
+    the connection closed (as http.server does);
   - more than max_batch_size questions: 400; what else is wrong with a request: see rest_api.
 """
 
@@ -45,8 +45,9 @@ class ServerOptions:
   Attributes:
     max_body_bytes: the largest request body read; larger ones are refused with 413.
     max_batch_size: the most questions in one :predict request.
-    request_timeout_s: how long one request (line, headers, body) may take to arrive; also how long an
-      idle keep-alive connection is kept.
+    request_timeout_s: how long a request's body may take to arrive in all, and how long the request
+      line or headers may stall (http.server's per-read socket timeout); also how long an idle
+      keep-alive connection is kept.
     num_passages: passages shown on the page.
     access_log: one stderr line per request.
   """
