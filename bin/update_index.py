@@ -14,6 +14,7 @@ index, so they are never returned again. A bad change set stops before anything 
 """
 
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -74,7 +75,8 @@ def main(argv):
     print(f"published {published}")
   except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
           index_lib.CorruptIndexError, FileNotFoundError) as e:
-    raise app.UsageError(f"{e}\nThe published index is unchanged.") from None
+    # A data error, not a usage error: the message alone, without absl's flag listing.
+    sys.exit(f"bin/update_index: {e}\nThe published index is unchanged.")
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def plan_rows(base_doc_ids: Sequence[str], change: ChangeSet, on_existing: str,
                       "unique ids")
   unknown = [i for i in change.remove_ids if i not in rows_of]
   if unknown:
-    raise UpdateError(f"{change.remove_source} names {len(unknown)} ids that the index's corpus "
+    raise UpdateError(f"{change.remove_source} names {len(unknown)} id(s) that the index's corpus "
                       f"{corpus_prefix} does not hold: {_shown(unknown)}; check the ids (they are the "
                       "corpus's doc_id: the TSV id column or the JSONL \"id\")")
   existing = [d.doc_id for d in change.documents if d.doc_id in rows_of]
