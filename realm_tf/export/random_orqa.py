@@ -7,13 +7,13 @@ frozen index, ckpt-1), so it exports exactly as a trained run does; only the ans
 
 import json
 import os
-import shutil
 from typing import List, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import io_utils
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
@@ -43,7 +43,7 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   testdata = os.path.join(testing_utils.repo_root(), "testdata")
   os.makedirs(directory, exist_ok=True)
   vocab = os.path.join(directory, "vocab_copy.txt")
-  shutil.copy(os.path.join(testdata, "vocab.txt"), vocab)
+  io_utils.copy_atomic(os.path.join(testdata, "vocab.txt"), vocab)
   tokenizer = tokenization.Tokenizer(vocab)
   with open(os.path.join(testdata, "corpus.jsonl"), encoding="utf-8") as f:
     records = [json.loads(line) for line in f][:num_docs]
