@@ -723,10 +723,10 @@ class ScannOptions:
       requested number of candidates would not fit in the searched leaves.
     training_sample_size: documents sampled to train the tree and the AH codebooks: min(N, 100000).
     num_candidates: documents re-scored exactly per query (ScaNN's "reorder"): max(this, k).
-    dimensions_per_block: AH dimensions per 4-bit code. Default 2 (ORQA's) with float32 re-scoring, 4 with
-      int8 (the compressed index: 32 instead of 64 bytes of codes per document at D=128; with int8
-      re-scoring, recall@10 against exact search was the same at 2 and 4 on 100k clustered points,
-      0.975-0.977, bench/index_bench.py).
+    dimensions_per_block: AH dimensions per 4-bit code (2, as ORQA). 4 halves the codes (a compressed index
+      of 174 instead of about 206 B/doc at D=128) but finds far fewer of the true neighbours among its
+      candidates on real vectors: recall@10 0.765 with int8 re-scoring at 1M MiniLM-derived points,
+      against 0.975 on synthetic clusters (bench/results/index_bench_compressed.json).
     anisotropic_quantization_threshold: ScaNN's anisotropic loss threshold for AH; None = off (ORQA).
     tree_min_docs: below this many documents ScaNN is built as its exact float32 brute-force scorer
       (no tree, no hashing): a tree of a few dozen leaves gains nothing and AH needs training data.
@@ -739,7 +739,7 @@ class ScannOptions:
   num_leaves_to_search: Optional[int] = None
   training_sample_size: Optional[int] = None
   num_candidates: int = 100
-  dimensions_per_block: Optional[int] = None
+  dimensions_per_block: int = 2
   anisotropic_quantization_threshold: Optional[float] = None
   tree_min_docs: int = 5000
   training_threads: int = 0
@@ -756,8 +756,6 @@ class ScannOptions:
                                 or value < (0 if name in ("training_threads", "tree_min_docs") else 1)):
         raise ValueError(f"ScannIndex: {name} must be a positive integer, got {value!r}")
     params = dataclasses.asdict(self)
-    if params["dimensions_per_block"] is None:
-      params["dimensions_per_block"] = 4 if self.rescoring == "int8" else 2
     if num_docs < self.tree_min_docs:
       params.update(mode="brute_force", num_leaves=None, num_leaves_to_search=None,
                     training_sample_size=None)
