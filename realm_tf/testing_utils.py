@@ -10,6 +10,9 @@ import os
 import string
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+import tensorflow as tf
+
 SHARED_DATA_ENV = "REALM_TF_SHARED_DATA"
 
 
@@ -85,3 +88,15 @@ def testdata_qa_slice(directory: str, num_train: int, num_dev: int, num_docs: in
     with open(paths[name], "w", encoding="utf-8") as f:
       f.write("".join(json.dumps(q) + "\n" for q in questions))
   return paths
+
+
+def write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
+  """A TF1 name-based checkpoint (graph mode, get_variable, tf.compat.v1.train.Saver) holding exactly
+  `variables`, as Google's original BERT, REALM and ORQA releases are written; returns its prefix."""
+  with tf.compat.v1.Graph().as_default() as graph:
+    tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
+               for name, value in variables.items()]
+    saver = tf.compat.v1.train.Saver(tf_vars)
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return saver.save(session, path, write_meta_graph=False)

@@ -15,6 +15,7 @@ import numpy as np
 from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
+from realm_tf import testing_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import bert_conversion
 
@@ -151,17 +152,6 @@ def _run_model(encoder, masked_lm=None):
 # Writers of the source formats.
 
 
-def _write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
-  """A TF1 name-based checkpoint (graph mode, tf.compat.v1.train.Saver) holding exactly `variables`."""
-  with tf.compat.v1.Graph().as_default() as graph:
-    tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
-               for name, value in variables.items()]
-    saver = tf.compat.v1.train.Saver(tf_vars)
-    with tf.compat.v1.Session(graph=graph) as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(session, path, write_meta_graph=False)
-
-
 def _google_names(params: Dict[str, np.ndarray], scope: str = "") -> Dict[str, np.ndarray]:
   """The params under `scope` (e.g. "module/module/module/"), with Adam slots and global_step."""
   variables = {}
@@ -247,7 +237,7 @@ class BertConversionTest(tf.test.TestCase):
     params = _random_params(_CONFIG)
     variables = _google_names(params, scope)
     variables.update(extra)
-    path = _write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
                                  variables)
     encoder, masked_lm = self._model()
     report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
@@ -273,7 +263,7 @@ class BertConversionTest(tf.test.TestCase):
     params = _random_params(_CONFIG)
     other = _random_params(_CONFIG, seed=1)
     variables = dict(_google_names(params, "reader/module/"), **_google_names(other, "embedder/"))
-    path = _write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
                                  variables)
     encoder, masked_lm = self._model()
     with self.assertRaisesRegex(bert_conversion.ConversionError,
@@ -287,7 +277,7 @@ class BertConversionTest(tf.test.TestCase):
 
   def test_longer_position_table_is_cut_and_shorter_is_an_error(self):
     params = _random_params(_CONFIG, num_positions=24)
-    path = _write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
     encoder, masked_lm = self._model()
     report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertLen(report.notes, 1)
@@ -388,7 +378,7 @@ class BertConversionTest(tf.test.TestCase):
 
   def test_model_garden_tf2_round_trip(self):
     params = _random_params(_CONFIG, seed=5)
-    source_path = _write_tf1_checkpoint(
+    source_path = testing_utils.write_tf1_checkpoint(
         os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
     original, original_mlm = self._model()
     bert_conversion.load_bert_weights(original, source_path, masked_lm=original_mlm)
@@ -425,7 +415,7 @@ class BertConversionTest(tf.test.TestCase):
   # --- Bad input ----------------------------------------------------------------------------------
 
   def _tf1_path(self, params: Dict[str, np.ndarray]) -> str:
-    return _write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert_model.ckpt"),
+    return testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert_model.ckpt"),
                                  params)
 
   def test_vocab_mismatch_says_which_vocab_to_use(self):

@@ -350,13 +350,7 @@ class BertEncoderReaderTest(_Seeded):
                  for t in bert_conversion._encoder_targets(source, "bert/")}
     directory = os.path.join(self.get_temp_dir(), f"tf1_{seed}")
     tf.io.gfile.makedirs(directory)
-    with tf.compat.v1.Graph().as_default() as graph:
-      tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
-                 for name, value in variables.items()]
-      saver = tf.compat.v1.train.Saver(tf_vars)
-      with tf.compat.v1.Session(graph=graph) as session:
-        session.run(tf.compat.v1.global_variables_initializer())
-        path = saver.save(session, os.path.join(directory, "bert_model.ckpt"), write_meta_graph=False)
+    path = testing_utils.write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)
     with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
       json.dump({"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
                  "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,

@@ -166,17 +166,6 @@ def _with_optimizer(params):
   return variables
 
 
-def _write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
-  """A TF1 name-based checkpoint holding exactly `variables` (graph mode, get_variable, Saver)."""
-  with tf.compat.v1.Graph().as_default() as graph:
-    tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
-               for name, value in variables.items()]
-    saver = tf.compat.v1.train.Saver(tf_vars)
-    with tf.compat.v1.Session(graph=graph) as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(session, path, write_meta_graph=False)
-
-
 def _write_vocab(directory: str, size: int = _VOCAB) -> str:
   tokens = testing_utils.SPECIAL_TOKENS + [f"[unused{i}]" for i in range(size - 5)]
   return testing_utils.write_vocab(directory, tokens)
@@ -305,7 +294,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
 
   def _checkpoint(self, params, name="model.ckpt", optimizer=True):
     variables = _with_optimizer(params) if optimizer else dict(params)
-    return _write_tf1_checkpoint(os.path.join(self._dir, name), variables)
+    return testing_utils.write_tf1_checkpoint(os.path.join(self._dir, name), variables)
 
   def _assert_clean_report(self, report, params, ignored_prefixes=()):
     ignored = sorted(n for n in params if n.startswith(tuple(ignored_prefixes))) \
@@ -388,7 +377,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
   def test_layout_detection_and_unknown_layouts(self):
     self.assertEqual(rc.detect_layout(self._checkpoint(_embedder_params(), "e.ckpt")).name,
                      rc.REALM_EMBEDDER)
-    block = _write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
+    block = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
                                   {"block_emb": np.ones([3, 4], np.float32)})
     self.assertEqual(rc.detect_layout(block).block_emb, "block_emb")
     # A layout asked for must be the one found.
@@ -400,7 +389,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
     with self.assertRaisesRegex(rc.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
                                 r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
       rc.detect_layout(path)
-    other = _write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"),
+    other = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"),
                                   {"foo/kernel": np.ones([2, 2], np.float32),
                                    "global_step": np.array(1, np.int64)})
     with self.assertRaisesRegex(rc.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
@@ -485,7 +474,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
     module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
     os.makedirs(os.path.join(module, "variables"))
     os.makedirs(os.path.join(module, "assets"))
-    _write_tf1_checkpoint(os.path.join(module, "variables", "variables"), _with_optimizer(params))
+    testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), _with_optimizer(params))
     _write_vocab(os.path.join(module, "assets"))
     output_dir = os.path.join(self._dir, "converted")
     repo = testing_utils.repo_root()
@@ -556,7 +545,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
   def test_block_emb_index_rows_are_blocks(self):
     rng = np.random.default_rng(5)
     block_emb = rng.normal(size=[7, _PROJECTION]).astype(np.float32)
-    encoded = _write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"), {"block_emb": block_emb})
+    encoded = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"), {"block_emb": block_emb})
     texts = [f"block {i} text é" for i in range(7)]
     blocks_path = os.path.join(self._dir, "blocks.tfr")
     titles_path = os.path.join(self._dir, "titles.tfr")
