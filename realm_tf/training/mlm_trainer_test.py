@@ -8,6 +8,7 @@ import numpy as np
 from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
+from realm_tf import testing_utils
 from realm_tf.data import mlm as mlm_data
 from realm_tf.modeling import bert
 from realm_tf.modeling import bert_conversion
@@ -91,7 +92,7 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_tf1_google_bert_with_its_head(self):
     params = self._params()
-    path = fixtures._write_tf1_checkpoint(  # pylint: disable=protected-access
+    path = testing_utils.write_tf1_checkpoint(
         os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
         fixtures._google_names(params))  # pylint: disable=protected-access
     model = mlm_trainer.build_model(_config())
@@ -124,7 +125,7 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_wrong_config_is_an_error_naming_the_checkpoint(self):
     params = self._params()
-    path = fixtures._write_tf1_checkpoint(  # pylint: disable=protected-access
+    path = testing_utils.write_tf1_checkpoint(
         os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
         fixtures._google_names(params))  # pylint: disable=protected-access
     bigger = bert.tiny_config(_vocab_size(), hidden_size=64, max_position_embeddings=64)
