@@ -31,7 +31,10 @@ nothing or a complete index; `verify_index` checks it before anything is loaded)
                     every other file, created time, library versions, and the caller's `extra`
   embeddings.npy    float32 [num_docs, dim] (np.save, no pickle); a compressed ScaNN index has instead
   embeddings_int8.npy   int8 [num_docs, dim] and embedding_scales.npy float32 [dim]
-  doc_ids.npy       int64 [num_docs]: the id returned for each row
+  doc_ids.npy       int32 (or int64 where an id needs it) [num_docs]: the id returned for each row;
+                    absent when the ids are the row numbers (manifest "doc_ids": "rows"), as a
+                    refresher's are: at 1M documents the file would be 4-8 of a compressed index's
+                    ~200 bytes per document
   scann/            ScaNN only: the pybind searcher's serialized assets (loaded without ScaNN's pickle
                     path; the manifest's checksums cover every file)
 Indexes live on a local or shared POSIX filesystem (a directory rename is atomic there, not on gs://).
@@ -54,7 +57,9 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 
-FORMAT_VERSION = 1
+# 2: doc_ids.npy is omitted for row-number ids and may be int32. Version 1 indexes are still read.
+FORMAT_VERSION = 2
+_READABLE_FORMAT_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 EMBEDDINGS_NAME = "embeddings.npy"
 INT8_CODES_NAME = "embeddings_int8.npy"
@@ -176,9 +181,10 @@ def _validated_embeddings(embeddings: np.ndarray) -> np.ndarray:
   return np.ascontiguousarray(embeddings)
 
 
-def _validated_doc_ids(doc_ids: Optional[np.ndarray], num_docs: int) -> np.ndarray:
+def _validated_doc_ids(doc_ids: Optional[np.ndarray], num_docs: int) -> Optional[np.ndarray]:
+  """int64 ids, or None when they are the row numbers (then neither stored nor held in memory)."""
   if doc_ids is None:
-    return np.arange(num_docs, dtype=np.int64)
+    return None
   doc_ids = np.asarray(doc_ids)
   if doc_ids.shape != (num_docs,):
     raise ValueError(f"doc_ids must be [num_docs] = [{num_docs}] (one id per embedding row), got shape "
@@ -189,7 +195,17 @@ def _validated_doc_ids(doc_ids: Optional[np.ndarray], num_docs: int) -> np.ndarr
   if np.unique(doc_ids).size != num_docs:
     raise ValueError("doc_ids contains duplicates; each row must have its own id (pass None to use the "
                      "row numbers)")
+  if np.array_equal(doc_ids, np.arange(num_docs, dtype=np.int64)):
+    return None
   return doc_ids
+
+
+def _doc_ids_dtype(doc_ids: np.ndarray) -> np.dtype:
+  """The narrowest of int32 / int64 that holds every id."""
+  info = np.iinfo(np.int32)
+  if doc_ids.size and (doc_ids.min() < info.min or doc_ids.max() > info.max):
+    return np.dtype(np.int64)
+  return np.dtype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,12 +267,13 @@ class MipsIndex(abc.ABC):
 
   implementation: str = ""  # the manifest's "implementation" value
 
-  def __init__(self, num_docs: int, dim: int, doc_ids: np.ndarray, parameters: Dict[str, Any],
+  def __init__(self, num_docs: int, dim: int, doc_ids: Optional[np.ndarray], parameters: Dict[str, Any],
                manifest: Optional[Dict[str, Any]] = None):
     self._num_docs = int(num_docs)
     self._dim = int(dim)
-    self._doc_ids = doc_ids
-    self._doc_ids.flags.writeable = False
+    self._doc_ids = doc_ids  # None: the row numbers
+    if doc_ids is not None:
+      self._doc_ids.flags.writeable = False
     self._parameters = dict(parameters)
     self._manifest = manifest
 
@@ -272,7 +289,10 @@ class MipsIndex(abc.ABC):
 
   @property
   def doc_ids(self) -> np.ndarray:
-    """int64 [num_docs], read-only: the id search returns for each row (the row number by default)."""
+    """int64 [num_docs]: the id search returns for each row (the row number by default; then a new
+    array on each call, as none is held)."""
+    if self._doc_ids is None:
+      return np.arange(self._num_docs, dtype=np.int64)
     return self._doc_ids
 
   @property
@@ -343,7 +363,8 @@ class MipsIndex(abc.ABC):
     if queries.shape[0] == 0:
       return np.zeros([0, k], np.int64), np.zeros([0, k], np.float32)
     rows, scores = self._search_rows(queries, k, **search_options)
-    return self._doc_ids[rows], scores.astype(np.float32, copy=False)
+    ids = rows.astype(np.int64, copy=False) if self._doc_ids is None else self._doc_ids[rows]
+    return ids, scores.astype(np.float32, copy=False)
 
   def _validated_queries(self, queries) -> np.ndarray:
     queries = np.asarray(queries)
@@ -401,7 +422,9 @@ class MipsIndex(abc.ABC):
     tmp = io_utils.temporary_path(directory)
     os.mkdir(tmp)
     try:
-      _write_npy(os.path.join(tmp, DOC_IDS_NAME), (self._num_docs,), np.int64, [self._doc_ids])
+      if self._doc_ids is not None:
+        _write_npy(os.path.join(tmp, DOC_IDS_NAME), (self._num_docs,), _doc_ids_dtype(self._doc_ids),
+                   [self._doc_ids])
       blocks = self._stored_blocks()
       for name, shape, dtype in _stored_vectors(self._num_docs, self._dim, self._parameters):
         _write_npy(os.path.join(tmp, name), shape, dtype, blocks[name])
@@ -420,6 +443,7 @@ class MipsIndex(abc.ABC):
           "step": None if step is None else int(step),
           "num_docs": self._num_docs,
           "dim": self._dim,
+          "doc_ids": "rows" if self._doc_ids is None else "stored",
           "dtype": np.dtype(_stored_vectors(self._num_docs, self._dim, self._parameters)[0][2]).name,
           "parameters": self._parameters,
           "files": files,
@@ -476,20 +500,26 @@ class MipsIndex(abc.ABC):
     stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
     arrays = {}
     try:
-      doc_ids = np.load(os.path.join(directory, DOC_IDS_NAME), allow_pickle=False)
+      doc_ids = None
+      if _stores_doc_ids(manifest):
+        doc_ids = np.load(os.path.join(directory, DOC_IDS_NAME), allow_pickle=False)
+        if doc_ids.shape != (manifest["num_docs"],):
+          raise CorruptIndexError(f"{os.path.join(directory, DOC_IDS_NAME)}: shape {doc_ids.shape} does "
+                                  f"not match the manifest's ({manifest['num_docs']},); rebuild the index")
+        doc_ids = doc_ids.astype(np.int64)
       for name, _, _ in stored:
         arrays[name] = np.load(os.path.join(directory, name), mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
       raise CorruptIndexError(f"{directory}: cannot read the arrays ({e}); rebuild the index") from e
-    for name, shape, _ in stored + [(DOC_IDS_NAME, (manifest["num_docs"],), None)]:
-      array = doc_ids if name == DOC_IDS_NAME else arrays[name]
+    for name, shape, _ in stored:
+      array = arrays[name]
       if array.shape != shape:
         raise CorruptIndexError(f"{os.path.join(directory, name)}: shape {array.shape} does not match "
                                 f"the manifest's {shape}; rebuild the index")
     embeddings = arrays.get(EMBEDDINGS_NAME)
     if embeddings is None:
       embeddings = Int8Embeddings(np.array(arrays[INT8_CODES_NAME]), np.array(arrays[INT8_SCALES_NAME]))
-    return impl_cls._load(directory, manifest, embeddings, doc_ids.astype(np.int64), **options)
+    return impl_cls._load(directory, manifest, embeddings, doc_ids, **options)
 
   @classmethod
   @abc.abstractmethod
@@ -517,9 +547,13 @@ def _read_manifest(directory: str) -> Dict[str, Any]:
     raise CorruptIndexError(f"{path} is not readable JSON ({e}); rebuild the index") from e
   if not isinstance(manifest, dict):
     raise CorruptIndexError(f"{path} is not a JSON object; rebuild the index")
-  if manifest.get("format_version") != FORMAT_VERSION:
+  if manifest.get("format_version") not in _READABLE_FORMAT_VERSIONS:
     raise CorruptIndexError(f"{path}: format_version is {manifest.get('format_version')!r}, this "
-                            f"realm_tf reads {FORMAT_VERSION}; rebuild the index with this version")
+                            f"realm_tf reads {list(_READABLE_FORMAT_VERSIONS)}; rebuild the index with "
+                            "this version")
+  if manifest.get("doc_ids", "stored") not in ("rows", "stored"):
+    raise CorruptIndexError(f"{path}: field 'doc_ids' is {manifest.get('doc_ids')!r}, not 'rows' or "
+                            "'stored'; rebuild the index")
   for key, kind in (("implementation", str), ("num_docs", int), ("dim", int), ("files", dict),
                     ("parameters", dict)):
     if not isinstance(manifest.get(key), kind):
@@ -540,12 +574,17 @@ def read_manifest(directory: str) -> Dict[str, Any]:
   return _read_manifest(os.path.abspath(_check_local(directory)))
 
 
+def _stores_doc_ids(manifest: Dict[str, Any]) -> bool:
+  """Whether the index has a doc_ids.npy (not when its ids are the row numbers; format 1 always has)."""
+  return manifest.get("doc_ids", "stored") == "stored"
+
+
 def verify_index(directory: str) -> Dict[str, Any]:
   """Checks that a directory is a complete, intact saved index and returns its manifest.
 
   Checks: not a temporary directory; manifest.json present, parseable, of this format version; the files
   the implementation needs are listed; every listed file exists with the recorded size and sha256; no
-  unlisted file; embeddings.npy is float32 [num_docs, dim] and doc_ids.npy int64 [num_docs]. Reads every
+  unlisted file; embeddings.npy is float32 [num_docs, dim] and doc_ids.npy int32 or int64 [num_docs]. Reads every
   byte (about 1 s per GB).
 
   Raises:
@@ -556,7 +595,8 @@ def verify_index(directory: str) -> Dict[str, Any]:
   files = manifest["files"]
   impl_cls = _IMPLEMENTATIONS[manifest["implementation"]]
   stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
-  required = [name for name, _, _ in stored] + [DOC_IDS_NAME] + impl_cls.required_files
+  id_files = [DOC_IDS_NAME] if _stores_doc_ids(manifest) else []
+  required = [name for name, _, _ in stored] + id_files + impl_cls.required_files
   for rel in required:
     if rel not in files:
       raise CorruptIndexError(f"{directory}: the manifest lists no {rel}; rebuild the index")
@@ -581,12 +621,14 @@ def verify_index(directory: str) -> Dict[str, Any]:
                               f"({len(unlisted)} unlisted files); the directory was modified after it "
                               "was saved: rebuild the index")
     num_docs, dim = manifest["num_docs"], manifest["dim"]
-    for rel, want_shape, want_dtype in stored + [(DOC_IDS_NAME, (num_docs,), np.int64)]:
+    for rel, want_shape, want_dtype in stored + [(name, (num_docs,), np.int64) for name in id_files]:
       path = os.path.join(directory, rel)
       try:
         shape, dtype = _npy_header(path)
       except ValueError as e:
         raise CorruptIndexError(f"{path} is not a valid .npy file ({e}); rebuild the index") from e
+      if rel == DOC_IDS_NAME and dtype == np.dtype(np.int32):
+        want_dtype = np.int32  # ids that fit are stored as int32
       if shape != want_shape or dtype != np.dtype(want_dtype):
         raise CorruptIndexError(f"{path} is {np.dtype(dtype).name} {list(shape)}, the manifest says "
                                 f"{np.dtype(want_dtype).name} {list(want_shape)}; rebuild the index")

@@ -392,6 +392,50 @@ class SaveLoadTest(tf.test.TestCase):
     with self.assertRaisesRegex(CorruptIndexError, r"hashed_dataset\.npy has \d+ bytes"):
       index_lib.verify_index(directory)
 
+  def test_doc_ids_are_stored_only_when_they_are_not_the_rows(self):
+    embeddings = _random(300, 8)
+    queries = _near(embeddings, 4)
+    parent = self.create_tempdir().full_path
+    cases = (("rows", None, None), ("rows", np.arange(300), None),
+             ("stored", np.arange(300) * 7 + 5, np.int32), ("stored", np.arange(300) + 2**40, np.int64))
+    for i, (kind, doc_ids, dtype) in enumerate(cases):
+      index = index_lib.BruteForceIndex.build(embeddings, doc_ids)
+      directory = os.path.join(parent, str(i))
+      self.assertEqual(index.save(directory)["doc_ids"], kind)
+      path = os.path.join(directory, "doc_ids.npy")
+      if dtype is None:
+        self.assertFalse(os.path.exists(path))
+      else:
+        self.assertEqual(np.load(path, allow_pickle=False).dtype, dtype)
+      loaded = index_lib.load_index(directory)
+      want = np.arange(300) if doc_ids is None else doc_ids
+      self.assertAllEqual(loaded.doc_ids, want)
+      ids, _ = loaded.search(queries, 5)
+      rows, _ = index.search(queries, 5)
+      self.assertEqual(ids.dtype, np.int64)
+      self.assertAllEqual(ids, rows)
+
+  def test_format_1_index_with_int64_doc_ids_still_loads(self):
+    directory = self._saved("brute_force", num_docs=50)
+    ids_path = os.path.join(directory, "doc_ids.npy")
+    old_ids = np.arange(50, dtype=np.int64) * 3 + 100
+    np.save(ids_path, old_ids)
+    manifest_path = os.path.join(directory, "manifest.json")
+    with open(manifest_path) as f:
+      manifest = json.load(f)
+    del manifest["doc_ids"]
+    manifest["format_version"] = 1
+    manifest["files"]["doc_ids.npy"] = {"sha256": index_lib._sha256(ids_path),  # pylint: disable=protected-access
+                                        "bytes": os.path.getsize(ids_path)}
+    with open(manifest_path, "w") as f:
+      json.dump(manifest, f)
+    self.assertAllEqual(index_lib.load_index(directory).doc_ids, old_ids)
+    manifest["format_version"] = 3
+    with open(manifest_path, "w") as f:
+      json.dump(manifest, f)
+    with self.assertRaisesRegex(CorruptIndexError, r"format_version is 3, this realm_tf reads \[1, 2\]"):
+      index_lib.load_index(directory)
+
   def test_missing_or_unlisted_files_are_detected(self):
     directory = self._saved("scann")
     with open(os.path.join(directory, "scann", "scann_docids.pkl"), "wb") as f:
