@@ -270,12 +270,12 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
         # Timings on a shared machine are only as good as its load: recorded beside them.
         "load_average_1min": os.getloadavg()[0],
     }
-    if variant == "scann" and index.parameters["mode"] == "tree_ah":
+    if implementation == "scann" and index.parameters["mode"] == "tree_ah":
       # The recall/speed trade-off at a few settings of the search-time knobs.
       sweep = []
       leaves = index.parameters["num_leaves_to_search"]
-      for searched, candidates in ((max(1, leaves // 2), 100), (leaves, 50), (leaves, 300),
-                                   (2 * leaves, 100)):
+      for searched, candidates in ((max(1, leaves // 2), 100), (leaves, 50), (leaves, 200),
+                                   (leaves, 300), (2 * leaves, 100), (2 * leaves, 200)):
         searched = min(searched, index.parameters["num_leaves"])
         sweep_ids, _ = index.search(queries, k, num_leaves_to_search=searched,
                                     num_candidates=candidates)
@@ -285,6 +285,10 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
                                                            num_candidates=candidates),
                       f"recall_at_{k}": index_lib.recall_at_k(sweep_ids, exact_ids, k)})
       row["sweep"] = sweep
+    if variant_options.get("rescoring") == "int8":
+      # The ceiling the int8 vectors set, whatever ScaNN's candidates: exact search over them.
+      int8_ids, _ = index_lib.BruteForceIndex.build(index.embeddings).search(queries, k)
+      row[f"exact_int8_recall_at_{k}"] = index_lib.recall_at_k(int8_ids, exact_ids, k)
     del index
     gc.collect()
     if _MEASURE_MEMORY.value:

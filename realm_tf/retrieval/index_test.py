@@ -213,6 +213,12 @@ class ScannIndexTest(tf.test.TestCase):
                         params["training_sample_size"]),
                        ("tree_ah", leaves, searched, sample), num_docs)
 
+  def test_int8_rescoring_defaults_to_more_candidates(self):
+    self.assertEqual(index_lib.ScannOptions().resolve(20000)["num_candidates"], 100)
+    self.assertEqual(index_lib.ScannOptions(rescoring="int8").resolve(20000)["num_candidates"], 300)
+    self.assertEqual(
+        index_lib.ScannOptions(rescoring="int8", num_candidates=40).resolve(20000)["num_candidates"], 40)
+
   def test_options_are_overridable_and_checked(self):
     index = index_lib.ScannIndex.build(_clustered(6000, 8, 60), num_leaves=30, num_leaves_to_search=3,
                                        num_candidates=50, anisotropic_quantization_threshold=0.2)
