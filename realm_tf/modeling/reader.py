@@ -59,6 +59,10 @@ class SpanReader(tf_keras.Model):
                max_span_width: int = 10, layer_norm_epsilon: float = 1e-3, name: str = "reader",
                **kwargs):
     super().__init__(name=name, **kwargs)
+    if not 1 <= seq_len <= config.max_position_embeddings:
+      raise ValueError(f"reader seq_len {seq_len} must be in [1, {config.max_position_embeddings}]: the "
+                       f"reader BERT's position table holds {config.max_position_embeddings} positions; "
+                       "pass a shorter reader_seq_len (--reader_seq_len) or a BERT with more positions")
     self.seq_len = seq_len
     self.span_hidden_size = span_hidden_size
     starts, ends = span_candidates(seq_len, max_span_width)
@@ -80,8 +84,27 @@ class SpanReader(tf_keras.Model):
   def num_spans(self) -> int:
     return int(self._span_starts.shape[0])
 
+  def _check_length(self, tensor: tf.Tensor, name: str) -> tf.Tensor:
+    """tensor, checked to be [..., seq_len]: the spans were enumerated for seq_len, so another length
+    would gather out of range or misalign the block mask, failing far from the cause (GatherV2,
+    reshape). Statically when the length is known (always under XLA), else in the graph."""
+    built = (f"SpanReader {self.name!r} was built for sequences of length {self.seq_len} (its span "
+             f"enumeration), but its {name} have")
+    fix = (f"pack the reader inputs to {self.seq_len} wordpieces, or build the reader with seq_len "
+           "(reader_seq_len) equal to their length")
+    length = tensor.shape[-1]
+    if length is not None:
+      if length != self.seq_len:
+        raise ValueError(f"{built} length {length}; {fix}")
+      return tensor
+    with tf.control_dependencies([tf.debugging.assert_equal(
+        tf.shape(tensor)[-1], self.seq_len, message=f"{built} another length (below); {fix}")]):
+      return tf.identity(tensor)
+
   def call(self, inputs, training=None) -> ReaderOutput:
     bert_inputs, block_mask, retriever_logits = inputs
+    bert_inputs = (self._check_length(bert_inputs[0], "token ids"),) + tuple(bert_inputs[1:])
+    block_mask = self._check_length(block_mask, "block mask")
     batch, beam = tf.shape(bert_inputs[0])[0], tf.shape(bert_inputs[0])[1]
     sequence = self.encoder(embedder_lib.flatten_bert_inputs(bert_inputs),
                             training=training)["sequence_output"]  # [B*K, L, H]

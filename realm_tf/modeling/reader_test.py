@@ -120,6 +120,29 @@ class SpanReaderTest(_SeededTestCase):
     self.assertEqual(1e-3, _reader().layer_norm.epsilon)
     self.assertEqual(1e-5, _reader(layer_norm_epsilon=1e-5).layer_norm.epsilon)
 
+  def test_inputs_of_another_length_are_a_clear_error(self):
+    """Not GatherV2's "indices[4] = 4 is not in [0, 4)" (shorter) or an AddV2 shape clash (longer)."""
+    model = _reader()
+    bert_inputs, block_mask, retriever_logits = _inputs()
+    for length in (_L - 3, _L + 2):
+      ids = tf.zeros([_B, _K, length], tf.int32)
+      with self.assertRaisesRegex(ValueError, rf"built for sequences of length {_L} \(its span "
+                                  rf"enumeration\), but its token ids have length {length}"):
+        model(((ids, ids, ids), block_mask, retriever_logits))
+    with self.assertRaisesRegex(ValueError, rf"its block mask have length {_L - 1}"):
+      model((bert_inputs, block_mask[..., 1:], retriever_logits))
+    # A length only known when the graph runs is checked there.
+    call = tf.function(lambda ids: model(((ids, ids, ids), tf.zeros_like(ids), retriever_logits)),
+                       input_signature=[tf.TensorSpec([_B, _K, None], tf.int32)])
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                rf"built for sequences of length {_L} .*another length"):
+      call(tf.zeros([_B, _K, _L - 3], tf.int32))
+    self.assertEqual(call(bert_inputs[0]).logits.shape, [_B, _K, model.num_spans])
+
+  def test_a_length_beyond_the_position_table_is_refused(self):
+    with self.assertRaisesRegex(ValueError, r"reader seq_len 300 must be in \[1, 256\].*--reader_seq_len"):
+      reader.SpanReader(_CONFIG, seq_len=300)
+
   def test_variable_names_match_orqa(self):
     model = _reader()
     model(_inputs())
