@@ -1,7 +1,10 @@
 r"""Converts Google's released REALM / ORQA checkpoints into realm_tf checkpoints and indexes.
 
 The layout is detected from the variable names (--layout=auto) and printed with the conversion report
-(mapped / unmapped / ignored / unset variables); see realm_tf/modeling/released_checkpoints.py.
+(mapped / unmapped / ignored / unset variables); see realm_tf/modeling/released_checkpoints.py. A
+retriever or ORQA conversion also prints the sequence lengths it writes: the originals' (REALM query 96,
+document 288; ORQA query 64, document 288, reader 320) cut to the BERT's position table, or the
+--query_seq_len / --candidate_seq_len / --reader_seq_len given (at most the table's size).
 
   # REALM retriever -> a `retriever/` checkpoint + realm_config.json (--init_retriever_checkpoint)
   python bin/convert_checkpoint.py --input_checkpoint=/realm/cc_news_pretrained/embedder \
@@ -17,6 +20,9 @@ The layout is detected from the variable names (--layout=auto) and printed with 
   python bin/convert_checkpoint.py --layout=block_emb \
       --input_checkpoint=/realm/cc_news_pretrained/embedder/encoded/encoded.ckpt \
       --blocks_path=/orqa/enwiki-20181220/blocks.tfr --output_dir=/conv/wiki_index
+  # the two served as one open-QA SavedModel
+  python bin/export_saved_model.py --model_dir=/conv/orqa_nq --index_dir=/conv/wiki_index \
+      --output_dir=/export/orqa_nq
 """
 
 import sys
@@ -51,6 +57,16 @@ _HEADS = flags.DEFINE_integer("num_attention_heads", None,
                               "Attention heads when inferring the config (default hidden_size / 64).")
 _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
                            "block_emb: MIPS implementation of the index.")
+_QUERY_LEN = flags.DEFINE_integer("query_seq_len", None,
+                                  "Retriever layouts: the query length written to realm_config.json; "
+                                  "default min(original, the retriever BERT's position table): "
+                                  "REALM 96, ORQA 64.")
+_CANDIDATE_LEN = flags.DEFINE_integer("candidate_seq_len", None,
+                                      "Retriever layouts: the document length; default min(288, the "
+                                      "retriever BERT's position table).")
+_READER_LEN = flags.DEFINE_integer("reader_seq_len", None,
+                                   "orqa_from_realm: the span reader's length; default min(320, the "
+                                   "reader BERT's position table).")
 
 
 def main(argv):
@@ -64,7 +80,9 @@ def main(argv):
     result = released_checkpoints.convert(
         _INPUT.value, _OUTPUT_DIR.value, layout=_LAYOUT.value, bert_config_path=_BERT_CONFIG.value,
         vocab_path=_VOCAB.value, num_attention_heads=_HEADS.value, blocks_path=_BLOCKS.value,
-        titles_path=_TITLES.value, index_implementation=_INDEX.value)
+        titles_path=_TITLES.value, index_implementation=_INDEX.value,
+        query_seq_len=_QUERY_LEN.value, candidate_seq_len=_CANDIDATE_LEN.value,
+        reader_seq_len=_READER_LEN.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # ConversionError is a ValueError.
     sys.exit(f"convert_checkpoint: {e}")
   print(result.summary(list_mapped=True))

@@ -70,6 +70,7 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
+from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import reader as reader_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
@@ -89,6 +90,15 @@ _DESCRIPTIONS = {
     BLOCK_EMB: "precomputed block embeddings (encoded/encoded.ckpt)",
 }
 
+# The sequence lengths the originals ran with (reference/original_realm_orqa.md section 4): REALM's
+# launcher 96 / 288; ORQA's query 64 (ICT's), block 288 (encode_blocks.py: what block_emb embeds) and
+# reader 320 (288 + 32). A converted model gets these, cut to its BERT's position table (a smaller BERT
+# cannot embed more positions); sequence_lengths() explains the overrides.
+ORIGINAL_SEQUENCE_LENGTHS = {
+    REALM_EMBEDDER: {"query_seq_len": 96, "candidate_seq_len": 288},
+    ORQA_FROM_REALM: {"query_seq_len": 64, "candidate_seq_len": 288, "reader_seq_len": 320},
+}
+ORQA_MAX_SPAN_WIDTH = 10
 EMBEDDER_LAYER_NORM_EPSILON = 1e-12
 READER_LAYER_NORM_EPSILON = 1e-3
 BERT_HEAD_SIZE = 64
@@ -426,6 +436,48 @@ def find_module_vocab(checkpoint_path: str) -> Optional[str]:
   return None
 
 
+def sequence_lengths(layout: Layout, retriever_config: Optional[bert.BertConfig],
+                     reader_config: Optional[bert.BertConfig] = None,
+                     query_seq_len: Optional[int] = None, candidate_seq_len: Optional[int] = None,
+                     reader_seq_len: Optional[int] = None) -> Dict[str, int]:
+  """The sequence lengths a converted model runs with: {"query_seq_len", "candidate_seq_len"[,
+  "reader_seq_len"]} for the retriever layouts (ORIGINAL_SEQUENCE_LENGTHS says which).
+
+  Each is the given value, else the original's cut to the position table of the BERT that reads it
+  (query and candidate: the retriever's; reader: the reader's): min(320, 64) = 64 for a 64-position
+  reader.
+
+  Raises:
+    ConversionError: naming the flag, the position table's variable and size and the checkpoint, for
+      a length beyond the table or below 1, or one the layout has no use for.
+  """
+  originals = ORIGINAL_SEQUENCE_LENGTHS.get(layout.name, {})
+  requested = {"query_seq_len": query_seq_len, "candidate_seq_len": candidate_seq_len,
+               "reader_seq_len": reader_seq_len}
+  unused = [name for name, value in requested.items() if value is not None and name not in originals]
+  if unused:
+    raise ConversionError(f"{layout.checkpoint_path}: layout {layout.name} has no use for "
+                          + ", ".join(f"{name} (--{name})" for name in unused)
+                          + "; sequence lengths apply to the retriever layouts "
+                          f"({', '.join(ORIGINAL_SEQUENCE_LENGTHS)})")
+  lengths = {}
+  for name, original in originals.items():
+    which, config, prefix = (("reader", reader_config, layout.reader_bert) if name == "reader_seq_len"
+                             else ("retriever", retriever_config, layout.retriever_bert))
+    positions = config.max_position_embeddings
+    value = requested[name]
+    if value is None:
+      value = min(original, positions)
+    elif not 1 <= value <= positions:
+      raise ConversionError(
+          f"{name} {value} (--{name}) does not fit the {which} BERT: its position table "
+          f"{prefix}embeddings/position_embeddings in {layout.checkpoint_path} holds {positions} "
+          f"positions; pass --{name} between 1 and {positions}, or omit it for min({original}, "
+          f"{positions}) = {min(original, positions)}")
+    lengths[name] = int(value)
+  return lengths
+
+
 # ------------------------------------------------------------------------------------------------
 # Loading into models.
 
@@ -654,6 +706,8 @@ class LoadedModels:
     encoder_config / retriever_config / reader_config: BERT configs of the parts present.
     knowledge_augmented_encoder, retriever, reader: the models (None where the layout has none).
     projection_size: D of the retriever; span_hidden_size: the reader's span head width.
+    sequence_lengths: the retriever layouts' (see sequence_lengths()); the reader is built with its
+      reader_seq_len.
   """
   layout: Layout
   report: ConversionReport
@@ -665,6 +719,7 @@ class LoadedModels:
   reader: Optional[reader_lib.SpanReader] = None
   projection_size: Optional[int] = None
   span_hidden_size: Optional[int] = None
+  sequence_lengths: Optional[Dict[str, int]] = None
 
 
 def _head_width(checkpoint: _Checkpoint, name: str, divisor: int = 1) -> int:
@@ -675,8 +730,9 @@ def _head_width(checkpoint: _Checkpoint, name: str, divisor: int = 1) -> int:
 
 def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Optional[str] = None,
                   num_attention_heads: Optional[int] = None, share_embedders: bool = True,
-                  reader_seq_len: Optional[int] = None, max_span_width: int = 10,
-                  strict: bool = True) -> LoadedModels:
+                  reader_seq_len: Optional[int] = None, max_span_width: int = ORQA_MAX_SPAN_WIDTH,
+                  strict: bool = True, query_seq_len: Optional[int] = None,
+                  candidate_seq_len: Optional[int] = None) -> LoadedModels:
   """Detects the layout, builds realm_tf models with the checkpoint's configuration and loads them.
 
   Args:
@@ -688,6 +744,8 @@ def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Op
     reader_seq_len, max_span_width: the SpanReader's span enumeration (not weights; ORQA: 320, 10).
       reader_seq_len defaults to 320, or the BERT's max_position_embeddings when that is smaller.
     strict: see the module doc.
+    query_seq_len, candidate_seq_len: checked and recorded in the result's sequence_lengths (with
+      reader_seq_len) before anything is built; see sequence_lengths().
   """
   checkpoint = _Checkpoint(resolve_input(checkpoint_path, layout))
   detected = detect_layout(checkpoint, layout)
@@ -699,13 +757,18 @@ def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Op
     return bert_config_for(checkpoint, prefix, bert_config_path, num_attention_heads)
 
   result = LoadedModels(layout=detected, report=None)  # type: ignore[arg-type]
+  if detected.name != REALM_BERT:
+    result.retriever_config = config(detected.retriever_bert)
+  if detected.name == ORQA_FROM_REALM:
+    result.reader_config = config(detected.reader_bert)
+  result.sequence_lengths = sequence_lengths(detected, result.retriever_config, result.reader_config,
+                                             query_seq_len, candidate_seq_len, reader_seq_len)
   if detected.name == REALM_BERT:
     result.encoder_config = config(detected.encoder_bert)
     result.knowledge_augmented_encoder = kae_lib.KnowledgeAugmentedEncoder(result.encoder_config)
     result.report = load_knowledge_augmented_encoder(result.knowledge_augmented_encoder, checkpoint,
                                                      strict)
     return result
-  result.retriever_config = config(detected.retriever_bert)
   result.projection_size = _head_width(checkpoint, detected.projection_scope + "dense/kernel")
   result.retriever = embedder_lib.build_retriever(
       result.retriever_config, result.projection_size, EMBEDDER_LAYER_NORM_EPSILON, 0.0,
@@ -713,11 +776,9 @@ def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Op
   if detected.name == REALM_EMBEDDER:
     result.report = load_retriever(result.retriever, checkpoint, strict)
     return result
-  result.reader_config = config(detected.reader_bert)
   result.span_hidden_size = _head_width(checkpoint, detected.span_head_scope + "dense/kernel", 2)
-  if reader_seq_len is None:
-    reader_seq_len = min(320, result.reader_config.max_position_embeddings)
-  result.reader = reader_lib.SpanReader(result.reader_config, seq_len=reader_seq_len,
+  result.reader = reader_lib.SpanReader(result.reader_config,
+                                        seq_len=result.sequence_lengths["reader_seq_len"],
                                         span_hidden_size=result.span_hidden_size,
                                         max_span_width=max_span_width,
                                         layer_norm_epsilon=READER_LAYER_NORM_EPSILON)
@@ -822,15 +883,21 @@ def load_block_texts(path: str) -> List[Dict]:
 
 @dataclasses.dataclass(frozen=True)
 class ConversionResult:
-  """What convert() wrote: the layout, the report (None for block_emb) and the output paths."""
+  """What convert() wrote: the layout, the report (None for block_emb), the output paths and the
+  sequence lengths the converted model runs with (empty when it has none: realm_bert, block_emb)."""
   layout: Layout
   report: Optional[ConversionReport]
   outputs: Dict[str, str]
+  sequence_lengths: Dict[str, int] = dataclasses.field(default_factory=dict)
 
   def summary(self, list_mapped: bool = True) -> str:
     lines = [self.layout.describe()]
     if self.report is not None:
       lines.append(self.report.summary(list_mapped))
+    if self.sequence_lengths:
+      lines.append("sequence lengths: " + ", ".join(
+          f"{name} {value}" for name, value in self.sequence_lengths.items())
+                   + " (the originals' cut to the BERTs' position tables unless given as flags)")
     lines += [f"wrote {kind}: {path}" for kind, path in sorted(self.outputs.items())]
     return "\n".join(lines)
 
@@ -866,7 +933,8 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
             bert_config_path: Optional[str] = None, vocab_path: Optional[str] = None,
             num_attention_heads: Optional[int] = None, blocks_path: Optional[str] = None,
             titles_path: Optional[str] = None, index_implementation: str = "scann",
-            ) -> ConversionResult:
+            query_seq_len: Optional[int] = None, candidate_seq_len: Optional[int] = None,
+            reader_seq_len: Optional[int] = None) -> ConversionResult:
   """Converts a released checkpoint into realm_tf's formats under output_dir (a new or empty one).
 
   Outputs by layout:
@@ -875,11 +943,13 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
       output_dir as bin/train_realm --init_reader_checkpoint), bert_config.json, vocab.txt.
     realm_embedder: ckpt-0 = tf.train.Checkpoint(retriever=Retriever) (the `retriever/` layout of
       checkpoints.restore_retriever: pass output_dir as --init_retriever_checkpoint), realm_config.json
-      (that BERT for both BERTs, projection_size, embedder_layer_norm_epsilon 1e-12, vocab_path),
-      bert_config.json, vocab.txt.
+      (that BERT for both BERTs, projection_size, embedder_layer_norm_epsilon 1e-12, vocab_path,
+      query_seq_len and candidate_seq_len: see sequence_lengths()), bert_config.json, vocab.txt.
     orqa_from_realm: ckpt-0 = tf.train.Checkpoint(retriever=, reader=), realm_config.json (retriever and
       reader BERTs), bert_config.json (the reader's), vocab.txt; conversion.json records
-      span_hidden_size.
+      span_hidden_size and the span reader's OrqaConfig ("orqa_config": reader_seq_len,
+      span_hidden_size, max_span_width 10, LayerNorm epsilon 1e-3, the original's beams), which
+      converted_orqa_configs() reads back.
     block_emb: mips/ (a saved MIPS index) and, with blocks_path, blocks.jsonl.
   Every layout also writes conversion.json (layout, source, report). The vocab (vocab_path, else the
   hub module's assets/vocab.txt) is checked against the checkpoint and copied; the retriever layouts
@@ -890,6 +960,9 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
                           "directory")
   resolved = resolve_input(input_checkpoint, layout)
   if layout == BLOCK_EMB or (layout == AUTO and detect_layout(resolved).name == BLOCK_EMB):
+    if (query_seq_len, candidate_seq_len, reader_seq_len) != (None, None, None):
+      raise ValueError("query_seq_len / candidate_seq_len / reader_seq_len do not apply to layout "
+                       "block_emb (its embeddings are computed already)")
     mips, detected, outputs = convert_block_emb(resolved, output_dir, blocks_path, titles_path,
                                                 index_implementation)
     info = {"layout": BLOCK_EMB, "source": detected.checkpoint_path, "variable": detected.block_emb,
@@ -900,7 +973,9 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
   if blocks_path or titles_path:
     raise ValueError("blocks_path / titles_path only apply to layout block_emb")
 
-  loaded = load_released(resolved, layout, bert_config_path, num_attention_heads)
+  loaded = load_released(resolved, layout, bert_config_path, num_attention_heads,
+                         reader_seq_len=reader_seq_len, query_seq_len=query_seq_len,
+                         candidate_seq_len=candidate_seq_len)
   detected = loaded.layout
   configs = [(c, prefix) for c, prefix in ((loaded.encoder_config, detected.encoder_bert),
                                              (loaded.retriever_config, detected.retriever_bert),
@@ -934,13 +1009,106 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = AUTO,
         reader_bert=loaded.reader_config or loaded.retriever_config,
         vocab_path=outputs["vocab"], projection_size=loaded.projection_size,
         embedder_layer_norm_epsilon=EMBEDDER_LAYER_NORM_EPSILON, embedder_dropout_rate=0.0,
-        share_embedders=True)
+        share_embedders=True, query_seq_len=loaded.sequence_lengths["query_seq_len"],
+        candidate_seq_len=loaded.sequence_lengths["candidate_seq_len"])
     outputs["realm_config"] = config.save(output_dir)
   info = {"layout": detected.name, "source": detected.checkpoint_path,
           "description": detected.describe(), "projection_size": loaded.projection_size,
           "span_hidden_size": loaded.span_hidden_size,
           "reader_layer_norm_epsilon": READER_LAYER_NORM_EPSILON if loaded.reader else None,
+          "sequence_lengths": loaded.sequence_lengths,
           "outputs": dict(outputs), "report": loaded.report.to_dict()}
+  if loaded.reader is not None:
+    info["orqa_config"] = orqa_lib.OrqaConfig(
+        reader_seq_len=loaded.sequence_lengths["reader_seq_len"],
+        span_hidden_size=loaded.span_hidden_size, max_span_width=ORQA_MAX_SPAN_WIDTH,
+        reader_layer_norm_epsilon=READER_LAYER_NORM_EPSILON).to_dict()
   outputs["conversion"] = _output_path(output_dir, CONVERSION_NAME)
   io_utils.write_json_atomic(outputs["conversion"], info)
-  return ConversionResult(detected, loaded.report, outputs)
+  return ConversionResult(detected, loaded.report, outputs, loaded.sequence_lengths)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading converted outputs back (the exporters).
+
+
+def read_conversion(output_dir: str) -> Optional[Dict]:
+  """The conversion.json that convert() wrote into output_dir, or None when there is none (a directory
+  that bin/convert_checkpoint did not write)."""
+  path = os.path.join(output_dir, CONVERSION_NAME)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+def converted_orqa_configs(model_dir: str
+                           ) -> Tuple[realm_config_lib.RealmConfig, orqa_lib.OrqaConfig]:
+  """The RealmConfig (realm_config.json) and the span reader's OrqaConfig (conversion.json) of a
+  converted orqa_from_realm checkpoint, with every sequence length checked against its BERT's position
+  table (a hand-edited or older config would otherwise fail deep inside the model with a reshape error).
+
+  Raises:
+    ValueError: naming the file, for another layout, a conversion.json without orqa_config (written
+      before it was recorded), or a length beyond a position table.
+  """
+  info = read_conversion(model_dir)
+  path = os.path.join(model_dir, CONVERSION_NAME)
+  if info is None or info.get("layout") != ORQA_FROM_REALM:
+    found = "no such file" if info is None else f"layout {info.get('layout')}"
+    raise ValueError(f"{model_dir} is not a converted ORQA checkpoint ({path}: {found}); convert "
+                     "orqa_{nq,wq}_model_from_realm with bin/convert_checkpoint into it")
+  if "orqa_config" not in info:
+    raise ValueError(f"{path} records no orqa_config (the reader's sequence length): it was written by "
+                     "an older bin/convert_checkpoint; convert the checkpoint again into a new "
+                     "--output_dir")
+  config = realm_config_lib.RealmConfig.load(model_dir)
+  try:
+    orqa = orqa_lib.OrqaConfig.from_dict(info["orqa_config"])
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{path}: orqa_config is not an ORQA configuration ({e})") from e
+  for name, value, bert_config, which, source in (
+      ("query_seq_len", config.query_seq_len, config.retriever_bert, "retriever",
+       realm_config_lib.CONFIG_NAME),
+      ("candidate_seq_len", config.candidate_seq_len, config.retriever_bert, "retriever",
+       realm_config_lib.CONFIG_NAME),
+      ("reader_seq_len", orqa.reader_seq_len, config.reader_bert, "reader", CONVERSION_NAME)):
+    if value > bert_config.max_position_embeddings:
+      raise ValueError(f"{os.path.join(model_dir, source)}: {name} {value} exceeds the "
+                       f"{bert_config.max_position_embeddings} positions of the {which} BERT's "
+                       "position table; convert the checkpoint again (bin/convert_checkpoint takes "
+                       "the lengths from the position tables) or set it to at most "
+                       f"{bert_config.max_position_embeddings}")
+  return config, orqa
+
+
+def load_converted_index(index_dir: str) -> Tuple[index_lib.MipsIndex, List[Dict]]:
+  """The MIPS index (index_dir/mips/) and block records (index_dir/blocks.jsonl) of a converted
+  block_emb, checked to be row-aligned: search ids are rows, row i is record i.
+
+  Raises:
+    FileNotFoundError: naming index_dir and the conversion that writes what is missing.
+    ConversionError: when the index and the records disagree.
+  """
+  mips_dir = os.path.join(index_dir, MIPS_DIR)
+  blocks_path = os.path.join(index_dir, BLOCKS_NAME)
+  if not tf.io.gfile.exists(os.path.join(mips_dir, index_lib.MANIFEST_NAME)):
+    raise FileNotFoundError(f"{index_dir} holds no saved index {MIPS_DIR}/: pass the --output_dir of "
+                            "bin/convert_checkpoint --layout=block_emb")
+  if not tf.io.gfile.exists(blocks_path):
+    raise FileNotFoundError(f"{index_dir} has no {BLOCKS_NAME}: the open-QA model needs the block "
+                            "texts; convert the block_emb again with --blocks_path=<ORQA's blocks.tfr> "
+                            "(and --titles_path=<titles.tfr>)")
+  mips = index_lib.load_index(mips_dir)
+  records = load_block_texts(blocks_path)
+  if len(records) != mips.num_docs:
+    raise ConversionError(f"{blocks_path} has {len(records)} records but {mips_dir} has "
+                          f"{mips.num_docs} rows; they must come from one conversion")
+  misplaced = next((i for i, record in enumerate(records) if record.get("row") != i), None)
+  if misplaced is not None:
+    raise ConversionError(f"{blocks_path}: line {misplaced + 1} holds row "
+                          f"{records[misplaced].get('row')}, not {misplaced}; line i must be row i")
+  if not np.array_equal(mips.doc_ids, np.arange(mips.num_docs)):
+    raise ConversionError(f"{mips_dir}: the index's ids are not its row numbers, so search results "
+                          "would not name blocks; use the index bin/convert_checkpoint wrote")
+  return mips, records

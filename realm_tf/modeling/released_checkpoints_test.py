@@ -11,12 +11,12 @@ logit). Kernels are scaled so that activations are O(1): the tanh/erf gelu varia
 epsilons then differ measurably.
 """
 
+import dataclasses
 import json
 import math
 import os
 import subprocess
 import sys
-from typing import Dict
 
 import numpy as np
 import tensorflow as tf
@@ -62,108 +62,35 @@ _MAX_SPAN_WIDTH = 3
 
 _EMBEDDER_BERT = "module/module/module/bert/"
 _EMBEDDER_HEAD = "module/module/"
-_ORQA_BERT = "module/module/module/module/bert/"
-_ORQA_HEAD = "module/module/module/"
-_READER_BERT = "reader/module/bert/"
+_ORQA_BERT = testing_utils.ORQA_RETRIEVER_BERT
+_ORQA_HEAD = testing_utils.ORQA_RETRIEVER_HEAD
+_READER_BERT = testing_utils.ORQA_READER_BERT
 
 
 # ------------------------------------------------------------------------------------------------
-# Random weights with the released names.
+# Random weights with the released names (testing_utils.ReleasedWeights).
 
 
-class _Params:
-  """Deterministic random weights, scaled so activations are O(1)."""
-
-  def __init__(self, seed: int):
-    self._rng = np.random.default_rng(seed)
-
-  def kernel(self, n_in, n_out):
-    return self._rng.normal(0.0, 1.5 / math.sqrt(n_in), [n_in, n_out])
-
-  def vector(self, n, center=0.0):
-    return center + self._rng.normal(0.0, 0.1, [n])
-
-  def table(self, rows, cols):
-    return self._rng.normal(0.0, 1.0, [rows, cols])
-
-  def bert_body(self, scope: str, config: bert.BertConfig = _CONFIG) -> Dict[str, np.ndarray]:
-    h, i = config.hidden_size, config.intermediate_size
-    params = {
-        "embeddings/word_embeddings": self.table(config.vocab_size, h),
-        "embeddings/position_embeddings": self.table(config.max_position_embeddings, h),
-        "embeddings/token_type_embeddings": self.table(config.type_vocab_size, h),
-        "embeddings/LayerNorm/gamma": self.vector(h, 1.0),
-        "embeddings/LayerNorm/beta": self.vector(h),
-    }
-    for layer in range(config.num_layers):
-      s = f"encoder/layer_{layer}/"
-      for name in ("query", "key", "value"):
-        params[f"{s}attention/self/{name}/kernel"] = self.kernel(h, h)
-        params[f"{s}attention/self/{name}/bias"] = self.vector(h)
-      for name, n_in, n_out in (("attention/output/dense", h, h), ("intermediate/dense", h, i),
-                                ("output/dense", i, h)):
-        params[f"{s}{name}/kernel"] = self.kernel(n_in, n_out)
-        params[f"{s}{name}/bias"] = self.vector(n_out)
-      for name in ("attention/output/LayerNorm", "output/LayerNorm"):
-        params[f"{s}{name}/gamma"] = self.vector(h, 1.0)
-        params[f"{s}{name}/beta"] = self.vector(h)
-    params["pooler/dense/kernel"] = self.kernel(h, h)
-    params["pooler/dense/bias"] = self.vector(h)
-    return {scope + name: value for name, value in params.items()}
-
-  def mlm(self, scope: str, config: bert.BertConfig = _CONFIG) -> Dict[str, np.ndarray]:
-    h = config.hidden_size
-    return {scope + "transform/dense/kernel": self.kernel(h, h),
-            scope + "transform/dense/bias": self.vector(h),
-            scope + "transform/LayerNorm/gamma": self.vector(h, 1.0),
-            scope + "transform/LayerNorm/beta": self.vector(h),
-            scope + "output_bias": self.vector(config.vocab_size)}
-
-  def projection(self, scope: str) -> Dict[str, np.ndarray]:
-    return {scope + "dense/kernel": self.kernel(_CONFIG.hidden_size, _PROJECTION),
-            scope + "dense/bias": self.vector(_PROJECTION),
-            scope + "LayerNorm/gamma": self.vector(_PROJECTION, 1.0),
-            scope + "LayerNorm/beta": self.vector(_PROJECTION)}
-
-  def span_head(self, scope: str) -> Dict[str, np.ndarray]:
-    return {scope + "dense/kernel": self.kernel(_CONFIG.hidden_size, 2 * _SPAN_HIDDEN),
-            scope + "dense/bias": self.vector(2 * _SPAN_HIDDEN),
-            scope + "dense_1/kernel": self.kernel(_SPAN_HIDDEN, 1),
-            scope + "dense_1/bias": self.vector(1),
-            scope + "layer_normalization/gamma": self.vector(_SPAN_HIDDEN, 1.0),
-            scope + "layer_normalization/beta": self.vector(_SPAN_HIDDEN)}
-
-
-def _f32(params):
-  return {name: value.astype(np.float32) for name, value in params.items()}
+_f32 = testing_utils.float32_weights
 
 
 def _realm_bert_params(seed=0):
-  p = _Params(seed)
-  return _f32({**p.bert_body("bert/"), **p.mlm("cls/predictions/")})
+  p = testing_utils.ReleasedWeights(seed)
+  return _f32({**p.bert_body("bert/", _CONFIG), **p.mlm("cls/predictions/", _CONFIG)})
 
 
 def _embedder_params(seed=1):
-  p = _Params(seed)
-  return _f32({**p.bert_body(_EMBEDDER_BERT), **p.mlm("module/module/module/cls/predictions/"),
-               **p.projection(_EMBEDDER_HEAD)})
+  p = testing_utils.ReleasedWeights(seed)
+  return _f32({**p.bert_body(_EMBEDDER_BERT, _CONFIG),
+               **p.mlm("module/module/module/cls/predictions/", _CONFIG),
+               **p.projection(_EMBEDDER_HEAD, _CONFIG.hidden_size, _PROJECTION)})
 
 
 def _orqa_params(seed=2):
-  p = _Params(seed)
-  return _f32({**p.bert_body(_ORQA_BERT), **p.mlm("module/module/module/module/cls/predictions/"),
-               **p.projection(_ORQA_HEAD), **p.bert_body(_READER_BERT),
-               **p.mlm("reader/module/cls/predictions/"), **p.span_head("reader/")})
+  return testing_utils.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN, seed)
 
 
-def _with_optimizer(params):
-  """The params plus BERT-optimizer slots and global_step, as in the released checkpoints."""
-  variables = dict(params)
-  for name, value in params.items():
-    variables[name + "/adam_m"] = np.zeros_like(value)
-    variables[name + "/adam_v"] = np.ones_like(value)
-  variables["global_step"] = np.array(1000, np.int64)
-  return variables
+_with_optimizer = testing_utils.with_optimizer_slots
 
 
 def _write_vocab(directory: str, size: int = _VOCAB) -> str:
@@ -541,6 +468,52 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
     expected, inside, _ = _np_span_logits(params, retriever_logits)
     logits = _reader_logits(reader, retriever_logits).logits.numpy()
     self.assertAllClose(expected[inside], logits[inside], atol=_ATOL, rtol=_RTOL)
+
+  def test_sequence_lengths_come_from_the_position_tables(self):
+    """A 16-position BERT gets 16 (not REALM's 96/288 or ORQA's 64/288/320); flags override within the
+    table, and a length beyond it names the flag, the table's variable and its size."""
+    path = self._checkpoint(_orqa_params())
+    vocab = _write_vocab(self.create_tempdir().full_path)
+    output_dir = os.path.join(self._dir, "orqa")
+    result = rc.convert(path, output_dir, vocab_path=vocab, num_attention_heads=_HEADS,
+                        query_seq_len=8)
+    want = {"query_seq_len": 8, "candidate_seq_len": 16, "reader_seq_len": 16}
+    self.assertEqual(result.sequence_lengths, want)
+    self.assertIn("sequence lengths: query_seq_len 8, candidate_seq_len 16, reader_seq_len 16",
+                  result.summary())
+    config, orqa = rc.converted_orqa_configs(output_dir)
+    self.assertEqual((config.query_seq_len, config.candidate_seq_len), (8, 16))
+    self.assertEqual((orqa.reader_seq_len, orqa.span_hidden_size, orqa.max_span_width,
+                      orqa.reader_layer_norm_epsilon), (16, _SPAN_HIDDEN, 10, 1e-3))
+    with self.assertRaisesRegex(rc.ConversionError, rf"reader_seq_len 17 \(--reader_seq_len\) does not "
+                                rf"fit the reader BERT: its position table {_READER_BERT}embeddings/"
+                                rf"position_embeddings in {path} holds 16 positions"):
+      rc.convert(path, os.path.join(self._dir, "too_long"), vocab_path=vocab,
+                 num_attention_heads=_HEADS, reader_seq_len=17)
+    self.assertFalse(os.path.exists(os.path.join(self._dir, "too_long")))
+    embedder = self._checkpoint(_embedder_params(), "embedder.ckpt")
+    result = rc.convert(embedder, os.path.join(self._dir, "embedder"), vocab_path=vocab,
+                        num_attention_heads=_HEADS)
+    self.assertEqual(result.sequence_lengths, {"query_seq_len": 16, "candidate_seq_len": 16})
+    with self.assertRaisesRegex(rc.ConversionError, r"layout realm_embedder has no use for "
+                                r"reader_seq_len \(--reader_seq_len\)"):
+      rc.load_released(embedder, num_attention_heads=_HEADS, reader_seq_len=8)
+    # An ORQA conversion written before the lengths were recorded, or with lengths beyond the tables.
+    with open(os.path.join(output_dir, rc.CONVERSION_NAME)) as f:
+      info = json.load(f)
+    dataclasses.replace(config, query_seq_len=96).save(output_dir)
+    with self.assertRaisesRegex(ValueError, r"realm_config\.json: query_seq_len 96 exceeds the 16 "
+                                r"positions of the retriever BERT's position table; convert the "
+                                r"checkpoint again"):
+      rc.converted_orqa_configs(output_dir)
+    del info["orqa_config"]
+    with open(os.path.join(output_dir, rc.CONVERSION_NAME), "w") as f:
+      json.dump(info, f)
+    with self.assertRaisesRegex(ValueError, r"records no orqa_config .*convert the checkpoint again"):
+      rc.converted_orqa_configs(output_dir)
+    with self.assertRaisesRegex(ValueError, r"is not a converted ORQA checkpoint .*layout "
+                                r"realm_embedder"):
+      rc.converted_orqa_configs(os.path.join(self._dir, "embedder"))
 
   def test_block_emb_index_rows_are_blocks(self):
     rng = np.random.default_rng(5)
