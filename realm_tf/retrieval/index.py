@@ -29,8 +29,9 @@ Saved form (a directory; `save` writes it beside its final name and renames it, 
 nothing or a complete index; `verify_index` checks it before anything is loaded):
   manifest.json     format_version, implementation, step, num_docs, dim, parameters, sha256 and size of
                     every other file, created time, library versions, and the caller's `extra`
-  embeddings.npy    float32 [num_docs, dim] (np.save, no pickle); a compressed ScaNN index has instead
-  embeddings_int8.npy   int8 [num_docs, dim] and embedding_scales.npy float32 [dim]
+  embeddings.npy    float32 [num_docs, dim] (np.save, no pickle); a compressed ScaNN index has none:
+                    its int8 vectors are ScaNN's own scann/int8_dataset.npy [num_docs, dim] and
+                    scann/int8_multipliers.npy [dim] (format 1: embeddings_int8.npy, embedding_scales.npy)
   doc_ids.npy       int32 (or int64 where an id needs it) [num_docs]: the id returned for each row;
                     absent when the ids are the row numbers (manifest "doc_ids": "rows"), as a
                     refresher's are: at 1M documents the file would be 4-8 of a compressed index's
@@ -48,6 +49,7 @@ import math
 import os
 import platform
 import shutil
+import tempfile
 import time
 from importlib import metadata
 from typing import Any, Dict, List, Optional, Tuple, Type
@@ -57,13 +59,16 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 
-# 2: doc_ids.npy is omitted for row-number ids and may be int32. Version 1 indexes are still read.
+# 2: doc_ids.npy is omitted for row-number ids and may be int32; a compressed index keeps ScaNN's int8
+# vectors (noise-shaped) instead of its own. Version 1 indexes are still read.
 FORMAT_VERSION = 2
 _READABLE_FORMAT_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 EMBEDDINGS_NAME = "embeddings.npy"
-INT8_CODES_NAME = "embeddings_int8.npy"
-INT8_SCALES_NAME = "embedding_scales.npy"
+INT8_CODES_NAME = "embeddings_int8.npy"  # format 1
+INT8_SCALES_NAME = "embedding_scales.npy"  # format 1
+SCANN_INT8_CODES_NAME = "scann/int8_dataset.npy"  # format 2: ScaNN's reordering vectors
+SCANN_INT8_MULTIPLIERS_NAME = "scann/int8_multipliers.npy"
 RESCORING_DTYPES = ("float32", "int8")
 DOC_IDS_NAME = "doc_ids.npy"
 SCANN_DIR = "scann"
@@ -212,22 +217,20 @@ def _doc_ids_dtype(doc_ids: np.ndarray) -> np.dtype:
 class Int8Embeddings:
   """Embeddings kept as int8 codes with one float32 scale per dimension: row r is codes[r] * scales.
 
-  The compressed index's re-scoring vectors. ScaNN's own int8 reordering (`reorder(quantize=INT8)`)
-  keeps its vectors inside the searcher, where ORQA's in-graph scoring and the exports, which read
-  `MipsIndex.embeddings`, cannot get at them; these are plain arrays that dequantize on demand.
-  Per-dimension symmetric scales (max |x_d| / 127) cost D floats and keep every dimension's full range.
+  The compressed index's re-scoring vectors, as plain arrays that dequantize on demand for what reads
+  `MipsIndex.embeddings` (ORQA's in-graph scoring, the exports, index updates). A ScaNN index takes
+  them from ScaNN's own int8 reordering (`from_multipliers`; its codes are chosen to keep inner
+  products, "noise shaping"); format 1 indexes stored their own, rounded per dimension.
   """
   codes: np.ndarray  # int8 [num_docs, dim]
   scales: np.ndarray  # float32 [dim]
 
   @classmethod
-  def quantize(cls, embeddings: np.ndarray) -> "Int8Embeddings":
-    scales = np.max(np.abs(embeddings), axis=0).astype(np.float32) / 127.0
-    scales[scales == 0] = 1.0  # an all-zero dimension: any scale reproduces it
-    codes = np.empty(embeddings.shape, np.int8)
-    for start in range(0, embeddings.shape[0], 65536):  # in blocks: no float temporary of the corpus
-      block = embeddings[start:start + 65536] / scales
-      codes[start:start + 65536] = np.clip(np.rint(block), -127, 127)
+  def from_multipliers(cls, codes: np.ndarray, multipliers: np.ndarray) -> "Int8Embeddings":
+    """ScaNN's fixed-point form: row r is codes[r] / multipliers."""
+    multipliers = np.asarray(multipliers, np.float32)
+    scales = np.ones_like(multipliers)
+    np.divide(1.0, multipliers, out=scales, where=multipliers != 0)  # a zero dimension: codes are 0
     return cls(codes, scales)
 
   @property
@@ -246,11 +249,14 @@ class Int8Embeddings:
     return out
 
 
-def _stored_vectors(num_docs: int, dim: int, parameters: Dict[str, Any]
-                    ) -> List[Tuple[str, Tuple[int, ...], Any]]:
+def _stored_vectors(num_docs: int, dim: int, parameters: Dict[str, Any],
+                    format_version: int = FORMAT_VERSION) -> List[Tuple[str, Tuple[int, ...], Any]]:
   """(file name, shape, dtype) of the document vectors an index with these parameters stores."""
   if parameters.get("rescoring", "float32") == "int8":
-    return [(INT8_CODES_NAME, (num_docs, dim), np.int8), (INT8_SCALES_NAME, (dim,), np.float32)]
+    if format_version == 1:
+      return [(INT8_CODES_NAME, (num_docs, dim), np.int8), (INT8_SCALES_NAME, (dim,), np.float32)]
+    return [(SCANN_INT8_CODES_NAME, (num_docs, dim), np.int8),
+            (SCANN_INT8_MULTIPLIERS_NAME, (dim,), np.float32)]
   return [(EMBEDDINGS_NAME, (num_docs, dim), np.float32)]
 
 
@@ -427,7 +433,8 @@ class MipsIndex(abc.ABC):
                    [self._doc_ids])
       blocks = self._stored_blocks()
       for name, shape, dtype in _stored_vectors(self._num_docs, self._dim, self._parameters):
-        _write_npy(os.path.join(tmp, name), shape, dtype, blocks[name])
+        if name in blocks:  # not ScaNN's own files, which its serialize writes
+          _write_npy(os.path.join(tmp, name), shape, dtype, blocks[name])
       self._write_implementation_files(tmp)
       files = {}
       for rel in _files_under(tmp):
@@ -473,7 +480,7 @@ class MipsIndex(abc.ABC):
     """Yields float32 row blocks of the embeddings, in order (for saving without a joined copy)."""
 
   def _stored_blocks(self) -> Dict[str, Any]:
-    """File name -> row blocks of each stored vector file (see _stored_vectors)."""
+    """File name -> row blocks of each stored vector file this class writes (see _stored_vectors)."""
     return {EMBEDDINGS_NAME: self._embedding_blocks()}
 
   def _write_implementation_files(self, directory: str) -> None:
@@ -497,7 +504,8 @@ class MipsIndex(abc.ABC):
     if cls is not MipsIndex and impl_cls is not cls:
       raise ValueError(f"{directory} holds a {manifest['implementation']!r} index, not "
                        f"{cls.implementation!r}; load it with load_index()")
-    stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
+    stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"],
+                             manifest["format_version"])
     arrays = {}
     try:
       doc_ids = None
@@ -517,8 +525,11 @@ class MipsIndex(abc.ABC):
         raise CorruptIndexError(f"{os.path.join(directory, name)}: shape {array.shape} does not match "
                                 f"the manifest's {shape}; rebuild the index")
     embeddings = arrays.get(EMBEDDINGS_NAME)
-    if embeddings is None:
+    if INT8_CODES_NAME in arrays:
       embeddings = Int8Embeddings(np.array(arrays[INT8_CODES_NAME]), np.array(arrays[INT8_SCALES_NAME]))
+    elif SCANN_INT8_CODES_NAME in arrays:
+      embeddings = Int8Embeddings.from_multipliers(np.array(arrays[SCANN_INT8_CODES_NAME]),
+                                                   np.array(arrays[SCANN_INT8_MULTIPLIERS_NAME]))
     return impl_cls._load(directory, manifest, embeddings, doc_ids, **options)
 
   @classmethod
@@ -594,7 +605,8 @@ def verify_index(directory: str) -> Dict[str, Any]:
   manifest = _read_manifest(directory)
   files = manifest["files"]
   impl_cls = _IMPLEMENTATIONS[manifest["implementation"]]
-  stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"])
+  stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"],
+                          manifest["format_version"])
   id_files = [DOC_IDS_NAME] if _stores_doc_ids(manifest) else []
   required = [name for name, _, _ in stored] + id_files + impl_cls.required_files
   for rel in required:
@@ -777,8 +789,11 @@ class ScannOptions:
       (no tree, no hashing): a tree of a few dozen leaves gains nothing and AH needs training data.
     training_threads: threads for training (0 = ScaNN's default).
     rescoring: the stored vectors the candidates are re-scored with: "float32" (the embeddings
-      themselves) or "int8" (Int8Embeddings: a quarter of the bytes; recall@10 against exact search
-      and bytes per document in bench/index_bench.py).
+      themselves) or "int8" (ScaNN's int8 reordering vectors, kept as Int8Embeddings: a quarter of the
+      bytes; recall@10 against exact search and bytes per document in bench/index_bench.py).
+    int8_anisotropic_threshold: ScaNN's noise shaping of the int8 vectors (its
+      anisotropic_quantization_threshold for reordering; 0.2 as ScaNN recommends for AH; None = plain
+      rounding). At 1M MiniLM-derived points recall@10 0.960 with it, 0.947 without (300 candidates).
   """
   num_leaves: Optional[int] = None
   num_leaves_to_search: Optional[int] = None
@@ -789,6 +804,7 @@ class ScannOptions:
   tree_min_docs: int = 5000
   training_threads: int = 0
   rescoring: str = "float32"
+  int8_anisotropic_threshold: Optional[float] = 0.2
 
   def resolve(self, num_docs: int) -> Dict[str, Any]:
     """The concrete parameters for num_docs documents, with "mode": "tree_ah" or "brute_force"."""
@@ -863,13 +879,20 @@ class ScannIndex(MipsIndex):
                                  anisotropic_quantization_threshold=(
                                      float("nan") if threshold is None else float(threshold)),
                                  training_sample_size=params["training_sample_size"])
+      if params["rescoring"] == "int8":
+        # ScaNN's int8 reordering, its codes chosen to keep inner products rather than rounded per
+        # dimension: at 1M MiniLM-derived points recall@10 0.960 instead of 0.947 (300 candidates).
+        shaping = params["int8_anisotropic_threshold"]
+        builder = builder.reorder(params["num_candidates"], quantize=_scann_reorder_type().INT8,
+                                  anisotropic_quantization_threshold=(
+                                      float("nan") if shaping is None else float(shaping)))
     else:
-      builder = builder.score_brute_force()
+      builder = builder.score_brute_force(quantize=params["rescoring"] == "int8")
     if params["training_threads"]:
       builder = builder.set_n_training_threads(params["training_threads"])
-    # The tree and the hash codes are trained on the float32 vectors; only the re-scoring uses int8.
-    vectors = Int8Embeddings.quantize(embeddings) if params["rescoring"] == "int8" else embeddings
-    return cls(builder.build(), vectors, doc_ids, params)
+    searcher = builder.build()
+    vectors = _scann_int8_vectors(searcher) if params["rescoring"] == "int8" else embeddings
+    return cls(searcher, vectors, doc_ids, params)
 
   @classmethod
   def _load(cls, directory, manifest, embeddings, doc_ids, num_candidates: Optional[int] = None,
@@ -906,8 +929,14 @@ class ScannIndex(MipsIndex):
 
   def _stored_blocks(self) -> Dict[str, Any]:
     if isinstance(self._vectors, Int8Embeddings):
-      return {INT8_CODES_NAME: [self._vectors.codes], INT8_SCALES_NAME: [self._vectors.scales]}
+      return {}  # ScaNN's serialize writes its int8 vectors
     return super()._stored_blocks()
+
+  def _scann_reorders(self) -> bool:
+    """Whether the searcher re-scores from its int8 vectors itself (format 1 compressed indexes and
+    brute-force mode hand back the candidates and leave the re-scoring to _search_rows)."""
+    return (self._parameters["rescoring"] == "int8" and self._parameters["mode"] == "tree_ah"
+            and "int8_anisotropic_threshold" in self._parameters)
 
   def _write_implementation_files(self, directory: str) -> None:
     scann_dir = os.path.join(directory, SCANN_DIR)
@@ -927,9 +956,16 @@ class ScannIndex(MipsIndex):
       # margin for uneven leaves) that `candidates` documents can be found.
       needed = math.ceil(2 * candidates * params["num_leaves"] / self._num_docs)
       leaves = int(min(params["num_leaves"], max(leaves, needed)))
-    rows, distances = self._searcher.search_batched(queries, final_num_neighbors=candidates,
-                                                    leaves_to_search=leaves)
-    rows = np.asarray(rows).astype(np.int64)  # [batch, candidates]
+    if self._scann_reorders():
+      # ScaNN re-scores the candidates from its int8 vectors and keeps the best k (re-scored again
+      # below with the same vectors, for the row tie-break).
+      rows, distances = self._searcher.search_batched(queries, final_num_neighbors=k,
+                                                      pre_reorder_num_neighbors=candidates,
+                                                      leaves_to_search=leaves)
+    else:
+      rows, distances = self._searcher.search_batched(queries, final_num_neighbors=candidates,
+                                                      leaves_to_search=leaves)
+    rows = np.asarray(rows).astype(np.int64)  # [batch, candidates or k]
     valid = ~np.isnan(np.asarray(distances))  # ScaNN pads a short result with NaN distances.
     # Exact scores of the candidates' stored vectors: [batch, candidates, dim] x [batch, dim, 1].
     if isinstance(self._vectors, Int8Embeddings):
@@ -946,6 +982,25 @@ class ScannIndex(MipsIndex):
       exact_rows, exact_scores = _exact_numpy(queries[short], self.embeddings, k)
       top_rows[short], top_scores[short] = exact_rows, exact_scores
     return top_rows, top_scores
+
+
+def _scann_reorder_type():
+  from scann.scann_ops.py import scann_builder  # pylint: disable=g-import-not-at-top
+  return scann_builder.ReorderType
+
+
+def _scann_int8_vectors(searcher) -> Int8Embeddings:
+  """The int8 vectors a ScaNN searcher built with int8 scoring holds, read back from its serialized
+  form (the pybind searcher has no accessor)."""
+  directory = tempfile.mkdtemp(prefix="scann-int8-")
+  try:
+    searcher.serialize(directory, relative_path=True)
+    return Int8Embeddings.from_multipliers(
+        np.load(os.path.join(directory, os.path.basename(SCANN_INT8_CODES_NAME)), allow_pickle=False),
+        np.load(os.path.join(directory, os.path.basename(SCANN_INT8_MULTIPLIERS_NAME)),
+                allow_pickle=False))
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _exact_numpy(queries: np.ndarray, embeddings: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -240,18 +240,24 @@ class CompressedIndexTest(tf.test.TestCase):
     embeddings = _clustered(20000, 64, num_clusters=200)
     queries = _near(embeddings, 64)
     exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
-    index = index_lib.ScannIndex.build(embeddings, rescoring="int8")
-    self.assertEqual(index.parameters["rescoring"], "int8")
-    ids, scores = index.search(queries, 10)
-    self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.95)
-    # The stored vectors are within half a quantization step of the originals in every dimension ...
-    vectors = index.embeddings
-    step = np.max(np.abs(embeddings), axis=0) / 127
-    self.assertTrue(np.all(np.abs(vectors - embeddings) <= step / 2 + 1e-7))
-    self.assertGreater(np.max(np.abs(vectors - embeddings)), 0)  # ... and not the originals
-    # ... and the scores are their inner products, sorted.
-    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, vectors[ids]), rtol=1e-5, atol=1e-4)
-    self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
+    for shaping in (0.2, None):
+      with self.subTest(int8_anisotropic_threshold=shaping):
+        index = index_lib.ScannIndex.build(embeddings, rescoring="int8",
+                                           int8_anisotropic_threshold=shaping)
+        self.assertEqual(index.parameters["rescoring"], "int8")
+        self.assertEqual(index.parameters["num_candidates"], 300)
+        ids, scores = index.search(queries, 10)
+        self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.95)
+        vectors = index.embeddings
+        step = np.max(np.abs(embeddings), axis=0) / 127
+        error = np.abs(vectors - embeddings)
+        self.assertGreater(np.max(error), 0)  # int8 vectors, not the originals ...
+        # ... within a few quantization steps (plain rounding: half of one) of them ...
+        self.assertTrue(np.all(error <= (step / 2 + 1e-6 if shaping is None else 4 * step)))
+        # ... and the scores are their inner products, sorted.
+        self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, vectors[ids]), rtol=1e-5,
+                            atol=1e-4)
+        self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
 
   def test_saved_compressed_index_holds_int8_vectors_and_loads_them(self):
     embeddings = _clustered(6000, 16, num_clusters=60)
@@ -267,18 +273,47 @@ class CompressedIndexTest(tf.test.TestCase):
         self.assertAllEqual(got, want)
       self.assertAllEqual(loaded.embeddings, index.embeddings)
     self.assertEqual(manifest["dtype"], "int8")
-    self.assertIn("embeddings_int8.npy", manifest["files"])
+    self.assertIn("scann/int8_dataset.npy", manifest["files"])  # ScaNN's own, not a second copy
     self.assertNotIn("embeddings.npy", manifest["files"])
-    self.assertEqual(np.load(os.path.join(directory, "embeddings_int8.npy")).dtype, np.int8)
-    # 48 of the 64 float32 bytes per document saved, less the scales' small file (D=16: the ScaNN
-    # files weigh more here than at D=128).
+    self.assertNotIn("embeddings_int8.npy", manifest["files"])
+    self.assertEqual(np.load(os.path.join(directory, "scann", "int8_dataset.npy")).dtype, np.int8)
+    # 48 of the 64 float32 bytes per document saved, less small files (D=16: the ScaNN files weigh
+    # more here than at D=128).
     self.assertLessEqual(sizes["int8"], sizes["float32"] - 6000 * 48 + 1024)
     # A damaged int8 file is caught like any other.
-    with open(os.path.join(directory, "embeddings_int8.npy"), "r+b") as f:
+    with open(os.path.join(directory, "scann", "int8_dataset.npy"), "r+b") as f:
       f.seek(-1, os.SEEK_END)
       f.write(b"\x7f" if f.read(1) != b"\x7f" else b"\x00")
-    with self.assertRaisesRegex(index_lib.CorruptIndexError, "embeddings_int8.npy"):
+    with self.assertRaisesRegex(index_lib.CorruptIndexError, "int8_dataset.npy"):
       index_lib.load_index(directory)
+
+  def test_format_1_compressed_index_still_loads(self):
+    # Format 1 kept its own int8 vectors beside a ScaNN searcher without reordering.
+    embeddings = _clustered(6000, 16, num_clusters=60)
+    queries = _near(embeddings, 16)
+    directory = os.path.join(self.create_tempdir().full_path, "v1")
+    manifest = index_lib.ScannIndex.build(embeddings).save(directory)
+    scales = np.max(np.abs(embeddings), axis=0) / 127
+    codes = np.rint(embeddings / scales).astype(np.int8)
+    os.remove(os.path.join(directory, "embeddings.npy"))
+    del manifest["files"]["embeddings.npy"]
+    for name, array in (("embeddings_int8.npy", codes), ("embedding_scales.npy", scales)):
+      path = os.path.join(directory, name)
+      np.save(path, array)
+      manifest["files"][name] = {"sha256": index_lib._sha256(path),  # pylint: disable=protected-access
+                                 "bytes": os.path.getsize(path)}
+    manifest["parameters"]["rescoring"] = "int8"
+    del manifest["parameters"]["int8_anisotropic_threshold"]
+    manifest.update(format_version=1, dtype="int8")
+    with open(os.path.join(directory, "manifest.json"), "w") as f:
+      json.dump(manifest, f)
+    loaded = index_lib.load_index(directory)
+    self.assertAllClose(loaded.embeddings, codes * scales)
+    ids, scores = loaded.search(queries, 10)
+    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, (codes * scales)[ids]), rtol=1e-5,
+                        atol=1e-4)
+    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
+    self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.9)
 
   def test_bad_rescoring(self):
     with self.assertRaisesRegex(ValueError, "rescoring must be one of"):
