@@ -7,10 +7,13 @@ realm_tf.retrieval.corpus_embedding.CorpusEmbedder ([CLS] title [SEP] body [SEP]
 wordpieces, mean pooling over real tokens, L2-normalised: sentence-transformers' pooling), in these
 settings:
   padded_float32_xla      every document padded to --seq_len, XLA (the refresher before issue 22)
-  bucketed_float32_xla    4 length buckets, XLA (the refresher's default)
-  bucketed_bfloat16       4 length buckets, Keras mixed_bfloat16, no XLA (--mixed_precision=
-                          mixed_bfloat16 --noembed_jit_compile: oneDNN's AMX kernels on this CPU)
-  bucketed_bfloat16_xla   the same under XLA, whose CPU backend does not use AMX
+  bucketed_float32_xla    4 length buckets, static batches, XLA (the refresher's default)
+  bucketed_float32        no XLA: a length every 8 wordpieces, partial batches not filled
+                          (--noembed_jit_compile)
+  bucketed_bfloat16       the same under Keras mixed_bfloat16 (--mixed_precision=mixed_bfloat16
+                          --noembed_jit_compile: oneDNN's AMX kernels on this CPU)
+  bucketed_bfloat16_xla   4 length buckets, mixed_bfloat16 under XLA, whose CPU backend does not use AMX
+                          (not run unless named in --settings)
 and sentence-transformers' `encode()` of the same "title [SEP] body" texts (bench/st_encode.py in the
 optional PyTorch environment, bench/setup_hf_env.sh; skipped with a note if it is absent). The calls
 alternate over --rounds in rotating order so that a change of load hits every setting alike. Each
@@ -67,19 +70,20 @@ _BATCH = flags.DEFINE_integer("batch_size", 32, "Documents per batch (each side)
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds; the first includes compilation, later ones are "
                                "the steady state of a long-running refresher.")
 _SETTINGS = flags.DEFINE_list("settings", ["padded_float32_xla", "bucketed_float32_xla",
-                                           "bucketed_bfloat16", "bucketed_bfloat16_xla",
+                                           "bucketed_float32", "bucketed_bfloat16",
                                            "sentence_transformers"], "Settings to run.")
 _HF_PYTHON = flags.DEFINE_string("hf_python", os.path.join(_REPO, ".venv-hf", "bin", "python"),
                                  "Python of the optional PyTorch environment (bench/setup_hf_env.sh).")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "refresh_bench.json"),
                               "JSON results.")
 
-# name -> (length buckets, Keras policy, XLA)
+# name -> (length buckets (None: the refresher's default for the XLA setting), Keras policy, XLA)
 _REALM_TF = {
     "padded_float32_xla": (1, "float32", True),
-    "bucketed_float32_xla": (corpus_embedding.DEFAULT_LENGTH_BUCKETS, "float32", True),
-    "bucketed_bfloat16": (corpus_embedding.DEFAULT_LENGTH_BUCKETS, "mixed_bfloat16", False),
-    "bucketed_bfloat16_xla": (corpus_embedding.DEFAULT_LENGTH_BUCKETS, "mixed_bfloat16", True),
+    "bucketed_float32_xla": (None, "float32", True),
+    "bucketed_float32": (None, "float32", False),
+    "bucketed_bfloat16": (None, "mixed_bfloat16", False),
+    "bucketed_bfloat16_xla": (None, "mixed_bfloat16", True),
 }
 _ST = "sentence_transformers"
 _REFERENCE = "bucketed_float32_xla"
@@ -219,7 +223,9 @@ def main(argv):
     ratios = {f"{name}_over_{_ST}": speed[name] / speed[_ST] for name in speed if name != _ST}
   out = {"machine": throughput_lib.machine(), "corpus": _CORPUS.value, "num_paragraphs": len(documents),
          "seq_len": _SEQ_LEN.value, "batch_size": _BATCH.value, "rounds": _ROUNDS.value,
-         "buckets": corpus_embedding.length_buckets(_SEQ_LEN.value, corpus_embedding.DEFAULT_LENGTH_BUCKETS),
+         "buckets": {name: corpus_embedding.length_buckets(
+             _SEQ_LEN.value, _REALM_TF[name][0] or corpus_embedding.default_length_buckets(
+                 _SEQ_LEN.value, _REALM_TF[name][2])) for name in settings if name in _REALM_TF},
          "wordpieces": {"mean": float(np.mean(lengths)), "median": float(np.median(lengths)),
                         "p95": float(np.percentile(lengths, 95))},
          "timings": timings, "median_docs_per_second_after_first_round": speed,

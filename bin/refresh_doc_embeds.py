@@ -39,8 +39,9 @@ _RESCORING = flags.DEFINE_enum(
 _KEEP = flags.DEFINE_integer("keep", 3, "Published indexes to keep.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
 _LENGTH_BUCKETS = flags.DEFINE_integer(
-    "embed_length_buckets", 4, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
-    "multiples of 8); 1 pads every document to candidate_seq_len.", lower_bound=1)
+    "embed_length_buckets", None, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
+    "multiples of 8); 1 pads every document to candidate_seq_len. Default: 4 with --embed_jit_compile "
+    "(XLA compiles one program per length), one every 8 wordpieces without.", lower_bound=1)
 _MIXED_PRECISION = flags.DEFINE_enum(
     "mixed_precision", "float32", ["float32", "mixed_bfloat16"],
     "Precision of the document tower while embedding (and of the query tower published with the index): "

@@ -1,10 +1,12 @@
 """Embedding the whole retrieval corpus with the document tower, in corpus row order.
 
 Row i of the result is document i of the corpus (sorted shard order), because the index maps rows back
-to documents. Documents are grouped by packed length into a few padded lengths (length_buckets), so a
-short document is not padded to candidate_seq_len; each bucket's batches are static-shaped for XLA/TPU:
-its last partial batch is padded with copies of its first document and the padding dropped afterwards
-(the original DocumentEmbedder padded the same way).
+to documents. Documents are grouped by packed length into padded lengths (length_buckets), so a short
+document is not padded to candidate_seq_len. Compiled with XLA (TPUs), a few lengths and static-shaped
+batches: a bucket's last partial batch is padded with copies of its first document and the padding
+dropped afterwards (the original DocumentEmbedder padded the same way). Without XLA, shapes may vary:
+a length every 8 wordpieces and no filled batches, so almost nothing is padding (as sentence-
+transformers' length-sorted batches), under one traced function.
 Under a distribution strategy each global batch is split across replicas in order and reassembled in
 replica order. Several workers (hosts) can each take a contiguous run of rows (--num_workers,
 --worker_index); `merge_worker_embeddings` concatenates their outputs in worker order.
@@ -24,8 +26,18 @@ from realm_tf.data import corpus as corpus_lib
 
 
 # Four padded lengths: on SQuAD's paragraphs (mean 155 of 288 wordpieces) about half of a fully padded
-# batch is padding; four static shapes keep compilation to a handful of programs.
+# batch is padding; four static shapes keep XLA's compilation to a handful of programs.
 DEFAULT_LENGTH_BUCKETS = 4
+# Without XLA: a padded length every this many wordpieces. On 1,000 SQuAD dev paragraphs at 256, 78% of
+# the tokens of 4 filled buckets are real, 97% here (sentence-transformers' sorted batches: 98%).
+DYNAMIC_BUCKET_WIDTH = 8
+
+
+def default_length_buckets(candidate_seq_len: int, jit_compile: bool) -> int:
+  """The number of padded lengths CorpusEmbedder uses unless told: few for XLA, fine without."""
+  if jit_compile:
+    return DEFAULT_LENGTH_BUCKETS
+  return max(1, -(-candidate_seq_len // DYNAMIC_BUCKET_WIDTH))
 
 
 def worker_rows(num_docs: int, num_workers: int, worker_index: int) -> range:
@@ -81,28 +93,36 @@ class CorpusEmbedder:
     featurizer: packs candidates to featurizer.candidate_seq_len.
     batch_size: global batch size (divisible by the number of replicas).
     strategy: distribution strategy for the embedding (default: none).
-    jit_compile: compile embed_fn with XLA. The batches are static-shaped, so it compiles once per bucket.
+    jit_compile: compile embed_fn with XLA. The batches are then static-shaped, so it compiles once per
+      bucket; without XLA a bucket's last batch is not filled up to batch_size (only to a multiple of the
+      replicas) and the step is traced for varying shapes.
       On CPU a float32 batch of the MiniLM or BERT-base config then takes 14-20% less CPU time (1.1-1.2x
       the docs/s on a loaded 2-core machine; bench/hf_compare_bench.py). Under mixed_bfloat16 on a CPU
       with AMX, XLA's CPU backend is slower than TensorFlow's oneDNN kernels (bench/refresh_bench.py):
       turn it off there.
     num_length_buckets: documents are grouped by packed length into this many padded lengths (multiples
-      of 8 up to candidate_seq_len; see length_buckets), each embedded at its own static shape, so short
-      documents are not padded to the longest: a handful of compiled programs, and results returned in
-      row order. Equal to unbucketed embedding for any tower that masks its padding (BERT attention,
-      [CLS] pooler, masked mean); 1 pads every document to candidate_seq_len.
+      of 8 up to candidate_seq_len; see length_buckets), each embedded at its own shape, so short
+      documents are not padded to the longest; results returned in row order. Equal to unbucketed
+      embedding for any tower that masks its padding (BERT attention, [CLS] pooler, masked mean); 1 pads
+      every document to candidate_seq_len. Default (None): default_length_buckets, 4 with XLA (a handful
+      of compiled programs), one every 8 wordpieces without.
   """
 
   def __init__(self, embed_fn: Callable, featurizer: featurization.Featurizer, batch_size: int = 256,
                strategy: Optional[tf.distribute.Strategy] = None, jit_compile: bool = True,
-               num_length_buckets: int = DEFAULT_LENGTH_BUCKETS):
+               num_length_buckets: Optional[int] = None):
     self._strategy = strategy or tf.distribute.get_strategy()
     if batch_size % self._strategy.num_replicas_in_sync:
       raise ValueError(f"batch_size {batch_size} is not divisible by the "
                        f"{self._strategy.num_replicas_in_sync} replicas")
     self._featurizer = featurizer
     self._batch_size = batch_size
+    if num_length_buckets is None:
+      num_length_buckets = default_length_buckets(featurizer.candidate_seq_len, jit_compile)
     self._lengths = length_buckets(featurizer.candidate_seq_len, num_length_buckets)
+    # XLA needs every batch of a bucket at one shape; without it, a partial batch is only filled up to
+    # a multiple of the replicas (each replica gets its share), which wastes nothing on one device.
+    self._fill_to = batch_size if jit_compile else self._strategy.num_replicas_in_sync
 
     def embed(batch):
       embeddings = embed_fn((batch["token_ids"], batch["mask"], batch["segment_ids"]))
@@ -115,7 +135,9 @@ class CorpusEmbedder:
     compiled = tf.function(embed, jit_compile=True) if jit_compile else embed
     strategy = self._strategy
 
-    @tf.function
+    # Without XLA the shapes vary with the bucket: reduce_retracing traces a shape-generic step after
+    # the second shape instead of one per bucket.
+    @tf.function(reduce_retracing=not jit_compile)
     def step(batch):
       per_replica = strategy.run(lambda b: compiled(b), args=(batch,))  # pylint: disable=unnecessary-lambda
       return strategy.experimental_local_results(per_replica)
@@ -124,7 +146,8 @@ class CorpusEmbedder:
 
   @property
   def tracing_count(self) -> int:
-    """How often the step was traced: once per bucket length for the life of this embedder."""
+    """How often the step was traced: once per bucket length for the life of this embedder (with XLA;
+    without, at most three times: a first shape, then any length, then any batch size)."""
     return self._step.experimental_get_tracing_count()
 
   def __call__(self, corpus_prefix: str, num_workers: int = 1, worker_index: int = 0,
@@ -135,7 +158,8 @@ class CorpusEmbedder:
     total = len(rows)
     if total == 0:
       return np.zeros([0, 0], np.float32)
-    batch_size = self._batch_size
+    batch_size, fill_to = self._batch_size, self._fill_to
+    static_batch = fill_to == batch_size
     lengths = tf.constant(self._lengths, tf.int64)
 
     def bucket_of(row, features):
@@ -145,7 +169,7 @@ class CorpusEmbedder:
 
     def batches_of(bucket, window):
       return window.batch(batch_size).map(
-          lambda row, features: _fill_batch(row, features, lengths[bucket], batch_size))
+          lambda row, features: _fill_batch(row, features, lengths[bucket], fill_to, static_batch))
 
     # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus
     # rows it holds (-1 for the padding that fills a bucket's last batch with copies of its first
@@ -178,7 +202,7 @@ def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurizati
                  num_workers: int = 1, worker_index: int = 0,
                  log: Callable[[str], None] = print, log_every_seconds: float = 30.0,
                  jit_compile: bool = True,
-                 num_length_buckets: int = DEFAULT_LENGTH_BUCKETS) -> np.ndarray:
+                 num_length_buckets: Optional[int] = None) -> np.ndarray:
   """Embeds this worker's rows of the corpus once (see CorpusEmbedder for the arguments); a caller that
   embeds the same corpus again with the same tower keeps a CorpusEmbedder instead.
 
@@ -198,15 +222,17 @@ def length_buckets(max_len: int, num_buckets: int) -> List[int]:
   return sorted(lengths | {max_len})
 
 
-def _fill_batch(row, features, length: tf.Tensor, batch_size: int):
-  """A bucket's batch cut to its length and filled up to batch_size with copies of its first document
-  (row -1), so that every batch of the bucket has one shape (XLA compiles one program per bucket)."""
-  missing = batch_size - tf.shape(row)[0]
+def _fill_batch(row, features, length: tf.Tensor, fill_to: int, static_batch: bool):
+  """A bucket's batch cut to its length and filled up to a multiple of fill_to with copies of its first
+  document (row -1). fill_to = batch_size gives every batch of the bucket one shape (XLA compiles one
+  program per bucket); fill_to = the number of replicas only lets every replica have its share."""
+  missing = tf.math.floormod(-tf.shape(row)[0], fill_to)
   fill = lambda t: tf.concat([t, tf.repeat(t[:1], missing, axis=0)], axis=0)
-  batch = {k: tf.ensure_shape(fill(v[:, :length]), [batch_size, None]) for k, v in features.items()}
-  batch["row"] = tf.ensure_shape(
-      tf.concat([tf.cast(row, tf.int64), -tf.ones([missing], tf.int64)], axis=0), [batch_size])
-  return batch
+  batch = {k: fill(v[:, :length]) for k, v in features.items()}
+  batch["row"] = tf.concat([tf.cast(row, tf.int64), -tf.ones([missing], tf.int64)], axis=0)
+  if not static_batch:
+    return batch
+  return {k: tf.ensure_shape(v, [fill_to] + v.shape.as_list()[1:]) for k, v in batch.items()}
 
 
 def worker_embeddings_path(output_dir: str, num_workers: int, worker_index: int) -> str:

@@ -193,6 +193,55 @@ class CorpusEmbeddingTest(tf.test.TestCase):
           per_replica = 6 // strategy.num_replicas_in_sync
           self.assertTrue(all(s[0] == per_replica for s in shapes), shapes)
 
+  def test_without_xla_batches_fit_their_documents_and_trace_for_any_shape(self):
+    # The non-XLA path: a length every 8 wordpieces, partial batches not filled up to batch_size (only
+    # to a multiple of the replicas), one shape-generic trace; the same vectors as the padded path.
+    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=16,
+                                                         candidate_seq_len=128, max_masks=4)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
+                              intermediate_size=64)
+    self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=False), 16)
+    self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=True), 4)
+    strategies = [("default", tf.distribute.get_strategy())]
+    if not _SPLIT_ERROR:
+      strategies.append(("mirrored", distribute.get_strategy("mirrored", num_cpu_devices=2)))
+    for name, strategy in strategies:
+      with self.subTest(strategy=name):
+        tf_keras.utils.set_random_seed(5)
+        with strategy.scope():
+          retriever = embedder_lib.build_retriever(config, _D, pooling="mean")
+        run_shapes = []  # each replica batch's shape, recorded when it runs
+
+        def record(token_ids, run_shapes=run_shapes):
+          run_shapes.append(list(token_ids.shape))
+          return 0
+
+        def embed_fn(inputs, retriever=retriever, record=record):
+          with tf.control_dependencies([tf.py_function(record, [inputs[0]], tf.int32)]):
+            return tf.identity(retriever.embed_documents(inputs, training=False))
+
+        padded = corpus_embedding.embed_corpus(embed_fn, self.prefix, featurizer, batch_size=6,
+                                               strategy=strategy, log=lambda _: None,
+                                               num_length_buckets=1, jit_compile=False)
+        run_shapes.clear()
+        embedder = corpus_embedding.CorpusEmbedder(embed_fn, featurizer, batch_size=6, strategy=strategy,
+                                                   jit_compile=False)
+        got = embedder(self.prefix, log=lambda _: None)
+        self.assertAllClose(got, padded, atol=2e-5)
+        # Lengths are multiples of 8 below the padded 128; the slots computed barely exceed the
+        # documents (only a multiple of the replicas is filled), far below filling every bucket.
+        lengths = {s[1] for s in run_shapes}
+        self.assertGreater(len(lengths), 2, run_shapes)
+        self.assertTrue(all(length % 8 == 0 and length < 128 for length in lengths), lengths)
+        slots = sum(s[0] for s in run_shapes)
+        self.assertGreaterEqual(slots, _NUM_DOCS)
+        self.assertLess(slots, _NUM_DOCS + len(lengths) * strategy.num_replicas_in_sync, run_shapes)
+        traced = embedder.tracing_count
+        self.assertLessEqual(traced, 3)  # a first shape, then generic lengths, then batch sizes
+        self.assertLess(traced, len(lengths))  # not once per length
+        embedder(self.prefix, log=lambda _: None)
+        self.assertEqual(embedder.tracing_count, traced)
+
   def test_one_embedder_compiles_once_and_follows_weights_restored_in_place(self):
     # The refresher's case: one CorpusEmbedder for the process, a new checkpoint restored into the same
     # tower before each refresh.

@@ -38,7 +38,8 @@ class RefresherOptions:
   index_rescoring: str = "float32"
   keep: int = 3
   batch_size: int = 128
-  embed_length_buckets: int = corpus_embedding.DEFAULT_LENGTH_BUCKETS
+  # None: corpus_embedding.default_length_buckets (4 with XLA, one every 8 wordpieces without).
+  embed_length_buckets: Optional[int] = None
   # XLA for the embedding step; off is faster for a mixed_bfloat16 tower on CPUs (oneDNN's AMX kernels).
   embed_jit_compile: bool = True
   max_refreshes: Optional[int] = None
