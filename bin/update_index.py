@@ -1,7 +1,12 @@
 r"""Adds, replaces and removes documents of a published index, embedding only the changed documents.
 
---index is a REALM run's published index (MODEL_DIR/index/<step>, or MODEL_DIR for its newest) or an ORQA
-run (MODEL_DIR of bin/train_orqa, or its MODEL_DIR/frozen_index). The update writes a new corpus derived
+--index is a REALM run's published index (MODEL_DIR/index/<step>, or MODEL_DIR for its newest), an ORQA
+run (MODEL_DIR of bin/train_orqa, or its MODEL_DIR/frozen_index), or a converted index (the --output_dir of
+bin/convert_checkpoint --layout=block_emb, or its mips/; --checkpoint names the converted embedder whose
+document tower computed block_emb): that one is written as a new converted index `<dir>-v<k>/` in the same
+layout, whose blocks.jsonl gives each block an "id" (a released block's is its row number), for
+bin/export_saved_model --index_dir, or bin/train_orqa --index_dir=<dir>-v<k>/mips with the corpus
+bin/generate_retrieval_corpus makes of its blocks.jsonl. Otherwise the update writes a new corpus derived
 from the index's corpus (default `<corpus>-v<k>` beside it; the old corpus is left as it is), embeds the
 added and replaced documents with the index's own document tower, and publishes the new index atomically:
 MODEL_DIR/index/<newest + 1>/ for a REALM run (a trainer's watcher swaps it in; a refresher's next full
@@ -11,6 +16,8 @@ index, so they are never returned again. A bad change set stops before anything 
 
   python bin/update_index.py --index=/runs/realm --documents=new_docs.jsonl --remove_ids=doc-17,doc-40
   python bin/update_index.py --index=/runs/orqa --documents=fixed.tsv --on_existing=replace
+  python bin/update_index.py --index=/conv/wiki_index --checkpoint=/conv/embedder --documents=new.jsonl \
+      --remove_ids=17
 """
 
 import os
@@ -41,7 +48,10 @@ _OUTPUT_CORPUS = flags.DEFINE_string(
     "output_corpus_prefix", None, "Prefix of the updated corpus (default: <the index's corpus>-v<k>).")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "REALM: the checkpoint whose document tower built the index (default: the one "
-    "published.json records).")
+    "published.json records). Converted index: the bin/convert_checkpoint output of the embedder (or ORQA "
+    "model) that computed block_emb (default: the one an earlier update recorded).")
+_OUTPUT_DIR = flags.DEFINE_string(
+    "output_dir", None, "Converted index: the new directory (default: <the converted index>-v<k>).")
 _KEEP = flags.DEFINE_integer("keep", 3, "REALM: published indexes to keep (as bin/refresh_doc_embeds).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch.")
 
@@ -50,6 +60,18 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   target = _INDEX.value.rstrip("/")
+  converted = index_update.converted_index_dir(target)
+  if converted is not None:
+    try:
+      change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value)
+      written = index_update.update_converted_index(converted, change, _CHECKPOINT.value,
+                                                    _ON_EXISTING.value, _OUTPUT_DIR.value,
+                                                    _BATCH_SIZE.value)
+    except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
+            index_lib.CorruptIndexError, FileNotFoundError) as e:
+      sys.exit(f"bin/update_index: {e}\nThe converted index {converted} is unchanged.")
+    print(f"wrote {written}")
+    return
   orqa_dir = None
   if os.path.basename(target) == orqa_trainer.FROZEN_INDEX_DIR:
     orqa_dir = os.path.dirname(target)

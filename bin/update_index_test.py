@@ -2,7 +2,9 @@
 index (then bin/train_orqa --index_dir takes the updated index), on the ORQA run's frozen index (then
 bin/eval_orqa and bin/export_saved_model read the updated corpus: a replaced document's new text is what
 the exported open-QA model returns), and with bad change sets, which stop with a message and leave the
-published index as it was.
+published index as it was. And on a converted index (bin/convert_checkpoint --layout=block_emb from a TF1
+checkpoint in the released layout): the update writes a new converted index that bin/train_orqa
+--index_dir, bin/eval_orqa and bin/export_saved_model take.
 
 The corpus has as many documents as the reader reads (reader_beam_size 5), so the exported model returns
 the text of every block whatever its untrained retriever ranks first.
@@ -22,7 +24,9 @@ from realm_tf import testing_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
+from realm_tf.modeling import released_checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
@@ -163,6 +167,110 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
       f.write("id,title,body\n")
     result = _run("update_index.py", f"--index={model_dir}", f"--documents={wrong_format}")
     self._assert_failed_untouched(result, model_dir, before, "unknown corpus format")
+
+  def test_converted_index(self):
+    # The released layout: block_emb [num_blocks, D] in a TF1 checkpoint, blocks.tfr and titles.tfr, and
+    # the converted embedder (realm_config.json + ckpt-0 = Checkpoint(retriever=...), as
+    # bin/convert_checkpoint writes it) whose document tower computed block_emb. Mean pooling: under a
+    # random tiny BERT a query made of a document's words then finds that document.
+    embedder_dir = os.path.join(self.tmp, "conv_embedder")
+    config = realm_config_lib.RealmConfig(
+        retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285), vocab_path=_VOCAB,
+        projection_size=32, query_seq_len=32, candidate_seq_len=128, embedder_pooling="mean")
+    config.save(embedder_dir)
+    tf_keras.utils.set_random_seed(1)
+    retriever = config.build_retriever()
+    tf.train.CheckpointManager(tf.train.Checkpoint(retriever=retriever), embedder_dir, max_to_keep=1,
+                               checkpoint_name="ckpt").save(checkpoint_number=0)
+    block_emb = corpus_embedding.embed_corpus(
+        lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
+        config.featurizer(), batch_size=8, log=lambda message: None)
+    released = os.path.join(self.tmp, "released")
+    os.makedirs(released)
+    encoded = testing_utils.write_tf1_checkpoint(os.path.join(released, "encoded.ckpt"),
+                                                 {"block_emb": block_emb})
+    for name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):
+      with tf.io.TFRecordWriter(os.path.join(released, name)) as writer:
+        for document in self.documents:
+          writer.write(document[field].encode("utf-8"))
+    converted = os.path.join(self.tmp, "wiki_index")
+    released_checkpoints.convert(encoded, converted, blocks_path=os.path.join(released, "blocks.tfr"),
+                                 titles_path=os.path.join(released, "titles.tfr"),
+                                 index_implementation="brute_force")
+    before = _snapshot(converted)
+
+    # A released block's id is its row number; one is removed and a document added.
+    added = {"id": "added-1", "title": "Quorvath Zelindra",
+             "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+    documents = _write_jsonl(os.path.join(self.tmp, "conv_add.jsonl"), [added])
+    result = _run("update_index.py", f"--index={converted}/mips", f"--documents={documents}",
+                  "--remove_ids=4")
+    self.assertNotEqual(result.returncode, 0)  # the tower is not part of a block_emb conversion
+    self.assertIn("--checkpoint", result.stderr)
+    self.assertIn(f"The converted index {converted} is unchanged", result.stderr)
+    result = _run("update_index.py", f"--index={converted}", f"--checkpoint={embedder_dir}",
+                  f"--documents={documents}", "--remove_ids=4")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    updated = converted + "-v1"
+    self.assertIn(f"wrote {updated}", result.stdout)
+    self.assertEqual(_snapshot(converted), before)
+    blocks = released_checkpoints.load_block_texts(os.path.join(updated, "blocks.jsonl"))
+    self.assertEqual([b["id"] for b in blocks], ["0", "1", "2", "3", "added-1"])
+    self.assertEqual([b["row"] for b in blocks], list(range(5)))
+    self.assertEqual([b["text"] for b in blocks],
+                     [d["body"] for d in self.documents[:4]] + [added["body"]])
+    mips = index_lib.load_index(os.path.join(updated, "mips"))
+    self.assertAllClose(np.asarray(mips.embeddings)[:4], block_emb[:4])
+    # The added block is retrieved by a question about it (with the tower's query embedder); the
+    # removed block is no row any more, so no query returns it.
+    tokenizer = config.tokenizer()
+    featurizer = config.featurizer(tokenizer)
+
+    def top(text):
+      inputs = featurizer.query_inputs(tokenizer.tokenize([text.encode("utf-8")]))
+      query = retriever.embed_queries(tuple(tf.constant(x, tf.int32) for x in inputs), training=False)
+      return [blocks[r]["id"] for r in mips.search(np.asarray(query), k=mips.num_docs)[0][0]]
+
+    self.assertEqual(top("Where was Quorvath Zelindra born? Yxmoor beside the river Plessa")[0], "added-1")
+    for document in self.documents:
+      self.assertNotIn("4", top(document["body"]))
+
+    # Bad input: an unknown id; a second update derives from the first and takes its tower.
+    result = _run("update_index.py", f"--index={updated}", "--remove_ids=no-such-id")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("does not hold: 'no-such-id'", result.stderr)
+    self.assertFalse(os.path.exists(converted + "-v2"))
+
+    # bin/train_orqa --index_dir takes the updated index with the corpus of its blocks.jsonl; bin/eval_orqa
+    # and bin/export_saved_model read that run.
+    corpus = os.path.join(self.tmp, "conv_corpus", "blocks")
+    corpus_lib.write_corpus(lambda: corpus_lib.read_documents(os.path.join(updated, "blocks.jsonl")),
+                            tokenizer, corpus, num_shards=1)
+    orqa_dir = os.path.join(self.tmp, "conv_orqa")
+    result = _run("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
+                  f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
+                  f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
+                  "--bert_config=tiny", "--projection_size=32", "--query_seq_len=32",
+                  "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32",
+                  "--embedder_pooling=mean", "--batch_size=2", "--num_train_steps=1",
+                  "--save_checkpoints_steps=1", "--nojit_compile")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertIn(f"frozen index from {updated}/mips", result.stderr)
+    result = _run("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}", "--recall_ks=1,5")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    with open(os.path.join(orqa_dir, "eval", "qa.dev.predictions.jsonl")) as f:
+      retrieved = [i for line in f for i in json.loads(line)["retrieved_ids"]]
+    self.assertIn("added-1", retrieved)
+    self.assertNotIn("4", retrieved)
+    export_dir = os.path.join(self.tmp, "conv_export")
+    result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--output_dir={export_dir}",
+                  "--notoken_ids")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    open_qa = saved_models.load_saved_model(os.path.join(export_dir, "open_qa"))
+    outputs = open_qa.signatures["serving_default"](questions=tf.constant(["Who was Quorvath Zelindra?"]))
+    texts = [t.decode("utf-8") for t in np.asarray(outputs["block_texts"])[0]]
+    self.assertIn(added["body"], texts)
+    self.assertNotIn(self.documents[4]["body"], texts)
 
 
 if __name__ == "__main__":

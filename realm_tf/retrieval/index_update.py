@@ -27,6 +27,7 @@ new prefix no index refers to yet, and the index appears by the publish path's r
 """
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -37,10 +38,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.modeling import released_checkpoints as released
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
@@ -215,36 +218,31 @@ def next_version_prefix(base_prefix: str) -> str:
   return os.path.join(directory, f"{root}-v{max(versions) + 1}")
 
 
-def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeSet, on_existing: str,
-                  tokenizer, featurizer, embed_fn_factory: Callable[[], Callable],
-                  output_prefix: Optional[str] = None, batch_size: int = 128,
-                  log: Callable[[str], None] = print) -> UpdateResult:
-  """Checks the change, embeds the changed documents, writes the derived corpus; returns it with the
-  embeddings of its rows (publishing them is the caller's part).
+def apply_change(base: Sequence[dict], base_embeddings: np.ndarray, change: ChangeSet, on_existing: str,
+                 tokenizer, featurizer, embed_fn_factory: Callable[[], Callable], source: str,
+                 batch_size: int = 128, log: Callable[[str], None] = print):
+  """Checks the change against the index's documents and embeds the changed ones; returns (the rows of
+  the updated index as corpus records, their embeddings float32 [rows, D], a summary). Writes nothing.
 
   Args:
-    base_prefix: the corpus the index embeds (row i = document i).
-    base_embeddings: float32 [N, D], the index's rows.
+    base: the documents of the index's rows, dicts with "title", "body", "doc_id" (read_corpus records;
+      when they hold "title_token_ids" / "body_token_ids", the probes' token ids are checked too).
+    base_embeddings: float32 [len(base), D], the index's rows.
     embed_fn_factory: returns the index's document tower as embed_fn ((ids, mask, segments) -> [B, D]);
       called only when there is something to embed (a removal needs no tower).
-    output_prefix: the derived corpus (default next_version_prefix(base_prefix)).
+    source: what holds the documents (a corpus prefix, a blocks.jsonl), for messages.
   """
-  base = list(corpus_lib.read_corpus(base_prefix))
   if len(base) != base_embeddings.shape[0]:
-    raise UpdateError(f"the index has {base_embeddings.shape[0]} rows but its corpus {base_prefix} "
-                      f"{len(base)} documents; it does not embed that corpus")
-  plan = plan_rows([r["doc_id"] for r in base], change, on_existing, base_prefix)
-  output_prefix = output_prefix or next_version_prefix(base_prefix)
-  if tf.io.gfile.exists(output_prefix + corpus_lib.MANIFEST_SUFFIX):
-    raise UpdateError(f"{output_prefix} already holds a corpus; pass another --output_corpus_prefix "
-                      "(a published index may point at that one)")
+    raise UpdateError(f"the index has {base_embeddings.shape[0]} rows but {source} holds {len(base)} "
+                      "documents; it does not embed those documents")
+  plan = plan_rows([r["doc_id"] for r in base], change, on_existing, source)
   new_rows: List[dict] = []
   position: Dict[int, int] = {}
   new_embeddings = np.zeros([0, base_embeddings.shape[1]], np.float32)
   if change.documents:
-    changed = {i for source, i in plan.rows if source == "new"}
+    changed = {i for origin, i in plan.rows if origin == "new"}
     documents = [change.documents[i] for i in sorted(changed)]
-    kept = [i for source, i in plan.rows if source == "base"]
+    kept = [i for origin, i in plan.rows if origin == "base"]
     probes = [kept[j * len(kept) // NUM_PROBES] for j in range(min(NUM_PROBES, len(kept)))]
     probes = sorted(set(probes))
     probe_docs = [corpus_lib.Document(base[r]["title"], base[r]["body"], base[r]["doc_id"])
@@ -262,9 +260,10 @@ def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeS
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
     for probe, row, embedding in zip(tokenized[len(documents):], probes, embeddings[len(documents):]):
-      if (probe["title_token_ids"] != base[row]["title_token_ids"]
+      if "body_token_ids" in base[row] and (
+          probe["title_token_ids"] != base[row]["title_token_ids"]
           or probe["body_token_ids"] != base[row]["body_token_ids"]):
-        raise UpdateError(f"the tokenizer does not reproduce the token ids of {base_prefix}'s document "
+        raise UpdateError(f"the tokenizer does not reproduce the token ids of {source}'s document "
                           f"{base[row]['doc_id']!r}: the run's vocab is not the corpus's; nothing was "
                           "written")
       stored = base_embeddings[row]
@@ -277,17 +276,51 @@ def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeS
     new_rows = tokenized[:len(documents)]
     new_embeddings = embeddings[:len(documents)]
     position = {i: j for j, i in enumerate(sorted(changed))}
-  records = [base[i] if source == "base" else new_rows[position[i]] for source, i in plan.rows]
-  embeddings = np.stack([base_embeddings[i] if source == "base" else new_embeddings[position[i]]
-                         for source, i in plan.rows]).astype(np.float32)
+  records = [base[i] if origin == "base" else new_rows[position[i]] for origin, i in plan.rows]
+  embeddings = np.stack([base_embeddings[i] if origin == "base" else new_embeddings[position[i]]
+                         for origin, i in plan.rows]).astype(np.float32)
   summary = {"added": len(plan.added), "replaced": len(plan.replaced), "removed": len(plan.removed),
              "embedded": len(new_rows), "base_documents": len(base), "documents": len(records),
              "documents_source": change.documents_source, "remove_source": change.remove_source}
+  return records, embeddings, summary
+
+
+def rebuild_like(mips: index_lib.MipsIndex, embeddings: np.ndarray,
+                 implementation: Optional[str] = None) -> index_lib.MipsIndex:
+  """An index of embeddings of the same kind as mips (a compressed ScaNN index stays compressed), so an
+  update does not change how the index searches."""
+  implementation = implementation or mips.implementation
+  options = {}
+  if implementation == index_lib.ScannIndex.implementation and "rescoring" in mips.parameters:
+    options["rescoring"] = mips.parameters["rescoring"]
+  return index_lib.build_index(embeddings, implementation=implementation, **options)
+
+
+def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeSet, on_existing: str,
+                  tokenizer, featurizer, embed_fn_factory: Callable[[], Callable],
+                  output_prefix: Optional[str] = None, batch_size: int = 128,
+                  log: Callable[[str], None] = print) -> UpdateResult:
+  """Checks the change, embeds the changed documents (apply_change), writes the derived corpus; returns
+  it with the embeddings of its rows (publishing them is the caller's part).
+
+  Args:
+    base_prefix: the corpus the index embeds (row i = document i).
+    base_embeddings: float32 [N, D], the index's rows.
+    embed_fn_factory: see apply_change.
+    output_prefix: the derived corpus (default next_version_prefix(base_prefix)).
+  """
+  output_prefix = output_prefix or next_version_prefix(base_prefix)
+  if tf.io.gfile.exists(output_prefix + corpus_lib.MANIFEST_SUFFIX):
+    raise UpdateError(f"{output_prefix} already holds a corpus; pass another --output_corpus_prefix "
+                      "(a published index may point at that one)")
+  records, embeddings, summary = apply_change(
+      list(corpus_lib.read_corpus(base_prefix)), base_embeddings, change, on_existing, tokenizer,
+      featurizer, embed_fn_factory, base_prefix, batch_size, log)
   num_shards = len(corpus_lib.read_manifest(base_prefix)["shards"])
   corpus_lib.write_derived_corpus(base_prefix, lambda: records, len(records), output_prefix,
                                   num_shards, {k: v for k, v in summary.items() if k != "embedded"})
   log(f"wrote the updated corpus {output_prefix}: {len(records)} documents ({summary['added']} added, "
-      f"{summary['replaced']} replaced, {summary['removed']} removed; {len(new_rows)} embedded)")
+      f"{summary['replaced']} replaced, {summary['removed']} removed; {summary['embedded']} embedded)")
   return UpdateResult(output_prefix, embeddings, summary)
 
 
@@ -353,11 +386,7 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
                          config.tokenizer(), config.featurizer(), embed_fn_factory,
                          output_corpus_prefix, batch_size, log)
   implementation = record.get("implementation") or mips.implementation
-  # The same kind of index as the refresher built (a compressed ScaNN index stays compressed).
-  options = {}
-  if implementation == index_lib.ScannIndex.implementation and "rescoring" in mips.parameters:
-    options["rescoring"] = mips.parameters["rescoring"]
-  new_mips = index_lib.build_index(result.embeddings, implementation=implementation, **options)
+  new_mips = rebuild_like(mips, result.embeddings, implementation)
   update_id = uuid.uuid4().hex
   info = {k: v for k, v in record.items()
           if k not in ("step", "num_docs", "dim", "published_unix_time", "update", "embed_seconds",
@@ -391,3 +420,137 @@ def resolve_published(path: str) -> str:
     return os.path.join(published_index.index_root(path), str(steps[-1]))
   raise UpdateError(f"--index={path} is neither a published index (no {published_index.PUBLISHED_NAME}) "
                     "nor a model dir with published indexes (MODEL_DIR/index/<step>/)")
+
+
+# -------------------------------------------------------------------------------------------------
+# A converted index: bin/convert_checkpoint --layout=block_emb's OUTPUT_DIR (mips/ + blocks.jsonl).
+
+
+def converted_index_dir(path: str) -> Optional[str]:
+  """The directory of a converted block_emb index when --index names it or its mips/, else None."""
+  path = os.path.abspath(path.rstrip("/"))
+  for candidate in (path, os.path.dirname(path) if os.path.basename(path) == released.MIPS_DIR else None):
+    if candidate and tf.io.gfile.exists(os.path.join(candidate, released.CONVERSION_NAME)) and \
+        tf.io.gfile.exists(os.path.join(candidate, released.MIPS_DIR, index_lib.MANIFEST_NAME)):
+      return candidate
+  return None
+
+
+def _converted_blocks(index_dir: str, num_rows: int) -> List[dict]:
+  """The documents of a converted index's rows: blocks.jsonl line i is row i. A block's doc_id is its
+  "id" (written by an update) or, for a block of the released corpus, its row number there: what ORQA
+  retrieves, and how a change set names it."""
+  path = os.path.join(index_dir, released.BLOCKS_NAME)
+  if not tf.io.gfile.exists(path):
+    raise UpdateError(f"{index_dir} has no {released.BLOCKS_NAME}: an update needs the block texts (the "
+                      "rows it keeps, and unchanged blocks it re-embeds to check the tower). Convert the "
+                      "block_emb again with --blocks_path=<ORQA's blocks.tfr> (and --titles_path)")
+  records = released.load_block_texts(path)
+  if len(records) != num_rows:
+    raise UpdateError(f"{path} has {len(records)} records but {index_dir}/{released.MIPS_DIR} has "
+                      f"{num_rows} rows; they must come from one conversion")
+  documents = []
+  for i, record in enumerate(records):
+    if record.get("row") != i or not isinstance(record.get("text"), str):
+      raise UpdateError(f"{path}:{i + 1}: expected {{\"row\": {i}, \"text\": ...}} (line i is row i); "
+                        "the file is not bin/convert_checkpoint's, or was edited")
+    documents.append({"title": record.get("title") or "", "body": record["text"],
+                      "doc_id": str(record.get("id", i))})
+  return documents
+
+
+def _tower_config_dir(checkpoint: str) -> str:
+  """The directory holding realm_config.json for --checkpoint (a converted dir, or a checkpoint file in
+  one)."""
+  directory = checkpoint if tf.io.gfile.isdir(checkpoint) else os.path.dirname(checkpoint)
+  if not tf.io.gfile.exists(os.path.join(directory, realm_config_lib.CONFIG_NAME)):
+    raise UpdateError(f"--checkpoint={checkpoint}: no {realm_config_lib.CONFIG_NAME} in {directory}; pass "
+                      "the bin/convert_checkpoint output of the released embedder (or ORQA model) whose "
+                      "document tower computed block_emb")
+  return directory
+
+
+def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Optional[str] = None,
+                           on_existing: str = "error", output_dir: Optional[str] = None,
+                           batch_size: int = 128, log: Callable[[str], None] = print) -> str:
+  """Writes `<index_dir>-v<k>/` (or output_dir): the converted index with the change applied, in the
+  same layout (mips/, blocks.jsonl, conversion.json), so every reader of a converted index reads it.
+
+  The released block_emb comes without its tower: checkpoint names the converted embedder (or ORQA
+  model) whose document tower embeds the new blocks; an update records it, so later updates of the
+  new version need no --checkpoint. Unchanged blocks are re-embedded as probes (apply_change) and must
+  reproduce their released embeddings. The new directory is written under a temporary name and renamed
+  (index_dir is never modified; a kill leaves it and at most a temporary directory). Its blocks.jsonl
+  gives every block its "id" (a released block keeps its row number there), and line i is row i again.
+  Returns the new directory.
+  """
+  index_dir = os.path.abspath(index_dir.rstrip("/"))
+  with tf.io.gfile.GFile(os.path.join(index_dir, released.CONVERSION_NAME)) as f:
+    conversion = json.load(f)
+  if conversion.get("layout") != released.BLOCK_EMB:
+    raise UpdateError(f"{index_dir}/{released.CONVERSION_NAME} is of layout {conversion.get('layout')!r}, "
+                      f"not {released.BLOCK_EMB}: only a converted index (mips/ and blocks.jsonl) has "
+                      "documents to change")
+  mips = index_lib.load_index(os.path.join(index_dir, released.MIPS_DIR))
+  base = _converted_blocks(index_dir, mips.num_docs)
+  checkpoint = checkpoint or conversion.get("update", {}).get("checkpoint")
+  output_dir = os.path.abspath(output_dir) if output_dir else next_version_prefix(index_dir)
+  if tf.io.gfile.exists(output_dir):
+    raise UpdateError(f"{output_dir} exists already; pass another --output_dir")
+
+  config_holder = []
+
+  def embed_fn_factory():
+    if not checkpoint:
+      raise UpdateError(f"{index_dir} holds released block embeddings without their document tower: pass "
+                        "--checkpoint=<the bin/convert_checkpoint output of the embedder that computed "
+                        "them>, e.g. /conv/embedder")
+    retriever = config_holder[0].build_retriever()
+    try:
+      checkpoints.restore_retriever(retriever, checkpoint)
+    except (ValueError, FileNotFoundError, tf.errors.OpError) as e:
+      raise UpdateError(f"cannot restore a document tower from --checkpoint={checkpoint} "
+                        f"({str(e).splitlines()[0]})") from e
+    return lambda inputs: retriever.embed_documents(inputs, training=False)
+
+  tokenizer = featurizer = None
+  if change.documents:
+    if not checkpoint:
+      embed_fn_factory()  # raises the message that says what to pass
+    config_dir = _tower_config_dir(checkpoint)
+    config = realm_config_lib.RealmConfig.load(config_dir)
+    config_path = os.path.join(config_dir, realm_config_lib.CONFIG_NAME)
+    corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
+                           source=f"{config_path}'s vocab_path")
+    config_holder.append(config)
+    tokenizer, featurizer = config.tokenizer(), config.featurizer()
+  records, embeddings, summary = apply_change(
+      base, np.asarray(mips.embeddings), change, on_existing, tokenizer, featurizer, embed_fn_factory,
+      os.path.join(index_dir, released.BLOCKS_NAME), batch_size, log)
+  new_mips = rebuild_like(mips, embeddings)
+  update = dict(summary, base_index_dir=index_dir,
+                checkpoint=checkpoint and checkpoints.resolve_checkpoint(checkpoint))
+  tmp = io_utils.temporary_path(output_dir)
+  try:
+    tf.io.gfile.makedirs(tmp)
+    new_mips.save(os.path.join(tmp, released.MIPS_DIR),
+                  extra=dict(mips.manifest.get("extra", {}), update=update))
+    io_utils.write_jsonl_atomic(os.path.join(tmp, released.BLOCKS_NAME), (
+        {"row": row, "id": r["doc_id"], "text": r["body"], "title": r["title"]}
+        for row, r in enumerate(records)))
+    outputs = {"index": os.path.join(output_dir, released.MIPS_DIR),
+               "blocks": os.path.join(output_dir, released.BLOCKS_NAME)}
+    # Last: conversion.json marks the directory a converted index.
+    io_utils.write_json_atomic(os.path.join(tmp, released.CONVERSION_NAME), dict(
+        conversion, num_blocks=new_mips.num_docs, dim=new_mips.dim, outputs=outputs, update=update))
+    for directory, _, files in os.walk(tmp):
+      for name in files:
+        io_utils.fsync_path(os.path.join(directory, name))
+    os.rename(tmp, output_dir)
+    io_utils.fsync_path(os.path.dirname(output_dir))
+  finally:
+    if tf.io.gfile.exists(tmp):
+      shutil.rmtree(tmp, ignore_errors=True)
+  log(f"wrote the updated index {output_dir}: {new_mips.num_docs} blocks ({summary['added']} added, "
+      f"{summary['replaced']} replaced, {summary['removed']} removed; {summary['embedded']} embedded)")
+  return output_dir
