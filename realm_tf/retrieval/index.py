@@ -528,7 +528,9 @@ class MipsIndex(abc.ABC):
     if INT8_CODES_NAME in arrays:
       embeddings = Int8Embeddings(np.array(arrays[INT8_CODES_NAME]), np.array(arrays[INT8_SCALES_NAME]))
     elif SCANN_INT8_CODES_NAME in arrays:
-      embeddings = Int8Embeddings.from_multipliers(np.array(arrays[SCANN_INT8_CODES_NAME]),
+      # A read-only memory map: ScaNN's searcher holds these codes in memory already, and re-scoring
+      # reads only the candidates' rows.
+      embeddings = Int8Embeddings.from_multipliers(arrays[SCANN_INT8_CODES_NAME],
                                                    np.array(arrays[SCANN_INT8_MULTIPLIERS_NAME]))
     return impl_cls._load(directory, manifest, embeddings, doc_ids, **options)
 
