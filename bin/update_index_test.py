@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -28,6 +29,7 @@ from realm_tf.modeling import released_checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 
@@ -168,12 +170,15 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     result = _run("update_index.py", f"--index={model_dir}", f"--documents={wrong_format}")
     self._assert_failed_untouched(result, model_dir, before, "unknown corpus format")
 
-  def test_converted_index(self):
-    # The released layout: block_emb [num_blocks, D] in a TF1 checkpoint, blocks.tfr and titles.tfr, and
-    # the converted embedder (realm_config.json + ckpt-0 = Checkpoint(retriever=...), as
-    # bin/convert_checkpoint writes it) whose document tower computed block_emb. Mean pooling: under a
-    # random tiny BERT a query made of a document's words then finds that document.
-    embedder_dir = os.path.join(self.tmp, "conv_embedder")
+  def _converted(self, name):
+    """A converted index of the corpus under tmp/name and the converted embedder that computed it.
+
+    The released layout: block_emb [num_blocks, D] in a TF1 checkpoint, blocks.tfr and titles.tfr, and
+    the converted embedder (realm_config.json + ckpt-0 = Checkpoint(retriever=...), as
+    bin/convert_checkpoint writes it) whose document tower computed block_emb. Mean pooling: under a
+    random tiny BERT a query made of a document's words then finds that document.
+    Returns (converted dir, embedder dir, config, retriever, block_emb)."""
+    embedder_dir = os.path.join(self.tmp, name, "conv_embedder")
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285), vocab_path=_VOCAB,
         projection_size=32, query_seq_len=32, candidate_seq_len=128, embedder_pooling="mean")
@@ -185,24 +190,28 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     block_emb = corpus_embedding.embed_corpus(
         lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
         config.featurizer(), batch_size=8, log=lambda message: None)
-    released = os.path.join(self.tmp, "released")
+    released = os.path.join(self.tmp, name, "released")
     os.makedirs(released)
     encoded = testing_utils.write_tf1_checkpoint(os.path.join(released, "encoded.ckpt"),
                                                  {"block_emb": block_emb})
-    for name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):
-      with tf.io.TFRecordWriter(os.path.join(released, name)) as writer:
+    for file_name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):
+      with tf.io.TFRecordWriter(os.path.join(released, file_name)) as writer:
         for document in self.documents:
           writer.write(document[field].encode("utf-8"))
-    converted = os.path.join(self.tmp, "wiki_index")
+    converted = os.path.join(self.tmp, name, "wiki_index")
     released_checkpoints.convert(encoded, converted, blocks_path=os.path.join(released, "blocks.tfr"),
                                  titles_path=os.path.join(released, "titles.tfr"),
                                  index_implementation="brute_force")
+    return converted, embedder_dir, config, retriever, block_emb
+
+  def test_converted_index(self):
+    converted, embedder_dir, config, retriever, block_emb = self._converted("conv")
     before = _snapshot(converted)
 
     # A released block's id is its row number; one is removed and a document added.
     added = {"id": "added-1", "title": "Quorvath Zelindra",
              "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
-    documents = _write_jsonl(os.path.join(self.tmp, "conv_add.jsonl"), [added])
+    documents = _write_jsonl(os.path.join(self.tmp, "conv", "add.jsonl"), [added])
     result = _run("update_index.py", f"--index={converted}/mips", f"--documents={documents}",
                   "--remove_ids=4")
     self.assertNotEqual(result.returncode, 0)  # the tower is not part of a block_emb conversion
@@ -243,10 +252,10 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
 
     # bin/train_orqa --index_dir takes the updated index with the corpus of its blocks.jsonl; bin/eval_orqa
     # and bin/export_saved_model read that run.
-    corpus = os.path.join(self.tmp, "conv_corpus", "blocks")
+    corpus = os.path.join(self.tmp, "conv", "corpus", "blocks")
     corpus_lib.write_corpus(lambda: corpus_lib.read_documents(os.path.join(updated, "blocks.jsonl")),
                             tokenizer, corpus, num_shards=1)
-    orqa_dir = os.path.join(self.tmp, "conv_orqa")
+    orqa_dir = os.path.join(self.tmp, "conv", "orqa")
     result = _run("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
                   f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
                   f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
@@ -262,7 +271,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
       retrieved = [i for line in f for i in json.loads(line)["retrieved_ids"]]
     self.assertIn("added-1", retrieved)
     self.assertNotIn("4", retrieved)
-    export_dir = os.path.join(self.tmp, "conv_export")
+    export_dir = os.path.join(self.tmp, "conv", "export")
     result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--output_dir={export_dir}",
                   "--notoken_ids")
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -271,6 +280,29 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     texts = [t.decode("utf-8") for t in np.asarray(outputs["block_texts"])[0]]
     self.assertIn(added["body"], texts)
     self.assertNotIn(self.documents[4]["body"], texts)
+
+
+  def test_converted_index_update_killed_before_its_rename(self):
+    converted, _, _, _, _ = self._converted("conv_killed")
+    before = _snapshot(converted)
+    change = index_update.read_change_set(remove_ids=["1"])
+    real_rename = os.rename
+
+    def killed(source, target):
+      if os.path.basename(target) == "wiki_index-v1":
+        raise OSError("injected: killed before the rename")
+      return real_rename(source, target)
+
+    with mock.patch.object(index_update.os, "rename", killed):
+      with self.assertRaisesRegex(OSError, "injected"):
+        index_update.update_converted_index(converted, change, log=lambda message: None)
+    # Nothing but the converted index it started from: no -v1, no temporary directory left.
+    self.assertEqual(sorted(os.listdir(os.path.dirname(converted))), ["conv_embedder", "released", "wiki_index"])
+    self.assertEqual(_snapshot(converted), before)
+    written = index_update.update_converted_index(converted, change, log=lambda message: None)
+    self.assertEqual(written, converted + "-v1")
+    self.assertEqual([b["id"] for b in released_checkpoints.load_block_texts(
+        os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
 
 
 if __name__ == "__main__":
