@@ -2,17 +2,23 @@ r"""Exports a trained run as SavedModels (realm_tf.export.saved_models).
 
 From a bin/train_orqa model dir (its best checkpoint unless --checkpoint): OUTPUT_DIR/query_embedder,
 OUTPUT_DIR/document_embedder and OUTPUT_DIR/open_qa (questions in, answers, scores, retrieved blocks out;
-it carries the index and the block texts). From a REALM / ICT / converted run: the two embedders.
+it carries the index and the block texts). From Google's released ORQA converted by
+bin/convert_checkpoint (--model_dir) and its converted block_emb with the blocks (--index_dir):
+OUTPUT_DIR/query_embedder and OUTPUT_DIR/open_qa. From a REALM / ICT / converted run: the two embedders.
 These take raw text and tokenize inside with tensorflow_text ops (and ScaNN's with --index=scann), which
 the process serving them must have registered. With --token_ids (the default) each also gets a twin,
 OUTPUT_DIR/<name>_token_ids, that takes BERT token ids and needs only core TensorFlow ops: the stock
 saved_model_cli and any TF Serving build run it (open_qa_token_ids searches by exact brute force).
   python bin/export_saved_model.py --model_dir=/runs/orqa_nq --output_dir=/export/orqa_nq --index=scann
+  python bin/export_saved_model.py --model_dir=/conv/orqa_nq --index_dir=/conv/wiki_index \
+      --output_dir=/export/orqa_nq_released
   python bin/answer.py "who wrote the iliad" --saved_model=/export/orqa_nq/open_qa
   saved_model_cli run --dir /export/orqa_nq/open_qa_token_ids --tag_set serve \
       --signature_def serving_token_ids \
       --input_exprs 'input_word_ids=[[101, 2040, 2626, 102]];input_mask=[[1, 1, 1, 1]]'
 """
+
+import sys
 
 from absl import app
 from absl import flags
@@ -25,6 +31,11 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa (or REALM 
                                  required=True)
 _OUTPUT = flags.DEFINE_string("output_dir", None, "New directory for the SavedModels.", required=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to export instead of the best/latest.")
+_INDEX_DIR = flags.DEFINE_string("index_dir", None,
+                                 "With a converted ORQA --model_dir (bin/convert_checkpoint, layout "
+                                 "orqa_from_realm): the converted block_emb (bin/convert_checkpoint "
+                                 "--layout=block_emb --blocks_path=...: mips/ and blocks.jsonl), which "
+                                 "the open-QA model searches and reads.")
 _INDEX = flags.DEFINE_enum("index", "brute_force", list(saved_models.INDEX_CHOICES),
                            "Search inside the open-QA model: exact brute force, or ScaNN's TF ops (load "
                            "such a model after `import scann`).")
@@ -46,9 +57,12 @@ def main(argv):
   scann_options = index_lib.ScannOptions(
       num_leaves=_LEAVES.value, num_leaves_to_search=_LEAVES_TO_SEARCH.value,
       num_candidates=_CANDIDATES.value, tree_min_docs=_TREE_MIN_DOCS.value)
-  paths = saved_models.export_all(_MODEL_DIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
-                                  index=_INDEX.value, scann_options=scann_options, log=logging.info,
-                                  token_ids=_TOKEN_IDS.value)
+  try:
+    paths = saved_models.export_all(_MODEL_DIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
+                                    index=_INDEX.value, scann_options=scann_options, log=logging.info,
+                                    token_ids=_TOKEN_IDS.value, index_dir=_INDEX_DIR.value)
+  except (ValueError, FileNotFoundError, FileExistsError) as e:  # the messages say what to pass
+    sys.exit(f"export_saved_model: {e}")
   for kind, path in paths.items():
     print(f"{kind}: {path}")
 

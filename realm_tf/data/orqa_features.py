@@ -421,17 +421,37 @@ def load_blocks(corpus_prefix: str, max_block_len: int) -> Blocks:
     titles.append(document["title"])
     bodies.append(document["body"])
     doc_ids.append(document["doc_id"])
-    rows.append(document["body_token_ids"][:max_block_len])
+    rows.append(document["body_token_ids"][:max_block_len])  # truncated now: a corpus may be large
   if not rows:
     raise ValueError(f"corpus {corpus_prefix} holds no documents; regenerate it with "
                      "bin/generate_retrieval_corpus")
+  return pack_blocks(titles, bodies, doc_ids, rows, max_block_len)
+
+
+def pack_blocks(titles: Sequence[str], bodies: Sequence[str], doc_ids: Sequence[str],
+                body_token_ids: Sequence[Sequence[int]], max_block_len: int) -> Blocks:
+  """Blocks from per-block wordpiece lists, each truncated to max_block_len; C is the longest kept."""
+  rows = [row[:max_block_len] for row in body_token_ids]
   width = max(1, max(len(r) for r in rows))
   token_ids = np.zeros([len(rows), width], np.int32)
   lengths = np.zeros([len(rows)], np.int32)
   for i, row in enumerate(rows):
     token_ids[i, :len(row)] = row
     lengths[i] = len(row)
-  return Blocks(token_ids, lengths, titles, bodies, doc_ids)
+  return Blocks(token_ids, lengths, list(titles), list(bodies), list(doc_ids))
+
+
+def blocks_from_texts(tokenizer: tokenization.Tokenizer, titles: Sequence[str], bodies: Sequence[str],
+                      doc_ids: Sequence[str], max_block_len: int, batch_size: int = 512) -> Blocks:
+  """Blocks of texts that no corpus holds yet (a converted ORQA blocks.jsonl): the bodies tokenized as
+  bin/generate_retrieval_corpus tokenizes them (realm_tf.data.corpus.write_corpus), in batches."""
+  if not bodies:
+    raise ValueError("no blocks to read; the open-QA model needs at least one")
+  rows: List[List[int]] = []
+  for begin in range(0, len(bodies), batch_size):
+    batch = [body.encode("utf-8") for body in bodies[begin:begin + batch_size]]
+    rows.extend(row[:max_block_len] for row in tokenizer.tokenize(batch).to_list())
+  return pack_blocks(titles, bodies, doc_ids, rows, max_block_len)
 
 
 # Feature names of an ORQA batch (realm_tf.modeling.orqa.OrqaModel.compute_loss).

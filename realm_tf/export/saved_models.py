@@ -62,6 +62,7 @@ from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.modeling import released_checkpoints
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_trainer
 
@@ -461,40 +462,68 @@ def export_open_qa_token_ids(trained, path: str, info: Optional[Dict] = None,
 
 def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None,
                index: str = "brute_force", scann_options: Optional[index_lib.ScannOptions] = None,
-               log: Callable[[str], None] = print, token_ids: bool = True) -> Dict[str, str]:
+               log: Callable[[str], None] = print, token_ids: bool = True,
+               index_dir: Optional[str] = None) -> Dict[str, str]:
   """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}, and with
   token_ids their core-ops twins {...}_token_ids (see the module docstring).
 
   A bin/train_orqa model dir (orqa_config.json) gives all three, from its best checkpoint by default.
-  Any other run with a realm_config.json (bin/train_realm, bin/train_ict, a converted checkpoint) gives
-  the two embedders, from its latest checkpoint by default.
+  A converted orqa_from_realm checkpoint (bin/convert_checkpoint) with index_dir, the converted
+  block_emb and its blocks (orqa_trainer.load_converted), gives query_embedder and open_qa: no
+  document_embedder, as the tower that embedded the released blocks (REALM's embedder) is not in it.
+  Any other run with a realm_config.json (bin/train_realm, bin/train_ict, a converted checkpoint
+  without index_dir) gives the two embedders, from its latest checkpoint by default.
   """
+  conversion = released_checkpoints.read_conversion(model_dir) or {}
+  if conversion.get("layout") == released_checkpoints.BLOCK_EMB:
+    raise ValueError(f"{model_dir} holds converted block embeddings (an index), not a model: pass it "
+                     "as index_dir (--index_dir) and the converted ORQA checkpoint as model_dir "
+                     "(--model_dir)")
+  converted_orqa = conversion.get("layout") == released_checkpoints.ORQA_FROM_REALM
+  if index_dir is not None and not converted_orqa:
+    raise ValueError(f"index_dir (--index_dir={index_dir}) is for a converted ORQA checkpoint "
+                     f"(bin/convert_checkpoint's orqa_from_realm output); {model_dir} is not one "
+                     f"(conversion.json layout: {conversion.get('layout')}). A bin/train_orqa run "
+                     "carries its own index: omit --index_dir")
   config = realm_config_lib.RealmConfig.load(model_dir)
   paths = {}
 
   def embedders(query_embedder, doc_embedder, info):
     out = os.path.join
-    paths[QUERY_EMBEDDER] = export_query_embedder(config, query_embedder,
-                                                  out(output_dir, QUERY_EMBEDDER), info)
-    paths[DOCUMENT_EMBEDDER] = export_document_embedder(config, doc_embedder,
-                                                        out(output_dir, DOCUMENT_EMBEDDER), info)
+    for kind, export, export_twin, embedder in (
+        (QUERY_EMBEDDER, export_query_embedder, export_query_embedder_token_ids, query_embedder),
+        (DOCUMENT_EMBEDDER, export_document_embedder, export_document_embedder_token_ids,
+         doc_embedder)):
+      if embedder is None:
+        continue
+      paths[kind] = export(config, embedder, out(output_dir, kind), info)
+      if token_ids:
+        paths[kind + TOKEN_IDS_SUFFIX] = export_twin(config, embedder,
+                                                     out(output_dir, kind + TOKEN_IDS_SUFFIX), info)
+
+  def open_qa(trained, info):
+    paths[OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, OPEN_QA), index, scann_options,
+                                    info)
     if token_ids:
-      for kind, export, embedder in ((QUERY_EMBEDDER, export_query_embedder_token_ids, query_embedder),
-                                     (DOCUMENT_EMBEDDER, export_document_embedder_token_ids,
-                                      doc_embedder)):
-        paths[kind + TOKEN_IDS_SUFFIX] = export(config, embedder,
-                                                out(output_dir, kind + TOKEN_IDS_SUFFIX), info)
+      paths[OPEN_QA + TOKEN_IDS_SUFFIX] = export_open_qa_token_ids(
+          trained, os.path.join(output_dir, OPEN_QA + TOKEN_IDS_SUFFIX), info, log)
 
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
     trained = orqa_trainer.load_trained(model_dir, checkpoint)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint}
     log(f"exporting {trained.checkpoint}")
     embedders(trained.model.retriever.query_embedder, trained.model.retriever.doc_embedder, info)
-    paths[OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, OPEN_QA), index, scann_options,
-                                    info)
-    if token_ids:
-      paths[OPEN_QA + TOKEN_IDS_SUFFIX] = export_open_qa_token_ids(
-          trained, os.path.join(output_dir, OPEN_QA + TOKEN_IDS_SUFFIX), info, log)
+    open_qa(trained, info)
+  elif index_dir is not None:
+    trained = orqa_trainer.load_converted(model_dir, index_dir, checkpoint)
+    info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint,
+            "index_dir": os.path.abspath(index_dir), "source": conversion.get("source"),
+            "query_seq_len": config.query_seq_len, "reader_seq_len": trained.orqa.reader_seq_len}
+    log(f"exporting converted ORQA {trained.checkpoint} over the {trained.model.num_blocks} blocks of "
+        f"{index_dir} (no document_embedder: the released blocks were embedded by REALM's embedder, "
+        "not this checkpoint; export its conversion for that)")
+    embedders(trained.model.retriever.query_embedder, None, info)
+    open_qa(trained, info)
   else:
     config_path = os.path.join(model_dir, realm_config_lib.CONFIG_NAME)
     corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
@@ -502,7 +531,8 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
     retriever = config.build_retriever()
     resolved = checkpoints.restore_retriever(retriever, checkpoint or model_dir)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": resolved}
-    log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model)")
+    log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model"
+        + ("; pass --index_dir=<converted block_emb> for one)" if converted_orqa else ")"))
     embedders(retriever.query_embedder, retriever.doc_embedder, info)
   for kind, path in paths.items():
     log(f"wrote {kind} SavedModel to {path}")

@@ -45,6 +45,7 @@ from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.modeling import released_checkpoints
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_update
@@ -301,7 +302,7 @@ def load_frozen_index(model_dir: str, corpus_prefix: str) -> np.ndarray:
   return np.asarray(mips.embeddings)
 
 
-def warm_start_reader(reader, checkpoint: str) -> str:
+def warm_start_reader(reader, checkpoint: str, flag: str = "--reader_checkpoint") -> str:
   """Initializes the span reader from --reader_checkpoint; returns what was loaded.
 
   A checkpoint holding a whole span reader under reader/ (bin/convert_checkpoint's orqa_from_realm
@@ -320,7 +321,7 @@ def warm_start_reader(reader, checkpoint: str) -> str:
       status.expect_partial()
       status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
-      raise ValueError(f"--reader_checkpoint={checkpoint}: its reader/ does not fit this span reader "
+      raise ValueError(f"{flag}={checkpoint}: its reader/ does not fit this span reader "
                        f"(pass the --span_hidden_size and --bert_config it was trained with): {e}") from e
     return f"span reader (BERT and span head) restored from {resolved}"
   report = bert_conversion.load_bert_weights(reader.encoder, checkpoint, strict=False)
@@ -643,6 +644,39 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
     status.assert_existing_objects_matched()
   except AssertionError as e:
     raise ValueError(f"{path}: not a checkpoint of this ORQA model ({e})") from e
+  return TrainedOrqa(model, config, orqa, blocks, tokenizer, config.featurizer(tokenizer), path)
+
+
+def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = None,
+                   strategy: Optional[tf.distribute.Strategy] = None) -> TrainedOrqa:
+  """Google's released ORQA as bin/convert_checkpoint wrote it, for the exporters: model_dir holds the
+  converted orqa_from_realm checkpoint (retriever + span reader; its configs state the sequence lengths),
+  index_dir the converted block_emb (mips/ and blocks.jsonl, row i = block i).
+
+  The block embeddings are the released ones; ORQA fine-tuned only the query side of its retriever, so
+  the converted tower is the query tower (the model's document tower gets the same weights but did not
+  embed the index). Block ids are the row numbers, as strings.
+  """
+  config, orqa = released_checkpoints.converted_orqa_configs(model_dir)
+  mips, records = released_checkpoints.load_converted_index(index_dir)
+  if mips.dim != config.projection_size:
+    raise ValueError(f"--index_dir={index_dir} holds {mips.dim}-dimensional block embeddings but the "
+                     f"retriever of --model_dir={model_dir} projects to {config.projection_size}; pass "
+                     "the block_emb of the release this ORQA model was fine-tuned with")
+  orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
+                                                                      released_checkpoints.BLOCKS_NAME))
+  tokenizer = config.tokenizer()
+  blocks = orqa_features.blocks_from_texts(
+      tokenizer, [record.get("title", "") for record in records],
+      [record["text"] for record in records], [str(i) for i in range(len(records))],
+      orqa.max_block_len)
+  path = checkpoints.resolve_checkpoint(checkpoint or model_dir)
+  flag = "--checkpoint" if checkpoint else "--model_dir"
+  with (strategy or tf.distribute.get_strategy()).scope():
+    model = build_model(config, orqa, np.asarray(mips.embeddings), blocks, tokenizer)
+    orqa_lib.copy_retriever_weights(load_retriever_checkpoint(config, path, flag=flag),
+                                    model.retriever)
+    warm_start_reader(model.reader, path, flag=flag)
   return TrainedOrqa(model, config, orqa, blocks, tokenizer, config.featurizer(tokenizer), path)
 
 
