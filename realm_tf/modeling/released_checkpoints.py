@@ -53,6 +53,13 @@ encoder/layer_<i> scopes, intermediate_size from layer_0/intermediate/dense. The
 heads is not visible in the shapes (the TF1 query kernel is [hidden, hidden]): it comes from
 num_attention_heads when given, else hidden_size / 64 (BERT's head size: 12 for BERT-base), and is an
 error when 64 does not divide hidden_size.
+
+Sequence lengths are not in the checkpoints either: a converted retriever or ORQA model runs with the
+originals' (ORIGINAL_SEQUENCE_LENGTHS) cut to its BERT's position table, or with lengths given within
+it (sequence_lengths); convert() states them in realm_config.json and conversion.json. An ORQA
+conversion plus a block_emb conversion with its blocks are what orqa_trainer.load_converted and
+bin/export_saved_model --index_dir turn into the open-QA SavedModel (converted_orqa_configs,
+load_converted_index).
 """
 
 import dataclasses
