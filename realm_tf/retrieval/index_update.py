@@ -337,8 +337,9 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
   The new version carries the same query tower (copied) and is built with the same implementation;
   published.json records the derived corpus and its fingerprint (so watchers accept it for that corpus),
   the checkpoint the embeddings come from, and "update" (the base index and the counts). It is numbered
-  one above the newest published step, so that watchers, which take the newest, swap it in; a
-  trainer's staleness then counts from that number, one step later than the checkpoint.
+  one above the newest published step, so that watchers, which take the newest, swap it in (a running
+  REALM trainer loads the derived corpus with it: realm_input.RetrievalState); a trainer's staleness
+  then counts from that number, one step later than the checkpoint.
   Returns the published path.
   """
   index_path = os.path.abspath(index_path.rstrip("/"))
@@ -353,6 +354,14 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
   if not base_prefix or not tf.io.gfile.exists(base_prefix + corpus_lib.MANIFEST_SUFFIX):
     raise UpdateError(f"{index_path}/{published_index.PUBLISHED_NAME} names the corpus {base_prefix!r}, "
                       "which does not exist (any more); an update needs the corpus the index embeds")
+  newer = published_index.current_corpus(model_dir, base_prefix, log=lambda message: None)
+  if newer != base_prefix:
+    # A refresh that began before an earlier update published this index of the older corpus. An update
+    # of it would branch the history: the earlier update's changes would be missing from this one.
+    raise UpdateError(f"{index_path} embeds {base_prefix}, but an earlier bin/update_index derived "
+                      f"{newer} from it, and an index of that corpus is published: the newest index "
+                      "comes from a refresh that began before that update. Wait for the next refresh "
+                      "(it embeds the updated corpus), then run bin/update_index on the newest index")
   recorded = record.get("corpus_fingerprint")
   if recorded is not None and recorded != corpus_lib.fingerprint(base_prefix):
     raise UpdateError(f"{base_prefix} changed after {index_path} embedded it (fingerprint "

@@ -173,37 +173,58 @@ def verify_published(path: str) -> Dict:
   return record
 
 
+def _read_record(path: str) -> Optional[Dict]:
+  """published.json of a published index, or None when it is missing or unreadable. No checksums: it is
+  written last inside the temporary directory, so its presence means the rename published a complete
+  index, and the corpus it names is checked on its own (fingerprint)."""
+  try:
+    with tf.io.gfile.GFile(os.path.join(path, PUBLISHED_NAME)) as f:
+      return json.load(f)
+  except (json.JSONDecodeError, OSError, tf.errors.OpError):
+    return None
+
+
+def derived_corpus(record: Dict, corpus_prefix: str) -> Optional[str]:
+  """The corpus a published index embeds (its published.json `record`) when bin/update_index derived it
+  from corpus_prefix, directly or through earlier updates, and it is still the corpus the index embedded
+  (fingerprint); else None (the same corpus, an unrelated one, or a derived one rewritten since)."""
+  found = record.get("corpus_prefix")
+  if not found or os.path.abspath(found) == os.path.abspath(corpus_prefix):
+    return None
+  try:
+    if (tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
+        and corpus_lib.fingerprint(found) == record.get("corpus_fingerprint")
+        and corpus_lib.descends_from(found, corpus_prefix)):
+      return found
+  except (OSError, ValueError, KeyError, tf.errors.OpError):
+    pass
+  return None
+
+
 def current_corpus(model_dir: str, corpus_prefix: str, log: Callable[[str], None] = print) -> str:
   """The corpus a refresher or trainer started on corpus_prefix should use now: corpus_prefix itself, or
-  the corpus bin/update_index derived from it, when the newest complete published index embeds one.
+  the newest version bin/update_index derived from it that a published index embeds.
 
   bin/update_index publishes an index of a NEW corpus (corpus_prefix is never rewritten: the indexes in
   use point at its rows). Following it here is what makes the next full refresh embed the updated
-  corpus, and a restarted trainer read the updated documents. Only a descendant is followed (each
-  derived corpus records its base and the base's fingerprint): an index of an unrelated corpus is
-  still skipped by IndexWatcher, as before.
+  corpus, and a (re)started trainer read the updated documents. Every published index is looked at, not
+  only the newest: a refresh that began before the update publishes an index of the older corpus after
+  it (with a higher step), and following only the newest would then drop the update for good. Of the
+  versions found, the one derived from all the others is taken (update_published_index refuses to
+  branch the history, so they form one chain). Only descendants are followed: an index of an unrelated
+  corpus is still skipped by IndexWatcher, as before.
   """
+  chosen, chosen_path = corpus_prefix, None
   for step in reversed(published_steps(model_dir)):
     path = os.path.join(index_root(model_dir), str(step))
-    try:
-      record = verify_published(path)
-    except (index_lib.CorruptIndexError, OSError, tf.errors.OpError):
-      continue
-    found = record.get("corpus_prefix")
-    if not found or os.path.abspath(found) == os.path.abspath(corpus_prefix):
-      return corpus_prefix
-    try:
-      follow = (tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
-                and corpus_lib.fingerprint(found) == record.get("corpus_fingerprint")
-                and corpus_lib.descends_from(found, corpus_prefix))
-    except (OSError, ValueError, KeyError, tf.errors.OpError):
-      follow = False
-    if follow:
-      log(f"the newest index {path} embeds {found}, which bin/update_index derived from "
-          f"{corpus_prefix}: using that corpus")
-      return found
-    return corpus_prefix
-  return corpus_prefix
+    record = _read_record(path)
+    found = derived_corpus(record, chosen) if record else None
+    if found:
+      chosen, chosen_path = found, path
+  if chosen_path:
+    log(f"the index {chosen_path} embeds {chosen}, which bin/update_index derived from "
+        f"{corpus_prefix}: using that corpus")
+  return chosen
 
 
 class LoadedIndex(NamedTuple):
@@ -235,6 +256,11 @@ class IndexWatcher:
   one, or one built from another corpus than corpus_prefix (published.json's corpus_fingerprint, or its
   document count for indexes that predate it), is skipped with a single warning and not retried: the
   trainer keeps training on the newest index that matches.
+
+  An index of a corpus that bin/update_index derived from corpus_prefix matches too: the trainer swaps
+  in that corpus with the index (realm_input.RetrievalState) and then calls follow(), after which the
+  derived corpus is the one indexes must embed (an index of the older version, published by a refresh
+  that began before the update, is skipped).
   """
 
   def __init__(self, model_dir: str, log: Callable[[str], None] = print,
@@ -243,28 +269,44 @@ class IndexWatcher:
     self._log = log
     self._bad = set()
     self._verified: Dict[int, Dict] = {}
-    self._corpus_prefix = corpus_prefix
+    self._corpus_prefix = None
     self._corpus = None
     if corpus_prefix:
-      self._corpus = (corpus_lib.fingerprint(corpus_prefix),
-                      corpus_lib.read_manifest(corpus_prefix)["num_documents"])
+      self.follow(corpus_prefix)
+
+  @property
+  def corpus_prefix(self) -> Optional[str]:
+    """The corpus indexes must embed (or descend from); None when the watcher does not check corpora."""
+    return self._corpus_prefix
+
+  def follow(self, corpus_prefix: str) -> None:
+    """From now on, indexes must embed corpus_prefix or a corpus derived from it."""
+    self._corpus_prefix = corpus_prefix
+    self._corpus = (corpus_lib.fingerprint(corpus_prefix),
+                    corpus_lib.read_manifest(corpus_prefix)["num_documents"])
+
+  def skip(self, step: int, reason: str) -> None:
+    """Never returns the index of `step` again (the caller could not use it: reason says why)."""
+    self._log(f"WARNING: skipping {reason}")
+    self._bad.add(step)
 
   def _other_corpus(self, path: str, record: Dict) -> Optional[str]:
-    """Why the index at path is of another corpus than the trainer's, or None."""
+    """Why the index at path is of another corpus than the trainer's, or None (its own corpus, or one
+    bin/update_index derived from it)."""
     if self._corpus is None:
       return None
     expected_fingerprint, expected_docs = self._corpus
     found = record.get("corpus_fingerprint")
     if (found is not None and found != expected_fingerprint) or record.get("num_docs") != expected_docs:
-      derived = record.get("corpus_prefix")
-      if derived and tf.io.gfile.exists(derived + corpus_lib.MANIFEST_SUFFIX) and \
-          corpus_lib.descends_from(derived, self._corpus_prefix):
-        # The trainer holds its corpus in memory: rows of the updated corpus would point at other
-        # documents. A restart reads the updated corpus (current_corpus) and resumes from its checkpoint.
-        return (f"index {path} embeds {derived}, which bin/update_index derived from this trainer's "
-                f"corpus {self._corpus_prefix}; this process holds the old corpus's rows in memory. "
-                "Restart the trainer (same command): it resumes from its last checkpoint and trains on the "
-                "updated corpus")
+      if derived_corpus(record, self._corpus_prefix):
+        return None
+      older = record.get("corpus_prefix")
+      if older and derived_corpus({"corpus_prefix": self._corpus_prefix,
+                                   "corpus_fingerprint": expected_fingerprint}, older):
+        return (f"index {path}: it embeds {older}, of which this trainer's corpus {self._corpus_prefix} "
+                "is an updated version (bin/update_index): a refresh that began before the update "
+                "published it. Training goes on with the newest index of the updated corpus; the next "
+                "refresh embeds it (the refresher follows the update)")
       return (f"index {path} was built from the corpus {record.get('corpus_prefix')} "
               f"({record.get('num_docs')} documents, fingerprint {str(found)[:16]}), not from this "
               f"trainer's --retrieval_corpus_path={self._corpus_prefix} ({expected_docs} documents, "
@@ -274,27 +316,28 @@ class IndexWatcher:
     return None
 
   def newest_step(self) -> Optional[int]:
-    """The step of the newest complete, uncorrupted published index of the trainer's corpus, or None."""
+    """The step of the newest complete, uncorrupted published index of the trainer's corpus (or of one
+    derived from it), or None."""
     for step in reversed(published_steps(self.model_dir)):
       if step in self._bad:
         continue
-      if step in self._verified:
-        return step
       path = os.path.join(index_root(self.model_dir), str(step))
-      try:
-        record = verify_published(path)
-      except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
-        # Deleted under us by keep-K cleanup, or really broken: either way not usable.
-        if tf.io.gfile.exists(path):
-          self._log(f"WARNING: skipping index {path}: {e}")
-          self._bad.add(step)
-        continue
+      record = self._verified.get(step)
+      if record is None:
+        try:
+          record = verify_published(path)
+        except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
+          # Deleted under us by keep-K cleanup, or really broken: either way not usable.
+          if tf.io.gfile.exists(path):
+            self.skip(step, f"index {path}: {e}")
+          continue
+        self._verified[step] = record
+      # Checked on every look, not cached with the checksums: the trainer's corpus moves on when it
+      # follows an update (follow), and an index that matched the older version no longer does.
       mismatch = self._other_corpus(path, record)
       if mismatch:
-        self._log(f"WARNING: skipping {mismatch}")
-        self._bad.add(step)
+        self.skip(step, mismatch)
         continue
-      self._verified[step] = record
       return step
     return None
 
@@ -308,8 +351,7 @@ class IndexWatcher:
       return load_published(path, self._verified[step])
     except (index_lib.CorruptIndexError, OSError, tf.errors.OpError, ValueError) as e:
       if tf.io.gfile.exists(path):
-        self._log(f"WARNING: skipping index {path}: {e}")
-        self._bad.add(step)
+        self.skip(step, f"index {path}: {e}")
       return None
 
   def wait_for_newer(self, current_step: Optional[int], poll_seconds: float = 2.0,

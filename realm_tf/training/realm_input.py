@@ -10,17 +10,19 @@ For each example:
   4. put the learned null document first and featurize candidates ([CLS] title [SEP] body [SEP]) and
      joint inputs ([CLS] query [SEP] body [SEP]).
 Step 3 runs in Python (tf.py_function) because the index changes under a running pipeline: every
-`check_every_batches` batches it looks for a newer published index and swaps it in. The trainer reports its
-step; when the index in use is more than `max_staleness_steps` behind, retrieval waits for the refresher
-(the REALM paper found a much staler index costs about a quarter of the accuracy).
+`check_every_batches` batches it looks for a newer published index and swaps it in (with its corpus, when
+bin/update_index changed the documents; RetrievalState), and the candidates' token ids are read from the
+corpus in the same call. The trainer reports its step; when the index in use is more than
+`max_staleness_steps` behind, retrieval waits for the refresher (the REALM paper found a much staler index
+costs about a quarter of the accuracy).
 
 The query's own document is recognized by a 64-bit fingerprint of "title <sep> text" computed in-graph on
 both sides (the corpus stores the original's sha1 uid, which TensorFlow cannot compute in-graph).
 """
 
+import os
 import threading
-import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,23 +40,89 @@ def document_fingerprint(title: tf.Tensor, body: tf.Tensor) -> tf.Tensor:
   return tf.strings.to_hash_bucket_fast(joined, 2**62)
 
 
-class CorpusTable:
-  """The retrieval corpus in memory: token ids of every row, and fingerprints for exclusion."""
+def _id_hashes(doc_ids: tf.Tensor) -> np.ndarray:
+  """int64 hashes of doc_ids: which rows of two corpus versions are the same document."""
+  return tf.strings.to_hash_bucket_fast(doc_ids, 2**62).numpy()
 
-  def __init__(self, corpus_prefix: str):
-    titles, bodies, fingerprints = [], [], []
+
+class _RaggedRows:
+  """Rows of token ids as flat values + row starts (numpy), gathered on the host by row number."""
+
+  def __init__(self, values: np.ndarray, lengths: np.ndarray):
+    self.values = values
+    self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    self.lengths = lengths.astype(np.int64)
+
+  def gather(self, rows: np.ndarray):
+    """(flat values, lengths) of `rows`, in their order."""
+    starts, lengths = self.starts[rows], self.lengths[rows]
+    # Position j of the output reads values[starts[r] + (j - first output position of r)].
+    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return self.values[np.arange(int(lengths.sum()), dtype=np.int64) + shift], lengths
+
+
+class CorpusTable:
+  """The retrieval corpus in memory: token ids of every row, and fingerprints for exclusion.
+
+  Built for one corpus version; after bin/update_index the trainer builds the table of the derived
+  corpus with previous= the table in use, which carries over the own-document exclusion (aliases below).
+  """
+
+  def __init__(self, corpus_prefix: str, previous: Optional["CorpusTable"] = None):
+    self.prefix = corpus_prefix
+    titles, title_lengths, bodies, body_lengths, fingerprints, ids = [], [], [], [], [], []
     for batch in corpus_lib.corpus_dataset(corpus_prefix).ragged_batch(4096):
-      titles.append(batch["title_token_ids"])
-      bodies.append(batch["body_token_ids"])
+      titles.append(batch["title_token_ids"].flat_values.numpy())
+      title_lengths.append(batch["title_token_ids"].row_lengths().numpy())
+      bodies.append(batch["body_token_ids"].flat_values.numpy())
+      body_lengths.append(batch["body_token_ids"].row_lengths().numpy())
       fingerprints.append(document_fingerprint(batch["title"], batch["body"]).numpy())
-    self.title_ids = tf.concat(titles, axis=0)
-    self.body_ids = tf.concat(bodies, axis=0)
+      ids.append(_id_hashes(batch["doc_id"]))
+    self.titles = _RaggedRows(np.concatenate(titles), np.concatenate(title_lengths))
+    self.bodies = _RaggedRows(np.concatenate(bodies), np.concatenate(body_lengths))
     self.fingerprints = np.concatenate(fingerprints)
+    self.id_hashes = np.concatenate(ids)
     self.num_docs = len(self.fingerprints)
+    # A pre-training example names its own document by the fingerprint of the text it was cut from
+    # (the original's uid). When an update replaces that document, the row that holds it (same doc_id)
+    # has a new fingerprint, and the example's own document, often still holding the sentence, would be
+    # retrieved as a trivial candidate. aliases maps such an original fingerprint to the fingerprint of
+    # its document's current version, across any number of updates.
+    self.aliases: Dict[int, int] = {} if previous is None else previous._aliases_into(self)
+
+  def _aliases_into(self, newer: "CorpusTable") -> Dict[int, int]:
+    """The aliases of `newer`, a later version of this corpus: the documents whose doc_id both hold
+    with another text, and every earlier alias carried to its document's newest text."""
+    order = np.argsort(newer.id_hashes, kind="stable")
+    positions = np.searchsorted(newer.id_hashes[order], self.id_hashes)
+    positions = np.minimum(positions, len(order) - 1)
+    kept = newer.id_hashes[order[positions]] == self.id_hashes  # False: removed by the update
+    current = np.full(self.num_docs, -1, np.int64)
+    current[kept] = newer.fingerprints[order[positions[kept]]]
+    changed = kept & (current != self.fingerprints)
+    moved = dict(zip(self.fingerprints[changed].tolist(), current[changed].tolist()))
+    aliases = {old: moved.get(now, now) for old, now in self.aliases.items()}
+    aliases.update(moved)
+    return aliases
+
+  def excluded(self, own_fingerprint: int) -> set:
+    """Fingerprints a query cut from the document own_fingerprint must not retrieve."""
+    own = int(own_fingerprint)
+    return {own, self.aliases.get(own, own)}
+
+  def gather(self, rows: np.ndarray):
+    """Token ids of `rows` (int [M]): title values, title lengths, body values, body lengths."""
+    return self.titles.gather(rows) + self.bodies.gather(rows)
 
 
 class RetrievalState:
-  """The index the pipeline retrieves with; swapped for newer ones while training runs.
+  """The index the pipeline retrieves with, and the corpus it embeds; swapped for newer ones while
+  training runs.
+
+  An index of a corpus that bin/update_index derived from the trainer's (the watcher accepts those)
+  comes with new rows: documents removed, replaced, appended. The trainer then loads the derived corpus
+  (CorpusTable) and swaps the index and the corpus together, and retrieve() reads candidate rows and
+  their token ids from one such pair: rows of one version are never read from another's table.
 
   Args:
     watcher: an IndexWatcher over the trainer's model dir.
@@ -72,9 +140,7 @@ class RetrievalState:
                check_every_batches: int = 10, max_staleness_steps: Optional[int] = None,
                wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print,
                expected_dim: Optional[int] = None):
-    if corpus.num_docs < num_candidates:
-      raise ValueError(f"the corpus has {corpus.num_docs} documents, fewer than num_candidates - 1 + 1 "
-                       f"= {num_candidates} needed to fill every example")
+    self._check_size(corpus, num_candidates)
     self.watcher = watcher
     self.corpus = corpus
     self.num_candidates = num_candidates
@@ -89,23 +155,58 @@ class RetrievalState:
     self._log = log
     self._lock = threading.Lock()
 
-  def _swap(self, loaded: published_index.LoadedIndex) -> None:
-    if loaded.mips.num_docs != self.corpus.num_docs:
-      raise ValueError(f"index {loaded.path} has {loaded.mips.num_docs} documents but the corpus has "
-                       f"{self.corpus.num_docs}; the refresher must use the trainer's "
+  @staticmethod
+  def _check_size(corpus: CorpusTable, num_candidates: int) -> None:
+    if corpus.num_docs < num_candidates:
+      raise ValueError(f"the corpus {corpus.prefix} has {corpus.num_docs} documents, fewer than "
+                       f"num_candidates - 1 + 1 = {num_candidates} needed to fill every example")
+
+  def _corpus_of(self, loaded: published_index.LoadedIndex) -> Optional[CorpusTable]:
+    """The corpus table to use with `loaded`: the current one, or that of the corpus bin/update_index
+    derived from it (loaded here); None when that corpus cannot be used (the watcher skips the index)."""
+    prefix = loaded.record.get("corpus_prefix")
+    if (self.watcher.corpus_prefix is None or not prefix
+        or os.path.abspath(prefix) == os.path.abspath(self.corpus.prefix)):
+      return self.corpus
+    try:
+      corpus = CorpusTable(prefix, previous=self.corpus)
+      self._check_size(corpus, self.num_candidates)
+    except (ValueError, OSError, tf.errors.OpError) as e:
+      self.watcher.skip(loaded.step, f"index {loaded.path}: its updated corpus {prefix} cannot be "
+                        f"used ({str(e).splitlines()[0]}); training goes on with the index of step "
+                        f"{self.index.step if self.index else None}. Fix or remove the update and "
+                        "run bin/update_index again")
+      return None
+    self._log(f"index {loaded.path} embeds {prefix}, which bin/update_index derived from "
+              f"{self.corpus.prefix}: retrieving from the updated corpus ({corpus.num_docs} documents, "
+              f"{len(corpus.aliases)} replaced since the run began)")
+    return corpus
+
+  def _swap(self, loaded: published_index.LoadedIndex) -> bool:
+    """Makes `loaded` (and its corpus) the index in use; False when it was skipped."""
+    corpus = self._corpus_of(loaded)
+    if corpus is None:
+      return False
+    if loaded.mips.num_docs != corpus.num_docs:
+      raise ValueError(f"index {loaded.path} has {loaded.mips.num_docs} documents but the corpus "
+                       f"{corpus.prefix} has {corpus.num_docs}; the refresher must use the trainer's "
                        "--retrieval_corpus_path")
     if self.expected_dim is not None and loaded.mips.dim != self.expected_dim:
       raise ValueError(f"index {loaded.path} has dimension {loaded.mips.dim} but the model's retriever "
                        f"projects to {self.expected_dim} (projection_size); the index was built with "
                        "another configuration: delete it, or train in a new --model_dir")
+    if corpus is not self.corpus:
+      self.watcher.follow(corpus.prefix)
+      self.corpus = corpus
     self.index = loaded
     self.indexes_used.append(loaded.step)
     self._log(f"retrieving with the index of step {loaded.step} ({loaded.path})")
+    return True
 
   def ensure_index(self) -> None:
     """Loads the first index, waiting for the refresher when none is published yet."""
     with self._lock:
-      if self.index is None:
+      while self.index is None:
         loaded = self.watcher.load_newer(None) or self.watcher.wait_for_newer(
             None, timeout_seconds=self.wait_timeout_seconds,
             reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)")
@@ -132,23 +233,24 @@ class RetrievalState:
 
   def retrieve(self, token_ids: np.ndarray, mask: np.ndarray, segment_ids: np.ndarray,
                own_fingerprints: np.ndarray):
-    """Candidate rows int32 [B, N-1]: the top of the current index, own document and duplicates
-    dropped."""
+    """Candidate rows int32 [B, N-1] (the top of the current index, own document and duplicates
+    dropped) and their token ids from the same corpus version: title values, title lengths, body
+    values, body lengths (int64, B * (N-1) rows)."""
     token_ids, mask, segment_ids, own_fingerprints = (
         np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
     self.ensure_index()
     with self._lock:
       self._maybe_refresh()
-      index = self.index
+      index, corpus = self.index, self.corpus
     queries = index.embed_queries(token_ids, mask, segment_ids)
     wanted = self.num_candidates - 1
-    k = min(self.corpus.num_docs, wanted + 4)
+    k = min(corpus.num_docs, wanted + 4)
     ids, _ = index.mips.search(queries, k)
     rows = np.zeros([len(ids), wanted], np.int32)
     for b, (row_ids, own) in enumerate(zip(ids, own_fingerprints)):
-      kept, seen = [], {int(own)}
+      kept, seen = [], corpus.excluded(own)
       for doc in row_ids:
-        fingerprint = int(self.corpus.fingerprints[doc])
+        fingerprint = int(corpus.fingerprints[doc])
         if fingerprint in seen:
           continue
         seen.add(fingerprint)
@@ -156,10 +258,10 @@ class RetrievalState:
         if len(kept) == wanted:
           break
       if len(kept) < wanted:  # tiny corpora with duplicates: fall back to further documents
-        extra = [d for d in range(self.corpus.num_docs) if self.corpus.fingerprints[d] not in seen]
+        extra = [d for d in range(corpus.num_docs) if corpus.fingerprints[d] not in seen]
         kept += extra[:wanted - len(kept)]
       rows[b] = kept
-    return rows
+    return (rows,) + corpus.gather(rows.reshape([-1]))
 
 
 def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
@@ -228,17 +330,21 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
   batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
 
   def retrieve(features):
-    rows = tf.py_function(
+    rows, title_values, title_lengths, body_values, body_lengths = tf.py_function(
         state.retrieve,
         [features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
-         features["own_fingerprint"]], tf.int32)
+         features["own_fingerprint"]], [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64])
     rows.set_shape([batch_size, num_candidates - 1])
-    return features, rows
+    lengths_shape = [batch_size * (num_candidates - 1)]
+    title_lengths.set_shape(lengths_shape)
+    body_lengths.set_shape(lengths_shape)
+    # The token ids come out of the same call as the rows: the corpus in use changes under a running
+    # pipeline (bin/update_index), so a table captured in the graph would go stale.
+    titles = tf.RaggedTensor.from_row_lengths(tf.reshape(title_values, [-1]), title_lengths)
+    bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
+    return features, titles, bodies
 
-  def assemble(features, rows):
-    flat_rows = tf.reshape(rows, [-1])
-    titles = tf.gather(state.corpus.title_ids, flat_rows)
-    bodies = tf.gather(state.corpus.body_ids, flat_rows)
+  def assemble(features, titles, bodies):
     candidates = featurizer.candidate_inputs(titles, bodies)
     null = featurizer.null_candidate_inputs(batch_size)
     query_lengths = tf.reduce_sum(features["query_mask"], axis=1) - 2

@@ -5,16 +5,19 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 (for the same seed and index).
 """
 
+import json
 import os
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.training import realm_input
@@ -86,6 +89,141 @@ class RealmInputTest(tf.test.TestCase):
     other = self._batches(1, 0, seed=6)[0]
     self.assertFalse(np.array_equal(other[realm_model.QUERY + "_token_ids"],
                                     uninterrupted[0][realm_model.QUERY + "_token_ids"]))
+
+
+class LiveIndexUpdateTest(tf.test.TestCase):
+  """A running trainer's input pipeline picks up bin/update_index's index (update_published_index) at its
+  next index check: retrieval then reads the derived corpus's rows, never a removed document, and still
+  drops a query's own document after that document was replaced.
+
+  The retriever mean-pools a random tiny BERT, under which a query made of a document's own words finds
+  that document first, so what is retrieved is observable without training.
+  """
+
+  def setUp(self):
+    super().setUp()
+    root = self.create_tempdir().full_path
+    vocab = os.path.join(_TESTDATA, "vocab.txt")
+    small = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
+    self.config = realm_config_lib.RealmConfig(
+        retriever_bert=small, reader_bert=small, vocab_path=vocab, projection_size=16, query_seq_len=32,
+        candidate_seq_len=64, max_masks=4, num_candidates=4, embedder_pooling="mean")
+    self.model_dir = os.path.join(root, "model")
+    self.config.save(self.model_dir)
+    self.tokenizer = self.config.tokenizer()
+    self.featurizer = self.config.featurizer(self.tokenizer)
+    self.documents = list(corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")))[:12]
+    self.corpus_prefix = os.path.join(root, "corpus", "blocks")
+    corpus.write_corpus(lambda: self.documents, self.tokenizer, self.corpus_prefix, 2)
+    self.pretraining_prefix = os.path.join(root, "pretraining", "sentences")
+    pretraining.write_pretraining_corpus(
+        lambda: list(pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")))[:12],
+        self.pretraining_prefix, 1)
+    tf_keras.utils.set_random_seed(0)
+    self.retriever = self.config.build_retriever()
+    checkpoint = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)), self.model_dir,
+        max_to_keep=3).save(checkpoint_number=5)
+    self.options = refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=self.corpus_prefix,
+                                              index_implementation="brute_force", batch_size=8)
+    self.base_index = refresher.build_and_publish(self.config, self.retriever, 5, self.options,
+                                                  info={"checkpoint": checkpoint}, log=lambda _: None)
+    self.messages = []
+
+  def _retrieve(self, state, text, own_fingerprint=0):
+    """The bodies (token id lists) retrieve() returns for a query made of `text`."""
+    inputs = self.featurizer.query_inputs(self.tokenizer.tokenize([text.encode("utf-8")]))
+    rows, _, _, body_values, body_lengths = state.retrieve(
+        *(np.asarray(x) for x in inputs), np.array([own_fingerprint], np.int64))
+    bodies = np.split(body_values, np.cumsum(body_lengths)[:-1])
+    # Rows and token ids come from one corpus version: the version now in use.
+    for row, body in zip(rows[0], bodies):
+      self.assertAllEqual(body, state.corpus.bodies.gather(np.array([row]))[0])
+    return [body.tolist() for body in bodies]
+
+  def _body_ids(self, text):
+    return self.tokenizer.tokenize([text.encode("utf-8")]).to_list()[0]
+
+  def test_running_pipeline_swaps_in_an_updated_corpus(self):
+    watcher = published_index.IndexWatcher(self.model_dir, self.messages.append,
+                                           corpus_prefix=self.corpus_prefix)
+    state = realm_input.RetrievalState(
+        watcher, realm_input.CorpusTable(self.corpus_prefix), self.config.num_candidates,
+        check_every_batches=1, log=self.messages.append, expected_dim=self.config.projection_size)
+    batches = iter(realm_input.realm_dataset(
+        pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer, self.featurizer,
+        state, batch_size=2, seed=1))
+    next(batches)
+    self.assertEqual(state.index.step, 5)
+
+    # While the pipeline runs: replace a document (its new text keeps the old one), remove one, add one.
+    # The replaced document keeps its first sentence, from which a pre-training query may be cut.
+    replaced, removed = self.documents[3], self.documents[7]
+    new_body = replaced.body.split(". ")[0] + ". It was rebuilt after the great flood."
+    added = {"id": "new-1", "title": "Quorvath Zelindra",
+             "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+    change_path = os.path.join(self.create_tempdir().full_path, "change.jsonl")
+    with open(change_path, "w", encoding="utf-8") as f:
+      for record in (added, {"id": replaced.doc_id, "title": replaced.title, "body": new_body}):
+        f.write(json.dumps(record) + "\n")
+    updated_index = index_update.update_published_index(
+        self.base_index, index_update.read_change_set(change_path, remove_ids=[removed.doc_id]),
+        on_existing="replace", batch_size=8, log=lambda _: None)
+    updated = self.corpus_prefix + "-v1"
+
+    # Within a few batches (tf.data computed some ahead, before the update) the pipeline uses the update;
+    # the batches after those ahead are retrieved from it.
+    for _ in range(20):
+      next(batches)
+      if state.index.path == updated_index:
+        break
+    self.assertEqual(state.index.path, updated_index, "\n".join(self.messages))
+    for _ in range(8):
+      batch = next(batches)
+    self.assertEqual(state.corpus.prefix, updated)
+    self.assertEqual(watcher.corpus_prefix, updated)
+    self.assertEqual(state.indexes_used, [5, 6])
+    self.assertTrue(any("retrieving from the updated corpus" in m for m in self.messages), self.messages)
+    # The last batch's candidates are rows of the updated corpus, featurized from its token ids.
+    rows = list(corpus.read_corpus(updated))
+    expected = {tuple(t) for t in self.featurizer.candidate_inputs(
+        [r["title_token_ids"] for r in rows], [r["body_token_ids"] for r in rows]).token_ids.numpy()}
+    candidates = batch[realm_model.CANDIDATE + "_token_ids"].numpy()[:, 1:].reshape(
+        [-1, self.config.candidate_seq_len])
+    for candidate in candidates:
+      self.assertIn(tuple(candidate), expected)
+
+    # The added document is retrieved by a question about it. With as many candidates as the updated
+    # corpus has documents but one, every query retrieves nearly all of it: never the removed document,
+    # and the replaced one only with its new text.
+    self.assertEqual(self._retrieve(state, "Where was Quorvath Zelindra born? Yxmoor")[0],
+                     self._body_ids(added["body"]))
+    wide = realm_input.RetrievalState(watcher, state.corpus, state.corpus.num_docs, log=lambda _: None)
+    removed_ids, old_ids, new_ids = (self._body_ids(text) for text in (removed.body, replaced.body,
+                                                                         new_body))
+    for doc in self.documents:
+      retrieved = self._retrieve(wide, doc.body)
+      self.assertNotIn(removed_ids, retrieved)
+      self.assertNotIn(old_ids, retrieved)
+    # A query cut from the replaced document's pre-training text (whose fingerprint is that of the old
+    # text) does not retrieve the new version of its own document; another query does.
+    own = int(realm_input.document_fingerprint(tf.constant(replaced.title),
+                                               tf.constant(replaced.body)).numpy())
+    self.assertIn(new_ids, self._retrieve(wide, new_body))
+    self.assertNotIn(new_ids, self._retrieve(wide, new_body, own))
+
+    # A refresh that began before the update publishes an index of the older corpus afterwards: the
+    # trainer skips it, and the update is not lost (the next refresh embeds the updated corpus).
+    refresher.build_and_publish(self.config, self.retriever, 9, self.options, log=lambda _: None)
+    self.assertEqual(watcher.newest_step(), 6)
+    self.assertTrue(any("a refresh that began before the update" in m for m in self.messages))
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus_prefix, lambda _: None),
+                     updated)
+    # Nor can an update of that index branch off the corpus history.
+    with self.assertRaisesRegex(index_update.UpdateError, "Wait for the next refresh"):
+      index_update.update_published_index(
+          os.path.join(published_index.index_root(self.model_dir), "9"),
+          index_update.read_change_set(remove_ids=[self.documents[0].doc_id]), log=lambda _: None)
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                      index_implementation=options.index_implementation),
           strategy, {"bootstrap": True}, log)
 
-  # After bin/update_index the newest index embeds a corpus derived from --retrieval_corpus_path; a
-  # (re)started trainer reads that one, so the index rows and the documents it featurizes agree.
+  # After bin/update_index the indexes embed a corpus derived from --retrieval_corpus_path; a (re)started
+  # trainer reads that one, so the index rows and the documents it featurizes agree. An update published
+  # while this process runs is swapped in live, corpus and index together (realm_input.RetrievalState).
   corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
   watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
   corpus = realm_input.CorpusTable(corpus_prefix)
