@@ -51,6 +51,10 @@ _THROUGHPUT_JSON = flags.DEFINE_string(
     "hf_compare_bench output holding the bert_base config's embedding measurement.")
 _INDEX_JSON = flags.DEFINE_string("index_json", os.path.join(_RESULTS, "index_bench.json"),
                                   "index_bench output (bytes per document at 1M documents).")
+_INDEX_INT8_JSON = flags.DEFINE_string(
+    "index_int8_json", os.path.join(_RESULTS, "index_bench_int8.json"),
+    "index_bench output with the compressed (scann_int8) index at 1M real-derived documents; its sizes "
+    "replace index_json's for that kind when present.")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_RESULTS, "scale_out_estimate.json"),
                               "JSON output path.")
 
@@ -60,18 +64,21 @@ def _read_json(path):
     return json.load(f)
 
 
-def index_sizes(index_results, blocks):
-  """Bytes on disk and in memory of each index kind, from the largest clustered run of index_bench."""
+def index_sizes(index_results, blocks, int8_results=None):
+  """Bytes on disk and in memory of each index kind, from the largest clustered run of index_bench (the
+  compressed index: the largest run of int8_results, any data set, when given)."""
   sizes = {}
   for kind in ("brute_force", "scann", "scann_int8"):
     runs = [r for r in index_results["results"]
             if r["implementation"] == kind and r["dataset"] == "clustered"]
+    if kind == "scann_int8" and int8_results:
+      runs = [r for r in int8_results["results"] if r["implementation"] == kind] or runs
     if not runs:
       if kind == "scann_int8":  # index_bench runs from before the compressed index have none
         continue
       raise ValueError(f"{_INDEX_JSON.value} has no clustered {kind} run; rerun bench/index_bench.py")
     run = max(runs, key=lambda r: r["num_docs"])
-    sizes[kind] = {"measured_at_docs": run["num_docs"],
+    sizes[kind] = {"measured_at_docs": run["num_docs"], "dataset": run["dataset"],
                    "disk_bytes_per_doc": run["disk_bytes_per_doc"],
                    "memory_bytes_per_doc": run["memory_bytes_per_doc"],
                    "disk_gb": run["disk_bytes_per_doc"] * blocks / 1e9,
@@ -132,7 +139,9 @@ def main(argv):
   cpu = cpu_measurement(_read_json(_THROUGHPUT_JSON.value))
   utilizations = [cpu["fraction_of_matmul_peak"] if u == "measured" else float(u)
                   for u in _UTILIZATIONS.value]
-  sizes = index_sizes(_read_json(_INDEX_JSON.value), blocks)
+  int8_json = _INDEX_INT8_JSON.value
+  sizes = index_sizes(_read_json(_INDEX_JSON.value), blocks,
+                      _read_json(int8_json) if int8_json and os.path.exists(int8_json) else None)
   rows = refresh_table(blocks, devices, cpu, accelerators, utilizations, flops_per_doc)
 
   embeddings_gb = blocks * throughput_lib.PROJECTION_SIZE * 4 / 1e9
@@ -158,7 +167,8 @@ def main(argv):
             "index": sizes, "flops_per_doc": flops_per_doc, "cpu_measurement": cpu,
             "utilizations": utilizations, "devices": devices, "refresh": rows,
             "inputs": {"throughput_json": os.path.relpath(_THROUGHPUT_JSON.value),
-                       "index_json": os.path.relpath(_INDEX_JSON.value)}}
+                       "index_json": os.path.relpath(_INDEX_JSON.value),
+                       "index_int8_json": int8_json and os.path.relpath(int8_json)}}
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
   io_utils.write_json_atomic(_OUTPUT.value, result)
   print(f"wrote {_OUTPUT.value}")

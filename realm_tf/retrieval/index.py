@@ -782,8 +782,8 @@ class ScannOptions:
       float32 re-scoring, 300 with int8: the int8 vectors rank near neighbours a little less well, and
       more candidates make that up (1M MiniLM-derived points: recall@10 0.931 at 100, 0.950 at 300,
       float32 0.954 at 100; bench/results/index_bench_int8.json), while re-scoring int8 costs little.
-    dimensions_per_block: AH dimensions per 4-bit code (2, as ORQA). 4 halves the codes (a compressed index
-      of 174 instead of about 206 B/doc at D=128) but finds far fewer of the true neighbours among its
+    dimensions_per_block: AH dimensions per 4-bit code (2, as ORQA). 4 halves the codes (32 instead of 64
+      B/doc at D=128; a compressed index is 198 B/doc at 1M with 2) but finds far fewer of the true neighbours among its
       candidates on real vectors: recall@10 0.765 with int8 re-scoring at 1M MiniLM-derived points,
       against 0.975 on synthetic clusters (bench/results/index_bench_compressed.json).
     anisotropic_quantization_threshold: ScaNN's anisotropic loss threshold for AH; None = off (ORQA).
