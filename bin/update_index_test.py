@@ -25,6 +25,7 @@ from realm_tf import testing_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
+from realm_tf.modeling import checkpoints
 from realm_tf.modeling import released_checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
@@ -303,6 +304,55 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertEqual(written, converted + "-v1")
     self.assertEqual([b["id"] for b in released_checkpoints.load_block_texts(
         os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
+
+
+  def test_converted_orqa_served_from_the_updated_index(self):
+    # Google's released ORQA as bin/convert_checkpoint converts it (a TF1 checkpoint in the original
+    # layout), and a block_emb computed by its document tower.
+    release = os.path.join(self.tmp, "served", "release")
+    os.makedirs(release)
+    positions = 64
+    bert_config = bert.BertConfig(vocab_size=285, hidden_size=32, num_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=positions)
+    checkpoint = testing_utils.write_tf1_checkpoint(
+        os.path.join(release, "model.ckpt-300000"),
+        testing_utils.released_orqa_weights(bert_config, projection_size=16, span_hidden_size=8))
+    orqa_dir = os.path.join(self.tmp, "served", "orqa_nq")
+    released_checkpoints.convert(checkpoint, orqa_dir, vocab_path=_VOCAB, num_attention_heads=2)
+    config = realm_config_lib.RealmConfig.load(orqa_dir)
+    retriever = config.build_retriever()
+    checkpoints.restore_retriever(retriever, orqa_dir)
+    block_emb = corpus_embedding.embed_corpus(
+        lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
+        config.featurizer(), batch_size=8, log=lambda message: None)
+    encoded = testing_utils.write_tf1_checkpoint(os.path.join(release, "encoded.ckpt"),
+                                                 {"block_emb": block_emb})
+    # The titles too: the tower embedded "[CLS] title [SEP] body [SEP]", and blocks without them would
+    # not reproduce block_emb (the update's probes stop it).
+    for file_name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):
+      with tf.io.TFRecordWriter(os.path.join(release, file_name)) as writer:
+        for document in self.documents:
+          writer.write(document[field].encode("utf-8"))
+    index_dir = os.path.join(self.tmp, "served", "wiki")
+    released_checkpoints.convert(encoded, index_dir, blocks_path=os.path.join(release, "blocks.tfr"),
+                                 titles_path=os.path.join(release, "titles.tfr"),
+                                 index_implementation="brute_force")
+
+    added = {"id": "added-1", "title": "Ostrel Vanquine", "body": _NEW_BODY}
+    result = _run("update_index.py", f"--index={index_dir}", f"--checkpoint={orqa_dir}", "--remove_ids=4",
+                  "--documents=" + _write_jsonl(os.path.join(self.tmp, "served", "add.jsonl"), [added]))
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    export_dir = os.path.join(self.tmp, "served", "export")
+    result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--index_dir={index_dir}-v1",
+                  f"--output_dir={export_dir}", "--notoken_ids")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    outputs = saved_models.answer_questions(
+        saved_models.load_open_qa(os.path.join(export_dir, "open_qa")), ["Who built a lighthouse?"])
+    # The reader reads 5 blocks, all the updated index holds: the added one (by its id) and no removed one.
+    self.assertCountEqual([d.decode() for d in outputs["doc_ids"][0]], ["0", "1", "2", "3", "added-1"])
+    texts = [t.decode("utf-8") for t in outputs["block_texts"][0]]
+    self.assertIn(_NEW_BODY, texts)
+    self.assertNotIn(self.documents[4]["body"], texts)
 
 
 if __name__ == "__main__":

@@ -668,8 +668,10 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
   tokenizer = config.tokenizer()
   blocks = orqa_features.blocks_from_texts(
       tokenizer, [record.get("title", "") for record in records],
-      [record["text"] for record in records], [str(i) for i in range(len(records))],
-      orqa.max_block_len)
+      # A released block is named by its row; bin/update_index gives every block of the index it writes
+      # an "id" (released blocks keep their original row number), so ids survive removals.
+      [record["text"] for record in records],
+      [str(record.get("id", i)) for i, record in enumerate(records)], orqa.max_block_len)
   path = checkpoints.resolve_checkpoint(checkpoint or model_dir)
   flag = "--checkpoint" if checkpoint else "--model_dir"
   with (strategy or tf.distribute.get_strategy()).scope():
