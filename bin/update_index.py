@@ -2,7 +2,7 @@ r"""Adds, replaces and removes documents of a published index, embedding only th
 
 --index is a REALM run's published index (MODEL_DIR/index/<step>, or MODEL_DIR for its newest), an ORQA
 run (MODEL_DIR of bin/train_orqa, or its MODEL_DIR/frozen_index), or a converted index (the --output_dir of
-bin/convert_checkpoint --layout=block_emb, or its mips/; --checkpoint names the converted embedder whose
+bin/convert_checkpoint --layout=block_emb, or its mips/; --checkpoint names the converted model whose
 document tower computed block_emb): that one is written as a new converted index `<dir>-v<k>/` in the same
 layout, whose blocks.jsonl gives each block an "id" (a released block's is its row number), for
 bin/export_saved_model --index_dir, or bin/train_orqa --index_dir=<dir>-v<k>/mips with the corpus
@@ -48,8 +48,9 @@ _OUTPUT_CORPUS = flags.DEFINE_string(
     "output_corpus_prefix", None, "Prefix of the updated corpus (default: <the index's corpus>-v<k>).")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "REALM: the checkpoint whose document tower built the index (default: the one "
-    "published.json records). Converted index: the bin/convert_checkpoint output of the embedder (or ORQA "
-    "model) that computed block_emb (default: the one an earlier update recorded).")
+    "published.json records). Converted index: the bin/convert_checkpoint output whose document tower "
+    "computed block_emb, for the release the converted cc_news_pretrained/embedder (default: the one an "
+    "earlier update recorded).")
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Converted index: the new directory (default: <the converted index>-v<k>).")
 _KEEP = flags.DEFINE_integer("keep", 3, "REALM: published indexes to keep (as bin/refresh_doc_embeds).")

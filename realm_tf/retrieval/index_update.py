@@ -474,8 +474,8 @@ def _tower_config_dir(checkpoint: str) -> str:
   directory = checkpoint if tf.io.gfile.isdir(checkpoint) else os.path.dirname(checkpoint)
   if not tf.io.gfile.exists(os.path.join(directory, realm_config_lib.CONFIG_NAME)):
     raise UpdateError(f"--checkpoint={checkpoint}: no {realm_config_lib.CONFIG_NAME} in {directory}; pass "
-                      "the bin/convert_checkpoint output of the released embedder (or ORQA model) whose "
-                      "document tower computed block_emb")
+                      "the bin/convert_checkpoint output whose document tower computed block_emb (for "
+                      "the release: the converted cc_news_pretrained/embedder)")
   return directory
 
 
@@ -485,8 +485,9 @@ def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Option
   """Writes `<index_dir>-v<k>/` (or output_dir): the converted index with the change applied, in the
   same layout (mips/, blocks.jsonl, conversion.json), so every reader of a converted index reads it.
 
-  The released block_emb comes without its tower: checkpoint names the converted embedder (or ORQA
-  model) whose document tower embeds the new blocks; an update records it, so later updates of the
+  The released block_emb comes without its tower: checkpoint names the converted model whose document
+  tower computed it (for the release the converted cc_news_pretrained/embedder; an ORQA checkpoint holds
+  only its query tower), which embeds the new blocks; an update records it, so later updates of the
   new version need no --checkpoint. Unchanged blocks are re-embedded as probes (apply_change) and must
   reproduce their released embeddings. The new directory is written under a temporary name and renamed
   (index_dir is never modified; a kill leaves it and at most a temporary directory). Its blocks.jsonl
