@@ -173,6 +173,28 @@ class IndexUpdateTest(tf.test.TestCase):
     self.assertNotIn(removed, ids)
     self.assertIn("new-1", ids)
 
+  def test_a_refresh_of_the_old_corpus_with_keep_1_keeps_the_update(self):
+    # A refresh that began before the update publishes the base corpus's index after it, with --keep=1:
+    # the update's index is the only record that the corpus was updated, so it is kept, and the next
+    # refresh embeds the updated corpus (then it goes, as keep says).
+    updated_path = self._update(index_update.read_change_set(remove_ids=[self.documents[2].doc_id]))
+    messages = []
+
+    def refresh(step, corpus_prefix):
+      refresher.build_and_publish(
+          self.config, self.retriever, step,
+          refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=corpus_prefix,
+                                     index_implementation="brute_force", batch_size=8, keep=1),
+          log=messages.append)
+
+    refresh(10, self.corpus)
+    self.assertEqual(published_index.published_steps(self.model_dir), [_STEP + 1, 10])
+    self.assertTrue(any(f"keeping old index {updated_path}" in m for m in messages), messages)
+    following = published_index.current_corpus(self.model_dir, self.corpus, lambda m: None)
+    self.assertEqual(following, self.corpus + "-v1")
+    refresh(11, following)
+    self.assertEqual(published_index.published_steps(self.model_dir), [11])
+
   def test_unknown_id_to_remove(self):
     change = index_update.read_change_set(remove_ids=["no-such-doc", self.documents[0].doc_id])
     with self.assertRaisesRegex(index_update.UpdateError, "does not hold: 'no-such-doc'"):

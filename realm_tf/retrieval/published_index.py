@@ -112,9 +112,20 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
   finally:
     if tf.io.gfile.exists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)
+  published_corpus = (info or {}).get("corpus_prefix")
   for old in published_steps(model_dir)[:-keep] if keep > 0 else []:
-    log(f"removing old index {os.path.join(root, str(old))} (keeping the newest {keep})")
-    shutil.rmtree(os.path.join(root, str(old)), ignore_errors=True)
+    old_path = os.path.join(root, str(old))
+    old_record = _read_record(old_path) if published_corpus else None
+    updated = derived_corpus(old_record, published_corpus) if old_record else None
+    if updated:
+      # A refresh that began before a bin/update_index publishes the old corpus's index after the
+      # update's: that index is then the only record that the corpus was updated (current_corpus), so it
+      # stays until an index of the updated corpus replaces it, whatever keep says.
+      log(f"keeping old index {old_path}: it embeds {updated}, which bin/update_index derived from the "
+          f"corpus of this index ({published_corpus}); the next refresh embeds it")
+      continue
+    log(f"removing old index {old_path} (keeping the newest {keep})")
+    shutil.rmtree(old_path, ignore_errors=True)
   return final
 
 
