@@ -22,7 +22,7 @@ both sides (the corpus stores the original's sha1 uid, which TensorFlow cannot c
 
 import os
 import threading
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
