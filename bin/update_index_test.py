@@ -22,6 +22,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import testing_utils
+from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
@@ -284,8 +285,17 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
 
 
   def test_converted_index_update_killed_before_its_rename(self):
-    converted, _, _, _, _ = self._converted("conv_killed")
+    converted, embedder_dir, config, _, _ = self._converted("conv_killed")
     before = _snapshot(converted)
+    # A change set tokenized with another vocab is refused before anything is written.
+    other = os.path.join(self.tmp, "conv_killed", "other", "blocks")
+    corpus_lib.write_corpus(lambda: [corpus_lib.Document("t", "another vocab's text", "x-1")],
+                            tokenization.Tokenizer(testing_utils.write_vocab(
+                                os.path.join(self.tmp, "conv_killed"), name="other_vocab.txt")),
+                            other, num_shards=1)
+    with self.assertRaisesRegex(index_update.UpdateError, "tokenized with another vocab than the tower"):
+      index_update.update_converted_index(converted, index_update.read_change_set(other),
+                                          checkpoint=embedder_dir, log=lambda message: None)
     change = index_update.read_change_set(remove_ids=["1"])
     real_rename = os.rename
 
@@ -298,7 +308,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
       with self.assertRaisesRegex(OSError, "injected"):
         index_update.update_converted_index(converted, change, log=lambda message: None)
     # Nothing but the converted index it started from: no -v1, no temporary directory left.
-    self.assertEqual(sorted(os.listdir(os.path.dirname(converted))), ["conv_embedder", "released", "wiki_index"])
+    self.assertEqual(sorted(os.listdir(os.path.dirname(converted))),
+                     ["conv_embedder", "other", "other_vocab.txt", "released", "wiki_index"])
     self.assertEqual(_snapshot(converted), before)
     written = index_update.update_converted_index(converted, change, log=lambda message: None)
     self.assertEqual(written, converted + "-v1")

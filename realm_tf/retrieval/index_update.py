@@ -285,6 +285,17 @@ def apply_change(base: Sequence[dict], base_embeddings: np.ndarray, change: Chan
   return records, embeddings, summary
 
 
+def _check_change_vocab(change: ChangeSet, vocab_sha256: str, what: str) -> None:
+  """Refuses a change set given as a corpus tokenized with another vocab than vocab_sha256 (the tower's):
+  its documents were meant for another model. what names the index's vocab holder, for the message."""
+  source = change.documents_source
+  if source and tf.io.gfile.exists(source + corpus_lib.MANIFEST_SUFFIX):
+    recorded = corpus_lib.read_manifest(source).get("vocab_sha256")
+    if recorded and recorded != vocab_sha256:
+      raise UpdateError(f"--documents={source} was tokenized with another vocab than {what}; pass its "
+                        "JSONL/TSV source instead")
+
+
 def rebuild_like(mips: index_lib.MipsIndex, embeddings: np.ndarray,
                  implementation: Optional[str] = None) -> index_lib.MipsIndex:
   """An index of embeddings of the same kind as mips (a compressed ScaNN index stays compressed), so an
@@ -370,11 +381,7 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
   vocab = corpus_lib.check_vocab(config.vocab_path, base_prefix, config.vocab_sha256,
                                  os.path.join(model_dir, realm_config_lib.CONFIG_NAME),
                                  source="realm_config.json's vocab_path")
-  if change.documents_source and tf.io.gfile.exists(change.documents_source + corpus_lib.MANIFEST_SUFFIX):
-    recorded_vocab = corpus_lib.read_manifest(change.documents_source).get("vocab_sha256")
-    if recorded_vocab and recorded_vocab != vocab:
-      raise UpdateError(f"--documents={change.documents_source} was tokenized with another vocab than "
-                        f"the index's corpus {base_prefix}; pass its JSONL/TSV source instead")
+  _check_change_vocab(change, vocab, f"the index's corpus {base_prefix}")
   mips = index_lib.load_index(os.path.join(index_path, published_index.MIPS_DIR), verify=False)
   tower_checkpoint = checkpoint or record.get("checkpoint")
 
@@ -530,8 +537,9 @@ def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Option
     config_dir = _tower_config_dir(checkpoint)
     config = realm_config_lib.RealmConfig.load(config_dir)
     config_path = os.path.join(config_dir, realm_config_lib.CONFIG_NAME)
-    corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
-                           source=f"{config_path}'s vocab_path")
+    vocab = corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
+                                   source=f"{config_path}'s vocab_path")
+    _check_change_vocab(change, vocab, f"the tower of --checkpoint={checkpoint} ({config.vocab_path})")
     config_holder.append(config)
     tokenizer, featurizer = config.tokenizer(), config.featurizer()
   records, embeddings, summary = apply_change(
