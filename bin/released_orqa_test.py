@@ -8,6 +8,7 @@ tower's embedding."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -66,7 +67,8 @@ class ReleasedOrqaTest(tf.test.TestCase):
     cls.texts = [r["body"] for r in records]
     blocks_path, titles_path = (os.path.join(release, name) for name in ("blocks.tfr", "titles.tfr"))
     _write_strings(blocks_path, cls.texts)
-    _write_strings(titles_path, [r["title"] for r in records])
+    cls.titles = [r["title"] for r in records]
+    _write_strings(titles_path, cls.titles)
 
     cls.orqa_dir, cls.index_dir = os.path.join(tmp, "conv", "orqa_nq"), os.path.join(tmp, "conv", "wiki")
     cls.export_dir = os.path.join(tmp, "export")
@@ -122,6 +124,28 @@ class ReleasedOrqaTest(tf.test.TestCase):
       start, limit = outputs["answer_byte_starts"][i], outputs["answer_byte_limits"][i]
       self.assertEqual(self.texts[row].encode("utf-8")[start:limit], answer, question)
 
+  def test_answer_binary_answers_from_the_export(self):
+    """README's last step as a user runs it: bin/answer.py prints the answer (a span of one of the
+    retrieved blocks) and the blocks, titled as in titles.tfr, in the converted index's exact order."""
+    self.assertEqual(self.export.returncode, 0, self.export.stderr[-3000:])
+    question = _QUESTIONS[0]
+    answered = _run("answer.py", question, f"--saved_model={os.path.join(self.export_dir, 'open_qa')}",
+                    f"--num_passages={_READER_BEAM}")
+    self.assertEqual(answered.returncode, 0, answered.stderr[-3000:])
+    lines = answered.stdout.splitlines()
+    self.assertEqual(f"Q: {question}", lines[0])
+    answer = re.fullmatch(r"A: (.*)    \(score -?[0-9.]+\)", lines[1]).group(1)
+    passages = [re.match(r"  \d+\. \[(\d+)\] (.*) \(retriever", line) for line in lines[2:]]
+    ranked = [(int(m.group(1)), m.group(2)) for m in passages if m]
+    query_embedder = saved_models.load_saved_model(os.path.join(self.export_dir, "query_embedder"))
+    query = query_embedder.signatures["serving_default"](
+        questions=tf.constant([question]))["embeddings"].numpy()[0]
+    exact = np.argsort(-(self.block_emb.astype(np.float64) @ query.astype(np.float64)))
+    self.assertEqual([j for j, _ in ranked], list(exact[:_READER_BEAM]))
+    self.assertEqual([title for _, title in ranked], [self.titles[j] for j, _ in ranked])
+    self.assertNotEmpty(answer)
+    self.assertTrue(any(answer in self.texts[j] for j, _ in ranked), answer)
+
   def test_index_dir_without_blocks_is_a_clear_error(self):
     self.assertEqual(self.convert_orqa.returncode, 0, self.convert_orqa.stderr[-3000:])
     bare = os.path.join(os.path.dirname(self.index_dir), "no_blocks")
@@ -138,6 +162,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, r"index_dir \(--index_dir=.*\) is for a converted ORQA "
                                 r"checkpoint .*A bin/train_orqa run carries its own index"):
       saved_models.export_all(bare, f"{self.export_dir}_bare", index_dir=bare)
+
 
 if __name__ == "__main__":
   tf.test.main()

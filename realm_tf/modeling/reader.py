@@ -84,12 +84,13 @@ class SpanReader(tf_keras.Model):
   def num_spans(self) -> int:
     return int(self._span_starts.shape[0])
 
-  def _check_length(self, tensor: tf.Tensor, name: str) -> tf.Tensor:
+  def _check_length(self, tensor: tf.Tensor, what: str) -> tf.Tensor:
     """tensor, checked to be [..., seq_len]: the spans were enumerated for seq_len, so another length
     would gather out of range or misalign the block mask, failing far from the cause (GatherV2,
-    reshape). Statically when the length is known (always under XLA), else in the graph."""
+    reshape). Statically when the length is known (always under XLA), else in the graph. what: the
+    input and its verb, e.g. "block mask has"."""
     built = (f"SpanReader {self.name!r} was built for sequences of length {self.seq_len} (its span "
-             f"enumeration), but its {name} have")
+             f"enumeration), but its {what}")
     fix = (f"pack the reader inputs to {self.seq_len} wordpieces, or build the reader with seq_len "
            "(reader_seq_len) equal to their length")
     length = tensor.shape[-1]
@@ -103,8 +104,8 @@ class SpanReader(tf_keras.Model):
 
   def call(self, inputs, training=None) -> ReaderOutput:
     bert_inputs, block_mask, retriever_logits = inputs
-    bert_inputs = (self._check_length(bert_inputs[0], "token ids"),) + tuple(bert_inputs[1:])
-    block_mask = self._check_length(block_mask, "block mask")
+    bert_inputs = (self._check_length(bert_inputs[0], "token ids have"),) + tuple(bert_inputs[1:])
+    block_mask = self._check_length(block_mask, "block mask has")
     batch, beam = tf.shape(bert_inputs[0])[0], tf.shape(bert_inputs[0])[1]
     sequence = self.encoder(embedder_lib.flatten_bert_inputs(bert_inputs),
                             training=training)["sequence_output"]  # [B*K, L, H]

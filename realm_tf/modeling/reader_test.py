@@ -129,7 +129,7 @@ class SpanReaderTest(_SeededTestCase):
       with self.assertRaisesRegex(ValueError, rf"built for sequences of length {_L} \(its span "
                                   rf"enumeration\), but its token ids have length {length}"):
         model(((ids, ids, ids), block_mask, retriever_logits))
-    with self.assertRaisesRegex(ValueError, rf"its block mask have length {_L - 1}"):
+    with self.assertRaisesRegex(ValueError, rf"its block mask has length {_L - 1}"):
       model((bert_inputs, block_mask[..., 1:], retriever_logits))
     # A length only known when the graph runs is checked there.
     call = tf.function(lambda ids: model(((ids, ids, ids), tf.zeros_like(ids), retriever_logits)),
