@@ -15,7 +15,7 @@ from absl import flags
 from absl import logging
 
 from realm_tf.modeling import embedder
-from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
 from realm_tf.training import flags_util
@@ -89,17 +89,17 @@ _RETRIEVER_BATCH = flags.DEFINE_integer("retriever_batch_size", 8, "Retriever ba
 _READER_LR = flags.DEFINE_float("reader_learning_rate", 2e-3, "Reader peak learning rate.")
 _RETRIEVER_LR = flags.DEFINE_float("retriever_learning_rate", 1e-3, "Retriever peak learning rate.")
 _AGGREGATION = flags.DEFINE_enum(
-    "reader_score_aggregation", "attention_mass", sorted(fid_lib.SCORE_AGGREGATIONS),
+    "reader_score_aggregation", "attention_mass", sorted(fid_reader.SCORE_AGGREGATIONS),
     "How the first decoded token's cross-attention becomes a score per passage: pre_softmax (the "
     "paper's mean logit) or attention_mass (log of the attention probability on the passage); see "
-    "realm_tf.modeling.fid.")
+    "realm_tf.modeling.fid_reader.")
 _T_READER = flags.DEFINE_float("reader_temperature", 0.1, "Temperature of the reader scores (target); "
                                "below 1 sharpens the averaged attention mass.")
 _T_RETRIEVER = flags.DEFINE_float("retriever_temperature", 1.0, "Temperature of the retriever scores.")
 _SUBSTITUTION = flags.DEFINE_float(
     "reader_answer_substitution_rate", 1.0,
     "Fraction of the reader's training examples whose answer is replaced, in the passages and the target, "
-    "by another example's answer, drawn anew every epoch (realm_tf.modeling.fid.AnswerSubstitution): a "
+    "by another example's answer, drawn anew every epoch (realm_tf.data.answer_substitution): a "
     "reader that cannot memorize answers must read, so its cross-attention scores mean something.")
 _ANSWER_BEARING = flags.DEFINE_bool(
     "distill_answer_bearing_only", True,
@@ -134,11 +134,11 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from e
   try:
-    reader_bert = (fid_lib.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
+    reader_bert = (fid_reader.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
                    if _READER_INIT.value else None)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  reader = fid_lib.FidConfig(
+  reader = fid_reader.FidConfig(
       vocab_size=bert.vocab_size, hidden_size=_READER_HIDDEN.value, num_heads=_READER_HEADS.value,
       num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
       intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,

@@ -1,6 +1,7 @@
 """Open-QA metrics as the original ORQA release computes them, so numbers compare with the papers.
 
-- normalize_answer / exact_match: ORQA's eval_utils (SQuAD's normalisation plus a Unicode NFD step).
+- normalize_answer / exact_match: ORQA's eval_utils (SQuAD's normalisation plus a Unicode NFD step);
+  wordpiece_exact_match: the same on a generative (FiD) reader's answer ids.
 - regex_match: CuratedTREC's patterns, matched with re.match (anchored at the start of the prediction).
 - f1_score: SQuAD's token F1, for SQuAD-style analysis (ORQA reports exact match only).
 - has_answer / recall_at_k: "the answer string occurs in the retrieved passage", ORQA's retriever_correct
@@ -22,6 +23,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from realm_tf import io_utils
+from realm_tf.data import fid_features
 from realm_tf.data import qa
 from realm_tf.data import text_records
 
@@ -49,6 +51,25 @@ def exact_match(prediction: str, answers: Iterable[str]) -> bool:
   """Whether the normalised prediction equals some normalised answer (ORQA's is_correct)."""
   normalized = normalize_answer(prediction)
   return any(normalized == normalize_answer(answer) for answer in answers)
+
+
+def wordpiece_exact_match(tokenizer, predictions: Sequence[Sequence[int]],
+                          answers: Sequence[Sequence[str]]) -> List[bool]:
+  """exact_match of generated wordpiece ids (a generative reader's answers, up to [SEP]) against the
+  answers; an answer also counts as written back from its own wordpieces (the tokenizer lower-cases and
+  strips accents, so "Kelarlé" decodes as "kelarle").
+
+  Args:
+    tokenizer: the realm_tf.tokenization.Tokenizer that made the ids.
+    predictions: B id sequences (fid_features.detokenize reads them).
+    answers: B lists of answer strings.
+  """
+  results = []
+  for ids, golds in zip(predictions, answers):
+    prediction = fid_features.detokenize(tokenizer, ids)
+    round_trip = [fid_features.detokenize(tokenizer, t.ids) for t in tokenizer.tokenize_texts(list(golds))]
+    results.append(exact_match(prediction, list(golds) + round_trip))
+  return results
 
 
 def _compiled(pattern: str) -> Optional["re.Pattern"]:

@@ -6,6 +6,8 @@ import os
 import tensorflow as tf
 
 from realm_tf import evaluation
+from realm_tf import testing_utils
+from realm_tf import tokenization
 from realm_tf.data import qa
 
 
@@ -66,6 +68,19 @@ class MatchTest(tf.test.TestCase):
     self.assertEqual(evaluation.f1_score("nothing", ["else"]), 0.0)
     self.assertEqual(evaluation.f1_score("the", ["a"]), 0.0)  # both normalise to no tokens
     self.assertEqual(evaluation.f1_score("x", []), 0.0)
+
+
+class WordpieceExactMatchTest(tf.test.TestCase):
+
+  def test_decoded_ids_up_to_sep_against_answers_and_their_round_trip(self):
+    tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    ids = tokenizer.tokenize_texts(["the abc 12"])[0].ids + [tokenizer.sep_id] + [5, 6]
+    padded = [tokenizer.cls_id] + ids
+    self.assertEqual([True, True, False], evaluation.wordpiece_exact_match(
+        tokenizer, [ids, padded, ids], [["ABC 12"], ["x", "abc 12."], ["abc"]]))
+    # An answer the tokenizer cannot spell back (lower case, accents stripped) matches its round trip.
+    accented = tokenizer.tokenize_texts(["Abé"])[0].ids
+    self.assertEqual([True], evaluation.wordpiece_exact_match(tokenizer, [accented], [["Abé"]]))
 
 
 class HasAnswerTest(tf.test.TestCase):

@@ -11,10 +11,10 @@ here one process runs them all, for --iterations rounds:
      the paper, whose reader restarts from pre-trained T5: a BERT encoder is re-loaded from
      reader_init_checkpoint every iteration): first for reader_single_passage_steps on each question's highest-ranked answer-bearing
      passage alone, then for reader_steps on its n passages, with answers substituted
-     (realm_tf.modeling.fid.AnswerSubstitution) so that it must read rather than memorize; measure its
+     (realm_tf.data.answer_substitution) so that it must read rather than memorize; measure its
      exact match on the dev questions;
   3. compute the reader's cross-attention score of each retrieved training passage (on the original
-     passages; realm_tf.modeling.fid.SCORE_AGGREGATIONS) and how often it ranks the gold passage first;
+     passages; realm_tf.modeling.fid_reader.SCORE_AGGREGATIONS) and how often it ranks the gold passage first;
   4. train the retriever on those passages with the KL loss for retriever_steps (only on the questions
      whose passages hold an answer, with distill_answer_bearing_only);
   5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus) and, with
@@ -59,19 +59,23 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import evaluation
 from realm_tf import io_utils
 from realm_tf import retriever_eval
+from realm_tf.data import answer_substitution
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import fid_features
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
-from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import fid_distillation
+from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import bm25
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
-from realm_tf.training import orqa_trainer
+from realm_tf.training import warm_start
 
 INITIAL_RETRIEVER_DIR = "initial_retriever"
 METRICS_NAME = "metrics.json"
@@ -84,7 +88,7 @@ INITIAL_PASSAGES = ("dense", "bm25")
 class FidKdOptions:
   """What bin/train_fid_kd's flags set (see there for meanings)."""
   config: realm_config_lib.RealmConfig
-  fid: fid_lib.FidConfig
+  fid: fid_reader.FidConfig
   model_dir: str
   retrieval_corpus_path: str
   train_path: str
@@ -218,7 +222,7 @@ def train_model(model, features: Union[Features, Callable[[int], Features]], ste
   return result
 
 
-def reader_passage_scores(reader: fid_lib.FidReader, features: fid_lib.ReaderFeatures, start_id: int,
+def reader_passage_scores(reader: fid_reader.FidReader, features: fid_features.ReaderFeatures, start_id: int,
                           batch_size: int, aggregation: str = "pre_softmax") -> np.ndarray:
   """float32 [Q, n]: the reader's cross-attention score of every retrieved passage."""
   scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id, aggregation))
@@ -227,7 +231,7 @@ def reader_passage_scores(reader: fid_lib.FidReader, features: fid_lib.ReaderFea
   return np.concatenate(out).astype(np.float32)
 
 
-def reader_predictions(reader: fid_lib.FidReader, features: fid_lib.ReaderFeatures, start_id: int,
+def reader_predictions(reader: fid_reader.FidReader, features: fid_features.ReaderFeatures, start_id: int,
                        batch_size: int) -> np.ndarray:
   """int32 [Q, T]: greedy answer ids."""
   decode_fn = tf.function(lambda ids, mask: reader.greedy_decode(ids, mask, start_id))
@@ -276,14 +280,14 @@ class _Data:
     log(f"fid_kd: {len(self.documents)} documents, {len(self.train)} training and {len(self.dev)} dev "
         "questions")
 
-  def reader_examples(self, examples, rows, with_answers: bool) -> fid_lib.TokenizedExamples:
+  def reader_examples(self, examples, rows, with_answers: bool) -> fid_features.TokenizedExamples:
     passages = [[(self.documents[r]["title"], self.documents[r]["body"]) for r in row] for row in rows]
     answers = [e.answers[0] for e in examples] if with_answers else None
-    return fid_lib.tokenize_examples(self.tokenizer, [e.question for e in examples], passages, answers)
+    return fid_features.tokenize_examples(self.tokenizer, [e.question for e in examples], passages, answers)
 
 
 def _load_retriever(options: FidKdOptions, checkpoint: Optional[str], flag: str) -> embedder_lib.Retriever:
-  return orqa_trainer.load_retriever_checkpoint(options.config, checkpoint, flag=flag)
+  return warm_start.load_retriever_checkpoint(options.config, checkpoint, flag=flag)
 
 
 def _initial_retriever(options: FidKdOptions, log) -> embedder_lib.Retriever:
@@ -312,9 +316,9 @@ def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]
   """Runs (or resumes) the loop; returns every iteration's metrics (also in fid_kd_summary.json)."""
   if options.initial_passages not in INITIAL_PASSAGES:
     raise ValueError(f"--initial_passages must be one of {INITIAL_PASSAGES}, got {options.initial_passages!r}")
-  if options.reader_score_aggregation not in fid_lib.SCORE_AGGREGATIONS:
-    raise ValueError(f"--reader_score_aggregation must be one of {sorted(fid_lib.SCORE_AGGREGATIONS)}, got "
-                     f"{options.reader_score_aggregation!r}")
+  if options.reader_score_aggregation not in fid_reader.SCORE_AGGREGATIONS:
+    raise ValueError(f"--reader_score_aggregation must be one of {sorted(fid_reader.SCORE_AGGREGATIONS)}, "
+                     f"got {options.reader_score_aggregation!r}")
   if options.iterations < 1:
     raise ValueError(f"--iterations must be at least 1, got {options.iterations}")
   check_selection_metric(options)
@@ -383,14 +387,14 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
       f"(gold recall {metrics.get('reader_passages_gold_recall', float('nan')):.1f})")
 
   # 2. A fresh reader, trained on the retrieved passages (answers substituted, see
-  # fid.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
+  # answer_substitution.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
-  reader = fid_lib.build_reader(options.fid)
+  reader = fid_reader.build_reader(options.fid)
   if options.fid.encoder == "bert" and options.reader_init_checkpoint:
     log(f"iteration {iteration}: reader encoder warm-started: "
-        f"{fid_lib.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0]}")
+        + fid_reader.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0])
   train_examples = data.reader_examples(data.train, train_rows, with_answers=True)
-  train_features = fid_lib.pad_examples(tokenizer, options.fid, train_examples)
+  train_features = _pad(options, tokenizer, train_examples)
   if options.reader_single_passage_steps:
     metrics.update(_train_reader_on_single_passages(options, data, reader, train_examples, iteration, log))
   reader_epoch, substituted = _reader_epochs(options, data, train_examples, iteration, stream=0)
@@ -401,11 +405,10 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
       options.jit_compile, log, f"reader ({n} passages)")
   reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
                       options.reader_steps)
-  dev_features = fid_lib.pad_examples(tokenizer, options.fid,
-                                      data.reader_examples(data.dev, dev_rows, with_answers=False),
-                                      with_answers=False)
+  dev_features = _pad(options, tokenizer, data.reader_examples(data.dev, dev_rows, with_answers=False),
+                      with_answers=False)
   predictions = reader_predictions(reader, dev_features, tokenizer.cls_id, options.predict_batch_size)
-  matches = fid_lib.reader_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
+  matches = evaluation.wordpiece_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
   metrics["reader_exact_match"] = 100.0 * float(np.mean(matches))
   log(f"iteration {iteration}: reader {reader_path}, dev exact match {metrics['reader_exact_match']:.1f}")
 
@@ -433,7 +436,8 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   # passages that are all irrelevant, and distilling that teaches the retriever noise).
   distilled = np.arange(len(data.train))
   if options.distill_answer_bearing_only:
-    bearing = fid_lib.answer_passages(train_examples, fid_lib.continuation_ids(tokenizer))
+    bearing = answer_substitution.answer_passages(train_examples,
+                                                  answer_substitution.continuation_ids(tokenizer))
     distilled = np.flatnonzero(np.asarray(bearing) >= 0)
   metrics["distilled_questions"] = len(distilled)
   q_ids, q_mask, q_segments = (q[distilled] for q in data.train_queries)
@@ -446,7 +450,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
         f"fewer than a batch; the retriever is not trained this iteration")
     metrics["retriever_training"] = None
   else:
-    model = fid_lib.RetrieverDistillation(retriever, options.reader_temperature,
+    model = fid_distillation.RetrieverDistillation(retriever, options.reader_temperature,
                                           options.retriever_temperature)
     metrics["retriever_training"] = train_model(
         model, kd_features, options.retriever_steps, options.retriever_batch_size,
@@ -488,11 +492,11 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   return metrics
 
 
-def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader: fid_lib.FidReader,
-                                     examples: fid_lib.TokenizedExamples, iteration: int,
+def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader: fid_reader.FidReader,
+                                     examples: fid_features.TokenizedExamples, iteration: int,
                                      log: Callable[[str], None]) -> Dict:
   """The reader's first phase: each training question with only its highest-ranked answer-bearing
-  passage (fid.single_passage_examples), for --reader_single_passage_steps.
+  passage (answer_substitution.single_passage_examples), for --reader_single_passage_steps.
 
   Why: the paper's reader starts from pretrained T5, which can already read. A reader trained from
   scratch on n passages at once did not learn to copy an answer on testdata (0% dev exact match after
@@ -500,7 +504,8 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   same-type spans gives no one answer a clear gradient, and it settled for the answers' prior); on one
   passage it learns to find and copy the answer (in about 1,000 steps), and then to choose among n.
   """
-  single = fid_lib.single_passage_examples(examples, fid_lib.continuation_ids(data.tokenizer))
+  single = answer_substitution.single_passage_examples(examples,
+                                                       answer_substitution.continuation_ids(data.tokenizer))
   result: Dict = {"reader_single_passage_examples": len(single.pairs)}
   if len(single.pairs) < options.reader_batch_size:
     log(f"iteration {iteration}: only {len(single.pairs)} training questions have an answer-bearing "
@@ -515,7 +520,7 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   return result
 
 
-def _reader_epochs(options: FidKdOptions, data: _Data, examples: fid_lib.TokenizedExamples,
+def _reader_epochs(options: FidKdOptions, data: _Data, examples: fid_features.TokenizedExamples,
                    iteration: int, stream: int) -> Tuple[Callable[[int], Features], int]:
   """(epoch -> reader training arrays, examples substituted in epoch 0).
 
@@ -524,18 +529,25 @@ def _reader_epochs(options: FidKdOptions, data: _Data, examples: fid_lib.Tokeniz
   """
   rate = options.reader_answer_substitution_rate
   if rate == 0.0:
-    features = fid_lib.pad_examples(data.tokenizer, options.fid, examples)._asdict()
+    features = _pad(options, data.tokenizer, examples)._asdict()
     return lambda _: features, 0
-  substitution = fid_lib.AnswerSubstitution(examples, fid_lib.continuation_ids(data.tokenizer),
-                                            data.tokenizer.unk_id)
+  substitution = answer_substitution.AnswerSubstitution(
+      examples, answer_substitution.continuation_ids(data.tokenizer), data.tokenizer.unk_id)
 
   def substituted(epoch: int) -> Tuple[Features, int]:
     edited, count = substitution.substitute(rate, np.random.default_rng([options.seed, iteration, stream,
                                                                          epoch]))
-    return fid_lib.pad_examples(data.tokenizer, options.fid, edited)._asdict(), count
+    return _pad(options, data.tokenizer, edited)._asdict(), count
 
   first, count = substituted(0)
   return lambda epoch: first if epoch == 0 else substituted(epoch)[0], count
+
+
+def _pad(options: FidKdOptions, tokenizer, examples: fid_features.TokenizedExamples,
+         with_answers: bool = True) -> fid_features.ReaderFeatures:
+  """The reader's padded features of `examples` at its passage and answer lengths."""
+  return fid_features.pad_examples(tokenizer, examples, options.fid.passage_seq_len,
+                                   options.fid.answer_seq_len, with_answers=with_answers)
 
 
 def _gold_positions(data: _Data, examples, rows: np.ndarray) -> Optional[np.ndarray]:

@@ -15,7 +15,7 @@ from realm_tf import testing_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder
-from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
 
@@ -23,7 +23,7 @@ _VOCAB_PATH = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
                                        projection_size=16, query_seq_len=16, candidate_seq_len=48)
-_FID = fid_lib.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
+_FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
                          num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
 
 

@@ -11,7 +11,7 @@ from realm_tf import testing_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder
-from realm_tf.modeling import fid as fid_lib
+from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
 
@@ -20,7 +20,7 @@ _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
                                        projection_size=16, query_seq_len=16, candidate_seq_len=48)
-_FID = fid_lib.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
+_FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
                          num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
 
 
@@ -130,7 +130,7 @@ class LoopTest(tf.test.TestCase):
     with open(os.path.join(export, "bert_config.json"), "w", encoding="utf-8") as f:
       json.dump(bert_config.to_dict(), f)
     reader_config = dataclasses.replace(_FID, hidden_size=16, encoder="bert",
-                                        bert=fid_lib.bert_encoder_config(export, 285))
+                                        bert=fid_reader.bert_encoder_config(export, 285))
     options = fid_kd.FidKdOptions(
         config=_CONFIG, fid=reader_config, model_dir=os.path.join(directory, "bert_run"),
         retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
@@ -143,13 +143,13 @@ class LoopTest(tf.test.TestCase):
     # Each iteration (re-)loaded the export (the two log lines) and its reader trained the warm-started
     # encoder: the saved encoder is near the export, but not equal to it.
     for i, m in enumerate(metrics):
-      reader = fid_lib.build_reader(reader_config)
+      reader = fid_reader.build_reader(reader_config)
       tf.train.Checkpoint(model=reader).read(m["reader_checkpoint"]).assert_existing_objects_matched()
       moved = max(float(np.abs(a.numpy() - b.numpy()).max())
                   for a, b in zip(source.weights, reader.bert_encoder.weights))
       self.assertBetween(moved, 1e-6, 1.0, msg=f"iteration {i}")
-    self.assertTrue(tf.io.gfile.exists(os.path.join(options.model_dir, fid_lib.CONFIG_NAME)))
-    self.assertEqual(reader_config, fid_lib.FidConfig.load(options.model_dir))
+    self.assertTrue(tf.io.gfile.exists(os.path.join(options.model_dir, fid_reader.CONFIG_NAME)))
+    self.assertEqual(reader_config, fid_reader.FidConfig.load(options.model_dir))
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*warm-starts a BERT reader"):
       fid_kd.run(dataclasses.replace(options, fid=_FID, model_dir=os.path.join(directory, "t5_run")),
                  log=lambda _: None)
@@ -172,7 +172,7 @@ class LoopTest(tf.test.TestCase):
     _CONFIG.save(model_dir)
     _FID.save(model_dir)
     options = fid_kd.FidKdOptions(
-        config=_CONFIG, fid=fid_lib.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
+        config=_CONFIG, fid=fid_reader.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
         model_dir=model_dir, retrieval_corpus_path=paths["corpus"], train_path=paths["train"],
         dev_path=paths["dev"])
     with self.assertRaisesRegex(ValueError, "another FiD reader configuration"):

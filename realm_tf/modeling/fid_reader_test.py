@@ -1,4 +1,4 @@
-"""Tests of the FiD reader, its cross-attention scores and the FiD-KD loss (realm_tf.modeling.fid)."""
+"""Tests of the FiD reader and its cross-attention scores (realm_tf.modeling.fid_reader)."""
 
 import json
 import os
@@ -7,12 +7,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import evaluation
 from realm_tf import testing_utils
 from realm_tf import tokenization
+from realm_tf.data import fid_features
 from realm_tf.modeling import bert
 from realm_tf.modeling import bert_conversion
-from realm_tf.modeling import embedder
-from realm_tf.modeling import fid
+from realm_tf.modeling import fid_reader
 from realm_tf.training import train_lib
 
 
@@ -21,7 +22,14 @@ def _tiny_config(vocab_size, **overrides):
   values = dict(vocab_size=vocab_size, hidden_size=32, num_heads=2, num_encoder_layers=1,
                 num_decoder_layers=2, intermediate_size=64, passage_seq_len=24, answer_seq_len=6)
   values.update(overrides)
-  return fid.FidConfig(**values)
+  return fid_reader.FidConfig(**values)
+
+
+def _features(tokenizer, config):
+  questions = ["who is abc?", "what is xyz?"]
+  passages = [[("t1", "abc 12 is here"), ("t2", "nothing")], [("t3", "xyz there"), ("t4", "padding")]]
+  return fid_features.featurize(tokenizer, questions, passages, config.passage_seq_len,
+                                config.answer_seq_len, ["abc 12", "xyz"])
 
 
 class _Seeded(tf.test.TestCase):
@@ -43,7 +51,7 @@ class AggregationTest(tf.test.TestCase):
     logits[0, 1, 0] = [5, 6, -100, 8, 7, 7]
     logits[0, 1, 1] = [7, 8, 100, -4, 1, 1]
     mask = np.array([[[1, 1, 0], [1, 0, 0]]], np.int32)
-    got = fid.aggregate_cross_attention(tf.constant(logits), tf.constant(mask)).numpy()
+    got = fid_reader.aggregate_cross_attention(tf.constant(logits), tf.constant(mask)).numpy()
     # Passage 0: (1+2 + 3+4 + 5+6 + 7+8) / (2 tokens * 2 layers * 2 heads) = 36 / 8.
     # Passage 1: (4 + 0 + 8 - 4) / (1 * 2 * 2) = 2.
     self.assertAllClose([[4.5, 2.0]], got)
@@ -54,7 +62,7 @@ class AggregationTest(tf.test.TestCase):
   def test_all_padding_passage_scores_zero(self):
     logits = tf.ones([2, 1, 1, 4]) * 3.0
     mask = tf.constant([[[1, 1], [0, 0]], [[0, 1], [1, 0]]])
-    self.assertAllClose([[3.0, 0.0], [3.0, 3.0]], fid.aggregate_cross_attention(logits, mask))
+    self.assertAllClose([[3.0, 0.0], [3.0, 3.0]], fid_reader.aggregate_cross_attention(logits, mask))
 
 
 class AttentionMassTest(tf.test.TestCase):
@@ -64,78 +72,23 @@ class AttentionMassTest(tf.test.TestCase):
     logits = np.zeros([1, 1, 2, 4], np.float32)
     logits[0, 0, 0] = [0.0, np.log(3.0), 0.0, 100.0]  # head 0: probabilities 1/5, 3/5, 1/5 (padding 0)
     mask = np.array([[[1, 1], [1, 0]]], np.int32)
-    got = fid.aggregate_attention_mass(tf.constant(logits), tf.constant(mask)).numpy()
+    got = fid_reader.aggregate_attention_mass(tf.constant(logits), tf.constant(mask)).numpy()
     # head 0: passages 0.8 / 0.2; head 1 (uniform over 3 real tokens): 2/3 / 1/3; averaged.
     self.assertAllClose(np.log([[0.5 * (0.8 + 2 / 3), 0.5 * (0.2 + 1 / 3)]]), got, atol=1e-5)
     self.assertAllClose([1.0], np.exp(got).sum(-1), atol=1e-5)
 
   def test_empty_passage_gets_a_finite_floor(self):
-    got = fid.aggregate_attention_mass(tf.zeros([1, 1, 1, 4]), tf.constant([[[1, 1], [0, 0]]]))
+    got = fid_reader.aggregate_attention_mass(tf.zeros([1, 1, 1, 4]), tf.constant([[[1, 1], [0, 0]]]))
     self.assertAllClose([[0.0, np.log(1e-20)]], got, atol=1e-4)
-
-
-class DistillationLossTest(tf.test.TestCase):
-
-  def test_matches_numpy_kl_with_temperatures(self):
-    rng = np.random.default_rng(0)
-    retriever = rng.normal(size=[3, 5]).astype(np.float32)
-    reader = rng.normal(size=[3, 5]).astype(np.float32) * 4
-    t_reader, t_retriever = 0.5, 2.0
-
-    def softmax(x):
-      e = np.exp(x - x.max(-1, keepdims=True))
-      return e / e.sum(-1, keepdims=True)
-
-    p = softmax(reader / t_reader)
-    q = softmax(retriever / t_retriever)
-    expected = (p * (np.log(p) - np.log(q))).sum(-1)
-    output = fid.distillation_loss(tf.constant(retriever), tf.constant(reader), t_reader, t_retriever)
-    self.assertAllClose(expected.sum(), output.loss_sum, rtol=1e-5)
-    self.assertEqual(3.0, float(output.loss_weight))
-    # Direction matters: KL(q || p) is another number.
-    reverse = (q * (np.log(q) - np.log(p))).sum()
-    self.assertGreater(abs(reverse - float(output.loss_sum)), 1e-3)
-    # Zero when the distributions agree.
-    same = fid.distillation_loss(tf.constant(reader / t_reader * t_retriever), tf.constant(reader),
-                                 t_reader, t_retriever)
-    self.assertAllClose(0.0, same.loss_sum, atol=1e-5)
-
-  def test_rejects_non_positive_temperature(self):
-    with self.assertRaisesRegex(ValueError, "temperatures must be positive"):
-      fid.distillation_loss(tf.zeros([1, 2]), tf.zeros([1, 2]), 0.0)
 
 
 class ReaderTest(_Seeded):
 
-  def _features(self, config, answers=("abc 12", "xyz")):
-    questions = ["who is abc?", "what is xyz?"]
-    passages = [[("t1", "abc 12 is here"), ("t2", "nothing")], [("t3", "xyz there"), ("t4", "padding")]]
-    return fid.featurize(self.tokenizer, config, questions, passages, list(answers))
-
-  def test_featurize_shapes_and_teacher_forcing(self):
-    config = _tiny_config(self.tokenizer.vocab_size)
-    features = self._features(config)
-    self.assertEqual((2, 2, 24), features.passage_ids.shape)
-    self.assertEqual((2, 6), features.target_ids.shape)
-    # Decoder input is the target shifted right behind [CLS]; the target ends with [SEP].
-    tok = self.tokenizer
-    self.assertEqual(tok.cls_id, features.decoder_input_ids[0, 0])
-    length = int(features.target_mask[1].sum())
-    self.assertEqual(tok.sep_id, features.target_ids[1, length - 1])
-    self.assertAllEqual(features.target_ids[1, :length - 1], features.decoder_input_ids[1, 1:length])
-    # The pair is formatted as FiD's "question: ... title: ... context: ..." and truncated at L.
-    self.assertEqual(24, features.passage_mask[0, 0].sum())
-    self.assertEqual("question : who is abc ? title : t", fid.detokenize(tok, features.passage_ids[0, 0]))
-    long = self._features(_tiny_config(self.tokenizer.vocab_size, passage_seq_len=64))
-    self.assertEqual("question : who is abc ? title : t1 context : abc 12 is here",
-                     fid.detokenize(tok, long.passage_ids[0, 0]))
-    self.assertLess(long.passage_mask[0, 0].sum(), 64)
-
   def test_passages_are_encoded_independently(self):
     """Changing passage 1 leaves passage 0's encoder output unchanged (no cross-passage attention)."""
     config = _tiny_config(self.tokenizer.vocab_size)
-    reader = fid.build_reader(config)
-    features = self._features(config)
+    reader = fid_reader.build_reader(config)
+    features = _features(self.tokenizer, config)
     memory, _ = reader.encode(features.passage_ids, features.passage_mask)
     changed = features.passage_ids.copy()
     changed[:, 1, 5] = (changed[:, 1, 5] + 3) % config.vocab_size
@@ -146,8 +99,8 @@ class ReaderTest(_Seeded):
 
   def test_overfits_and_greedy_decodes_the_answer(self):
     config = _tiny_config(self.tokenizer.vocab_size)
-    reader = fid.build_reader(config)
-    features = self._features(config)
+    reader = fid_reader.build_reader(config)
+    features = _features(self.tokenizer, config)
     batch = {k: tf.constant(v) for k, v in features._asdict().items()}
     step = train_lib.TrainStep(reader, tf_keras.optimizers.legacy.Adam(3e-3), jit_compile=False)
     first = float(step(batch)["loss"])
@@ -155,159 +108,34 @@ class ReaderTest(_Seeded):
       last = float(step(batch)["loss"])
     self.assertLess(last, 0.5 * first)
     decoded = reader.greedy_decode(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
-    self.assertEqual(["abc 12", "xyz"], [fid.detokenize(self.tokenizer, row) for row in decoded.numpy()])
-    self.assertEqual([True, True], fid.reader_exact_match(self.tokenizer, decoded.numpy(),
-                                                          [["ABC 12"], ["xyz", "w"]]))
-    self.assertEqual([False], fid.reader_exact_match(self.tokenizer, decoded.numpy()[:1], [["abc"]]))
+    self.assertEqual(["abc 12", "xyz"],
+                     [fid_features.detokenize(self.tokenizer, row) for row in decoded.numpy()])
+    self.assertEqual([True, True], evaluation.wordpiece_exact_match(self.tokenizer, decoded.numpy(),
+                                                                    [["ABC 12"], ["xyz", "w"]]))
+    self.assertEqual([False],
+                     evaluation.wordpiece_exact_match(self.tokenizer, decoded.numpy()[:1], [["abc"]]))
 
   def test_passage_scores_are_first_token_cross_attention(self):
     config = _tiny_config(self.tokenizer.vocab_size)
-    reader = fid.build_reader(config)
-    features = self._features(config)
+    reader = fid_reader.build_reader(config)
+    features = _features(self.tokenizer, config)
     scores = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
     self.assertEqual((2, 2), scores.shape)
     # The first position of a full teacher-forced pass has the same cross-attention (causal decoder).
     memory, memory_mask = reader.encode(features.passage_ids, features.passage_mask)
     _, cross = reader.decode(features.decoder_input_ids, memory, memory_mask)
     self.assertEqual((2, 2, 2, 6, 48), cross.shape)
-    expected = fid.aggregate_cross_attention(cross[:, :, :, 0], features.passage_mask)
+    expected = fid_reader.aggregate_cross_attention(cross[:, :, :, 0], features.passage_mask)
     self.assertAllClose(expected, scores, atol=1e-5)
     mass = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id,
                                  "attention_mass")
-    self.assertAllClose(fid.aggregate_attention_mass(cross[:, :, :, 0], features.passage_mask), mass,
+    self.assertAllClose(fid_reader.aggregate_attention_mass(cross[:, :, :, 0], features.passage_mask), mass,
                         atol=1e-5)
     with self.assertRaisesRegex(ValueError, "unknown reader score aggregation"):
       reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id, "max")
-    later = fid.aggregate_cross_attention(cross[:, :, :, 1], features.passage_mask)
+    later = fid_reader.aggregate_cross_attention(cross[:, :, :, 1], features.passage_mask)
     self.assertGreater(np.abs(later - scores).max(), 1e-5)
 
-
-class DistillationGradientTest(_Seeded):
-
-  def test_kd_gradients_reach_only_the_retriever(self):
-    config = _tiny_config(self.tokenizer.vocab_size)
-    reader = fid.build_reader(config)
-    retriever = embedder.build_retriever(bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32,
-                                                          num_layers=1, intermediate_size=32),
-                                         projection_size=8)
-    model = fid.RetrieverDistillation(retriever, reader_temperature=0.5)
-    features = fid.featurize(self.tokenizer, config, ["q a", "q b"],
-                             [[("x", "a b"), ("y", "c"), ("z", "d e")]] * 2, ["a", "b"])
-    rng = np.random.default_rng(1)
-    ids = rng.integers(5, self.tokenizer.vocab_size, size=[2, 3, 8]).astype(np.int32)
-    with tf.GradientTape(persistent=True) as tape:
-      reader_scores = reader.passage_scores(features.passage_ids, features.passage_mask,
-                                            self.tokenizer.cls_id)
-      output = model.compute_loss({
-          "query_token_ids": ids[:, 0], "query_mask": np.ones([2, 8], np.int32),
-          "query_segment_ids": np.zeros([2, 8], np.int32), "candidate_token_ids": ids,
-          "candidate_mask": np.ones([2, 3, 8], np.int32),
-          "candidate_segment_ids": np.zeros([2, 3, 8], np.int32), "reader_scores": reader_scores},
-          training=True)
-    reader_grads = tape.gradient(output.loss_sum, reader.trainable_variables)
-    retriever_grads = tape.gradient(output.loss_sum, retriever.trainable_variables)
-    self.assertTrue(all(g is None for g in reader_grads))
-    reached = [g for g in retriever_grads if g is not None]
-    self.assertNotEmpty(reached)
-    self.assertGreater(max(float(tf.reduce_max(tf.abs(g))) for g in reached), 0.0)
-    self.assertGreater(float(output.loss_sum), 0.0)
-
-
-class AnswerSubstitutionTest(_Seeded):
-  """fid.AnswerSubstitution and its helpers, on the letter-by-letter test vocab ("ab" is a ##b)."""
-
-  def _text(self, ids):
-    return fid.detokenize(self.tokenizer, ids)
-
-  def _normalized(self, text):
-    return self._text(self.tokenizer.tokenize_texts([text])[0].ids)
-
-  def _substitution(self, examples):
-    return fid.AnswerSubstitution(examples, fid.continuation_ids(self.tokenizer), self.tokenizer.unk_id)
-
-  def test_answer_shape(self):
-    self.assertEqual(("d", "X", "d"), fid.answer_shape("19 October 1793"))
-    self.assertEqual(("X", "X"), fid.answer_shape("Lunithpry Guild"))
-    self.assertEqual(("X", "x"), fid.answer_shape("Briarmer hymn"))
-
-  def test_spans_are_whole_words_leftmost_longest(self):
-    continuation = fid.continuation_ids(self.tokenizer)
-    tokenize = lambda text: self.tokenizer.tokenize_texts([text])[0].ids
-    ids = tokenize("ab abc xab ab. ab cd")
-    patterns = fid._by_first_piece([tokenize("ab"), tokenize("ab cd")])
-    spans = fid.find_spans(ids, patterns, continuation)
-    # "ab" inside "abc" and "xab" is no occurrence; "ab cd" wins over "ab" at the end.
-    self.assertEqual([tuple(tokenize("ab"))] * 2 + [tuple(tokenize("ab cd"))], [p for _, p in spans])
-    replaced = fid.replace_spans(ids, spans, {tuple(tokenize("ab")): tokenize("zz")})
-    self.assertEqual(self._normalized("zz abc xab zz. ab cd"), self._text(replaced))
-
-  def test_every_occurrence_and_the_target_change(self):
-    questions = ["who is w?", "who is x?", "who is y?", "who is z?"]
-    passages = [[("t", "ab met ab, not abc or xab."), ("u", "then ab left")],
-                [("t", "cd is here"), ("u", "nothing")],
-                [("t", "nothing at all"), ("u", "still nothing")],
-                [("t", "ij kl"), ("u", "no")]]
-    # Shapes: "Ab" and "Cd" are ("X",), "ef gh" and "ij kl" ("x", "x").
-    examples = fid.tokenize_examples(self.tokenizer, questions, passages, ["Ab", "Cd", "ef gh", "ij kl"])
-    edited, count = self._substitution(examples).substitute(1.0, np.random.default_rng(0))
-    # "Ab" and "Cd" swap (the only other answer of their shape); example 2's answer is in none of its
-    # passages, so it is left alone; example 3 takes "ef gh".
-    self.assertEqual(3, count)
-    self.assertEqual(["cd", "ab", "ef gh", "ef gh"], [self._text(a) for a in edited.answers])
-    self.assertEqual(["Cd", "Ab", "ef gh", "ef gh"], edited.answer_texts)
-    self.assertEqual([self._normalized("question: who is w? title: t context: cd met cd, not abc or xab."),
-                      self._normalized("question: who is w? title: u context: then cd left")],
-                     [self._text(ids) for ids in edited.pairs[0]])
-    self.assertEqual(self._normalized("question: who is z? title: t context: ef gh"),
-                     self._text(edited.pairs[3][0]))
-    self.assertEqual(examples.pairs[2], edited.pairs[2])
-    self.assertEqual(examples.answers[2], edited.answers[2])
-    self.assertEqual("ab", self._text(examples.answers[0]))  # the input is not modified
-    features = fid.pad_examples(self.tokenizer, _tiny_config(self.tokenizer.vocab_size), edited)
-    self.assertEqual("cd", self._text(features.target_ids[0]))
-
-  def test_other_answers_in_the_passages_are_relabeled_consistently(self):
-    # Example 0's passages hold its answer "ab" and example 1's answer "cd" (a distractor's answer).
-    passages = [[("t", "ab was here"), ("u", "cd was there, cd again")], [("t", "cd"), ("u", "x")],
-                [("t", "ef"), ("u", "x")], [("t", "gh"), ("u", "x")]]
-    examples = fid.tokenize_examples(self.tokenizer, ["q"] * 4, passages, ["Ab", "Cd", "Ef", "Gh"])
-    for seed in range(5):
-      edited, _ = self._substitution(examples).substitute(1.0, np.random.default_rng(seed))
-      target = self._text(edited.answers[0])
-      first, second = (self._text(ids).split(" context : ")[1] for ids in edited.pairs[0])
-      self.assertIn(target, ("ef", "gh"))
-      self.assertEqual(f"{target} was here", first)
-      other = second.split()[0]
-      self.assertIn(other, ("ef", "gh"))
-      self.assertNotEqual(target, other)
-      self.assertEqual(f"{other} was there , {other} again", second)
-
-  def test_deterministic_for_a_seed_and_rate_zero_is_identity(self):
-    answers = [f"a{i}" for i in range(12)]
-    examples = fid.tokenize_examples(self.tokenizer, ["q"] * 12, [[("t", f"x {a} y")] for a in answers],
-                                     answers)
-    substitution = self._substitution(examples)
-    run = lambda seed, rate=1.0: substitution.substitute(rate, np.random.default_rng(seed))
-    self.assertEqual(run(3), run(3))
-    self.assertNotEqual(run(3)[0].answers, run(4)[0].answers)
-    self.assertEqual(12, run(3)[1])
-    for ids, target in zip(run(3)[0].pairs, run(3)[0].answers):
-      self.assertIn(self._text(target), self._text(ids[0]).split())
-    self.assertEqual((examples, 0), run(3, rate=0.0))
-    self.assertBetween(run(3, rate=0.5)[1], 1, 11)
-    with self.assertRaisesRegex(ValueError, "rate must be in"):
-      run(3, rate=1.5)
-
-  def test_single_passage_examples_keep_the_first_answer_bearing_pair(self):
-    examples = fid.tokenize_examples(
-        self.tokenizer, ["q1", "q2", "q3"],
-        [[("t", "no"), ("u", "ab here"), ("v", "ab again")], [("t", "cd"), ("u", "x"), ("v", "y")],
-         [("t", "n"), ("u", "o"), ("v", "abc")]], ["ab", "cd", "ab"])
-    continuation = fid.continuation_ids(self.tokenizer)
-    self.assertEqual([1, 0, -1], fid.answer_passages(examples, continuation))
-    single = fid.single_passage_examples(examples, continuation)
-    self.assertEqual([[examples.pairs[0][1]], [examples.pairs[1][0]]], single.pairs)
-    self.assertEqual(["ab", "cd"], single.answer_texts)
 
 
 def _random_bert(config: bert.BertConfig, seed: int):
@@ -359,11 +187,11 @@ class BertEncoderReaderTest(_Seeded):
     return source, path
 
   def _reader(self, checkpoint, hidden_size):
-    bert_config = fid.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
+    bert_config = fid_reader.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
     config = _tiny_config(self.tokenizer.vocab_size, hidden_size=hidden_size, encoder="bert",
                           bert=bert_config)
-    reader = fid.build_reader(config)
-    fid.load_encoder_weights(reader, checkpoint)
+    reader = fid_reader.build_reader(config)
+    fid_reader.load_encoder_weights(reader, checkpoint)
     return config, reader
 
   def _assert_same_weights(self, source, encoder):
@@ -376,7 +204,7 @@ class BertEncoderReaderTest(_Seeded):
     config, reader = self._reader(directory, hidden_size=16)  # BERT 32 -> decoder 16: a projection
     self._assert_same_weights(source, reader.bert_encoder)
     self.assertIsNotNone(reader.encoder_projection)
-    features = ReaderTest._features(self, config)
+    features = _features(self.tokenizer, config)
     memory, memory_mask = reader.encode(features.passage_ids, features.passage_mask)
     self.assertEqual((2, 2 * config.passage_seq_len, 16), tuple(memory.shape))
     self.assertEqual((2, 2 * config.passage_seq_len), tuple(memory_mask.shape))
@@ -396,7 +224,7 @@ class BertEncoderReaderTest(_Seeded):
     self.assertGreater(max(float(tf.reduce_max(tf.abs(g))) for g in gradients if g is not None), 0.0)
     decoded = reader.greedy_decode(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
     self.assertEqual((2, config.answer_seq_len), tuple(decoded.shape))
-    for aggregation in fid.SCORE_AGGREGATIONS:
+    for aggregation in fid_reader.SCORE_AGGREGATIONS:
       scores = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id,
                                      aggregation)
       self.assertEqual((2, 2), tuple(scores.shape))
@@ -407,9 +235,9 @@ class BertEncoderReaderTest(_Seeded):
     config, reader = self._reader(path, hidden_size=32)  # same width: no projection
     self._assert_same_weights(source, reader.bert_encoder)
     self.assertIsNone(reader.encoder_projection)
-    features = ReaderTest._features(self, config)
+    features = _features(self.tokenizer, config)
     saved = tf.train.Checkpoint(model=reader).write(os.path.join(self.get_temp_dir(), "reader", "ckpt"))
-    restored = fid.build_reader(config)
+    restored = fid_reader.build_reader(config)
     tf.train.Checkpoint(model=restored).read(saved).assert_consumed()
     inputs = (features.passage_ids, features.passage_mask, features.decoder_input_ids)
     self.assertAllClose(reader(inputs, training=False), restored(inputs, training=False))
@@ -418,14 +246,14 @@ class BertEncoderReaderTest(_Seeded):
     _, directory = self._write_train_mlm_export(self._bert_config(vocab_size=self.tokenizer.vocab_size + 5))
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*vocabulary of "
                                 f"{self.tokenizer.vocab_size + 5} wordpieces.*--vocab_path"):
-      fid.bert_encoder_config(directory, self.tokenizer.vocab_size)
+      fid_reader.bert_encoder_config(directory, self.tokenizer.vocab_size)
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*not a BERT checkpoint"):
-      fid.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
+      fid_reader.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
 
   def test_config_round_trip_and_checks(self):
     config = _tiny_config(self.tokenizer.vocab_size, encoder="bert", bert=self._bert_config())
     config.save(self.get_temp_dir())
-    loaded = fid.FidConfig.load(self.get_temp_dir())
+    loaded = fid_reader.FidConfig.load(self.get_temp_dir())
     self.assertEqual(config, loaded)
     self.assertIsInstance(loaded.bert, bert.BertConfig)
     self.assertEqual(config, config.save_or_check(self.get_temp_dir()))
@@ -441,20 +269,11 @@ class BertEncoderReaderTest(_Seeded):
       _tiny_config(self.tokenizer.vocab_size, encoder="gpt")
 
 
-class RelativePositionTest(tf.test.TestCase):
-
-  def test_buckets_match_t5(self):
-    # Hand-computed with T5's formula: exact up to max_exact, then logarithmic, capped.
-    relative = tf.constant([0, -1, 1, -7, -20, -200, 20])
-    self.assertAllEqual([0, 1, 17, 7, 10, 15, 26],
-                        fid.relative_position_bucket(relative, True, 32, 128))
-    # Causal: every future key shares bucket 0.
-    self.assertAllEqual([0, 0, 3, 30], fid.relative_position_bucket(tf.constant([0, 3, -3, -100]), False,
-                                                                     32, 128))
+class PositionsAndInitializationTest(tf.test.TestCase):
 
   def test_encoder_sees_word_order(self):
     tf_keras.utils.set_random_seed(3)
-    reader = fid.build_reader(_tiny_config(40, passage_seq_len=6))
+    reader = fid_reader.build_reader(_tiny_config(40, passage_seq_len=6))
     ids = tf.constant([[[5, 6, 7, 8, 9, 10]]])
     swapped = tf.constant([[[6, 5, 7, 8, 9, 10]]])
     memory, _ = reader.encode(ids, tf.ones_like(ids))
@@ -466,7 +285,7 @@ class RelativePositionTest(tf.test.TestCase):
   def test_t5_initialization_scale(self):
     tf_keras.utils.set_random_seed(3)
     config = _tiny_config(40, hidden_size=64)
-    reader = fid.build_reader(config)
+    reader = fid_reader.build_reader(config)
     kernel = reader.decoder_layers[0].cross_attention.query.kernel.numpy()
     self.assertAllClose(64 ** -0.5, kernel.std(), rtol=0.1)
     self.assertAllClose(1.0, reader.token_embedding.embeddings.numpy().std(), rtol=0.1)

@@ -1,0 +1,368 @@
+"""The Fusion-in-Decoder (FiD) reader: configuration, the encoder-decoder, and its passage scores.
+
+FiD (Izacard & Grave 2021, facebookresearch/FiD src/model.py): each (question, passage) pair, formatted
+"question: Q title: T context: P" (realm_tf.data.fid_features), is encoded ON ITS OWN ([B*n, L]); the
+decoder cross-attends over the concatenation of all n encoder outputs ([B, n*L]) and generates the
+answer. FiD-KD (Izacard & Grave, "Distilling Knowledge from Reader to Retriever", ICLR 2021) turns the
+decoder's cross-attention into a relevance score per passage (passage_scores) and trains the retriever to
+match it (realm_tf.modeling.fid_distillation).
+
+The reader is a compact T5-style encoder-decoder (realm_tf.modeling.t5_layers: pre-LayerNorm blocks, ReLU
+feed-forward, T5's relative position buckets, shared by the layers, in the encoder and decoder
+self-attention; none in the cross-attention, as in T5, so its logits are a plain q.k / sqrt(d_head)), with
+the token embedding tied with the output softmax and T5's initialization (see FidReader). A reader
+trained from scratch must learn to copy the answer's wordpieces from a passage, which needs "the token
+after the one just copied" attention; a bias per distance gives that directly. (Learned absolute position
+embeddings were replaced together with the initialization; only the pair was measured, see FidReader.)
+
+The encoder may instead be a pre-trained BERT (FidConfig.encoder = "bert": Model Garden's BertEncoderV2
+from realm_tf.modeling.bert, warm-started by load_encoder_weights from anything
+realm_tf.modeling.bert_conversion reads: a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such
+as all-MiniLM-L6-v2), with a Dense projection to the decoder width when they differ. Why: the paper's
+reader is pre-trained T5 and reads from its first step; a reader encoder trained from scratch on testdata
+reached 1% dev exact match on the passages of a distilled retriever (issue 19), too weak a teacher. The
+encoder-decoder of a BERT encoder and a small decoder trained from scratch is still Fusion-in-Decoder:
+passages encoded on their own, the decoder cross-attending over all of them.
+
+The decoder starts from [CLS] and ends with [SEP].
+
+Attention scores, one per passage [B, n], from the cross-attention of the FIRST decoded token in every
+decoder layer and head (SCORE_AGGREGATIONS):
+  "pre_softmax" (FiD's get_crossattention_scores, the paper's choice): its pre-softmax logits averaged
+    over heads, layers and the passage's NON-PADDING tokens;
+  "attention_mass": the log of its attention probability summed over the passage's tokens, averaged over
+    heads and layers (Atlas's attention distillation without the value norms), so that
+    softmax(scores) is where the reader reads. Why offered: the paper's readers are pretrained T5, whose
+    logits rise over a whole relevant passage; a reader trained from scratch attends sharply to the answer
+    span and the rest of the passage dominates the mean logit. On testdata, a reader with 75% exact match
+    on its training questions ranked the gold passage first among 3 for 47% of them by pre_softmax
+    (layer 0 alone 22%, below chance) and for 76% by attention_mass.
+"""
+
+import dataclasses
+from typing import ClassVar, Dict, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from realm_tf import json_config
+from realm_tf.modeling import bert as bert_lib
+from realm_tf.modeling import bert_conversion
+from realm_tf.modeling import losses
+from realm_tf.modeling import t5_layers
+
+CONFIG_NAME = "fid_config.json"
+ENCODERS = ("t5", "bert")
+
+
+@dataclasses.dataclass(frozen=True)
+class FidConfig(json_config.JsonConfig):
+  """The reader's architecture and input lengths.
+
+  Attributes:
+    vocab_size: V, the WordPiece vocab size.
+    hidden_size: H; num_heads must divide it.
+    num_heads: attention heads of every layer.
+    num_encoder_layers, num_decoder_layers: depths.
+    intermediate_size: width of the ReLU feed-forward.
+    dropout_rate: dropout on residual branches in training.
+    passage_seq_len: L, wordpieces per formatted (question, passage) pair.
+    answer_seq_len: T, decoder length (answer pieces + [SEP]; [CLS] is the start token).
+    relative_attention_num_buckets, relative_attention_max_distance: T5's relative position buckets
+      (exact distances up to half the buckets, logarithmic buckets up to max_distance).
+    initializer_factor: scales T5's initialization (normal, stddev fan_in^-0.5 per weight; 1 for
+      embeddings and position biases).
+    encoder: "t5" (the T5-style encoder of num_encoder_layers here, trained from scratch) or "bert" (a
+      BertEncoderV2 of config `bert`, meant to be warm-started: load_encoder_weights; num_encoder_layers
+      is then unused). hidden_size, num_heads, intermediate_size are the decoder's either way.
+    bert: the BERT encoder's configuration (encoder "bert" only); its vocab_size must be vocab_size.
+  """
+  FILE_NAME: ClassVar[str] = CONFIG_NAME
+  DESCRIPTION: ClassVar[str] = "a FiD reader configuration"
+  WRITTEN_BY: ClassVar[str] = "bin/train_fid_kd"
+
+  vocab_size: int
+  hidden_size: int = 64
+  num_heads: int = 2
+  num_encoder_layers: int = 2
+  num_decoder_layers: int = 2
+  intermediate_size: int = 128
+  dropout_rate: float = 0.0
+  passage_seq_len: int = 64
+  answer_seq_len: int = 12
+  relative_attention_num_buckets: int = 32
+  relative_attention_max_distance: int = 128
+  initializer_factor: float = 1.0
+  encoder: str = "t5"
+  bert: Optional[bert_lib.BertConfig] = None
+
+  def __post_init__(self):
+    if self.encoder not in ENCODERS:
+      raise ValueError(f"FidConfig: encoder must be one of {ENCODERS}, got {self.encoder!r}")
+    if (self.encoder == "bert") != (self.bert is not None):
+      raise ValueError(f"FidConfig: a BERT configuration is needed with encoder 'bert' and only then "
+                       f"(encoder {self.encoder!r}, bert {self.bert})")
+    if self.bert is not None:
+      if self.bert.vocab_size != self.vocab_size:
+        raise ValueError(f"FidConfig: the BERT encoder's vocab_size {self.bert.vocab_size} differs from the "
+                         f"reader's {self.vocab_size}; both read the same wordpiece ids")
+      if self.passage_seq_len > self.bert.max_position_embeddings:
+        raise ValueError(f"FidConfig: passage_seq_len {self.passage_seq_len} exceeds the BERT encoder's "
+                         f"max_position_embeddings {self.bert.max_position_embeddings}")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"FidConfig: hidden_size {self.hidden_size} is not a multiple of num_heads "
+                       f"{self.num_heads}")
+    if self.passage_seq_len < 2 or self.answer_seq_len < 2:
+      raise ValueError(f"FidConfig: passage_seq_len ({self.passage_seq_len}) and answer_seq_len "
+                       f"({self.answer_seq_len}) must be at least 2")
+
+  def to_dict(self) -> Dict:
+    values = dataclasses.asdict(self)
+    values["bert"] = self.bert.to_dict() if self.bert is not None else None
+    return values
+
+  @classmethod
+  def from_dict(cls, values: Dict) -> "FidConfig":
+    values = dict(values)
+    if values.get("bert") is not None:
+      values["bert"] = bert_lib.BertConfig(**values["bert"])
+    return cls(**values)
+
+
+def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_init_checkpoint"
+                        ) -> bert_lib.BertConfig:
+  """The BertConfig of a warm-start checkpoint (bert_conversion.config_from_source), checked against the
+  corpus vocab: the reader's ids come from that vocab, and a BERT of another vocab would read them as
+  other words."""
+  try:
+    config = bert_conversion.config_from_source(checkpoint)
+  except (bert_conversion.ConversionError, FileNotFoundError, ValueError) as e:
+    raise ValueError(f"{flag}={checkpoint}: not a BERT checkpoint realm_tf can read ({e}); pass a "
+                     "bin/train_mlm export, a TF1 BERT checkpoint or a Hugging Face BERT directory with "
+                     "its bert_config.json / config.json") from e
+  if config.vocab_size != vocab_size:
+    raise ValueError(f"{flag}={checkpoint}: its BERT has a vocabulary of {config.vocab_size} wordpieces, "
+                     f"the corpus vocab (--vocab_path) {vocab_size}; warm-start from a BERT of the same "
+                     "vocab (e.g. bin/train_mlm with this --vocab_path)")
+  return config
+
+
+def load_encoder_weights(reader: "FidReader", checkpoint: str) -> "bert_conversion.ConversionReport":
+  """Warm-starts a BERT-encoder reader's encoder from `checkpoint`; strict: every encoder weight must be
+  found (a partly random encoder is not the pre-trained reader the run asks for)."""
+  if reader.config.encoder != "bert":
+    raise ValueError(f"load_encoder_weights: the reader's encoder is {reader.config.encoder!r}, not 'bert'")
+  return bert_conversion.load_bert_weights(reader.bert_encoder, checkpoint, strict=True)
+
+
+def aggregate_cross_attention(first_token_logits: tf.Tensor, passage_mask: tf.Tensor) -> tf.Tensor:
+  """One relevance score per passage from the first decoded token's cross-attention logits.
+
+  FiD's get_crossattention_scores: padding set to 0, summed over layers, heads and passage tokens, divided
+  by (#non-padding tokens of the passage) x layers x heads. A passage without any real token scores 0.
+
+  Args:
+    first_token_logits: float [B, layers, heads, n*L], pre-softmax logits of decoder position 0.
+    passage_mask: [B, n, L], 1 on real tokens.
+
+  Returns:
+    float32 [B, n].
+  """
+  logits = tf.cast(first_token_logits, tf.float32)
+  mask = tf.cast(passage_mask, tf.float32)
+  shape = tf.shape(mask)
+  num_layers, num_heads = tf.shape(logits)[1], tf.shape(logits)[2]
+  logits = tf.reshape(logits, [shape[0], num_layers, num_heads, shape[1], shape[2]])
+  total = tf.einsum("bahnl,bnl->bn", logits, mask)
+  count = tf.reduce_sum(mask, axis=-1) * tf.cast(num_layers * num_heads, tf.float32)
+  return tf.math.divide_no_nan(total, count)
+
+
+def aggregate_attention_mass(first_token_logits: tf.Tensor, passage_mask: tf.Tensor) -> tf.Tensor:
+  """log of the attention probability of each passage, from the first decoded token's logits.
+
+  The softmax runs over all n*L memory tokens (padding excluded, as in the decoder), the probabilities are
+  summed over each passage's tokens and averaged over layers and heads; a passage without real tokens
+  gets log(1e-20). Arguments and result as aggregate_cross_attention.
+  """
+  logits = tf.cast(first_token_logits, tf.float32)
+  mask = tf.cast(passage_mask, tf.float32)
+  shape = tf.shape(mask)
+  flat_mask = tf.reshape(mask, [shape[0], 1, 1, -1])
+  probabilities = tf.nn.softmax(logits + (1.0 - flat_mask) * t5_layers.MASK_BIAS, axis=-1) * flat_mask
+  per_passage = tf.reduce_sum(tf.reshape(probabilities, [shape[0], tf.shape(logits)[1], tf.shape(logits)[2],
+                                                          shape[1], shape[2]]), axis=-1)
+  return tf.math.log(tf.maximum(tf.reduce_mean(per_passage, axis=[1, 2]), 1e-20))
+
+
+SCORE_AGGREGATIONS = {"pre_softmax": aggregate_cross_attention, "attention_mass": aggregate_attention_mass}
+
+
+class FidReader(tf_keras.Model):
+  """The FiD encoder-decoder.
+
+  Args:
+    config: FidConfig.
+
+  compute_loss(features, training) -> LossOutput: teacher-forced token cross-entropy, summed over real
+  target tokens (weight: their count), for realm_tf.training.train_lib.TrainStep. features is a dict of
+  the ReaderFeatures fields.
+  """
+
+  def __init__(self, config: FidConfig, name: str = "fid_reader", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    # T5's (Mesh TensorFlow's) initialization: stddev fan_in^-0.5, so that attention logits and residual
+    # branches start at unit scale. BERT's fixed 0.02 is far too small for a narrow model: with H=64 the
+    # initial attention logits are ~0.03 apart and attention stays uniform. Measured on testdata with one
+    # passage per question and substituted answers: with 0.02 the reader had not learned to copy an
+    # answer after 2,000 steps (0% dev exact match); with this initialization it reached 91% in 3,000.
+    # A factory, not one instance: a reused unseeded Keras initializer returns the same values each call.
+    initializer = lambda fan_in: tf_keras.initializers.RandomNormal(
+        stddev=config.initializer_factor * fan_in ** -0.5)
+    # Embeddings at stddev 1 (fan_in 1), with the H^-0.5 logit scale of T5's tied softmax below.
+    self.token_embedding = tf_keras.layers.Embedding(config.vocab_size, config.hidden_size,
+                                                     embeddings_initializer=initializer(1),
+                                                     name="token_embedding")
+    self.decoder_position_bias = t5_layers.RelativePositionBias(
+        config.num_heads, config.relative_attention_num_buckets, config.relative_attention_max_distance,
+        False, initializer, name="decoder_position_bias")
+    if config.encoder == "bert":
+      # The decoder keeps its own token embedding (the BERT word embeddings stay the encoder's, and the
+      # decoder's width may differ).
+      self.bert_encoder = bert_lib.build_encoder(config.bert, name="bert_encoder")
+      self.encoder_projection = (
+          tf_keras.layers.Dense(config.hidden_size, kernel_initializer=initializer(config.bert.hidden_size),
+                                name="encoder_projection")
+          if config.bert.hidden_size != config.hidden_size else None)
+    else:
+      self.encoder_position_bias = t5_layers.RelativePositionBias(
+          config.num_heads, config.relative_attention_num_buckets, config.relative_attention_max_distance,
+          True, initializer, name="encoder_position_bias")
+      self.encoder_layers = [
+          t5_layers.EncoderLayer(config.hidden_size, config.num_heads, config.intermediate_size,
+                                 config.dropout_rate, initializer, name=f"encoder_layer_{i}")
+          for i in range(config.num_encoder_layers)]
+      self.encoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
+    self.decoder_layers = [
+        t5_layers.DecoderLayer(config.hidden_size, config.num_heads, config.intermediate_size,
+                               config.dropout_rate, initializer, name=f"decoder_layer_{i}")
+        for i in range(config.num_decoder_layers)]
+    self.decoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
+    self.dropout = tf_keras.layers.Dropout(config.dropout_rate)
+
+  def encode(self, passage_ids, passage_mask, training=None):
+    """Encodes each pair on its own and fuses them.
+
+    Args:
+      passage_ids, passage_mask: int [B, n, L].
+
+    Returns:
+      (memory float [B, n*L, H], memory_mask float32 [B, n*L]).
+    """
+    shape = tf.shape(passage_ids)
+    seq_len = shape[2]
+    ids = tf.reshape(passage_ids, [-1, seq_len])  # [B*n, L]
+    mask = tf.cast(tf.reshape(passage_mask, [-1, seq_len]), tf.float32)
+    if self.config.encoder == "bert":
+      int_mask = tf.cast(mask, tf.int32)
+      x = self.bert_encoder(bert_lib.encoder_inputs(tf.cast(ids, tf.int32), int_mask, tf.zeros_like(int_mask)),
+                            training=training)["sequence_output"]
+      if self.encoder_projection is not None:
+        x = self.encoder_projection(x)
+    else:
+      x = self.dropout(self.token_embedding(ids), training=training)
+      bias = ((1.0 - mask) * t5_layers.MASK_BIAS)[:, tf.newaxis, tf.newaxis, :] + self.encoder_position_bias(
+          seq_len, seq_len)
+      for layer in self.encoder_layers:
+        x = layer(x, bias, training=training)
+      x = self.encoder_norm(x)
+    memory = tf.reshape(tf.cast(x, tf.float32), [shape[0], shape[1] * seq_len, self.config.hidden_size])
+    return memory, tf.reshape(mask, [shape[0], shape[1] * seq_len])
+
+  def decode(self, decoder_input_ids, memory, memory_mask, training=None):
+    """Decoder over the fused memory.
+
+    Args:
+      decoder_input_ids: int [B, T'] (T' <= T).
+      memory, memory_mask: from encode.
+
+    Returns:
+      (logits float32 [B, T', V], cross_logits float [B, layers, heads, T', n*L]).
+    """
+    steps = tf.shape(decoder_input_ids)[1]
+    x = self.dropout(self.token_embedding(decoder_input_ids), training=training)
+    causal = tf.linalg.band_part(tf.ones([steps, steps]), -1, 0)
+    self_bias = ((1.0 - causal) * t5_layers.MASK_BIAS)[tf.newaxis, tf.newaxis] + self.decoder_position_bias(
+        steps, steps)
+    cross_bias = ((1.0 - memory_mask) * t5_layers.MASK_BIAS)[:, tf.newaxis, tf.newaxis, :]
+    cross = []
+    for layer in self.decoder_layers:
+      x, cross_logits = layer(x, memory, self_bias, cross_bias, training=training)
+      cross.append(cross_logits)
+    x = self.decoder_norm(x)
+    # Tied output embedding, scaled by H^-0.5 as T5 does when tying.
+    logits = tf.einsum("bth,vh->btv", x * self.config.hidden_size ** -0.5, self.token_embedding.embeddings)
+    return tf.cast(logits, tf.float32), tf.stack(cross, axis=1)
+
+  def call(self, inputs, training=None):
+    """(passage_ids, passage_mask, decoder_input_ids) -> logits [B, T, V]."""
+    passage_ids, passage_mask, decoder_input_ids = inputs
+    memory, memory_mask = self.encode(passage_ids, passage_mask, training=training)
+    return self.decode(decoder_input_ids, memory, memory_mask, training=training)[0]
+
+  def compute_loss(self, features: Dict[str, tf.Tensor], training=None) -> losses.LossOutput:
+    logits = self((features["passage_ids"], features["passage_mask"], features["decoder_input_ids"]),
+                  training=training)
+    mask = tf.cast(features["target_mask"], tf.float32)
+    token_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(features["target_ids"], tf.int32), logits=logits)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                               tf.cast(features["target_ids"], tf.int32)), tf.float32)
+    count = tf.reduce_sum(mask)
+    return losses.LossOutput(loss_sum=tf.reduce_sum(token_losses * mask), loss_weight=count,
+                             metrics={"token_accuracy": (tf.reduce_sum(correct * mask), count)})
+
+  def passage_scores(self, passage_ids, passage_mask, start_id: int,
+                     aggregation: str = "pre_softmax") -> tf.Tensor:
+    """FiD-KD relevance of each passage, float32 [B, n], by one of SCORE_AGGREGATIONS.
+
+    Only the first decoder position is run: its cross-attention does not depend on later tokens (causal
+    decoder), so this equals the first step of greedy decoding.
+    """
+    memory, memory_mask = self.encode(passage_ids, passage_mask, training=False)
+    start = tf.fill([tf.shape(passage_ids)[0], 1], tf.cast(start_id, tf.int32))
+    _, cross = self.decode(start, memory, memory_mask, training=False)
+    if aggregation not in SCORE_AGGREGATIONS:
+      raise ValueError(f"unknown reader score aggregation {aggregation!r}; use one of "
+                       f"{sorted(SCORE_AGGREGATIONS)}")
+    return SCORE_AGGREGATIONS[aggregation](cross[:, :, :, 0, :], passage_mask)
+
+  def greedy_decode(self, passage_ids, passage_mask, start_id: int) -> tf.Tensor:
+    """Greedy answer ids, int32 [B, T] (read up to the first [SEP]).
+
+    Re-runs the decoder on the whole prefix each step (no cache): T is a few tokens for QA answers, and
+    the fixed [B, T] shape keeps the computation static.
+    """
+    memory, memory_mask = self.encode(passage_ids, passage_mask, training=False)
+    batch = tf.shape(passage_ids)[0]
+    steps = self.config.answer_seq_len
+    tokens = tf.concat([tf.fill([batch, 1], tf.cast(start_id, tf.int32)),
+                        tf.zeros([batch, steps - 1], tf.int32)], axis=1)
+    outputs = []
+    for t in range(steps):
+      logits, _ = self.decode(tokens, memory, memory_mask, training=False)
+      next_ids = tf.argmax(logits[:, t], axis=-1, output_type=tf.int32)
+      outputs.append(next_ids)
+      if t + 1 < steps:
+        tokens = tf.concat([tokens[:, :t + 1], next_ids[:, tf.newaxis], tokens[:, t + 2:]], axis=1)
+    return tf.stack(outputs, axis=1)
+
+
+def build_reader(config: FidConfig) -> FidReader:
+  """A FidReader with its variables created (one dummy forward pass)."""
+  reader = FidReader(config)
+  dummy = tf.zeros([1, 1, config.passage_seq_len], tf.int32)
+  reader((dummy, tf.ones_like(dummy), tf.zeros([1, config.answer_seq_len], tf.int32)))
+  return reader
+
