@@ -37,7 +37,7 @@ from realm_tf.export import random_orqa  # pylint: disable=g-import-not-at-top,w
 from realm_tf.export import saved_models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.serving import process  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import orqa_trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.training import orqa_model  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir to export (its best "
                                  "checkpoint); default: random weights over the 300 testdata documents.")
@@ -76,7 +76,7 @@ def _exports(work_dir: str) -> Dict[str, str]:
     path = os.path.join(work_dir, "exports", os.path.basename(os.path.normpath(model_dir)),
                         f"open_qa_{index}")
     if not os.path.exists(path):
-      trained = trained or orqa_trainer.load_trained(model_dir)
+      trained = trained or orqa_model.load_trained(model_dir)
       print(f"exporting {model_dir} with index={index} to {path}", flush=True)
       saved_models.export_open_qa(trained, path, index,
                                   index_lib.ScannOptions(tree_min_docs=_SCANN_TREE_MIN_DOCS.value))

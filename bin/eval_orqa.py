@@ -13,7 +13,7 @@ from absl import logging
 
 from realm_tf.training import distribute
 from realm_tf.training import flags_util
-from realm_tf.training import orqa_trainer
+from realm_tf.training import orqa_evaluation
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir.", required=True)
 _QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_qa input; CuratedTREC "
@@ -36,13 +36,13 @@ def main(argv):
     ks = [int(k) for k in _KS.value]
   except ValueError:
     raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from None
-  result = orqa_trainer.evaluate_model_dir(
+  result = orqa_evaluation.evaluate_model_dir(
       _MODEL_DIR.value, _QA.value, output_dir=_OUTPUT.value, checkpoint=_CHECKPOINT.value,
       batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value, strategy=strategy,
       log=logging.info)
   table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
   print(f"{result['qa_path']} with {result['checkpoint']}:")
-  print(orqa_trainer.format_metrics(table))
+  print(orqa_evaluation.format_metrics(table))
   print(f"metrics: {result['metrics_path']}\npredictions: {result['predictions_path']}")
 
 

@@ -20,7 +20,7 @@ from realm_tf.export import random_orqa
 from realm_tf.export import saved_models
 from realm_tf.serving import browser
 from realm_tf.serving import process
-from realm_tf.training import orqa_trainer
+from realm_tf.training import orqa_model
 
 _QUESTIONS = ["Where was Savix Lunene born?", "Où est né Zoë Kelarlé, l'ingénieur?",
               "What did Wenor found? " * 40]
@@ -35,7 +35,7 @@ class ServeTest(tf.test.TestCase):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp()
     made = random_orqa.write_model_dir(cls.tmp, num_docs=40)
-    cls.saved_model = saved_models.export_open_qa(orqa_trainer.load_trained(made.model_dir),
+    cls.saved_model = saved_models.export_open_qa(orqa_model.load_trained(made.model_dir),
                                                   os.path.join(cls.tmp, "export", "open_qa"))
     # What bin/answer.py prints comes from this call on the same export.
     cls.expected = saved_models.answer_questions(saved_models.load_open_qa(cls.saved_model), _QUESTIONS)

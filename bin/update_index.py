@@ -31,7 +31,8 @@ from realm_tf.data import text_records
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_update
-from realm_tf.training import orqa_trainer
+from realm_tf.training import frozen_index
+from realm_tf.training import orqa_model
 
 _INDEX = flags.DEFINE_string(
     "index", None, "MODEL_DIR/index/<step> (or a REALM MODEL_DIR: its newest index), or an ORQA "
@@ -74,18 +75,18 @@ def main(argv):
     print(f"wrote {written}")
     return
   orqa_dir = None
-  if os.path.basename(target) == orqa_trainer.FROZEN_INDEX_DIR:
+  if os.path.basename(target) == frozen_index.FROZEN_INDEX_DIR:
     orqa_dir = os.path.dirname(target)
-  elif os.path.exists(os.path.join(target, orqa_trainer.FROZEN_INDEX_DIR, index_lib.MANIFEST_NAME)):
+  elif os.path.exists(os.path.join(target, frozen_index.FROZEN_INDEX_DIR, index_lib.MANIFEST_NAME)):
     orqa_dir = target
   try:
     if orqa_dir is not None:
       config = realm_config_lib.RealmConfig.load(orqa_dir)
       change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value,
                                             corpus_lib.vocab_sha256(config.vocab_path))
-      orqa_trainer.update_frozen_index(orqa_dir, change, _ON_EXISTING.value, _OUTPUT_CORPUS.value,
-                                       _BATCH_SIZE.value)
-      print(f"updated {orqa_trainer.frozen_index_dir(orqa_dir)}")
+      frozen_index.update_frozen_index(orqa_dir, orqa_model.load_trained(orqa_dir), change,
+                                       _ON_EXISTING.value, _OUTPUT_CORPUS.value, _BATCH_SIZE.value)
+      print(f"updated {frozen_index.frozen_index_dir(orqa_dir)}")
       return
     path = index_update.resolve_published(target)
     model_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))

@@ -1,7 +1,7 @@
 """A bin/train_orqa-style model dir with random weights over the testdata documents: what the export
 tests, bin/serve's tests and bench/serve_bench export when they need an open-QA model without training.
 
-The dir holds what orqa_trainer.load_trained reads (realm_config.json, orqa_config.json, the corpus, the
+The dir holds what orqa_model.load_trained reads (realm_config.json, orqa_config.json, the corpus, the
 frozen index, ckpt-1), so it exports exactly as a trained run does; only the answers are arbitrary.
 """
 
@@ -22,7 +22,9 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
-from realm_tf.training import orqa_trainer
+from realm_tf.training import frozen_index
+from realm_tf.training import orqa_model
+from realm_tf.training import warm_start
 
 MAX_DOCS = 300  # testdata/corpus.jsonl
 
@@ -61,14 +63,14 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   config.save(model_dir)
   orqa.save(model_dir)
   tf_keras.utils.set_random_seed(seed)
-  retriever = orqa_trainer.load_retriever_checkpoint(config, None)
+  retriever = warm_start.load_retriever_checkpoint(config, None)
   # Random vectors rather than the untrained document tower's: that tower maps these templated documents
   # to near-identical points, and near-ties would make "the same top blocks" depend on float rounding.
   embeddings = np.random.default_rng(seed).normal(size=[num_docs, 16]).astype(np.float32)
   index_lib.build_index(embeddings, implementation="brute_force").save(
-      orqa_trainer.frozen_index_dir(model_dir))
+      frozen_index.frozen_index_dir(model_dir))
   blocks = orqa_features.load_blocks(prefix, orqa.max_block_len)
-  model = orqa_trainer.build_model(config, orqa, embeddings, blocks, tokenizer)
+  model = orqa_model.build_model(config, orqa, embeddings, blocks, tokenizer)
   orqa_lib.copy_retriever_weights(retriever, model.retriever)
   kernel = model.retriever.query_embedder.projection.kernel  # as if fine-tuning moved the query tower
   kernel.assign(kernel + np.random.default_rng(seed + 1).normal(scale=0.5, size=kernel.shape))

@@ -64,7 +64,7 @@ from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.modeling import released_checkpoints
 from realm_tf.retrieval import index as index_lib
-from realm_tf.training import orqa_trainer
+from realm_tf.training import orqa_model
 
 EXPORT_INFO = os.path.join("assets.extra", "realm_tf_export.json")
 QUERY_EMBEDDER = "query_embedder"
@@ -438,7 +438,7 @@ def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig, doc
 def export_open_qa(trained, path: str, index: str = "brute_force",
                    scann_options: Optional[index_lib.ScannOptions] = None,
                    info: Optional[Dict] = None) -> str:
-  """Exports a realm_tf.training.orqa_trainer.TrainedOrqa (load_trained) as the open-QA SavedModel."""
+  """Exports a realm_tf.training.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
   blocks = trained.blocks
   module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles,
                         blocks.bodies, blocks.doc_ids, index, scann_options)
@@ -469,7 +469,7 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
 
   A bin/train_orqa model dir (orqa_config.json) gives all three, from its best checkpoint by default.
   A converted orqa_from_realm checkpoint (bin/convert_checkpoint) with index_dir, the converted
-  block_emb and its blocks (orqa_trainer.load_converted), gives query_embedder and open_qa: no
+  block_emb and its blocks (orqa_model.load_converted), gives query_embedder and open_qa: no
   document_embedder, as the tower that embedded the released blocks (REALM's embedder) is not in it.
   Any other run with a realm_config.json (bin/train_realm, bin/train_ict, a converted checkpoint
   without index_dir) gives the two embedders, from its latest checkpoint by default.
@@ -509,13 +509,13 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
           trained, os.path.join(output_dir, OPEN_QA + TOKEN_IDS_SUFFIX), info, log)
 
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
-    trained = orqa_trainer.load_trained(model_dir, checkpoint)
+    trained = orqa_model.load_trained(model_dir, checkpoint)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint}
     log(f"exporting {trained.checkpoint}")
     embedders(trained.model.retriever.query_embedder, trained.model.retriever.doc_embedder, info)
     open_qa(trained, info)
   elif index_dir is not None:
-    trained = orqa_trainer.load_converted(model_dir, index_dir, checkpoint)
+    trained = orqa_model.load_converted(model_dir, index_dir, checkpoint)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint,
             "index_dir": os.path.abspath(index_dir), "source": conversion.get("source"),
             "query_seq_len": config.query_seq_len, "reader_seq_len": trained.orqa.reader_seq_len}

@@ -17,7 +17,8 @@ import tensorflow as tf
 from realm_tf.export import random_orqa
 from realm_tf.export import saved_models
 from realm_tf.retrieval import index as index_lib
-from realm_tf.training import orqa_trainer
+from realm_tf.training import orqa_evaluation
+from realm_tf.training import orqa_model
 
 _QUESTIONS = ["Where was Savix Lunene born?", "", "What did Wenor found? " * 91,
               "Où est né Zoë Kelarlé, l'ingénieur?", "When was Essan Zoror born?"]
@@ -73,8 +74,8 @@ class ExportTest(tf.test.TestCase):
     super().setUpClass()
     cls.tmp = tempfile.mkdtemp()
     model_dir, vocab, cls.documents = random_orqa.write_model_dir(cls.tmp, num_docs=_NUM_DOCS)
-    trained = cls.trained = orqa_trainer.load_trained(model_dir)
-    predictor = orqa_trainer.OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer,
+    trained = cls.trained = orqa_model.load_trained(model_dir)
+    predictor = orqa_evaluation.OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer,
                                            trained.blocks, batch_size=len(_QUESTIONS), num_retrieved=3)
     cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
     query_inputs = trained.featurizer.query_inputs(trained.tokenizer.tokenize(_QUESTIONS))

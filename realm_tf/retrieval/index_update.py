@@ -15,7 +15,7 @@ bin/generate_retrieval_corpus) and doc_ids to remove. An update
      manifest records its base (corpus_lib.write_derived_corpus), so refreshers and trainers started
      on the base can follow it (published_index.current_corpus);
   4. hands back the new rows' embeddings for the caller to publish through the usual path
-     (update_published_index here for MODEL_DIR/index/<step>; orqa_trainer.update_frozen_index).
+     (update_published_index here for MODEL_DIR/index/<step>; training.frozen_index.update_frozen_index).
 
 Removed documents are deleted, not masked: index row i must stay corpus row i for every consumer (the
 REALM input pipeline, ORQA's frozen blocks, the exported open-QA model's texts), and a masked row would

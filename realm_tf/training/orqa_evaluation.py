@@ -1,0 +1,178 @@
+"""ORQA prediction and evaluation: batched answers under a strategy, exact match / F1 / recall@k, and
+bin/eval_orqa's evaluation of a trained model dir.
+
+Evaluation uses the original's PREDICT setting (the reader reads the top reader_beam blocks) and reports
+the official string accuracy (exact match after ORQA's normalization, regex match for CuratedTREC-style
+answers). Recall@k is "an answer string occurs in one of the top-k blocks' text" (the raw,
+case-sensitive test of the original's retriever_correct, on the block body that the reader reads).
+"""
+
+import os
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf import evaluation
+from realm_tf import io_utils
+from realm_tf.data import orqa_features
+from realm_tf.data import qa as qa_lib
+from realm_tf.modeling import orqa as orqa_lib
+from realm_tf.training import orqa_model
+
+DEFAULT_RECALL_KS = (1, 5, 20, 100)
+
+
+def load_examples(path: str, skip_invalid: bool, log: Callable[[str], None]) -> List[qa_lib.QAExample]:
+  """The QA examples of path (qa.load_qa); skip_invalid counts and logs invalid records instead of
+  stopping on the first. Raises ValueError when none is left."""
+  skipped = qa_lib.SkipCounter() if skip_invalid else None
+  examples = qa_lib.load_qa(path, skipped=skipped)
+  if skipped is not None:
+    log(f"{path}: {skipped.summary('QA records')}")
+  if not examples:
+    raise ValueError(f"{path} holds no QA examples")
+  return examples
+
+
+class OrqaPredictor:
+  """Batched prediction under a strategy, with questions featurized by ONE traced function (tracing the
+  tokenizer costs seconds; periodic dev evaluation reuses it).
+
+  Args:
+    model: an OrqaModel built under strategy's scope.
+    tokenizer, featurizer: the run's (RealmConfig.tokenizer() / featurizer()).
+    blocks: the corpus (bodies give the answer text, doc_ids the retrieved ids).
+    strategy: the model's strategy; batch_size must divide over its replicas. Predictions come back from
+      this host's replicas only: evaluate on one host.
+    num_retrieved: blocks retrieved per question (for recall@k); the reader reads the top reader_beam.
+  """
+
+  def __init__(self, model: orqa_lib.OrqaModel, tokenizer, featurizer, blocks: orqa_features.Blocks,
+               strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 32,
+               num_retrieved: int = max(DEFAULT_RECALL_KS)):
+    self.model = model
+    self.tokenizer = tokenizer
+    self.blocks = blocks
+    self.strategy = strategy or tf.distribute.get_strategy()
+    if batch_size % self.strategy.num_replicas_in_sync:
+      raise ValueError(f"eval batch size {batch_size} does not divide over "
+                       f"{self.strategy.num_replicas_in_sync} replicas")
+    self.batch_size = batch_size
+    self.num_retrieved = num_retrieved
+    reader_seq_len = model.orqa.reader_seq_len
+    self._featurize = tf.function(
+        lambda questions: orqa_features.question_features(tokenizer, featurizer, questions,
+                                                           reader_seq_len),
+        input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+
+    @tf.function(autograph=False)
+    def step(batch):
+      per_replica = self.strategy.run(
+          lambda f: model.predict_answers(f, num_retrieved=num_retrieved, training=False), args=(batch,))
+      return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
+
+    self._step = step
+
+  def featurize(self, questions: Sequence[str]) -> Dict[str, np.ndarray]:
+    encoded = [q.encode("utf-8") for q in questions]
+    return {k: v.numpy() for k, v in self._featurize(tf.constant(encoded, tf.string)).items()}
+
+  def predict(self, features: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """predict_answers' outputs (numpy, in input order) plus "answer" (str) per question."""
+    n = len(next(iter(features.values())))
+    if n == 0:
+      raise ValueError("no questions to predict")
+    padded_n = -(-n // self.batch_size) * self.batch_size
+    padded = {k: np.concatenate([v, np.repeat(v[:1], padded_n - n, axis=0)]) for k, v in features.items()}
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+      # Per-replica batches in input order: the replicas of one input pipeline take consecutive
+      # batches, so their local results, concatenated in replica order, keep the questions' order.
+      per_replica = context.get_per_replica_batch_size(self.batch_size)
+      return (tf.data.Dataset.from_tensor_slices(padded).batch(per_replica, drop_remainder=True)
+              .shard(context.num_input_pipelines, context.input_pipeline_id))
+
+    parts: Dict[str, List[np.ndarray]] = {}
+    for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
+      for name, values in self._step(batch).items():
+        parts.setdefault(name, []).extend(np.asarray(v) for v in values)
+    outputs = {name: np.concatenate(values)[:n] for name, values in parts.items()}
+    texts = orqa_lib.answer_texts(self.tokenizer, self.blocks.bodies, outputs)
+    outputs["answer"] = np.array([t.decode("utf-8") for t in texts], object)
+    return outputs
+
+
+def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
+             ks: Sequence[int] = DEFAULT_RECALL_KS,
+             features: Optional[Dict[str, np.ndarray]] = None) -> Tuple[Dict[str, float], List[Dict]]:
+  """Predicts every example and scores it.
+
+  Returns:
+    metrics: evaluation.evaluate_predictions' (accuracy, exact_match, f1, regex_match, counts) plus
+      recall@k for each k (percentages);
+    records: one per example, {question, prediction, score, retrieved_ids (doc_ids of the blocks the
+      reader read, best first), predicted_id (doc_id of the answer's block)}.
+  """
+  if not examples:
+    raise ValueError("no QA examples to evaluate")
+  if features is None:
+    features = predictor.featurize([e.question for e in examples])
+  outputs = predictor.predict(features)
+  blocks = predictor.blocks
+  metrics = evaluation.evaluate_predictions(examples, list(outputs["answer"]))
+  hits = [[evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex)
+           for row in rows] for rows, example in zip(outputs["block_rows"], examples)]
+  metrics.update(evaluation.recall_at_k(hits, ks))
+  reader_beam = predictor.model.reader_beam
+  records = [{"question": example.question, "prediction": str(answer), "score": float(score),
+              "retrieved_ids": [blocks.doc_ids[r] for r in rows[:reader_beam]],
+              "predicted_id": blocks.doc_ids[predicted]}
+             for example, answer, score, rows, predicted in zip(
+                 examples, outputs["answer"], outputs["score"], outputs["block_rows"],
+                 outputs["predicted_row"])]
+  return metrics, records
+
+
+def format_metrics(metrics: Dict[str, float]) -> str:
+  """A two-column table of the metrics, percentages with two decimals."""
+  width = max(len(k) for k in metrics)
+  lines = [f"{'metric':<{width}}  value", f"{'-' * width}  -------"]
+  for name in sorted(metrics):
+    value = metrics[name]
+    shown = str(value) if isinstance(value, int) or name.startswith("num_") else f"{value:.2f}"
+    lines.append(f"{name:<{width}}  {shown}")
+  return "\n".join(lines)
+
+
+def evaluate_model_dir(model_dir: str, qa_path: str, output_dir: Optional[str] = None,
+                       checkpoint: Optional[str] = None, batch_size: int = 32,
+                       ks: Sequence[int] = DEFAULT_RECALL_KS, skip_invalid: bool = False,
+                       strategy: Optional[tf.distribute.Strategy] = None,
+                       log: Callable[[str], None] = print) -> Dict:
+  """bin/eval_orqa: evaluates a trained model dir on a QA file; writes
+  OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults
+  to MODEL_DIR/eval, <name> is the QA file's base name). Returns the metrics (with paths and checkpoint)."""
+  trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
+  log(f"evaluating {trained.checkpoint} on {qa_path}")
+  examples = load_examples(qa_path, skip_invalid, log)
+  predictor = OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer, trained.blocks,
+                            strategy, batch_size, num_retrieved=max(ks))
+  started = time.time()
+  metrics, records = evaluate(predictor, examples, ks)
+  metrics["seconds"] = time.time() - started
+  output_dir = output_dir or os.path.join(model_dir, "eval")
+  tf.io.gfile.makedirs(output_dir)
+  if qa_path.startswith(qa_lib.TFDS_PREFIX):
+    name = qa_path.replace(":", "_").replace("/", "_")
+  else:
+    name = os.path.splitext(os.path.basename(qa_path.rstrip("/")))[0] or "qa"
+  predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
+  metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
+  evaluation.write_predictions_jsonl(predictions_path, records)
+  result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path,
+                predictions_path=predictions_path)
+  io_utils.write_json_atomic(metrics_path, result)
+  result["metrics_path"] = metrics_path
+  return result
