@@ -1,10 +1,13 @@
-"""The custom training loop every realm_tf trainer runs (REALM, ICT, ORQA).
+"""The training loop every realm_tf trainer runs (REALM, ICT, ORQA, MLM, FiD-KD): an orbit.Controller.
 
-It owns what is the same for all tasks: the checkpoint (model + optimizer, whose `iterations` is the global
-step), CheckpointManager (every N steps, keep K; resume from the latest with the same global step), the
-warm start that runs only when there is nothing to resume, the distributed dataset, the compiled step
-(realm_tf.training.train_lib.TrainStep), TensorBoard summaries and a per-step progress line. A task adds its
-own summaries through `after_step`.
+The controller owns the outer loop: it runs the trainer (realm_tf.training.step_loop.StepLoop: the steps
+of one loop in one tf.function), saves checkpoints through its CheckpointManager (model + optimizer,
+whose `iterations` is the global step; every N steps, keep K), restores the newest readable checkpoint
+or runs the warm start when there is none, writes every loop's window-mean metrics to MODEL_DIR/train,
+and runs an evaluator (ORQA's dev evaluation) every eval interval. What orbit does not do is added here
+and says so where it is: the non-finite stop, the task's hook, the progress line and the SIGTERM stop
+between loops (one train action), checkpoints on multiples of the interval and the damaged-checkpoint
+fallback (a CheckpointManager subclass), evaluations on multiples of their interval after a resume.
 
 Resuming continues the same data stream: the dataset function receives the number of batches already
 consumed and skips them, so the order is a function of the seed and the step (given the same index).
@@ -17,10 +20,11 @@ import os
 import time
 from typing import Callable, Dict, Optional
 
+import orbit
 import tensorflow as tf
 
 from realm_tf import io_utils
-from realm_tf.modeling import checkpoints
+from realm_tf.checkpoints import training_state
 from realm_tf.training import preemption
 from realm_tf.training import step_loop
 from realm_tf.training import train_lib
@@ -35,7 +39,7 @@ class LoopOptions:
     num_train_steps: the step to stop at.
     save_checkpoints_steps: checkpoint every this many steps (and at the end).
     keep_checkpoint_max: checkpoints to keep.
-    log_every_steps: progress line and summaries every this many steps.
+    log_every_steps: progress line every this many steps (TensorBoard gets every loop's means).
     jit_compile: compile the step with XLA.
     steps_per_loop: steps run in one tf.function (a tf.while_loop, orbit.StandardTrainer) between two
       looks of the host; metrics are means over the loop. save_checkpoints_steps and log_every_steps
@@ -108,9 +112,9 @@ def _remove_unfinished_saves(model_dir: str, log: Callable[[str], None]) -> None
 
 
 def _restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager,
-                             log: Callable[[str], None]) -> None:
-  """Restores the newest checkpoint that reads; a damaged one (truncated or missing data file) is named
-  and skipped for the one before it. None readable: ResumeError with the fix."""
+                             log: Callable[[str], None]) -> str:
+  """Restores the newest checkpoint that reads and returns its path; a damaged one (truncated or missing
+  data file) is named and skipped for the one before it. None readable: ResumeError with the fix."""
   damaged = []
   for path in reversed(manager.checkpoints):
     try:
@@ -124,7 +128,7 @@ def _restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.
       continue
     log(f"resumed from {path} at step {int(checkpoint.optimizer.iterations.numpy())}"
         + (f" (skipped damaged {', '.join(damaged)}: delete them)" if damaged else ""))
-    return
+    return path
   raise ResumeError(
       f"no checkpoint in {manager.directory} can be read (damaged: {', '.join(damaged)}). Delete them "
       "(and the 'checkpoint' file) to start over from the warm start, or restore them from a backup")
@@ -150,106 +154,208 @@ def _record_batch_size(options: LoopOptions) -> None:
                                {"global_batch_size": int(options.global_batch_size)})
 
 
-def _save(manager: tf.train.CheckpointManager, step: int) -> str:
-  try:
-    return manager.save(checkpoint_number=step)
-  except (tf.errors.OpError, OSError) as e:
-    raise CheckpointWriteError(
-        f"cannot write checkpoint ckpt-{step} into {manager.directory}: {e}. Earlier checkpoints are "
-        "untouched; free space or fix permissions and restart (training resumes from the latest "
-        "checkpoint)") from e
+class _CheckpointManager(tf.train.CheckpointManager):
+  """The tf.train.CheckpointManager that orbit.Controller saves and restores through, with three changes.
+
+  - Periodic saves land on multiples of the interval. TensorFlow's manager counts the interval from its
+    last save and saves at once in a fresh run: a run would save after its first step, and one resumed
+    at step 7 with --save_checkpoints_steps=5 at 12, 17, ..., not at the steps of an uninterrupted run.
+  - restore_or_initialize (what the controller calls when it starts) restores the newest checkpoint that
+    reads, skipping damaged ones, where TensorFlow's restores the newest or fails; without any
+    checkpoint it runs the warm start (init_fn).
+  - A save that fails names the model dir and the fix, and a save is logged.
+  """
+
+  def __init__(self, checkpoint: tf.train.Checkpoint, options: LoopOptions,
+               warm_start: Optional[Callable[[], None]], log: Callable[[str], None]):
+    self._step = checkpoint.optimizer.iterations
+    super().__init__(checkpoint, options.model_dir, max_to_keep=options.keep_checkpoint_max,
+                     step_counter=self._step, checkpoint_interval=options.save_checkpoints_steps,
+                     init_fn=warm_start)
+    self._warm_start = warm_start
+    self._log = log
+
+  def save(self, checkpoint_number=None, check_interval: bool = True, options=None) -> Optional[str]:
+    step = int(self._step.numpy())
+    if check_interval and step % self.checkpoint_interval:
+      return None
+    try:
+      # Without check_interval TensorFlow's manager still skips a second save of the same step.
+      path = super().save(checkpoint_number, check_interval=False, options=options)
+    except (tf.errors.OpError, OSError) as e:
+      raise CheckpointWriteError(
+          f"cannot write checkpoint ckpt-{step} into {self.directory}: {e}. Earlier checkpoints are "
+          "untouched; free space or fix permissions and restart (training resumes from the latest "
+          "checkpoint)") from e
+    if path:
+      self._log(f"saved {path}")
+    return path
+
+  def restore_or_initialize(self) -> Optional[str]:
+    if not self.checkpoints:
+      if self._warm_start is not None:
+        self._warm_start()
+      return None
+    return _restore_newest_readable(self.checkpoint, self, self._log)
+
+
+class _AfterEachLoop:
+  """What the host does between two loops, as orbit.Controller's one train action (called with the
+  loop's output, the window means, before the controller summarizes it): the non-finite check, the
+  task's after_step hook, the progress line, and the stop a SIGTERM requested.
+
+  orbit gives an action the very dict it then writes to TensorBoard, so the scalars added here (the
+  hook's, the learning rate) are summarized with the loop's metrics, once per loop.
+  """
+
+  def __init__(self, optimizer, options: LoopOptions, manager: _CheckpointManager,
+               summaries: orbit.utils.SummaryManager, stop: preemption.Request,
+               after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
+               log: Callable[[str], None]):
+    self._optimizer = optimizer
+    self._options = options
+    self._manager = manager
+    self._summaries = summaries
+    self._stop = stop
+    self._after_step = after_step
+    self._log = log
+    self._last_step: Optional[int] = None
+    self._window_start, self._window_steps = time.time(), 0
+    self.metrics: Dict[str, float] = {}
+
+  def loop_length(self, step: int) -> int:
+    """Steps of the loop that starts at `step` (orbit.Controller's steps_per_loop callable). The first
+    loop of a process is one step: the host sees its loss (a broken input or warm start shows at once),
+    and it names the scalars the compiled loop sums. Later loops end on multiples of steps_per_loop, so
+    every checkpoint, log and evaluation interval (multiples of it) ends one."""
+    if self._last_step is None:
+      return 1
+    return self._options.steps_per_loop - step % self._options.steps_per_loop
+
+  def __call__(self, output: Dict[str, float]) -> None:
+    options = self._options
+    step = int(self._optimizer.iterations.numpy())
+    steps_run = step - (self._last_step if self._last_step is not None else step - 1)
+    self._last_step = step
+    _check_finite(output, step, self._manager, steps_run)
+    output.pop(train_lib.NONFINITE_GRADIENTS, None)
+    if self._after_step is not None:
+      output.update(self._after_step(step, dict(output)))
+    self._window_steps += steps_run
+    metrics = dict(output)
+    if step % options.log_every_steps == 0 or step >= options.num_train_steps:
+      now = time.time()
+      metrics["steps_per_second"] = self._window_steps / max(now - self._window_start, 1e-9)
+      self._window_start, self._window_steps = now, 0
+      shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
+      self._log(f"step {step}/{options.num_train_steps}: {shown}")
+    self.metrics = metrics
+    lr = self._optimizer.learning_rate
+    output["learning_rate"] = float(tf.convert_to_tensor(
+        lr(self._optimizer.iterations) if callable(lr) else lr))
+    if self._stop.requested and step < options.num_train_steps:
+      # orbit.Controller.train has no way to stop between loops but an exception; the controller would
+      # summarize this loop after the action, so it is written here.
+      self._summaries.write_summaries(output)
+      self._summaries.flush()
+      path = self._manager.save(check_interval=False) or self._manager.latest_checkpoint
+      message = (f"SIGTERM: saved {path} at step {step} of {options.num_train_steps} and stopped; "
+                 "run the same command again to resume from it")
+      self._log(message)
+      raise preemption.Preempted(message)
+
+
+def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf.data.Dataset],
+                batches_done: int, global_batch_size: Optional[int]) -> tf.distribute.DistributedDataset:
+  """dataset_fn's global batches through strategy.distribute_datasets_from_function: one input pipeline
+  per host, each feeding its own replicas. A global batch is cut into per-replica batches in order
+  (InputContext's per-replica batch size; on one host replica r takes rows [r * b, (r + 1) * b), as
+  experimental_distribute_dataset split them) and each pipeline keeps every num_input_pipelines-th of
+  them, so every step still trains on exactly one global batch. One replica takes the batches as they
+  are."""
+
+  def dataset_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
+    dataset = dataset_fn(batches_done)
+    if context.num_replicas_in_sync == 1:
+      return dataset
+    batch = global_batch_size
+    if batch is None:
+      batch = tf.nest.flatten(dataset.element_spec)[0].shape[0]
+      if batch is None:
+        raise ValueError("the training batches have no static size to split over "
+                         f"{context.num_replicas_in_sync} replicas; pass LoopOptions.global_batch_size "
+                         "(--batch_size) or batch with drop_remainder=True")
+    per_replica = context.get_per_replica_batch_size(batch)
+    return (dataset.rebatch(per_replica, drop_remainder=True)
+            .shard(context.num_input_pipelines, context.input_pipeline_id))
+
+  return strategy.distribute_datasets_from_function(dataset_for)
 
 
 def train(model, optimizer, strategy: tf.distribute.Strategy,
           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
           warm_start: Optional[Callable[[], None]] = None,
           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
-          log: Callable[[str], None] = print) -> Dict[str, float]:
-  """Trains until options.num_train_steps; returns the metrics of the last loop.
+          log: Callable[[str], None] = print, evaluator: Optional[orbit.AbstractEvaluator] = None,
+          eval_every_steps: Optional[int] = None, eval_name: str = "eval") -> Dict[str, float]:
+  """Trains until options.num_train_steps with an orbit.Controller; returns the metrics of the last loop.
 
   Args:
     model: task model with compute_loss, created under strategy.scope() with its variables built.
-    optimizer: created under strategy.scope().
+    optimizer: created under strategy.scope(); its `iterations` is the global step.
     dataset_fn: batches consumed so far -> the dataset of global batches from there on.
     warm_start: initializes weights when the model dir holds no checkpoint yet.
     after_step: (step, metrics) -> extra scalars to log; called on the host after every loop of
       options.steps_per_loop steps (and after the first step), with the loop's mean metrics.
+    evaluator: run by the controller at every multiple of eval_every_steps (a multiple of
+      options.steps_per_loop) and at the end; its output is written once, to MODEL_DIR/<eval_name>.
   """
   try:
     tf.io.gfile.makedirs(options.model_dir)
   except (tf.errors.OpError, OSError) as e:
     raise CheckpointWriteError(f"cannot create the model dir {options.model_dir}: {e}; pass a "
                                "writable --model_dir") from e
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-  manager = tf.train.CheckpointManager(checkpoint, options.model_dir,
-                                       max_to_keep=options.keep_checkpoint_max,
-                                       step_counter=optimizer.iterations)
+  if evaluator is not None:
+    options.check_between_loops("eval_every_steps", eval_every_steps, "evaluations")
   _remove_unfinished_saves(options.model_dir, log)
+  manager = _CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), options,
+                               warm_start, log)
   if manager.checkpoints:
     _check_batch_size(options)
-    _restore_newest_readable(checkpoint, manager, log)
-  elif warm_start is not None:
-    warm_start()
-  step = int(optimizer.iterations.numpy())
-  if step >= options.num_train_steps:
-    log(f"already at step {step} >= --num_train_steps={options.num_train_steps}; nothing to do")
-    return {}
-  if checkpoints.clear_done_marker(options.model_dir):
-    # A finished run continued to more steps: a refresher must not take the old marker for this run's.
-    log(f"continuing a finished run to step {options.num_train_steps}: removed its "
-        f"{checkpoints.DONE_MARKER} marker")
-  _record_batch_size(options)
-
-  iterator = iter(strategy.experimental_distribute_dataset(dataset_fn(step)))
-  train_step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile)
-  writer = tf.summary.create_file_writer(os.path.join(options.model_dir, "train"))
-  started = time.time()
-  window_start, window_steps = started, 0
-  runner = None
+  trainer = step_loop.StepLoop(
+      train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile))
+  summaries = orbit.utils.SummaryManager(os.path.join(options.model_dir, "train"), tf.summary.scalar,
+                                         global_step=optimizer.iterations)
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
   with preemption.sigterm_requests_stop() as stop:
-    while step < options.num_train_steps:
-      if runner is None:
-        # The first step runs alone: its result names the scalars the compiled loop sums.
-        metrics = {name: float(value) for name, value in train_step(next(iterator)).items()}
-        runner = step_loop.StepLoop(iterator, train_step, metrics)
-        steps_run = 1
-      else:
-        # Loops end on multiples of steps_per_loop, so every log and save interval (multiples of it)
-        # ends one.
-        steps_run = min(options.steps_per_loop - step % options.steps_per_loop,
-                        options.num_train_steps - step)
-        metrics = runner.train(tf.constant(steps_run, tf.int32))
-      step = int(optimizer.iterations.numpy())
-      _check_finite(metrics, step, manager, steps_run)
-      metrics.pop(train_lib.NONFINITE_GRADIENTS, None)
-      window_steps += steps_run
-      if after_step is not None:
-        metrics.update(after_step(step, metrics))
-      if step % options.log_every_steps == 0 or step >= options.num_train_steps:
-        now = time.time()
-        metrics["steps_per_second"] = window_steps / max(now - window_start, 1e-9)
-        window_start, window_steps = now, 0
-        with writer.as_default(step=step):
-          for name, value in metrics.items():
-            tf.summary.scalar(name, value)
-          lr = optimizer.learning_rate
-          tf.summary.scalar("learning_rate",
-                            lr(optimizer.iterations) if callable(lr) else lr)
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()))
-        log(f"step {step}/{options.num_train_steps}: {shown}")
-      saved = step % options.save_checkpoints_steps == 0 or step >= options.num_train_steps
-      if saved:
-        path = _save(manager, step)
-        log(f"saved {path}")
-      if stop.requested and step < options.num_train_steps:
-        path = manager.latest_checkpoint if saved else _save(manager, step)
-        writer.flush()
-        message = (f"SIGTERM: saved {path} at step {step} of {options.num_train_steps} and stopped; "
-                   "run the same command again to resume from it")
-        log(message)
-        raise preemption.Preempted(message)
-  writer.flush()
-  log(f"trained to step {step} in {time.time() - started:.1f} s")
-  return metrics
+    after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, after_step, log)
+    # Restores the newest readable checkpoint, or warm-starts (_CheckpointManager).
+    controller = orbit.Controller(
+        global_step=optimizer.iterations, trainer=trainer, evaluator=evaluator, strategy=strategy,
+        train_actions=[after_each_loop], steps_per_loop=after_each_loop.loop_length,
+        checkpoint_manager=manager, summary_manager=summaries,
+        eval_summary_dir=os.path.join(options.model_dir, eval_name))
+    step = int(optimizer.iterations.numpy())
+    if step >= options.num_train_steps:
+      log(f"already at step {step} >= --num_train_steps={options.num_train_steps}; nothing to do")
+      return {}
+    if training_state.clear_done_marker(options.model_dir):
+      # A finished run continued to more steps: a refresher must not take the old marker for this run's.
+      log(f"continuing a finished run to step {options.num_train_steps}: removed its "
+          f"{training_state.DONE_MARKER} marker")
+    _record_batch_size(options)
+    trainer.train_dataset = iter(_distribute(strategy, dataset_fn, step, options.global_batch_size))
+    started = time.time()
+    if evaluator is None:
+      controller.train(options.num_train_steps)
+    else:
+      # Controller.train_and_evaluate counts the evaluation interval from the step it starts at: a resumed
+      # run would evaluate at other steps than an uninterrupted one. Evaluations at multiples of it:
+      while step < options.num_train_steps:
+        step = min((step // eval_every_steps + 1) * eval_every_steps, options.num_train_steps)
+        controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
+        controller.evaluate()
+  summaries.flush()
+  log(f"trained to step {int(optimizer.iterations.numpy())} in {time.time() - started:.1f} s")
+  return after_each_loop.metrics

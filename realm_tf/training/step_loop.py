@@ -1,11 +1,12 @@
-"""orbit's StandardTrainer around a train_lib.TrainStep: steps_per_loop steps in one tf.function.
+"""orbit's StandardTrainer around a train_lib.TrainStep: the steps of one loop in one tf.function.
 
 The steps run inside a tf.while_loop (orbit.StandardTrainerOptions(use_tf_while_loop=True)), so a TPU
 runs a whole loop without waiting on the host; each step's scalars are summed on the device and read
 by the host once per loop, as window means. Only the step counter and these sums cross to the host.
+orbit.Controller (realm_tf.training.loop) decides how many steps each loop runs.
 """
 
-from typing import Dict, Iterator
+from typing import Dict, Optional
 
 import orbit
 import tensorflow as tf
@@ -17,24 +18,36 @@ class StepLoop(orbit.StandardTrainer):
   """Runs TrainSteps from a distributed iterator; train(n) returns the mean of each scalar over the n
   steps (NONFINITE_GRADIENTS is a mean count: > 0 when any step had a NaN or Inf gradient).
 
+  The very first step runs alone, outside the compiled loop: its result names the scalars that the loop
+  sums, in variables a tf.while_loop cannot create.
+
   Args:
-    iterator: an iterator over a strategy-distributed dataset (orbit calls iter() on it: the same one).
-    train_step: the step; names: the keys of its result (from a first step run outside the loop).
+    train_step: the step.
+    iterator: an iterator over a strategy-distributed dataset (orbit calls iter() on it: the same one);
+      may be set later through `train_dataset`, before the first train().
   """
 
-  def __init__(self, iterator: Iterator, train_step: train_lib.TrainStep, names):
+  def __init__(self, train_step: train_lib.TrainStep,
+               iterator: Optional[tf.distribute.DistributedIterator] = None):
     super().__init__(iterator, orbit.StandardTrainerOptions(use_tf_function=True,
                                                             use_tf_while_loop=True))
     self._train_step = train_step
-    with train_step.strategy.scope():
-      # Float32 sums of every step's scalars; created outside the loop (no variables in a while_loop).
-      self._sums = {name: tf.Variable(0.0, trainable=False, name=f"sum_{i}")
-                    for i, name in enumerate(sorted(names))}
+    self._sums: Optional[Dict[str, tf.Variable]] = None
 
   def train(self, num_steps: tf.Tensor) -> Dict[str, float]:
+    steps = int(num_steps)
+    if self._sums is None:
+      first = {name: float(value) for name, value in self._train_step(next(self.train_dataset)).items()}
+      with self._train_step.strategy.scope():
+        # Float32 sums of every step's scalars, created once.
+        self._sums = {name: tf.Variable(0.0, trainable=False, name=f"sum_{i}")
+                      for i, name in enumerate(sorted(first))}
+      if steps <= 1:
+        return first
+      rest = super().train(tf.constant(steps - 1, tf.int32))  # sums
+      return {name: (first[name] + rest[name]) / steps for name in first}
     sums = super().train(num_steps)
-    steps = max(int(num_steps), 1)
-    return {name: total / steps for name, total in sums.items()}
+    return {name: total / max(steps, 1) for name, total in sums.items()}
 
   def train_loop_begin(self):
     for total in self._sums.values():

@@ -303,19 +303,23 @@ class MixedPrecisionTest(_SeededTestCase):
 
 
 class StepsPerLoopTest(_SeededTestCase):
-  """ICT and REALM through loop.train: loops of 5 compiled steps give the per-step run's weights and its
-  losses' window means."""
+  """ICT and REALM through loop.train: loops of 10 compiled steps give the per-step run's weights and its
+  losses' window means; two replicas fed through distribute_datasets_from_function train as one."""
 
-  def _run(self, task, weights, steps_per_loop, model_dir):
-    model = _build(task, weights=weights)
-    optimizer = tf_keras.optimizers.SGD(_LEARNING_RATE)
+  def _run(self, task, weights, steps_per_loop, model_dir, strategy=None, dataset=None, steps=20,
+           jit_compile=None):
+    strategy = strategy or tf.distribute.get_strategy()
+    model = _build(task, strategy, weights)
+    with strategy.scope():
+      optimizer = tf_keras.optimizers.SGD(_LEARNING_RATE)
     features = _TASKS[task][1]()
     seen = []
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=10, save_checkpoints_steps=10,
-                               log_every_steps=steps_per_loop, jit_compile=task == "ict",
-                               steps_per_loop=steps_per_loop)
-    loop.train(model, optimizer, tf.distribute.get_strategy(),
-               lambda _: tf.data.Dataset.from_tensors(features).repeat(), options,
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=steps,
+                               log_every_steps=steps_per_loop,
+                               jit_compile=task == "ict" if jit_compile is None else jit_compile,
+                               steps_per_loop=steps_per_loop, global_batch_size=_GLOBAL_BATCH)
+    loop.train(model, optimizer, strategy,
+               lambda _: dataset or tf.data.Dataset.from_tensors(features).repeat(), options,
                after_step=lambda step, m: seen.append((step, m["loss"])) or {}, log=lambda _: None)
     return model.get_weights(), seen
 
@@ -324,14 +328,37 @@ class StepsPerLoopTest(_SeededTestCase):
       with self.subTest(task):
         weights = _build(task).get_weights()
         single, per_step = self._run(task, weights, 1, os.path.join(self.get_temp_dir(), task + "1"))
-        looped, per_loop = self._run(task, weights, 5, os.path.join(self.get_temp_dir(), task + "5"))
+        looped, per_loop = self._run(task, weights, 10, os.path.join(self.get_temp_dir(), task + "10"))
         for a, b in zip(looped, single):
           self.assertAllClose(a, b, atol=1e-5, rtol=1e-4)
         losses = dict(per_step)
-        self.assertEqual([s for s, _ in per_loop], [1, 5, 10])
+        # The first step of a process runs alone, then loops end on multiples of 10.
+        self.assertEqual([s for s, _ in per_loop], [1, 10, 20])
         self.assertAllClose([loss for _, loss in per_loop],
-                            [losses[1], np.mean([losses[s] for s in range(2, 6)]),
-                             np.mean([losses[s] for s in range(6, 11)])], rtol=1e-4)
+                            [losses[1], np.mean([losses[s] for s in range(2, 11)]),
+                             np.mean([losses[s] for s in range(11, 21)])], rtol=1e-4)
+
+  def test_two_replicas_take_their_halves_of_each_global_batch(self):
+    if _SPLIT_ERROR:
+      self.skipTest(_SPLIT_ERROR)
+    strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
+    if strategy.num_replicas_in_sync != 2:
+      self.skipTest(f"MirroredStrategy has {strategy.num_replicas_in_sync} replicas here, not 2 CPUs")
+    # Two different global batches in turn (the second's rows rotated, so the replicas' mask counts
+    # differ): a replica given a whole global batch, or another step's rows, trains differently.
+    features = _realm_features()
+    rotated = {k: tf.roll(v, 1, axis=0) for k, v in features.items()}
+    batches = tf.data.Dataset.from_tensors(features).concatenate(
+        tf.data.Dataset.from_tensors(rotated)).repeat()
+    weights = _build("realm").get_weights()
+    single, single_losses = self._run("realm", weights, 2, os.path.join(self.get_temp_dir(), "one"),
+                                      dataset=batches, steps=4, jit_compile=False)
+    mirrored, mirrored_losses = self._run("realm", weights, 2, os.path.join(self.get_temp_dir(), "two"),
+                                          strategy, dataset=batches, steps=4, jit_compile=False)
+    self.assertAllClose([loss for _, loss in mirrored_losses], [loss for _, loss in single_losses],
+                        rtol=1e-5)
+    for a, b in zip(mirrored, single):
+      self.assertAllClose(a, b, rtol=1e-4, atol=1e-6)
 
 
 class EvalStepTest(_SeededTestCase):
