@@ -261,13 +261,17 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
 def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: str,
                      qa_paths: List[str]) -> Dict[str, float]:
   """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained)."""
-  from realm_tf import retriever_eval  # pylint: disable=g-import-not-at-top (TF-heavy)
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import retriever_eval
+  from realm_tf.data import corpus_table
+  # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(config_dir)
   retriever = config.build_retriever()
   if checkpoint:
     checkpoints.restore_retriever(retriever, checkpoint)
   examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
-  return retriever_eval.retriever_recall(retriever, config, corpus_prefix, examples, ks=(1, 5, 20))
+  return retriever_eval.retriever_recall(retriever, config, corpus_table.CorpusTable.load(corpus_prefix),
+                                         examples, ks=(1, 5, 20))
 
 
 def run(options: PipelineOptions, skip_ict: bool = False,

@@ -22,6 +22,7 @@ import tf_keras
 from realm_tf import io_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
 from realm_tf.data import qa
 from realm_tf.data import text_records
@@ -180,8 +181,8 @@ class StartOrderTest(tf.test.TestCase):
     messages = []
     state = realm_input.RetrievalState(
         published_index.IndexWatcher(model_dir, log=messages.append),
-        realm_input.CorpusTable(fixture.corpus_prefix), num_candidates=4, wait_timeout_seconds=0.2,
-        log=messages.append, expected_dim=_DIM)
+        corpus_table.CorpusTable.load(fixture.corpus_prefix), num_candidates=4,
+        wait_timeout_seconds=0.2, log=messages.append, expected_dim=_DIM)
     with self.assertRaises(TimeoutError) as raised:
       state.ensure_index()
     self.assertIn(model_dir, str(raised.exception))
@@ -553,7 +554,7 @@ class CorruptInputTest(tf.test.TestCase):
     fixture = _Fixture.get()
     model_dir = os.path.join(self.get_temp_dir(), "dim16")
     path = _publish_cheap(model_dir, 6, dim=16)
-    corpus = realm_input.CorpusTable(fixture.corpus_prefix)
+    corpus = corpus_table.CorpusTable.load(fixture.corpus_prefix)
 
     def state(expected_dim):
       return realm_input.RetrievalState(published_index.IndexWatcher(model_dir), corpus, 4,

@@ -1,4 +1,4 @@
-"""Retriever recall@k of a realm_tf retriever over a corpus, on QA examples.
+"""Retriever recall@k of a realm_tf retriever over a corpus in memory, on QA examples.
 
 Two recalls, as the open-QA papers report them:
   gold document in top-k   when each example names its document (metadata "doc_id", e.g. testdata or
@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import evaluation
-from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
@@ -34,23 +34,30 @@ def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: 
   return np.concatenate(outputs) if outputs else np.zeros([0, config.projection_size], np.float32)
 
 
-def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus_prefix: str,
+def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: corpus_table.CorpusTable,
                      examples: List[qa_lib.QAExample], ks=(1, 5, 20, 100),
                      doc_embeddings: Optional[np.ndarray] = None) -> Dict[str, float]:
-  """Recall percentages {"gold_recall@k", "answer_recall@k"} and the number of questions."""
+  """Recall percentages {"gold_recall@k", "answer_recall@k"} and the number of questions.
+
+  Args:
+    retriever: a realm_tf.modeling.embedder.Retriever.
+    config: the run's configuration (tokenizer, featurizer).
+    corpus: the corpus in memory; row i is index row i.
+    examples: the questions; gold recall needs a metadata "doc_id" on every one.
+    ks: the k of recall@k (capped at the corpus size).
+    doc_embeddings: float32 [N, D] of the document tower, when the caller has them (else embedded here).
+  """
   if doc_embeddings is None:
     doc_embeddings = corpus_embedding.embed_corpus(
-        lambda inputs: retriever.embed_documents(inputs, training=False), corpus_prefix,
+        lambda inputs: retriever.embed_documents(inputs, training=False), corpus.prefix,
         config.featurizer(), log=lambda _: None)
-  documents = list(corpus_lib.read_corpus(corpus_prefix))
-  max_k = min(max(ks), len(documents))
+  max_k = min(max(ks), corpus.num_docs)
   index = index_lib.build_index(doc_embeddings, implementation="brute_force")
   queries = embed_questions(retriever, config, [e.question for e in examples])
   ids, _ = index.search(queries, max_k)
   gold_rows = None
   if examples and all("doc_id" in e.metadata for e in examples):
-    row_of = {d["doc_id"]: i for i, d in enumerate(documents)}
-    gold_rows = [row_of.get(e.metadata["doc_id"], -1) for e in examples]
+    gold_rows = corpus.rows_of([e.metadata["doc_id"] for e in examples]).tolist()
   return evaluation.rankings_recall(
-      ids, [d["title"] + " " + d["body"] for d in documents], [e.answers for e in examples],
-      gold_rows=gold_rows, ks=ks, answers_are_regex=[e.answer_is_regex for e in examples])
+      ids, corpus.texts(), [e.answers for e in examples], gold_rows=gold_rows, ks=ks,
+      answers_are_regex=[e.answer_is_regex for e in examples])

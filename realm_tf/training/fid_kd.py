@@ -63,7 +63,7 @@ from realm_tf import evaluation
 from realm_tf import io_utils
 from realm_tf import retriever_eval
 from realm_tf.data import answer_substitution
-from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import fid_features
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
@@ -261,27 +261,25 @@ class _Data:
     config = options.config
     self.tokenizer = config.tokenizer()
     featurizer = config.featurizer(self.tokenizer)
-    self.documents = list(corpus_lib.read_corpus(options.retrieval_corpus_path))
-    if len(self.documents) < options.num_passages:
+    self.corpus = corpus_table.CorpusTable.load(options.retrieval_corpus_path)
+    if self.corpus.num_docs < options.num_passages:
       raise ValueError(f"--retrieval_corpus_path={options.retrieval_corpus_path} holds "
-                       f"{len(self.documents)} documents, fewer than --num_passages={options.num_passages}")
+                       f"{self.corpus.num_docs} documents, fewer than --num_passages={options.num_passages}")
     self.train = qa_lib.load_qa(options.train_path)[:options.max_train_examples]
     self.dev = qa_lib.load_qa(options.dev_path)[:options.max_eval_examples]
     if not self.train or not self.dev:
       raise ValueError(f"fid_kd: no questions in --train_path={options.train_path} or "
                        f"--dev_path={options.dev_path}")
-    candidates = featurizer.candidate_inputs(
-        tf.ragged.constant([d["title_token_ids"] for d in self.documents], tf.int64),
-        tf.ragged.constant([d["body_token_ids"] for d in self.documents], tf.int64))
+    candidates = featurizer.candidate_inputs(*self.corpus.ragged_token_ids())
     self.candidates = [np.asarray(c) for c in candidates]  # 3 x int32 [num_docs, C]
     queries = featurizer.query_inputs(self.tokenizer.tokenize([e.question.encode("utf-8")
                                                                for e in self.train]))
     self.train_queries = [np.asarray(q) for q in queries]  # 3 x int32 [num_train, Q]
-    log(f"fid_kd: {len(self.documents)} documents, {len(self.train)} training and {len(self.dev)} dev "
+    log(f"fid_kd: {self.corpus.num_docs} documents, {len(self.train)} training and {len(self.dev)} dev "
         "questions")
 
   def reader_examples(self, examples, rows, with_answers: bool) -> fid_features.TokenizedExamples:
-    passages = [[(self.documents[r]["title"], self.documents[r]["body"]) for r in row] for row in rows]
+    passages = [[(self.corpus.titles[r], self.corpus.bodies[r]) for r in row] for row in rows]
     answers = [e.answers[0] for e in examples] if with_answers else None
     return fid_features.tokenize_examples(self.tokenizer, [e.question for e in examples], passages, answers)
 
@@ -362,16 +360,16 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
 
   # 1. The index of the current retriever; its recall; the passages of every question.
   doc_embeddings = embed_corpus(retriever, options)
-  ks = tuple(k for k in options.recall_ks if k <= len(data.documents))
+  ks = tuple(k for k in options.recall_ks if k <= data.corpus.num_docs)
   metrics["recall_before"] = retriever_eval.retriever_recall(
-      retriever, config, options.retrieval_corpus_path, data.dev, ks, doc_embeddings=doc_embeddings)
+      retriever, config, data.corpus, data.dev, ks, doc_embeddings=doc_embeddings)
   if options.selection_metric not in metrics["recall_before"]:
     raise ValueError(f"--selection_metric={options.selection_metric} is not measured on --dev_path="
                      f"{options.dev_path} (reported: {_recall_line(metrics['recall_before'])}; gold recall "
                      "needs a doc_id per question, and K at most the corpus size); choose one of those")
   if iteration == 0 and options.initial_passages == "bm25":
     # Anserini's k1/b, as FiD's first reader read Pyserini's BM25 passages.
-    index = bm25.Bm25Index([f"{d['title']} {d['body']}" for d in data.documents], k1=0.9, b=0.4)
+    index = bm25.Bm25Index(data.corpus.texts(), k1=0.9, b=0.4)
     train_rows, _ = index.search([e.question for e in data.train], n)
     dev_rows, _ = index.search([e.question for e in data.dev], n)
     metrics["passages"] = "bm25"
@@ -427,7 +425,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
         f"{metrics['retriever_gold_top1']:.1f}%")
   io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), (
       {"question": e.question, "answers": e.answers,
-       "passages": [{"row": int(r), "doc_id": data.documents[r]["doc_id"], "retriever_score": float(rs),
+       "passages": [{"row": int(r), "doc_id": data.corpus.doc_ids[r], "retriever_score": float(rs),
                      "reader_score": float(s)} for r, rs, s in zip(rows, r_scores, q_scores)]}
       for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
 
@@ -557,7 +555,7 @@ def _gold_positions(data: _Data, examples, rows: np.ndarray) -> Optional[np.ndar
     return None
   positions = []
   for row, e in zip(rows, examples):
-    hits = [i for i, r in enumerate(row) if data.documents[r]["doc_id"] == e.metadata["doc_id"]]
+    hits = [i for i, r in enumerate(row) if data.corpus.doc_ids[r] == e.metadata["doc_id"]]
     positions.append(hits[0] if hits else -1)
   return np.asarray(positions, np.int64)
 

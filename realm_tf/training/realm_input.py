@@ -17,7 +17,8 @@ corpus in the same call. The trainer reports its step; when the index in use is 
 costs about a quarter of the accuracy).
 
 The query's own document is recognized by a 64-bit fingerprint of "title <sep> text" computed in-graph on
-both sides (the corpus stores the original's sha1 uid, which TensorFlow cannot compute in-graph).
+both sides (realm_tf.data.corpus_table.document_fingerprint; the corpus stores the original's sha1 uid,
+which TensorFlow cannot compute in-graph).
 """
 
 import os
@@ -29,90 +30,9 @@ import tensorflow as tf
 
 from realm_tf import featurization
 from realm_tf import tokenization
-from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import published_index
-
-
-def document_fingerprint(title: tf.Tensor, body: tf.Tensor) -> tf.Tensor:
-  """int64 fingerprint of "title <sep> body" (same bytes as the sha1 uid), any shape of strings."""
-  joined = tf.strings.join([title, body], separator=" <sep> ")
-  return tf.strings.to_hash_bucket_fast(joined, 2**62)
-
-
-def _id_hashes(doc_ids: tf.Tensor) -> np.ndarray:
-  """int64 hashes of doc_ids: which rows of two corpus versions are the same document."""
-  return tf.strings.to_hash_bucket_fast(doc_ids, 2**62).numpy()
-
-
-class _RaggedRows:
-  """Rows of token ids as flat values + row starts (numpy), gathered on the host by row number."""
-
-  def __init__(self, values: np.ndarray, lengths: np.ndarray):
-    self.values = values
-    self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    self.lengths = lengths.astype(np.int64)
-
-  def gather(self, rows: np.ndarray):
-    """(flat values, lengths) of `rows`, in their order."""
-    starts, lengths = self.starts[rows], self.lengths[rows]
-    # Position j of the output reads values[starts[r] + (j - first output position of r)].
-    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return self.values[np.arange(int(lengths.sum()), dtype=np.int64) + shift], lengths
-
-
-class CorpusTable:
-  """The retrieval corpus in memory: token ids of every row, and fingerprints for exclusion.
-
-  Built for one corpus version; after bin/update_index the trainer builds the table of the derived
-  corpus with previous= the table in use, which carries over the own-document exclusion (aliases below).
-  """
-
-  def __init__(self, corpus_prefix: str, previous: Optional["CorpusTable"] = None):
-    self.prefix = corpus_prefix
-    titles, title_lengths, bodies, body_lengths, fingerprints, ids = [], [], [], [], [], []
-    for batch in corpus_lib.corpus_dataset(corpus_prefix).ragged_batch(4096):
-      titles.append(batch["title_token_ids"].flat_values.numpy())
-      title_lengths.append(batch["title_token_ids"].row_lengths().numpy())
-      bodies.append(batch["body_token_ids"].flat_values.numpy())
-      body_lengths.append(batch["body_token_ids"].row_lengths().numpy())
-      fingerprints.append(document_fingerprint(batch["title"], batch["body"]).numpy())
-      ids.append(_id_hashes(batch["doc_id"]))
-    self.titles = _RaggedRows(np.concatenate(titles), np.concatenate(title_lengths))
-    self.bodies = _RaggedRows(np.concatenate(bodies), np.concatenate(body_lengths))
-    self.fingerprints = np.concatenate(fingerprints)
-    self.id_hashes = np.concatenate(ids)
-    self.num_docs = len(self.fingerprints)
-    # A pre-training example names its own document by the fingerprint of the text it was cut from
-    # (the original's uid). When an update replaces that document, the row that holds it (same doc_id)
-    # has a new fingerprint, and the example's own document, often still holding the sentence, would be
-    # retrieved as a trivial candidate. aliases maps such an original fingerprint to the fingerprint of
-    # its document's current version, across any number of updates.
-    self.aliases: Dict[int, int] = {} if previous is None else previous._aliases_into(self)
-
-  def _aliases_into(self, newer: "CorpusTable") -> Dict[int, int]:
-    """The aliases of `newer`, a later version of this corpus: the documents whose doc_id both hold
-    with another text, and every earlier alias carried to its document's newest text."""
-    order = np.argsort(newer.id_hashes, kind="stable")
-    positions = np.searchsorted(newer.id_hashes[order], self.id_hashes)
-    positions = np.minimum(positions, len(order) - 1)
-    kept = newer.id_hashes[order[positions]] == self.id_hashes  # False: removed by the update
-    current = np.full(self.num_docs, -1, np.int64)
-    current[kept] = newer.fingerprints[order[positions[kept]]]
-    changed = kept & (current != self.fingerprints)
-    moved = dict(zip(self.fingerprints[changed].tolist(), current[changed].tolist()))
-    aliases = {old: moved.get(now, now) for old, now in self.aliases.items()}
-    aliases.update(moved)
-    return aliases
-
-  def excluded(self, own_fingerprint: int) -> set:
-    """Fingerprints a query cut from the document own_fingerprint must not retrieve."""
-    own = int(own_fingerprint)
-    return {own, self.aliases.get(own, own)}
-
-  def gather(self, rows: np.ndarray):
-    """Token ids of `rows` (int [M]): title values, title lengths, body values, body lengths."""
-    return self.titles.gather(rows) + self.bodies.gather(rows)
 
 
 class RetrievalState:
@@ -121,8 +41,9 @@ class RetrievalState:
 
   An index of a corpus that bin/update_index derived from the trainer's (the watcher accepts those)
   comes with new rows: documents removed, replaced, appended. The trainer then loads the derived corpus
-  (CorpusTable) and swaps the index and the corpus together, and retrieve() reads candidate rows and
-  their token ids from one such pair: rows of one version are never read from another's table.
+  (corpus_table.CorpusTable.load with previous=) and swaps the index and the corpus together, and
+  retrieve() reads candidate rows and their token ids from one such pair: rows of one version are never
+  read from another's table.
 
   Args:
     watcher: an IndexWatcher over the trainer's model dir.
@@ -136,8 +57,9 @@ class RetrievalState:
       another run's configuration) is an error (None: not checked).
   """
 
-  def __init__(self, watcher: published_index.IndexWatcher, corpus: CorpusTable, num_candidates: int,
-               check_every_batches: int = 10, max_staleness_steps: Optional[int] = None,
+  def __init__(self, watcher: published_index.IndexWatcher, corpus: corpus_table.CorpusTable,
+               num_candidates: int, check_every_batches: int = 10,
+               max_staleness_steps: Optional[int] = None,
                wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print,
                expected_dim: Optional[int] = None):
     self._check_size(corpus, num_candidates)
@@ -156,12 +78,12 @@ class RetrievalState:
     self._lock = threading.Lock()
 
   @staticmethod
-  def _check_size(corpus: CorpusTable, num_candidates: int) -> None:
+  def _check_size(corpus: corpus_table.CorpusTable, num_candidates: int) -> None:
     if corpus.num_docs < num_candidates:
       raise ValueError(f"the corpus {corpus.prefix} has {corpus.num_docs} documents, fewer than "
                        f"num_candidates - 1 + 1 = {num_candidates} needed to fill every example")
 
-  def _corpus_of(self, loaded: published_index.LoadedIndex) -> Optional[CorpusTable]:
+  def _corpus_of(self, loaded: published_index.LoadedIndex) -> Optional[corpus_table.CorpusTable]:
     """The corpus table to use with `loaded`: the current one, or that of the corpus bin/update_index
     derived from it (loaded here); None when that corpus cannot be used (the watcher skips the index)."""
     prefix = loaded.record.get("corpus_prefix")
@@ -169,7 +91,7 @@ class RetrievalState:
         or os.path.abspath(prefix) == os.path.abspath(self.corpus.prefix)):
       return self.corpus
     try:
-      corpus = CorpusTable(prefix, previous=self.corpus)
+      corpus = corpus_table.CorpusTable.load(prefix, previous=self.corpus)
       self._check_size(corpus, self.num_candidates)
     except (ValueError, OSError, tf.errors.OpError) as e:
       self.watcher.skip(loaded.step, f"index {loaded.path}: its updated corpus {prefix} cannot be "
@@ -321,7 +243,7 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
         realm_model.MLM_POSITIONS: masked.mlm_positions,
         realm_model.MLM_TARGETS: masked.mlm_targets,
         realm_model.MLM_MASK: masked.mlm_mask,
-        "own_fingerprint": document_fingerprint(titles, texts),
+        "own_fingerprint": corpus_table.document_fingerprint(titles, texts),
         "status": masked.status,
     }
 

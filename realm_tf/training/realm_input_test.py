@@ -13,6 +13,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf.data import corpus
+from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm as realm_model
@@ -49,7 +50,7 @@ class RealmInputTest(tf.test.TestCase):
     refresher.bootstrap(cls.config, None, refresher.RefresherOptions(
         model_dir=cls.model_dir, corpus_prefix=cls.corpus_prefix,
         index_implementation="brute_force"), log=lambda _: None)
-    cls.table = realm_input.CorpusTable(cls.corpus_prefix)
+    cls.table = corpus_table.CorpusTable.load(cls.corpus_prefix)
 
   def _batches(self, count: int, skip: int, seed: int = 5):
     state = realm_input.RetrievalState(
@@ -138,7 +139,7 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     bodies = np.split(body_values, np.cumsum(body_lengths)[:-1])
     # Rows and token ids come from one corpus version: the version now in use.
     for row, body in zip(rows[0], bodies):
-      self.assertAllEqual(body, state.corpus.bodies.gather(np.array([row]))[0])
+      self.assertAllEqual(body, state.corpus.body_token_ids.row(row))
     return [body.tolist() for body in bodies]
 
   def _body_ids(self, text):
@@ -148,7 +149,7 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     watcher = published_index.IndexWatcher(self.model_dir, self.messages.append,
                                            corpus_prefix=self.corpus_prefix)
     state = realm_input.RetrievalState(
-        watcher, realm_input.CorpusTable(self.corpus_prefix), self.config.num_candidates,
+        watcher, corpus_table.CorpusTable.load(self.corpus_prefix), self.config.num_candidates,
         check_every_batches=1, log=self.messages.append, expected_dim=self.config.projection_size)
     batches = iter(realm_input.realm_dataset(
         pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer, self.featurizer,
@@ -207,7 +208,7 @@ class LiveIndexUpdateTest(tf.test.TestCase):
       self.assertNotIn(old_ids, retrieved)
     # A query cut from the replaced document's pre-training text (whose fingerprint is that of the old
     # text) does not retrieve the new version of its own document; another query does.
-    own = int(realm_input.document_fingerprint(tf.constant(replaced.title),
+    own = int(corpus_table.document_fingerprint(tf.constant(replaced.title),
                                                tf.constant(replaced.body)).numpy())
     self.assertIn(new_ids, self._retrieve(wide, new_body))
     self.assertNotIn(new_ids, self._retrieve(wide, new_body, own))

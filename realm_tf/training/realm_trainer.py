@@ -16,6 +16,7 @@ import tf_keras
 
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
 from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import checkpoints
@@ -121,7 +122,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   # while this process runs is swapped in live, corpus and index together (realm_input.RetrievalState).
   corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
   watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
-  corpus = realm_input.CorpusTable(corpus_prefix)
+  corpus = corpus_table.CorpusTable.load(corpus_prefix)
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
       options.max_index_staleness_steps, options.wait_for_index_seconds, log,
