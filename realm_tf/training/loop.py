@@ -180,8 +180,10 @@ class _CheckpointManager(tf.train.CheckpointManager):
     if check_interval and step % self.checkpoint_interval:
       return None
     try:
-      # Without check_interval TensorFlow's manager still skips a second save of the same step.
-      path = super().save(checkpoint_number, check_interval=False, options=options)
+      # ckpt-<global step>, also when called without a number. Without check_interval TensorFlow's
+      # manager still skips a second save of the same step.
+      path = super().save(step if checkpoint_number is None else checkpoint_number, check_interval=False,
+                          options=options)
     except (tf.errors.OpError, OSError) as e:
       raise CheckpointWriteError(
           f"cannot write checkpoint ckpt-{step} into {self.directory}: {e}. Earlier checkpoints are "

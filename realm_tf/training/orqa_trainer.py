@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
@@ -35,6 +36,7 @@ from realm_tf.training import best_checkpoint
 from realm_tf.training import frozen_index
 from realm_tf.training import loop
 from realm_tf.training import optimization
+from realm_tf.training import orqa_dev_evaluator
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_model
 from realm_tf.training import warm_start as warm_start_lib
@@ -118,9 +120,8 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
   embeddings = frozen_index.prepare_frozen_index(
       model_dir, options.orqa.retrieval_corpus_path, featurizer, config.projection_size, strategy,
       retriever_fn, options.index_dir, options.retriever_checkpoint, options.embed_batch_size, log)
-  blocks = orqa_features.load_blocks(
-      frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path),
-      options.orqa.max_block_len)
+  blocks = corpus_table.CorpusTable.load(
+      frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))
   with strategy.scope():
     model = orqa_model.build_model(config, options.orqa, embeddings, blocks, tokenizer)
     optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,
@@ -137,43 +138,28 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
         featurizer, options.orqa.reader_seq_len, options.batch_size, options.orqa.max_num_answers,
         options.orqa.max_answer_len, seed=options.seed, skip_batches=batches_done)
 
-  predictor = dev_features = None
+  evaluator = None
   if dev_examples:
     predictor = orqa_evaluation.OrqaPredictor(model, tokenizer, featurizer, blocks, strategy,
                                               options.eval_batch_size)
-    dev_features = predictor.featurize([e.question for e in dev_examples])
-  best = best_checkpoint.read_best(model_dir)
-  dev_writer = tf.summary.create_file_writer(os.path.join(model_dir, "dev")) if predictor else None
-  history: List[Dict] = []
+    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor, dev_examples, model_dir,
+                                                    optimizer.iterations, log)
   started = time.time()
   first_loss: List[float] = []
 
   def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
-    nonlocal best
+    del step
     if not first_loss:
       first_loss.append(metrics["loss"])
-    if predictor is None or not (step % options.eval_every_steps == 0
-                                 or step >= options.loop.num_train_steps):
-      return {}
-    eval_started = time.time()
-    dev_metrics, _ = orqa_evaluation.evaluate(predictor, dev_examples, features=dev_features)
-    history.append(dict(dev_metrics, step=step))
-    shown = {f"dev_{k}": float(v) for k, v in dev_metrics.items() if not k.startswith("num_")}
-    with dev_writer.as_default(step=step):
-      for name, value in shown.items():
-        tf.summary.scalar(name[len("dev_"):], value)
-    dev_writer.flush()
-    if best is None or dev_metrics[best_checkpoint.SELECTION_METRIC] > best["value"]:
-      best = best_checkpoint.save_best(model, model_dir, step, dev_metrics)
-      log(f"step {step}: new best dev {best_checkpoint.SELECTION_METRIC} "
-          f"{dev_metrics[best_checkpoint.SELECTION_METRIC]:.2f} -> {best['checkpoint']}")
-    log(f"step {step}: dev evaluation in {time.time() - eval_started:.1f} s: " +
-        ", ".join(f"{k}={v:.2f}" for k, v in sorted(shown.items())))
-    # Written once, to MODEL_DIR/dev (above), not again among the training scalars.
     return {}
 
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  # The dev metrics go to MODEL_DIR/dev (the controller writes the evaluator's output), not again among
+  # the training scalars.
+  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
+                     evaluator=evaluator, eval_every_steps=options.eval_every_steps, eval_name="dev")
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
-             "dev_history": history, "best": best, "seconds": time.time() - started}
+             "dev_history": evaluator.history if evaluator else [],
+             "best": evaluator.best if evaluator else best_checkpoint.read_best(model_dir),
+             "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   return summary
