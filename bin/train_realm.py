@@ -38,8 +38,11 @@ _BOOTSTRAP = flags.DEFINE_bool("bootstrap_index", False,
                                "Build the step-0 index in-process when none is published yet.")
 _INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
                            "MIPS implementation of a bootstrap index.")
-_STALENESS = flags.DEFINE_integer("max_index_staleness_steps", None,
-                                  "Wait for the refresher when the index is older than this many steps.")
+_STALENESS = flags.DEFINE_integer(
+    "max_index_staleness_steps", None,
+    "Wait for the refresher when the index is older than this many steps. The trainer reports its step "
+    "once per --steps_per_loop and batches are prepared a few ahead, so a batch may train on an index up "
+    "to this + --steps_per_loop + the prefetched batches older.")
 _CHECK_EVERY = flags.DEFINE_integer("check_index_every_batches", 10, "Look for a newer index this often.")
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
