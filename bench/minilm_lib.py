@@ -161,9 +161,12 @@ def required_vectors(me: str, directory: str, kind: str, texts: Sequence[str], o
 
 
 def load(directory: str) -> Tuple[object, object]:
-  """(BertEncoderV2 with the MiniLM weights, its lower-casing WordPiece tokenizer)."""
+  """(all-MiniLM-L6-v2 as sentence-transformers embeds with it: a RetrieverEmbedder with mean pooling, no
+  projection, L2-normalised, over a BertEncoderV2 (.encoder) holding the MiniLM weights; its lower-casing
+  WordPiece tokenizer)."""
   from realm_tf import tokenization  # pylint: disable=g-import-not-at-top
   from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
-  _, encoder = bert_conversion.load_hf_bert_directory(directory)
+  from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top
+  config, encoder = bert_conversion.load_hf_bert_directory(directory)
   tokenizer = tokenization.Tokenizer(os.path.join(directory, "vocab.txt"), do_lower_case=True)
-  return encoder, tokenizer
+  return embedder.sentence_transformers_embedder(config, encoder), tokenizer

@@ -1,5 +1,6 @@
 """The open-QA system of bench/squad_open_qa_bench.py: a SpanReader with all-MiniLM-L6-v2's BERT, its
-training loss over several paragraphs, and answering questions from retrieved paragraphs.
+training batches (ORQA's reader loss over several paragraphs is realm_tf.modeling.orqa_reader's), and
+answering questions from retrieved paragraphs.
 
 Why a module of its own: the bench defines absl flags, and its tests (imported into one pytest process
 with other benches' tests) must not define them twice; everything here takes its settings as arguments.
@@ -10,61 +11,29 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from bench import minilm_lib
 from realm_tf import evaluation
 from realm_tf.data import orqa_features
-from realm_tf.modeling import losses
+from realm_tf.modeling import orqa_reader
 from realm_tf.modeling import reader as reader_lib
 
 SPAN_HIDDEN_SIZE = 256  # ORQA's
 _log = minilm_lib.log
 
 
-class ReaderTrainer(tf_keras.Model):
-  """ORQA's reader loss over K paragraphs per question, one softmax over all their spans."""
-
-  def __init__(self, reader: reader_lib.SpanReader, **kwargs):
-    super().__init__(**kwargs)
-    self.reader = reader
-
-  def compute_loss(self, features, training=None) -> losses.LossOutput:
-    output = self.reader(((features["token_ids"], features["mask"], features["segment_ids"]),
-                          features["block_mask"], tf.zeros(tf.shape(features["token_ids"])[:2])),
-                         training=training)
-    correct = reader_lib.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
-                                        features["gold_ends"])  # [B, K, S]
-    batch = tf.shape(output.logits)[0]
-    flat_logits = tf.reshape(output.logits, [batch, -1])
-    flat_correct = tf.reshape(correct, [batch, -1])
-    per_question = losses.marginal_log_loss(flat_logits, flat_correct)
-    has_gold = tf.reduce_any(flat_correct, axis=-1)
-    best = tf.argmax(flat_logits, axis=-1, output_type=tf.int32)
-    count = tf.cast(batch, tf.float32)
-    supervised = tf.reduce_sum(tf.cast(has_gold, tf.float32))
-    return losses.LossOutput(
-        # Questions whose answer was cut off by seq_len add 0 to the loss and are not counted.
-        loss_sum=tf.reduce_sum(per_question), loss_weight=tf.maximum(supervised, 1.0),
-        metrics={"has_gold_span": (supervised, count),
-                 "exact_match": (tf.reduce_sum(tf.cast(tf.gather(flat_correct, best, batch_dims=1),
-                                                       tf.float32)), count)})
-
-
 def build_reader(directory: str, seq_len: int, max_span_width: int):
   """(SpanReader with all-MiniLM-L6-v2's encoder weights and a fresh span head, tokenizer)."""
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
-  encoder, tokenizer = minilm_lib.load(directory)
-  config = bert_conversion.config_from_source(os.path.join(directory, "config.json"))
-  reader = reader_lib.SpanReader(config, seq_len=seq_len, span_hidden_size=SPAN_HIDDEN_SIZE,
+  embedder, tokenizer = minilm_lib.load(directory)
+  reader = reader_lib.SpanReader(embedder.config, seq_len=seq_len, span_hidden_size=SPAN_HIDDEN_SIZE,
                                  max_span_width=max_span_width)
   dummy = tf.zeros([1, 1, seq_len], tf.int32)
   reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
-  reader.encoder.set_weights(encoder.get_weights())
+  reader.encoder.set_weights(embedder.encoder.get_weights())
   return reader, tokenizer
 
 
@@ -110,21 +79,42 @@ def restore_reader(reader: reader_lib.SpanReader, directory: str, settings: Dict
 
 
 def make_featurizer(tokenizer, seq_len: int):
-  """tf.function: (questions [B], paragraphs [B, K], answers ragged [B, (A)]) -> reader features."""
+  """tf.function: (questions [B], paragraphs [B, K], answers ragged [B, (A)]) -> reader features
+  (orqa_reader.FEATURES, and the byte offsets and retriever_correct that answering reads)."""
 
   @tf.function
   def featurize(questions, paragraphs, answers):
     f = orqa_features.reader_inputs_from_texts(tokenizer, questions, paragraphs, seq_len, answers=answers)
-    return {"token_ids": f.inputs.token_ids, "mask": f.inputs.mask, "segment_ids": f.inputs.segment_ids,
-            "block_mask": f.inputs.block_mask, "gold_starts": f.gold_starts, "gold_ends": f.gold_ends,
-            "byte_starts": f.byte_starts, "byte_limits": f.byte_limits,
-            "retriever_correct": f.retriever_correct}
+    token_ids, mask, segment_ids = orqa_reader.READER_FIELDS
+    return {token_ids: f.inputs.token_ids, mask: f.inputs.mask, segment_ids: f.inputs.segment_ids,
+            orqa_reader.BLOCK_MASK: f.inputs.block_mask, orqa_reader.GOLD_STARTS: f.gold_starts,
+            orqa_reader.GOLD_ENDS: f.gold_ends, "byte_starts": f.byte_starts,
+            "byte_limits": f.byte_limits, "retriever_correct": f.retriever_correct}
 
   return featurize
 
 
-# What the reader's loss reads of make_featurizer's output.
-TRAINING_FEATURES = ("token_ids", "mask", "segment_ids", "block_mask", "gold_starts", "gold_ends")
+def training_dataset_fn(featurize, bodies: List[str], train, pairs: np.ndarray, order: np.ndarray,
+                        batch_size: int) -> Callable[[int], tf.data.Dataset]:
+  """loop.train's dataset_fn: batch i reads questions order[i * batch_size:(i + 1) * batch_size] of
+  train, each with its two paragraphs pairs[question] (rows of bodies), as OrqaReader's features (no
+  retriever features: the reader's loss alone); batches are made on the host ahead of the step."""
+  num_batches = len(order) // batch_size
+  names = orqa_reader.FEATURES
+  # Every dimension may vary (the gold spans per paragraph do), so nothing but the rank is fixed.
+  signature = {name: tf.TensorSpec([None] * 3, tf.int32) for name in names}
+
+  def dataset_fn(start: int) -> tf.data.Dataset:
+    def batches():
+      for step in range(start, num_batches):
+        chosen = order[step * batch_size:(step + 1) * batch_size]
+        features = featurize(tf.constant([train[i].question for i in chosen]),
+                             tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
+                             ragged_answers([train[i].answers for i in chosen]))
+        yield {name: tf.cast(features[name], tf.int32).numpy() for name in names}
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+
+  return dataset_fn
 
 
 def ragged_answers(answers: Sequence[Sequence[str]]) -> tf.RaggedTensor:
@@ -161,7 +151,7 @@ def answer_questions(reader, featurize, bodies: List[str], questions, rows: np.n
     texts = [[bodies[r] for r in rows[first + i, :read_k]] for i in range(len(qs))]
     f = featurize(tf.constant([q.question for q in qs]), tf.constant(texts),
                   ragged_answers([q.answers for q in qs]))
-    logits = forward(((f["token_ids"], f["mask"], f["segment_ids"]), f["block_mask"],
+    logits = forward((tuple(f[name] for name in orqa_reader.READER_FIELDS), f[orqa_reader.BLOCK_MASK],
                       tf.zeros([len(qs), read_k]))).numpy()  # [B, K, S]
     correct = f["retriever_correct"].numpy()
     # The featurizer's byte offsets of each reader position in its paragraph: the answer is sliced from

@@ -1,7 +1,7 @@
 """Tests for bench/open_qa_lib.py (the system of bench/squad_open_qa_bench.py), without MiniLM weights or
-SQuAD data: the training paragraphs, the reader loss (ORQA's marginal over every gold span of both
-paragraphs, one softmax), and how answers are picked across the first k paragraphs and sliced from the
-text."""
+SQuAD data: the training paragraphs, the featurized batches under OrqaReader's loss (ORQA's marginal over
+every gold span of both paragraphs, one softmax) and through loop.train, and how answers are picked
+across the first k paragraphs and sliced from the text."""
 
 import os
 import sys
@@ -12,11 +12,14 @@ import tensorflow as tf
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
+from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import orqa_reader  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import reader as reader_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SEQ_LEN, _WIDTH = 24, 3
 
@@ -33,23 +36,26 @@ class TrainingParagraphsTest(tf.test.TestCase):
     self.assertEqual(pairs.tolist(), [[4, 9], [7, 2]])
 
 
-class ReaderTrainerTest(tf.test.TestCase):
+class ReaderTrainingTest(tf.test.TestCase):
+
+  def _reader(self, tokenizer):
+    config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    return reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
 
   def test_loss_is_the_marginal_over_gold_spans_of_both_paragraphs(self):
     tf.keras.utils.set_random_seed(1)
     tokenizer = _tokenizer()
-    config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0)
-    reader = reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
+    reader = self._reader(tokenizer)
     featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
     features = featurize(tf.constant(["who was born in paris?", "who?"]),
                          tf.constant([["the city of paris is big", "paris again"],
                                       ["no answer here", "nor here"]]),
                          tf.ragged.constant([["paris"], ["london"]]))
-    model = open_qa_lib.ReaderTrainer(reader)
-    output = model.compute_loss(features, training=False)
-    logits = reader(((features["token_ids"], features["mask"], features["segment_ids"]),
-                     features["block_mask"], tf.zeros([2, 2]))).logits.numpy()
+    model = orqa_reader.OrqaReader(reader)
+    output = model.compute_loss({k: features[k] for k in orqa_reader.FEATURES}, training=False)
+    logits = reader((tuple(features[k] for k in orqa_reader.READER_FIELDS), features["block_mask"],
+                     tf.zeros([2, 2]))).logits.numpy()
     correct = reader_lib.reader_correct(*[tf.constant(a) for a in reader_lib.span_candidates(
         _SEQ_LEN, _WIDTH)], features["gold_starts"], features["gold_ends"]).numpy()
     self.assertEqual(correct[0].sum(axis=-1).tolist(), [1, 1])  # "paris" once in each paragraph
@@ -59,7 +65,33 @@ class ReaderTrainerTest(tf.test.TestCase):
     # The question without a gold span adds nothing and is not counted.
     self.assertAllClose(output.loss_sum, expected, rtol=1e-5)
     self.assertAllClose(output.loss_weight, 1.0)
-    self.assertAllClose(output.metrics["has_gold_span"], (1.0, 2.0))
+    self.assertAllClose(output.metrics["reader_oracle"], (1.0, 2.0))
+
+  def test_batches_train_the_reader_through_the_loop(self):
+    tf.keras.utils.set_random_seed(2)
+    tokenizer = _tokenizer()
+    reader = self._reader(tokenizer)
+    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
+    bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
+    train = [qa.QAExample("what lights the river?", ["lantern"]),
+             qa.QAExample("what did the astronomer use?", ["telescope"])]
+    pairs = np.array([[0, 2], [1, 0]])
+    dataset_fn = open_qa_lib.training_dataset_fn(featurize, bodies, train, pairs, np.array([0, 1, 1, 0]),
+                                                 batch_size=2)
+    first = next(iter(dataset_fn(0)))
+    self.assertEqual(sorted(first), sorted(orqa_reader.FEATURES))
+    self.assertEqual(first["reader_token_ids"].shape, (2, 2, _SEQ_LEN))
+    self.assertLen(list(dataset_fn(1)), 1)  # a resume at batch 1 of 2 gets the last batch only
+    model = orqa_reader.OrqaReader(reader)
+    model(first)
+    before = [w.numpy() for w in reader.trainable_weights]
+    curve = loss_curve.train(model, optimization.create_optimizer(1e-3, 2, num_warmup_steps=0),
+                             dataset_fn, num_steps=2, log_every=1, jit_compile=False, log=lambda _: None)
+    self.assertEqual([p["step"] for p in curve.points], [1, 2])
+    self.assertContainsSubset({"loss", "exact_match", "reader_oracle"}, curve.points[0])
+    self.assertAllClose(1.0, curve.points[0]["reader_oracle"])  # both answers are in their paragraphs
+    self.assertTrue(any(np.abs(b - w.numpy()).max() > 0
+                        for b, w in zip(before, reader.trainable_weights)))
 
 
 class SaveRestoreTest(tf.test.TestCase):

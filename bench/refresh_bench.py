@@ -21,7 +21,7 @@ setting keeps one CorpusEmbedder for all its rounds, as the refresher does for a
 first round includes compiling each bucket's program (the first refresh), later rounds do not (reported
 apart). The speed reported is the median of the later rounds.
 
-Quality: the 10,570 dev questions (float32 MeanPooledEmbedder, as squad_open_bench) are searched exactly
+Quality: the 10,570 dev questions (float32 TextEmbedder, as squad_open_bench) are searched exactly
 against each setting's paragraph vectors (answer and gold-paragraph recall@1/5/20/100, evaluation.
 rankings_recall), and each setting's vectors are compared with bucketed float32's (smallest cosine, and
 top-10 overlap of the rankings): what bfloat16 costs the retriever.
@@ -46,7 +46,6 @@ import numpy as np
 # Runs as `python bench/refresh_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -55,10 +54,9 @@ from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-imp
 from realm_tf import featurization  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import embedder as embedder_lib  # pylint: disable=g-import-not-at-top
 from realm_tf.retrieval import corpus_embedding  # pylint: disable=g-import-not-at-top
 from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
+from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CORPUS = flags.DEFINE_enum("corpus", "dev", ["dev", "all"],
@@ -90,22 +88,18 @@ _REFERENCE = "bucketed_float32_xla"
 _KS = (1, 5, 20, 100)
 
 
-def _encoder(directory: str, policy: str):
-  """MiniLM's encoder built under a Keras policy (layers take the global policy when created)."""
+def _embedder(directory: str, policy: str):
+  """MiniLM's embedder built under a Keras policy (layers take the global policy when created)."""
   try:
     tf_keras.mixed_precision.set_global_policy(policy)
-    encoder, _ = minilm_lib.load(directory)
+    embedder, _ = minilm_lib.load(directory)
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
-  return encoder
+  return embedder
 
 
-def _embed_fn(encoder):
-  def embed(inputs):
-    bert_inputs = embedder_lib.flatten_bert_inputs(inputs)
-    pooled = embedder_lib.mean_pool(encoder(bert_inputs)["sequence_output"], bert_inputs["input_mask"])
-    return tf.math.l2_normalize(tf.cast(pooled, tf.float32), axis=-1)
-  return embed
+def _embed_fn(embedder):
+  return lambda inputs: embedder(inputs, training=False)
 
 
 def _sentence_transformers(directory: str, texts_json: str, vectors_npy: str) -> dict:
@@ -148,7 +142,7 @@ def main(argv):
   documents = data.documents
   work = os.path.join(minilm_lib.CACHE_DIR.value, "refresh_bench", f"squad_{_CORPUS.value}_{len(documents)}")
   prefix = os.path.join(work, "blocks")
-  encoder, tokenizer = minilm_lib.load(directory)
+  embedder, tokenizer = minilm_lib.load(directory)
   if not os.path.exists(prefix + corpus_lib.MANIFEST_SUFFIX):
     corpus_lib.write_corpus(lambda: documents, tokenizer, prefix, num_shards=1)
   featurizer = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=32,
@@ -167,16 +161,16 @@ def main(argv):
   if _ST in settings and not os.path.exists(_HF_PYTHON.value):
     notes.append(f"{_ST} skipped: {_HF_PYTHON.value} does not exist (run bench/setup_hf_env.sh)")
     settings.remove(_ST)
-  encoders = {"float32": encoder}
+  policy_embedders = {"float32": embedder}
   embedders = {}
   for name in settings:
     if name == _ST:
       continue
     buckets, policy, jit = _REALM_TF[name]
-    if policy not in encoders:
-      encoders[policy] = _encoder(directory, policy)
+    if policy not in policy_embedders:
+      policy_embedders[policy] = _embedder(directory, policy)
     embedders[name] = corpus_embedding.CorpusEmbedder(
-        _embed_fn(encoders[policy]), featurizer, batch_size=_BATCH.value, jit_compile=jit,
+        _embed_fn(policy_embedders[policy]), featurizer, batch_size=_BATCH.value, jit_compile=jit,
         num_length_buckets=buckets)
   texts_json = os.path.join(work, "st_texts.json")
   st_vectors = os.path.join(work, "st_vectors.npy")
@@ -208,9 +202,9 @@ def main(argv):
              for name in settings}
   first_call = {name: timings[name][0]["seconds"] for name in settings}
 
-  print("embedding the dev questions (float32, MeanPooledEmbedder) for the quality check", flush=True)
-  questions = mean_pooled_embedder.MeanPooledEmbedder(encoder, tokenizer, max_seq_length=_SEQ_LEN.value,
-                                                      batch_size=64).embed(
+  print("embedding the dev questions (float32, TextEmbedder) for the quality check", flush=True)
+  questions = text_embedder.TextEmbedder(embedder, tokenizer, max_seq_length=_SEQ_LEN.value,
+                                         batch_size=64).embed(
                                                           [q.question for q in data.questions])
   reference = vectors.get(_REFERENCE)
   quality = {}

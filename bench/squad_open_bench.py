@@ -65,14 +65,14 @@ class _MiniLM:
   """Lazily loaded MiniLM embedder with cached paragraph/question embeddings."""
 
   def __init__(self, cache_dir: str):
-    from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
+    from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top
     self.directory = minilm_lib.minilm_directory(cache_dir, minilm_lib.MINILM_DIR.value)
     self.cache_dir = os.path.join(cache_dir, "embeddings")
     self.weights_sha256 = minilm_lib.weights_sha256(self.directory)
     self.model_id = minilm_lib.model_id(self.weights_sha256, _MAX_SEQ_LENGTH.value)
-    encoder, tokenizer = minilm_lib.load(self.directory)
-    self._embedder = mean_pooled_embedder.MeanPooledEmbedder(
-        encoder, tokenizer, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
+    embedder, tokenizer = minilm_lib.load(self.directory)
+    self._embedder = text_embedder.TextEmbedder(
+        embedder, tokenizer, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
         jit_compile=_JIT_COMPILE.value)
 
   def embeddings(self, name, texts):

@@ -10,15 +10,17 @@ answer strings alone lifts a dense retriever towards (or past) BM25 on a corpus 
 ORQA fine-tuning, as in Lee et al. 2019: the document encoder and its index stay FIXED (here: the cached
 MiniLM paragraph embeddings that squad_open_bench computes, 20,963 x 384, unit norm) and only the
 question encoder trains, with ORQA's retriever loss: -log of the probability mass the softmax over
-blocks puts on the blocks that contain an answer string (losses.marginal_log_loss). The corpus is small,
-so each training question is scored exactly against ALL paragraphs (no top-k beam). The containing
-paragraphs are found with evaluation.has_answer(mode="normalized"), the test the recall metric uses;
+blocks puts on the blocks that contain an answer string. That is realm_tf.modeling.orqa_retriever's
+OrqaRetriever, trained by realm_tf.training.loop.train. The corpus is small, so each training question is
+scored exactly against ALL paragraphs (no top-k beam). The containing paragraphs are found with
+realm_tf.answer_index (evaluation.has_answer(mode="normalized"), the test the recall metric uses);
 training questions with none are skipped and counted.
   training data  the 87,599 SQuAD v1.1 train questions, shuffled (--seed); the dev questions never
                  train (the dev articles are held out of train, so dev paragraphs are unseen too).
                  NB: all-MiniLM-L6-v2's own training set already holds these 87,599 (question,
                  paragraph) pairs (its model card, "SQuAD2.0"), so the room for gains is small
-  question tower all-MiniLM-L6-v2 (BertEncoderV2), mean pooling, L2-normalised, <= --max_question_len
+  question tower all-MiniLM-L6-v2 (embedder.sentence_transformers_embedder: mean pooling, no projection,
+                 L2-normalised), <= --max_question_len
                  wordpieces: the zero-shot embedder, so step 0 reproduces the zero-shot row
   scores         --scale x cosine, fixed at 50. all-MiniLM-L6-v2 was trained with scale 20 over
                  in-batch negatives; over 20,963 paragraphs that softmax is flat (positive mass ~0.3)
@@ -35,13 +37,11 @@ with squad_open_bench's rows for reference and writes JSON (machine, hyperparame
 questions, loss curve) to --output.
 """
 
-import bisect
-import collections
 import json
 import os
 import sys
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -53,13 +53,12 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Runs as `python bench/squad_open_orqa_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, _REPO)
 
+from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import step_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.data import orqa_features  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import orqa_retriever  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _STEPS = flags.DEFINE_integer("steps", 2000, "Training steps (2000 x 32: 73% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Training questions per step.")
@@ -91,55 +90,6 @@ _LENGTH_BUCKET = 32
 _log = minilm_lib.log
 
 
-class AnswerIndex:
-  """The texts that contain an answer, exactly as evaluation.has_answer(mode="normalized") decides.
-
-  Why not test every text: a scan of SQuAD-open's 15 MB of paragraphs costs ~6 ms per answer, minutes
-  for the training questions. Instead the longest whitespace token of the answer is looked up in the
-  corpus's vocabulary (a string a tenth the size): a text that contains the normalised answer has a
-  token containing that answer token, so the texts listing such a token are a superset, on which the
-  substring test then runs (texts normalised once, as has_answer would normalise them on every call).
-  """
-
-  def __init__(self, texts: Sequence[str]):
-    # has_answer's own normalisation, so that rows() agrees with it exactly.
-    normalize = evaluation.normalize_for_search
-    self._normalize = normalize
-    self._texts = [normalize(t) for t in texts]
-    postings = collections.defaultdict(list)
-    for row, text in enumerate(self._texts):
-      for token in set(text.split(" ")):
-        postings[token].append(row)
-    vocab = list(postings)
-    self._postings = [np.array(postings[t], np.int32) for t in vocab]
-    # "\n" never occurs inside a token, so a match never straddles two of them.
-    self._vocab_text = "\n".join(vocab)
-    self._vocab_starts = list(np.cumsum([0] + [len(t) + 1 for t in vocab[:-1]]).tolist())
-
-  def _candidates(self, token: str) -> np.ndarray:
-    found = []
-    position = self._vocab_text.find(token)
-    while position >= 0:
-      index = bisect.bisect_right(self._vocab_starts, position) - 1
-      found.append(self._postings[index])
-      if index + 1 == len(self._vocab_starts):
-        break
-      position = self._vocab_text.find(token, self._vocab_starts[index + 1])
-    return np.unique(np.concatenate(found)) if found else np.zeros([0], np.int32)
-
-  def rows(self, answers: Sequence[str]) -> np.ndarray:
-    """int32, ascending: the rows of the texts that contain one of answers."""
-    result = set()
-    for answer in answers:
-      answer = self._normalize(answer)
-      if not answer:
-        continue  # has_answer ignores empty answers, which every text would contain
-      for row in self._candidates(max(answer.split(" "), key=len)).tolist():
-        if answer in self._texts[row]:
-          result.add(row)
-    return np.array(sorted(result), np.int32)
-
-
 def positive_mask(rows: Sequence[np.ndarray], num_docs: int) -> np.ndarray:
   """float32 [len(rows), num_docs]: 1 at each question's answer-bearing paragraphs."""
   mask = np.zeros([len(rows), num_docs], np.float32)
@@ -148,59 +98,28 @@ def positive_mask(rows: Sequence[np.ndarray], num_docs: int) -> np.ndarray:
   return mask
 
 
-def pad_batch(token_ids: Sequence[np.ndarray], bucket: int, max_len: int
-              ) -> Tuple[np.ndarray, np.ndarray]:
-  """(int32 token ids, int32 mask) [batch, L], L the longest rounded up to a multiple of bucket and
-  capped at max_len (rows are already at most max_len long)."""
-  longest = max(len(row) for row in token_ids)
-  length = min(max_len, -(-longest // bucket) * bucket)
-  ids = np.zeros([len(token_ids), length], np.int32)
-  mask = np.zeros([len(token_ids), length], np.int32)
-  for i, row in enumerate(token_ids):
-    ids[i, :len(row)] = row
-    mask[i, :len(row)] = 1
-  return ids, mask
+def training_dataset_fn(question_embedder, token_ids: Sequence[np.ndarray],
+                        positives: Sequence[np.ndarray], num_docs: int, batch_size: int
+                        ) -> Callable[[int], tf.data.Dataset]:
+  """loop.train's dataset_fn: batch i holds questions [i * batch_size, (i + 1) * batch_size) of token_ids
+  (padded as question_embedder pads them for evaluation) with their answer-bearing paragraphs as
+  OrqaRetriever's retriever_correct; batches are made on the host ahead of the step (prefetch)."""
+  num_batches = len(token_ids) // batch_size
+  query_ids, query_mask, query_segment_ids = orqa_features.QUERY_FIELDS
+  spec = tf.TensorSpec([None, None], tf.int32)
+  signature = {query_ids: spec, query_mask: spec, query_segment_ids: spec,
+               orqa_retriever.RETRIEVER_CORRECT: tf.TensorSpec([None, num_docs], tf.float32)}
 
+  def dataset_fn(start: int) -> tf.data.Dataset:
+    def batches():
+      for step in range(start, num_batches):
+        rows = slice(step * batch_size, (step + 1) * batch_size)
+        ids, mask = question_embedder.pad(token_ids[rows])
+        yield {query_ids: ids, query_mask: mask, query_segment_ids: np.zeros_like(ids),
+               orqa_retriever.RETRIEVER_CORRECT: positive_mask(positives[rows], num_docs)}
+    return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
 
-def retriever_loss(question_emb: tf.Tensor, paragraph_emb: tf.Tensor, positives: tf.Tensor,
-                   scale: float) -> losses.LossOutput:
-  """ORQA's retriever loss against every paragraph: -log sum_{z answer-bearing} softmax(scale q.z).
-
-  Args:
-    question_emb: float32 [B, D]; paragraph_emb: float32 [N, D]; positives: float32 [B, N] 0/1.
-  Metrics: top1_positive (the best-scored paragraph bears an answer) and positive_mass (probability
-  on answer-bearing paragraphs), per question.
-  """
-  logits = scale * tf.matmul(question_emb, paragraph_emb, transpose_b=True)
-  per_question = losses.marginal_log_loss(logits, positives)
-  best = tf.argmax(logits, axis=-1, output_type=tf.int32)
-  top1 = tf.gather(positives, best, batch_dims=1)
-  count = tf.cast(tf.shape(logits)[0], tf.float32)
-  return losses.LossOutput(
-      loss_sum=tf.reduce_sum(per_question), loss_weight=count,
-      metrics={"top1_positive": (tf.reduce_sum(top1), count),
-               "positive_mass": (tf.reduce_sum(tf.exp(-per_question)), count)})
-
-
-class QuestionTower(tf_keras.Model):
-  """The MiniLM question encoder (mean pooling, L2-normalised) scored against a fixed paragraph matrix."""
-
-  def __init__(self, encoder, paragraph_emb: np.ndarray, scale: float, **kwargs):
-    super().__init__(**kwargs)
-    self.encoder = encoder
-    # A variable rather than a constant keeps 32 MB out of the traced graph; trainable=False keeps it
-    # out of the optimizer: ORQA's index does not move.
-    self.paragraph_emb = tf.Variable(paragraph_emb, trainable=False, name="paragraph_emb")
-    self.scale = scale
-
-  def call(self, features, training=None):
-    ids, mask = features["token_ids"], features["mask"]
-    outputs = self.encoder(bert.encoder_inputs(ids, mask, tf.zeros_like(ids)), training=training)
-    return tf.math.l2_normalize(embedder.mean_pool(outputs["sequence_output"], mask), axis=-1)
-
-  def compute_loss(self, features, training=None) -> losses.LossOutput:
-    return retriever_loss(self(features, training=training), self.paragraph_emb, features["positives"],
-                          self.scale)
+  return dataset_fn
 
 
 def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
@@ -276,10 +195,10 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   _check_flags()
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
+  from realm_tf import answer_index as answer_index_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
-  from realm_tf.retrieval import mean_pooled_embedder  # pylint: disable=g-import-not-at-top
+  from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
-  from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
 
   me = "bench/squad_open_orqa_bench.py"
   machine = throughput_lib.machine()
@@ -295,10 +214,10 @@ def main(argv):
   paragraph_emb, paragraph_info = cached
   _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
 
-  encoder, tokenizer = minilm_lib.load(directory)
-  question_embedder = mean_pooled_embedder.MeanPooledEmbedder(
-      encoder, tokenizer, max_seq_length=_MAX_QUESTION_LEN.value, batch_size=_EVAL_BATCH_SIZE.value,
-      jit_compile=_EMBED_JIT_COMPILE.value)
+  embedder, tokenizer = minilm_lib.load(directory)
+  question_embedder = text_embedder.TextEmbedder(
+      embedder, tokenizer, max_seq_length=_MAX_QUESTION_LEN.value, batch_size=_EVAL_BATCH_SIZE.value,
+      length_bucket=_LENGTH_BUCKET, jit_compile=_EMBED_JIT_COMPILE.value)
   index = index_lib.build_index(paragraph_emb, implementation="brute_force")
 
   evaluations = []
@@ -317,10 +236,10 @@ def main(argv):
       _log(f"step-0 question vectors vs squad_open_bench's cache: {zero_shot_check}")
 
   start = time.perf_counter()
-  answer_index = AnswerIndex([d.body for d in full.documents])
+  answer_index = answer_index_lib.AnswerIndex([d.body for d in full.documents])
   needed = _STEPS.value * _BATCH_SIZE.value
   chosen, positives, examined, skipped = _training_questions(train, answer_index, needed, _SEED.value)
-  # MeanPooledEmbedder's own tokenization, so training sees questions as evaluation embeds them.
+  # The evaluation embedder's own tokenization, so training sees questions as evaluation embeds them.
   token_ids = question_embedder.token_ids(
       [train[i].question for i in chosen])
   mining_s = time.perf_counter() - start
@@ -329,25 +248,19 @@ def main(argv):
        f"(no paragraph contains an answer); answer-bearing paragraphs per question: median "
        f"{np.median(num_positives):.0f}, mean {num_positives.mean():.1f}")
 
-  model = QuestionTower(encoder, paragraph_emb, _SCALE.value)
+  # The query tower is the evaluation embedder itself: training moves the weights evaluation embeds with.
+  model = orqa_retriever.OrqaRetriever(embedder, paragraph_emb, scale=_SCALE.value)
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value,
                                             num_warmup_steps=_WARMUP_STEPS.value)
   warmup_steps = (optimization.num_warmup_steps(_STEPS.value) if _WARMUP_STEPS.value is None
                   else _WARMUP_STEPS.value)
-  step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
   batch = _BATCH_SIZE.value
-
-  def batch_features(step):
-    rows = slice(step * batch, (step + 1) * batch)
-    ids, mask = pad_batch(token_ids[rows], _LENGTH_BUCKET, _MAX_QUESTION_LEN.value)
-    return {"token_ids": tf.constant(ids), "mask": tf.constant(mask),
-            "positives": tf.constant(positive_mask(positives[rows], len(full.documents)))}
-
-  curve, step_seconds, train_s = step_loop.run(
-      step_fn, batch_features, _STEPS.value, batch, _LOG_EVERY.value, "question tower",
-      lambda p: (f"loss {p['loss']:.3f}, top1_positive {p['top1_positive']:.3f}, positive_mass "
-                 f"{p['positive_mass']:.3f}"),
+  dataset_fn = training_dataset_fn(question_embedder, token_ids, positives, len(full.documents), batch)
+  model(next(iter(dataset_fn(0))))
+  curve = loss_curve.train(
+      model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value, _JIT_COMPILE.value, _log,
       point_extras=lambda step: {"learning_rate": optimization.learning_rate_at(optimizer, step)})
+  step_seconds, train_s = curve.step_seconds, curve.seconds
   # The median leaves out the steps that (re)compile for a new padded length, and most of the load
   # spikes of a shared machine.
   steady_s = float(np.median(step_seconds))
@@ -384,7 +297,7 @@ def main(argv):
           "paragraph_index": {"path": paragraph_info["path"], "model_id": paragraph_info["model_id"],
                               "fixed": True},
           "question_tower": "MiniLM BertEncoderV2, mean pooling over real tokens, L2-normalised",
-          "loss": "ORQA retriever loss (losses.marginal_log_loss) over all paragraphs, mean per question",
+          "loss": "ORQA retriever loss (losses.retriever_loss) over all paragraphs, mean per question",
           "steps": _STEPS.value, "batch_size": batch, "learning_rate": _LEARNING_RATE.value,
           "warmup_steps": warmup_steps, "schedule": "linear warmup, linear decay to 0 (BERT AdamW, weight "
           "decay 0.01, global-norm clip 1.0)", "scale": _SCALE.value, "scale_learned": False,
@@ -404,7 +317,7 @@ def main(argv):
                  "total_s": time.perf_counter() - started},
       "zero_shot_check": zero_shot_check,
       "evaluations": evaluations,
-      "loss_curve": curve,
+      "loss_curve": curve.points,
       "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in _reference_rows()],
   })
   print(f"wrote {_OUTPUT.value}")

@@ -37,16 +37,15 @@ from typing import Dict, List, Sequence
 from absl import app
 from absl import flags
 import numpy as np
-import tensorflow as tf
 import tf_keras
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Runs as `python bench/squad_open_qa_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, _REPO)
 
+from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import step_loop  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
@@ -76,27 +75,19 @@ _log = minilm_lib.log
 
 
 def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray, order: np.ndarray):
-  """Trains reader in place; returns (loss curve, timings)."""
+  """Trains reader in place (ORQA's reader loss, realm_tf.modeling.orqa_reader, through loop.train);
+  returns (loss curve, timings)."""
+  from realm_tf.modeling import orqa_reader  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
-  from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
-  model = open_qa_lib.ReaderTrainer(reader)
+  model = orqa_reader.OrqaReader(reader)
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value)
-  step_fn = train_lib.TrainStep(model, optimizer, jit_compile=_JIT_COMPILE.value)
   batch = _BATCH_SIZE.value
-
-  def batch_features(step):
-    chosen = order[step * batch:(step + 1) * batch]
-    features = featurize(tf.constant([train[i].question for i in chosen]),
-                         tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
-                         open_qa_lib.ragged_answers([train[i].answers for i in chosen]))
-    return {k: features[k] for k in open_qa_lib.TRAINING_FEATURES}
-
-  curve, step_seconds, train_s = step_loop.run(
-      step_fn, batch_features, _STEPS.value, batch, _LOG_EVERY.value, "reader",
-      lambda p: (f"loss {p['loss']:.3f}, train EM {p['exact_match']:.3f}, has gold span "
-                 f"{p['has_gold_span']:.3f}"))
-  return curve, {"train_s": train_s, "median_step_s": float(np.median(step_seconds)),
-                 "questions_per_s": batch / float(np.median(step_seconds))}
+  dataset_fn = open_qa_lib.training_dataset_fn(featurize, bodies, train, pairs, order, batch)
+  curve = loss_curve.train(model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value,
+                           _JIT_COMPILE.value, _log)
+  median_step_s = float(np.median(curve.step_seconds))
+  return curve.points, {"train_s": curve.seconds, "median_step_s": median_step_s,
+                        "questions_per_s": batch / median_step_s}
 
 
 def main(argv):

@@ -5,11 +5,10 @@ import os
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from realm_tf.modeling import bert
 from realm_tf.modeling import ict
-from realm_tf.modeling import losses
+from realm_tf.modeling import orqa_reader
 from realm_tf.modeling import reader
 from realm_tf.modeling import realm
 
@@ -108,27 +107,6 @@ def _orqa_features(vocab_size, B, N, Q, C, M):
   return features
 
 
-class OrqaReaderModel(tf_keras.Model):
-  """ORQA's loss over a span reader, the retriever's outputs given as features (see the docstring)."""
-
-  def __init__(self, config: bert.BertConfig, seq_len: int, reader_beam: int, name="orqa", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.reader_beam = reader_beam
-    self.reader = reader.SpanReader(config, seq_len=seq_len, span_hidden_size=SPAN_HIDDEN_SIZE,
-                                    max_span_width=MAX_SPAN_WIDTH)
-
-  def call(self, features, training=None):
-    return self.reader((realm.bert_triple(features, "reader"), features["block_mask"],
-                        features["retriever_logits"][:, :self.reader_beam]), training=training)
-
-  def compute_loss(self, features, training=None):
-    output = self(features, training=training)
-    correct = reader.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
-                                    features["gold_ends"])
-    return losses.orqa_loss(features["retriever_logits"], features["retriever_correct"], output.logits,
-                            correct)
-
-
 def task(name, config, shapes):
   """(model, features) of one task, the model built by a forward pass."""
   vocab = config.vocab_size
@@ -139,7 +117,10 @@ def task(name, config, shapes):
     model = ict.IctModel(config, projection_size=PROJECTION_SIZE)
     features = _ict_features(vocab, **shapes)
   elif name == "orqa":
-    model = OrqaReaderModel(config, seq_len=shapes["Q"] + shapes["C"], reader_beam=shapes["N"])
+    # ORQA's loss with the retriever's outputs given as features: the reader's step and the loss.
+    model = orqa_reader.OrqaReader(reader.SpanReader(
+        config, seq_len=shapes["Q"] + shapes["C"], span_hidden_size=SPAN_HIDDEN_SIZE,
+        max_span_width=MAX_SPAN_WIDTH), name="orqa")
     features = _orqa_features(vocab, **shapes)
   else:
     raise ValueError(f"unknown task {name!r}; use realm, ict or orqa")

@@ -90,6 +90,23 @@ class RetrieverEmbedderTest(_SeededTestCase):
     self.assertGreater(np.abs(got - model((tf.constant(changed_real), mask, segment_ids),
                                           training=False)).max(), 1e-3)
 
+  def test_sentence_transformers_embedder_is_the_normalised_mean(self):
+    """No projection, no LayerNorm: the unit-norm mean of the encoder's outputs over the real tokens
+    (sentence-transformers' mean pooling), over the encoder it is given."""
+    encoder = bert.build_encoder(_CONFIG)
+    model = embedder.sentence_transformers_embedder(_CONFIG, encoder)
+    self.assertIs(model.encoder, encoder)
+    self.assertIsNone(model.projection)
+    token_ids, mask, segment_ids = _inputs([3, 7])
+    got = model((token_ids, mask, segment_ids), training=False)
+    self.assertEqual(got.shape, [3, _CONFIG.hidden_size])
+    self.assertEqual(model.output_size, _CONFIG.hidden_size)
+    sequence = encoder(bert.encoder_inputs(token_ids, mask, segment_ids),
+                       training=False)["sequence_output"].numpy()
+    mean = sequence[:, :5].mean(axis=1)
+    self.assertAllClose(mean / np.linalg.norm(mean, axis=1, keepdims=True), got, atol=1e-5)
+    self.assertLen(model.trainable_variables, len(encoder.trainable_variables))
+
   def test_mean_pool_of_an_all_padding_row_is_zero_not_nan(self):
     sequence = tf.ones([2, 3, 4])
     pooled = embedder.mean_pool(sequence, tf.constant([[1, 1, 0], [0, 0, 0]]))

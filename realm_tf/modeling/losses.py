@@ -109,6 +109,56 @@ def marginal_log_loss(logits: tf.Tensor, correct: tf.Tensor) -> tf.Tensor:
   return loss * tf.cast(tf.reduce_any(correct > 0, axis=-1), tf.float32)
 
 
+def retriever_loss(retriever_logits: tf.Tensor, retriever_correct: tf.Tensor) -> LossOutput:
+  """ORQA's retriever loss alone (the query tower trained against a fixed index, no reader): -log of the
+  probability mass the softmax over blocks puts on the blocks that contain an answer, per question.
+
+  Args:
+    retriever_logits: float32 [B, K], the scores of the blocks searched (a beam, or the whole index).
+    retriever_correct: bool or 0/1 [B, K], the block contains an answer string.
+
+  Metrics (means over questions; a question without a correct block counts, with loss 0 as in ORQA):
+    retriever_top1_match: the best-scored block contains an answer.
+    retriever_correct_mass: the probability on the blocks that contain one.
+  """
+  correct = tf.cast(retriever_correct, tf.float32)
+  per_question = marginal_log_loss(retriever_logits, correct)
+  best = tf.argmax(retriever_logits, axis=-1, output_type=tf.int32)
+  log_probs = tf.nn.log_softmax(retriever_logits, axis=-1)
+  mass = tf.reduce_sum(tf.exp(log_probs) * correct, axis=-1)
+  count = tf.cast(tf.shape(retriever_logits)[0], tf.float32)
+  return LossOutput(
+      loss_sum=tf.reduce_sum(per_question), loss_weight=count,
+      metrics={"retriever_top1_match": (tf.reduce_sum(tf.gather(correct, best, batch_dims=1)), count),
+               "retriever_correct_mass": (tf.reduce_sum(mass), count)})
+
+
+def reader_loss(reader_logits: tf.Tensor, reader_correct: tf.Tensor) -> LossOutput:
+  """ORQA's reader loss alone (blocks given, no retriever score): -log of the probability mass on the
+  gold spans, one softmax over all spans of all the question's blocks (shared normalisation, so that span
+  scores compare across blocks at prediction time).
+
+  Args:
+    reader_logits: float32 [B, K, num_spans].
+    reader_correct: [B, K, num_spans], the span is a gold answer span.
+
+  The mean is over the questions that have a gold span: one whose answer the blocks lost (cut off by
+  the reader's length) adds nothing, and the others' step does not shrink with it.
+  Metrics: reader_oracle (a gold span was read), exact_match (the best span is gold); means over all
+  questions.
+  """
+  batch = tf.shape(reader_logits)[0]
+  logits = tf.reshape(reader_logits, [batch, -1])
+  correct = tf.cast(tf.reshape(reader_correct, [batch, -1]), tf.float32)
+  supervised = tf.reduce_sum(tf.cast(tf.reduce_any(correct > 0, axis=-1), tf.float32))
+  best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  count = tf.cast(batch, tf.float32)
+  return LossOutput(
+      loss_sum=tf.reduce_sum(marginal_log_loss(logits, correct)), loss_weight=tf.maximum(supervised, 1.0),
+      metrics={"reader_oracle": (supervised, count),
+               "exact_match": (tf.reduce_sum(tf.gather(correct, best, batch_dims=1)), count)})
+
+
 def orqa_loss(retriever_logits: tf.Tensor, retriever_correct: tf.Tensor, reader_logits: tf.Tensor,
               reader_correct: tf.Tensor) -> LossOutput:
   """ORQA's loss: the retriever ("early") loss over its beam plus the reader ("full") loss over the

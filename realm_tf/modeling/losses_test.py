@@ -152,6 +152,53 @@ class OrqaLossTest(tf.test.TestCase):
     self.assertGreater(abs(per_block - reader[0]), 0.1)
 
 
+class RetrieverLossTest(tf.test.TestCase):
+
+  def test_four_block_example(self):
+    # Scores 1.2, 1.6, 0, 0 (a bench's scale 2 x cosine); blocks 0 and 3 contain an answer.
+    logits = tf.constant([[1.2, 1.6, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0]], tf.float32)
+    correct = tf.constant([[1, 0, 0, 1], [0, 0, 0, 0]], tf.float32)
+    output = losses.retriever_loss(logits, correct)
+    total = sum(np.exp([1.2, 1.6, 0.0, 0.0]))
+    mass = (np.exp(1.2) + 1.0) / total
+    # The second question has no answer-bearing block: no loss, as in ORQA, but it still counts.
+    self.assertAllClose(-np.log(mass), output.loss_sum, atol=1e-5)
+    self.assertEqual(2.0, float(output.loss_weight))
+    self.assertAllClose(0.0, _value(output.metrics["retriever_top1_match"]))  # block 1 wins, no answer
+    self.assertAllClose(mass / 2, _value(output.metrics["retriever_correct_mass"]), atol=1e-6)
+
+  def test_top1_match_and_bool_correct(self):
+    output = losses.retriever_loss(tf.constant([[0.0, 3.0], [5.0, 1.0]]),
+                                   tf.constant([[False, True], [False, True]]))
+    self.assertAllClose(0.5, _value(output.metrics["retriever_top1_match"]))
+
+
+class ReaderLossTest(tf.test.TestCase):
+
+  def test_one_softmax_over_blocks_and_spans_mean_over_answerable(self):
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=[3, 2, 4]).astype(np.float32)
+    correct = np.zeros([3, 2, 4], bool)
+    correct[0, 1, 2] = correct[0, 0, 3] = True
+    correct[2, 0, int(logits[2, 0].argmax())] = True
+    if logits[2].ravel().argmax() != int(logits[2, 0].argmax()):
+      logits[2, 0, int(logits[2, 0].argmax())] += 10.0  # question 2's best span is its gold one
+    output = losses.reader_loss(tf.constant(logits), tf.constant(correct))
+
+    def nll(row_logits, row_correct):
+      p = np.exp(row_logits - row_logits.max())
+      p /= p.sum()
+      return -np.log(p[row_correct].sum())
+
+    expected = nll(logits[0].ravel(), correct[0].ravel()) + nll(logits[2].ravel(), correct[2].ravel())
+    self.assertAllClose(expected, output.loss_sum, atol=1e-5)
+    # Question 1 has no gold span (its answer was cut off): it adds nothing and is not counted.
+    self.assertEqual(2.0, float(output.loss_weight))
+    self.assertAllClose(2 / 3, _value(output.metrics["reader_oracle"]))
+    predicted_gold = [correct[b].ravel()[logits[b].ravel().argmax()] for b in range(3)]
+    self.assertAllClose(np.mean(predicted_gold), _value(output.metrics["exact_match"]))
+
+
 class InBatchSoftmaxLossTest(tf.test.TestCase):
 
   def test_against_numpy_cross_entropy(self):

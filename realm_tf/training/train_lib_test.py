@@ -31,7 +31,7 @@ import tf_keras
 
 from realm_tf.modeling import bert
 from realm_tf.modeling import ict
-from realm_tf.modeling import losses
+from realm_tf.modeling import orqa_reader
 from realm_tf.modeling import reader
 from realm_tf.modeling import realm
 from realm_tf.training import loop
@@ -106,25 +106,11 @@ def _ict_model():
 _READER_LEN, _READER_BEAM, _RETRIEVER_BEAM = 10, 2, 5
 
 
-class _OrqaModel(tf_keras.Model):
+def _orqa_model(config):
   """ORQA's fine-tuning loss on a span reader, with the retriever's outputs given as fixed features
   (retriever_logits [B, retriever_beam], its first reader_beam entries being the read blocks')."""
-
-  def __init__(self, config, name="orqa", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.reader = reader.SpanReader(config, seq_len=_READER_LEN, span_hidden_size=16, max_span_width=3)
-
-  def call(self, features, training=None):
-    retriever_logits = features["retriever_logits"][:, :_READER_BEAM]
-    return self.reader((realm.bert_triple(features, "reader"), features["block_mask"], retriever_logits),
-                       training=training)
-
-  def compute_loss(self, features, training=None):
-    output = self(features, training=training)
-    correct = reader.reader_correct(output.span_starts, output.span_ends, features["gold_starts"],
-                                    features["gold_ends"])
-    return losses.orqa_loss(features["retriever_logits"], features["retriever_correct"], output.logits,
-                            correct)
+  return orqa_reader.OrqaReader(
+      reader.SpanReader(config, seq_len=_READER_LEN, span_hidden_size=16, max_span_width=3), name="orqa")
 
 
 def _orqa_features():
@@ -150,7 +136,7 @@ def _orqa_features():
 _TASKS = {
     "realm": (_realm_model, _realm_features),
     "ict": (_ict_model, _ict_features),
-    "orqa": (_OrqaModel, _orqa_features),
+    "orqa": (_orqa_model, _orqa_features),
 }
 # Whether the two-replica run compiles its per-replica pass with XLA. Compiling is TrainStep's default and
 # what GPUs run, but each compile costs seconds per replica on CPU, so one task (ORQA, the cheapest to

@@ -1,6 +1,7 @@
-"""Tests for realm_tf.retrieval.mean_pooled_embedder with a tiny random BERT: the pooled vector of a
-text must not depend on its batch, its padding or its position in the input, and must equal the
-normalised mean of the encoder's outputs over [CLS] text [SEP]."""
+"""Tests for realm_tf.retrieval.text_embedder with the sentence-transformers embedder over a tiny random
+BERT: the vector of a text must not depend on its batch, its padding or its position in the input, and
+must equal the normalised mean of the encoder's outputs over [CLS] text [SEP] (sentence-transformers'
+mean pooling)."""
 
 import numpy as np
 import tensorflow as tf
@@ -8,24 +9,26 @@ import tensorflow as tf
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.modeling import bert
-from realm_tf.retrieval import mean_pooled_embedder
+from realm_tf.modeling import embedder
+from realm_tf.retrieval import text_embedder
 
 _TEXTS = ["a short one", "the second text is quite a lot longer than the first", "mid length text",
           "x", "another text of some length for a third bucket"]
 
 
-class MeanPooledEmbedderTest(tf.test.TestCase):
+class TextEmbedderTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
     tf.keras.utils.set_random_seed(0)
     self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
-    self.encoder = bert.build_encoder(bert.tiny_config(self.tokenizer.vocab_size))
+    self.embedder = embedder.sentence_transformers_embedder(bert.tiny_config(self.tokenizer.vocab_size))
+    self.encoder = self.embedder.encoder
 
   def _embedder(self, **kwargs):
     options = dict(max_seq_length=16, batch_size=2, length_bucket=4, jit_compile=False)
     options.update(kwargs)
-    return mean_pooled_embedder.MeanPooledEmbedder(self.encoder, self.tokenizer, **options)
+    return text_embedder.TextEmbedder(self.embedder, self.tokenizer, **options)
 
   def _reference(self, text, max_seq_length=16):
     """Normalised mean of the encoder's outputs over the unpadded [CLS] text [SEP]."""
@@ -60,6 +63,13 @@ class MeanPooledEmbedderTest(tf.test.TestCase):
   def test_jit_compile_agrees(self):
     self.assertAllClose(self._embedder(jit_compile=True).embed(_TEXTS), self._embedder().embed(_TEXTS),
                         atol=1e-4)
+
+  def test_pad(self):
+    ids, mask = self._embedder(max_seq_length=16).pad([np.array([101, 7, 102]), np.array([101, 102])])
+    self.assertAllEqual(ids, [[101, 7, 102, 0], [101, 102, 0, 0]])
+    self.assertAllEqual(mask, [[1, 1, 1, 0], [1, 1, 0, 0]])
+    ids, _ = self._embedder(max_seq_length=6).pad([np.arange(6)], batch_size=3)
+    self.assertEqual(ids.shape, (3, 6))  # rounded up to 8, capped at max_seq_length; 2 empty rows
 
   def test_empty_and_errors(self):
     self.assertEqual(self._embedder().embed([]).shape, (0, 64))
