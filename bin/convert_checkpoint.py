@@ -1,7 +1,7 @@
 r"""Converts Google's released REALM / ORQA checkpoints into realm_tf checkpoints and indexes.
 
 The layout is detected from the variable names (--layout=auto) and printed with the conversion report
-(mapped / unmapped / ignored / unset variables); see realm_tf/modeling/released_checkpoints.py. A
+(mapped / unmapped / ignored / unset variables); see realm_tf/checkpoints/released.py. A
 retriever or ORQA conversion also prints the sequence lengths it writes: the originals' (REALM query 96,
 document 288; ORQA query 64, document 288, reader 320) cut to the BERT's position table, or the
 --query_seq_len / --candidate_seq_len / --reader_seq_len given (at most the table's size).
@@ -31,14 +31,14 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from realm_tf.modeling import released_checkpoints
+from realm_tf.checkpoints import released
+from realm_tf.conversion import released_conversion
 
 _INPUT = flags.DEFINE_string("input_checkpoint", None,
                              "Released checkpoint prefix, directory, or TF-Hub module directory (its "
                              "variables/variables; with --layout=block_emb its encoded/encoded.ckpt).",
                              required=True)
-_LAYOUT = flags.DEFINE_enum("layout", released_checkpoints.AUTO,
-                            [released_checkpoints.AUTO, *released_checkpoints.LAYOUTS],
+_LAYOUT = flags.DEFINE_enum("layout", released.AUTO, [released.AUTO, *released.LAYOUTS],
                             "The checkpoint's layout; auto detects it from the variable names, any "
                             "other value is checked against them.")
 _BERT_CONFIG = flags.DEFINE_string("bert_config_path", None,
@@ -73,11 +73,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
-    # bert_conversion logs one report per BERT, counting the other parts' variables as unmapped; the
+    # bert_mapping logs one report per BERT, counting the other parts' variables as unmapped; the
     # report printed below is the one that accounts for the whole checkpoint.
     logging.set_verbosity(logging.WARNING)
   try:
-    result = released_checkpoints.convert(
+    result = released_conversion.convert(
         _INPUT.value, _OUTPUT_DIR.value, layout=_LAYOUT.value, bert_config_path=_BERT_CONFIG.value,
         vocab_path=_VOCAB.value, num_attention_heads=_HEADS.value, blocks_path=_BLOCKS.value,
         titles_path=_TITLES.value, index_implementation=_INDEX.value,
@@ -85,7 +85,7 @@ def main(argv):
         reader_seq_len=_READER_LEN.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # ConversionError is a ValueError.
     sys.exit(f"convert_checkpoint: {e}")
-  print(result.summary(list_mapped=True))
+  print(result.summary(list_all=True))
 
 
 if __name__ == "__main__":

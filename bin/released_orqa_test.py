@@ -88,7 +88,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
     self.assertEqual(self.convert_orqa.returncode, 0, self.convert_orqa.stderr[-3000:])
     self.assertIn("layout orqa_from_realm", self.convert_orqa.stdout)
     # Not REALM's 96/288 nor ORQA's 64/288/320: the table holds 64 positions. (A longer
-    # --reader_seq_len is refused: released_checkpoints_test.)
+    # --reader_seq_len is refused: released_conversion_test.)
     self.assertIn("sequence lengths: query_seq_len 64, candidate_seq_len 64, reader_seq_len 64",
                   self.convert_orqa.stdout)
 

@@ -23,11 +23,11 @@ import tf_keras
 
 from realm_tf import testing_utils
 from realm_tf import tokenization
+from realm_tf.checkpoints import training_state
+from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
-from realm_tf.modeling import released_checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
@@ -201,9 +201,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         for document in self.documents:
           writer.write(document[field].encode("utf-8"))
     converted = os.path.join(self.tmp, name, "wiki_index")
-    released_checkpoints.convert(encoded, converted, blocks_path=os.path.join(released, "blocks.tfr"),
-                                 titles_path=os.path.join(released, "titles.tfr"),
-                                 index_implementation="brute_force")
+    released_conversion.convert(encoded, converted, blocks_path=os.path.join(released, "blocks.tfr"),
+                                titles_path=os.path.join(released, "titles.tfr"),
+                                index_implementation="brute_force")
     return converted, embedder_dir, config, retriever, block_emb
 
   def test_converted_index(self):
@@ -225,7 +225,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     updated = converted + "-v1"
     self.assertIn(f"wrote {updated}", result.stdout)
     self.assertEqual(_snapshot(converted), before)
-    blocks = released_checkpoints.load_block_texts(os.path.join(updated, "blocks.jsonl"))
+    blocks = released_conversion.load_block_texts(os.path.join(updated, "blocks.jsonl"))
     self.assertEqual([b["id"] for b in blocks], ["0", "1", "2", "3", "added-1"])
     self.assertEqual([b["row"] for b in blocks], list(range(5)))
     self.assertEqual([b["text"] for b in blocks],
@@ -313,7 +313,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertEqual(_snapshot(converted), before)
     written = index_update.update_converted_index(converted, change, log=lambda message: None)
     self.assertEqual(written, converted + "-v1")
-    self.assertEqual([b["id"] for b in released_checkpoints.load_block_texts(
+    self.assertEqual([b["id"] for b in released_conversion.load_block_texts(
         os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
 
 
@@ -329,10 +329,10 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         os.path.join(release, "model.ckpt-300000"),
         testing_utils.released_orqa_weights(bert_config, projection_size=16, span_hidden_size=8))
     orqa_dir = os.path.join(self.tmp, "served", "orqa_nq")
-    released_checkpoints.convert(checkpoint, orqa_dir, vocab_path=_VOCAB, num_attention_heads=2)
+    released_conversion.convert(checkpoint, orqa_dir, vocab_path=_VOCAB, num_attention_heads=2)
     config = realm_config_lib.RealmConfig.load(orqa_dir)
     retriever = config.build_retriever()
-    checkpoints.restore_retriever(retriever, orqa_dir)
+    training_state.restore_retriever(retriever, orqa_dir)
     block_emb = corpus_embedding.embed_corpus(
         lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
         config.featurizer(), batch_size=8, log=lambda message: None)
@@ -345,9 +345,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         for document in self.documents:
           writer.write(document[field].encode("utf-8"))
     index_dir = os.path.join(self.tmp, "served", "wiki")
-    released_checkpoints.convert(encoded, index_dir, blocks_path=os.path.join(release, "blocks.tfr"),
-                                 titles_path=os.path.join(release, "titles.tfr"),
-                                 index_implementation="brute_force")
+    released_conversion.convert(encoded, index_dir, blocks_path=os.path.join(release, "blocks.tfr"),
+                                titles_path=os.path.join(release, "titles.tfr"),
+                                index_implementation="brute_force")
 
     added = {"id": "added-1", "title": "Ostrel Vanquine", "body": _NEW_BODY}
     result = _run("update_index.py", f"--index={index_dir}", f"--checkpoint={orqa_dir}", "--remove_ids=4",

@@ -22,9 +22,9 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
+from realm_tf.checkpoints import training_state
 from realm_tf.data import qa as qa_lib
 from realm_tf.data import synthetic
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import realm_trainer
 
@@ -268,7 +268,7 @@ def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: 
   config = realm_config_lib.RealmConfig.load(config_dir)
   retriever = config.build_retriever()
   if checkpoint:
-    checkpoints.restore_retriever(retriever, checkpoint)
+    training_state.restore_retriever(retriever, checkpoint)
   examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
   return retriever_eval.retriever_recall(retriever, config, corpus_table.CorpusTable.load(corpus_prefix),
                                          examples, ks=(1, 5, 20))

@@ -13,9 +13,9 @@ import time
 import tensorflow as tf
 
 from realm_tf import pipeline
+from realm_tf.checkpoints import training_state
 from realm_tf.data import pretraining
 from realm_tf.data import synthetic
-from realm_tf.modeling import checkpoints
 
 
 def _short_options(output_dir: str, **overrides) -> pipeline.PipelineOptions:
@@ -39,8 +39,8 @@ class PipelineTest(tf.test.TestCase):
     self.assertLess(summary["final"]["loss"], summary["first_loss"], summary)
     self.assertEqual(summary["refresher_exit_code"], 0)
     model_dir = summary["model_dir"]
-    self.assertTrue(checkpoints.training_done(model_dir))
-    self.assertEqual(checkpoints.latest_step(model_dir), 60)
+    self.assertTrue(training_state.training_done(model_dir))
+    self.assertEqual(training_state.latest_step(model_dir), 60)
     index_dir = os.path.join(model_dir, "index")
     names = os.listdir(index_dir)
     self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
@@ -73,19 +73,19 @@ class PipelineTest(tf.test.TestCase):
           pipeline._command("train_realm", num_train_steps=1000, **flags),  # pylint: disable=protected-access
           stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
       deadline = time.time() + 240
-      while checkpoints.latest_step(model_dir) is None or checkpoints.latest_step(model_dir) < 20:
+      while training_state.latest_step(model_dir) is None or training_state.latest_step(model_dir) < 20:
         self.assertIsNone(trainer.poll(), open(log_path).read()[-3000:])
         self.assertLess(time.time(), deadline, "the trainer wrote no checkpoint in time")
         time.sleep(0.5)
       trainer.send_signal(signal.SIGKILL)
       trainer.wait()
-    killed_at = checkpoints.latest_step(model_dir)
+    killed_at = training_state.latest_step(model_dir)
     self.assertGreaterEqual(killed_at, 20)
     # Every checkpoint the manager lists is complete and readable.
     state = tf.train.get_checkpoint_state(model_dir)
     for path in state.all_model_checkpoint_paths:
       self.assertNotEmpty(tf.train.list_variables(path))
-    self.assertFalse(checkpoints.training_done(model_dir))
+    self.assertFalse(training_state.training_done(model_dir))
 
     resumed_steps = killed_at + 10
     pipeline.run_binary("train_realm", os.path.join(out, "second.log"),
@@ -94,7 +94,7 @@ class PipelineTest(tf.test.TestCase):
       second = f.read()
     self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}",
                   second)
-    self.assertEqual(checkpoints.latest_step(model_dir), resumed_steps)
+    self.assertEqual(training_state.latest_step(model_dir), resumed_steps)
     with open(os.path.join(model_dir, "train_summary.json")) as f:
       self.assertEqual(json.load(f)["final"]["loss"] > 0, True)
 

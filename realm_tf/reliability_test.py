@@ -21,13 +21,13 @@ import tf_keras
 
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
 from realm_tf.data import qa
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import losses
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
@@ -548,7 +548,7 @@ class CorruptInputTest(tf.test.TestCase):
         max_to_keep=1).save(checkpoint_number=8)
     with self.assertRaisesRegex(ValueError, rf"^{re.escape(path)}: cannot restore the retriever .*"
                                             r"\(285, 32\).*\(300, 32\).*word_embeddings"):
-      checkpoints.restore_retriever(config.build_retriever(), path)
+      training_state.restore_retriever(config.build_retriever(), path)
 
   def test_index_of_another_dimension_than_the_model(self):
     fixture = _Fixture.get()
@@ -649,7 +649,7 @@ _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _ALLOWED_WRITES = {
     ("realm_tf/retrieval/index.py", "_write_npy"):
         "arrays inside the .tmp- directory of MipsIndex.save, renamed as a whole",
-    ("realm_tf/modeling/checkpoints.py", "write_done_marker"):
+    ("realm_tf/checkpoints/training_state.py", "write_done_marker"):
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
     ("realm_tf/pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
     ("realm_tf/pipeline.py", "run_realm"): "a subprocess log, appended as it runs",

@@ -102,7 +102,7 @@ def write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
       return saver.save(session, path, write_meta_graph=False)
 
 
-# Google's released checkpoints in miniature (realm_tf.modeling.released_checkpoints reads them): random
+# Google's released checkpoints in miniature (realm_tf.checkpoints.released reads them): random
 # weights under the released TF1 variable names, for conversion tests to write with write_tf1_checkpoint.
 ORQA_RETRIEVER_BERT = "module/module/module/module/bert/"
 ORQA_RETRIEVER_HEAD = "module/module/module/"  # the retriever's projection dense/ and LayerNorm/

@@ -58,11 +58,12 @@ import tensorflow as tf
 from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.checkpoints import released
+from realm_tf.checkpoints import training_state
+from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.modeling import released_checkpoints
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_model
 
@@ -474,12 +475,12 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
   Any other run with a realm_config.json (bin/train_realm, bin/train_ict, a converted checkpoint
   without index_dir) gives the two embedders, from its latest checkpoint by default.
   """
-  conversion = released_checkpoints.read_conversion(model_dir) or {}
-  if conversion.get("layout") == released_checkpoints.BLOCK_EMB:
+  conversion = released_conversion.read_conversion(model_dir) or {}
+  if conversion.get("layout") == released.BLOCK_EMB:
     raise ValueError(f"{model_dir} holds converted block embeddings (an index), not a model: pass it "
                      "as index_dir (--index_dir) and the converted ORQA checkpoint as model_dir "
                      "(--model_dir)")
-  converted_orqa = conversion.get("layout") == released_checkpoints.ORQA_FROM_REALM
+  converted_orqa = conversion.get("layout") == released.ORQA_FROM_REALM
   if index_dir is not None and not converted_orqa:
     raise ValueError(f"index_dir (--index_dir={index_dir}) is for a converted ORQA checkpoint "
                      f"(bin/convert_checkpoint's orqa_from_realm output); {model_dir} is not one "
@@ -529,7 +530,7 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
     corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
                            source=f"{config_path}'s vocab_path")
     retriever = config.build_retriever()
-    resolved = checkpoints.restore_retriever(retriever, checkpoint or model_dir)
+    resolved = training_state.restore_retriever(retriever, checkpoint or model_dir)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": resolved}
     log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model"
         + ("; pass --index_dir=<converted block_emb> for one)" if converted_orqa else ")"))

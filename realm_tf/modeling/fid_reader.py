@@ -17,7 +17,7 @@ embeddings were replaced together with the initialization; only the pair was mea
 
 The encoder may instead be a pre-trained BERT (FidConfig.encoder = "bert": Model Garden's BertEncoderV2
 from realm_tf.modeling.bert, warm-started by load_encoder_weights from anything
-realm_tf.modeling.bert_conversion reads: a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such
+realm_tf.checkpoints.bert_mapping reads: a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such
 as all-MiniLM-L6-v2), with a Dense projection to the decoder width when they differ. Why: the paper's
 reader is pre-trained T5 and reads from its first step; a reader encoder trained from scratch on testdata
 reached 1% dev exact match on the passages of a distilled retriever (issue 19), too weak a teacher. The
@@ -46,8 +46,9 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import json_config
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert as bert_lib
-from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import losses
 from realm_tf.modeling import t5_layers
 
@@ -131,12 +132,12 @@ class FidConfig(json_config.JsonConfig):
 
 def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_init_checkpoint"
                         ) -> bert_lib.BertConfig:
-  """The BertConfig of a warm-start checkpoint (bert_conversion.config_from_source), checked against the
+  """The BertConfig of a warm-start checkpoint (sources.config_from_source), checked against the
   corpus vocab: the reader's ids come from that vocab, and a BERT of another vocab would read them as
   other words."""
   try:
-    config = bert_conversion.config_from_source(checkpoint)
-  except (bert_conversion.ConversionError, FileNotFoundError, ValueError) as e:
+    config = sources.config_from_source(checkpoint)
+  except (sources.ConversionError, FileNotFoundError, ValueError) as e:
     raise ValueError(f"{flag}={checkpoint}: not a BERT checkpoint realm_tf can read ({e}); pass a "
                      "bin/train_mlm export, a TF1 BERT checkpoint or a Hugging Face BERT directory with "
                      "its bert_config.json / config.json") from e
@@ -147,12 +148,12 @@ def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_
   return config
 
 
-def load_encoder_weights(reader: "FidReader", checkpoint: str) -> "bert_conversion.ConversionReport":
+def load_encoder_weights(reader: "FidReader", checkpoint: str) -> "bert_mapping.ConversionReport":
   """Warm-starts a BERT-encoder reader's encoder from `checkpoint`; strict: every encoder weight must be
   found (a partly random encoder is not the pre-trained reader the run asks for)."""
   if reader.config.encoder != "bert":
     raise ValueError(f"load_encoder_weights: the reader's encoder is {reader.config.encoder!r}, not 'bert'")
-  return bert_conversion.load_bert_weights(reader.bert_encoder, checkpoint, strict=True)
+  return bert_mapping.load_bert_weights(reader.bert_encoder, checkpoint, strict=True)
 
 
 def aggregate_cross_attention(first_token_logits: tf.Tensor, passage_mask: tf.Tensor) -> tf.Tensor:

@@ -10,9 +10,9 @@ import tf_keras
 from realm_tf import evaluation
 from realm_tf import testing_utils
 from realm_tf import tokenization
+from realm_tf.checkpoints import bert_mapping
 from realm_tf.data import fid_features
 from realm_tf.modeling import bert
-from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import fid_reader
 from realm_tf.training import train_lib
 
@@ -175,7 +175,7 @@ class BertEncoderReaderTest(_Seeded):
     source = _random_bert(config, seed)
     # pylint: disable=protected-access (the converter's own name and shape map, read backwards)
     variables = {t.source_name: t.variable.numpy().reshape(t.source_shape)
-                 for t in bert_conversion._encoder_targets(source, "bert/")}
+                 for t in bert_mapping._encoder_targets(source, "bert/")}
     directory = os.path.join(self.get_temp_dir(), f"tf1_{seed}")
     tf.io.gfile.makedirs(directory)
     path = testing_utils.write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)

@@ -3,7 +3,7 @@
 The network is the knowledge-augmented encoder itself (BERT + Model Garden's MaskedLM head), so what
 this pre-trains is exactly what REALM's reader, ORQA's and FiD's encoders warm-start from:
 `reader_items` names its parts as Model Garden's BertPretrainerV2.checkpoint_items do (encoder,
-masked_lm), the layout realm_tf.modeling.bert_conversion.load_bert_weights restores.
+masked_lm), the layout realm_tf.checkpoints.bert_mapping.load_bert_weights restores.
 """
 
 from typing import Dict

@@ -20,12 +20,12 @@ from typing import Callable, Iterator, Optional
 import tensorflow as tf
 
 from realm_tf import process_lock
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
-from realm_tf.modeling import checkpoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
         embeddings = corpus_embedding.merge_worker_embeddings(shards_dir, options.num_workers)
         break
       except FileNotFoundError as e:
-        if time.time() >= deadline or checkpoints.training_done(options.model_dir):
+        if time.time() >= deadline or training_state.training_done(options.model_dir):
           log(f"WARNING: giving up on the index of step {step}: {e}")
           shutil.rmtree(shards_dir, ignore_errors=True)
           return None
@@ -146,7 +146,7 @@ def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[st
     retriever = config.build_retriever()
   info = {"bootstrap": True}
   if init_checkpoint:
-    info["checkpoint"] = checkpoints.restore_retriever(retriever, init_checkpoint)
+    info["checkpoint"] = training_state.restore_retriever(retriever, init_checkpoint)
   with _one_refresher(options, log):
     return build_and_publish(config, retriever, 0, options, strategy, info, log)
 
@@ -169,7 +169,7 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
       log(f"found new checkpoint {latest}")
       yield latest
       continue
-    if checkpoints.training_done(options.model_dir):
+    if training_state.training_done(options.model_dir):
       if done_seen:
         return
       done_seen = True
@@ -191,10 +191,10 @@ def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
   published = published_index.published_steps(options.model_dir)
   floor = max([options.start_at_step - 1] + published)
   earlier = [p for p in reversed(listed)
-             if floor < checkpoints.checkpoint_step(p) < checkpoints.checkpoint_step(newest)]
+             if floor < training_state.checkpoint_step(p) < training_state.checkpoint_step(newest)]
   for path in [newest] + earlier:
     try:
-      checkpoints.restore_retriever(retriever, path)
+      training_state.restore_retriever(retriever, path)
     except (ValueError, FileNotFoundError) as e:
       log(f"WARNING: skipping {path}: {str(e).splitlines()[0][:500]}")
       continue
@@ -217,7 +217,7 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
   config_path = os.path.join(options.model_dir, realm_config_lib.CONFIG_NAME)
   announced = False
   while not tf.io.gfile.exists(config_path):
-    if checkpoints.training_done(options.model_dir):
+    if training_state.training_done(options.model_dir):
       log(f"{options.model_dir} is marked done and has no {realm_config_lib.CONFIG_NAME}; exiting")
       return 0
     if not announced:
@@ -235,13 +235,13 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
 
   refreshes = 0
   for checkpoint_path in _new_checkpoints(options, log):
-    step = checkpoints.checkpoint_step(checkpoint_path)
+    step = training_state.checkpoint_step(checkpoint_path)
     if step < options.start_at_step or step in published_index.published_steps(options.model_dir):
       continue
     checkpoint_path = _restore_newest_readable(retriever, checkpoint_path, options, log)
     if checkpoint_path is None:
       continue
-    step = checkpoints.checkpoint_step(checkpoint_path)
+    step = training_state.checkpoint_step(checkpoint_path)
     # bin/update_index publishes an index of a corpus derived from this one: every refresh after it
     # embeds that corpus, or the next refresh would undo the update.
     followed = published_index.current_corpus(options.model_dir, options.corpus_prefix, log)
@@ -254,6 +254,6 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
       log(f"published {refreshes} indexes (--max_refreshes); exiting")
       break
   else:
-    log(f"training is done ({checkpoints.DONE_MARKER} in {options.model_dir}); exiting after "
+    log(f"training is done ({training_state.DONE_MARKER} in {options.model_dir}); exiting after "
         f"{refreshes} refreshes")
   return refreshes

@@ -19,9 +19,9 @@ import tf_keras
 
 from realm_tf import pipeline
 from realm_tf import tokenization
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
@@ -79,7 +79,7 @@ class _FakeTrainer:
     return path
 
   def finish(self) -> None:
-    checkpoints.write_done_marker(self.model_dir)
+    training_state.write_done_marker(self.model_dir)
 
 
 class _RefresherThread(threading.Thread):
@@ -199,7 +199,7 @@ class RefresherTest(tf.test.TestCase):
 
   def test_done_marker_without_config_exits_at_once(self):
     model_dir = self.get_temp_dir()
-    checkpoints.write_done_marker(model_dir)
+    training_state.write_done_marker(model_dir)
     messages = []
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
     self.assertLen(messages, 1)
@@ -253,7 +253,7 @@ class RefresherTest(tf.test.TestCase):
     exited.wait()
     leftover = os.path.join(published_index.index_root(model_dir), f".tmp-7-{exited.pid}-0badf00d")
     os.makedirs(os.path.join(leftover, "mips"))
-    checkpoints.write_done_marker(model_dir)
+    training_state.write_done_marker(model_dir)
     refresher.run(self._options(model_dir), log=lambda message: None)
     self.assertFalse(os.path.exists(leftover))
 

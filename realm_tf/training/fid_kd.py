@@ -246,7 +246,7 @@ def _save(checkpoint: tf.train.Checkpoint, directory: str, step: int) -> str:
 
 
 def save_retriever(retriever: embedder_lib.Retriever, directory: str, step: int) -> str:
-  """model/retriever/ layout, as bin/train_realm's (realm_tf.modeling.checkpoints.restore_retriever)."""
+  """model/retriever/ layout, as bin/train_realm's (training_state.restore_retriever)."""
   return _save(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)), directory, step)
 
 

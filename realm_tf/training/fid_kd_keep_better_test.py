@@ -12,8 +12,8 @@ from unittest import mock
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -81,7 +81,7 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
     self.assertLen([line for line in logs if "REJECTED" in line], 2)
     # The distilled retrievers are still saved (for inspection), and differ from the initial one.
     distilled = embedder.build_retriever(_BERT, projection_size=16)
-    checkpoints.restore_retriever(distilled, metrics[0]["retriever_checkpoint"])
+    training_state.restore_retriever(distilled, metrics[0]["retriever_checkpoint"])
     self.assertNotEqual(self.initial, _fingerprint(distilled))
     with open(os.path.join(model_dir, fid_kd.SUMMARY_NAME), encoding="utf-8") as f:
       self.assertEqual([False, False], [m["accepted"] for m in json.load(f)])
@@ -92,7 +92,7 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
     self.assertFalse(first[0]["accepted"])
     # A restarted process: the recall mock knows the initial weights only from their checkpoint.
     initial = embedder.build_retriever(_BERT, projection_size=16)
-    checkpoints.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
+    training_state.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
     self.initial = _fingerprint(initial)
     metrics, logs = self._run(self._options(model_dir))
     self.assertLen([line for line in logs if "continuing from initial_retriever" in line], 1)

@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -102,9 +102,9 @@ class LoopTest(tf.test.TestCase):
     # The distilled retriever reads back through the shared restore (model/retriever/ layout), and KD
     # moved it away from the initial one.
     restored = embedder.build_retriever(_BERT, projection_size=16)
-    checkpoints.restore_retriever(restored, metrics[1]["retriever_checkpoint"])
+    training_state.restore_retriever(restored, metrics[1]["retriever_checkpoint"])
     initial = embedder.build_retriever(_BERT, projection_size=16)
-    checkpoints.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
+    training_state.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
     self.assertGreater(max(float(np.abs(a - b).max()) for a, b in
                            zip(restored.get_weights(), initial.get_weights())), 1e-6)
     # A finished run only reads its metrics back.

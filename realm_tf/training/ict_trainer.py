@@ -10,9 +10,9 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
+from realm_tf.checkpoints import bert_mapping
 from realm_tf.data import ict as ict_data
 from realm_tf.data import pretraining
-from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import ict as ict_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import loop
@@ -56,8 +56,8 @@ def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
 
   def warm_start():
     if options.init_bert_checkpoint:
-      report = bert_conversion.load_bert_weights(model.embedder.encoder, options.init_bert_checkpoint,
-                                                 strict=False)
+      report = bert_mapping.load_bert_weights(model.embedder.encoder, options.init_bert_checkpoint,
+                                              strict=False)
       log(f"ICT embedder's BERT warm-started: {report.summary()}")
 
   def dataset_fn(batches_done: int) -> tf.data.Dataset:

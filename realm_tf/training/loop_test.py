@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf.modeling import checkpoints
+from realm_tf.checkpoints import training_state
 from realm_tf.modeling import losses
 from realm_tf.training import loop
 
@@ -187,12 +187,12 @@ class ResumeTest(tf.test.TestCase):
   def test_continuing_a_finished_run_removes_its_done_marker(self):
     model_dir = os.path.join(self.get_temp_dir(), "continued")
     self._train(model_dir)
-    checkpoints.write_done_marker(model_dir)
+    training_state.write_done_marker(model_dir)
     self._train(model_dir, num_train_steps=6)  # nothing to do: the marker stays
-    self.assertTrue(checkpoints.training_done(model_dir))
+    self.assertTrue(training_state.training_done(model_dir))
     messages = []
     self._train(model_dir, num_train_steps=8, messages=messages)
-    self.assertFalse(checkpoints.training_done(model_dir))
+    self.assertFalse(training_state.training_done(model_dir))
     self.assertTrue(any("removed its TRAINING_DONE" in m for m in messages), messages)
 
   def test_unfinished_saves_are_removed(self):

@@ -25,11 +25,12 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import sources
 from realm_tf.data import corpus
 from realm_tf.data import mlm as mlm_data
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
-from realm_tf.modeling import bert_conversion
 from realm_tf.modeling import masked_lm as masked_lm_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
@@ -70,20 +71,20 @@ def warm_start(model: masked_lm_lib.MaskedLmPretrainer, checkpoint: str) -> str:
   A source without a head (a sentence-embedding model such as all-MiniLM-L6-v2, or a Model Garden
   checkpoint of the encoder alone) leaves the head freshly initialized, to be trained here.
   """
-  source = bert_conversion.open_source(checkpoint)
+  source = sources.open_source(checkpoint)
   encoder, head = model.encoder.encoder, model.encoder.masked_lm
-  if isinstance(source, bert_conversion.TFCheckpointSource) and source.is_object_based:
+  if isinstance(source, sources.TFCheckpointSource) and source.is_object_based:
     has_head = any(n.startswith("masked_lm/") for n in source.names())
-    report = bert_conversion.restore_model_garden_checkpoint(encoder, source, head if has_head else None)
+    report = bert_mapping.restore_model_garden_checkpoint(encoder, source, head if has_head else None)
   else:
-    report = bert_conversion.load_bert_weights(encoder, source, masked_lm=head, strict=False)
+    report = bert_mapping.load_bert_weights(encoder, source, masked_lm=head, strict=False)
     encoder_unset = [n for n in report.unset if "/cls/" not in n and not n.startswith("cls/")]
     if encoder_unset:
-      raise bert_conversion.ConversionError(
+      raise sources.ConversionError(
           f"{checkpoint}: the BERT encoder could not be loaded ({len(encoder_unset)} weights unset; does "
           f"--bert_config match the checkpoint?):\n" + report.summary())
     has_head = len(report.unset) == 0
-  return (f"warm-started from {report.source_path}: {len(report.used)} variables"
+  return (f"warm-started from {report.source_path}: {len(report.mapped)} variables"
           + ("" if has_head else "; the source has no masked-LM head, so the head starts untrained"))
 
 

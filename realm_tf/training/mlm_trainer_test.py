@@ -9,10 +9,11 @@ from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import bert_mapping_test as fixtures
+from realm_tf.checkpoints import sources
 from realm_tf.data import mlm as mlm_data
 from realm_tf.modeling import bert
-from realm_tf.modeling import bert_conversion
-from realm_tf.modeling import bert_conversion_test as fixtures
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
 from realm_tf.training import loop
 from realm_tf.training import mlm_trainer
@@ -58,11 +59,10 @@ class MlmTrainerTest(tf.test.TestCase):
     export = os.path.join(model_dir, mlm_trainer.EXPORT_NAME)
     with open(os.path.join(export, mlm_trainer.EVAL_NAME)) as f:
       self.assertEqual(json.load(f)["step"], 120)
-    self.assertEqual(bert_conversion.config_from_source(os.path.join(export, "bert_config.json")),
-                     _config())
+    self.assertEqual(sources.config_from_source(os.path.join(export, "bert_config.json")), _config())
     # The export is what REALM's reader (and ORQA's) warm-start from: the same logits as the trainer's.
     reader = kae_lib.KnowledgeAugmentedEncoder(_config())
-    bert_conversion.load_bert_weights(reader.encoder, export, masked_lm=reader.masked_lm)
+    bert_mapping.load_bert_weights(reader.encoder, export, masked_lm=reader.masked_lm)
     trained = mlm_trainer.build_model(_config())
     tf.train.Checkpoint(model=trained).read(os.path.join(model_dir, "ckpt-120")).expect_partial()
     ids = tf.constant([[2, 40, 41, 42, 3, 50, 51, 3]])
@@ -129,7 +129,7 @@ class WarmStartTest(tf.test.TestCase):
         os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
         fixtures._google_names(params))  # pylint: disable=protected-access
     bigger = bert.tiny_config(_vocab_size(), hidden_size=64, max_position_embeddings=64)
-    with self.assertRaisesRegex(bert_conversion.ConversionError, "bert_model.ckpt.*--bert_config"):
+    with self.assertRaisesRegex(sources.ConversionError, "bert_model.ckpt.*--bert_config"):
       mlm_trainer.warm_start(mlm_trainer.build_model(bigger), path)
 
 

@@ -13,12 +13,12 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.checkpoints import sources
+from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.modeling import released_checkpoints
 from realm_tf.training import best_checkpoint
 from realm_tf.training import frozen_index
 from realm_tf.training import warm_start
@@ -47,10 +47,10 @@ class TrainedOrqa(NamedTuple):
 def resolve_trained_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
   """--checkpoint if given, else the best checkpoint (best_metric.json), else the latest one."""
   if checkpoint:
-    return checkpoints.resolve_checkpoint(checkpoint)
+    return sources.resolve_checkpoint(checkpoint)
   best = best_checkpoint.read_best(model_dir)
   if best is not None:
-    return checkpoints.resolve_checkpoint(os.path.join(model_dir, best["checkpoint"]))
+    return sources.resolve_checkpoint(os.path.join(model_dir, best["checkpoint"]))
   latest = tf.train.latest_checkpoint(model_dir)
   if latest is None:
     raise FileNotFoundError(f"{model_dir} holds no checkpoint yet (no {best_checkpoint.BEST_METRIC_NAME}, "
@@ -94,14 +94,14 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
   the converted tower is the query tower (the model's document tower gets the same weights but did not
   embed the index). Block ids are the row numbers, as strings.
   """
-  config, orqa = released_checkpoints.converted_orqa_configs(model_dir)
-  mips, records = released_checkpoints.load_converted_index(index_dir)
+  config, orqa = released_conversion.converted_orqa_configs(model_dir)
+  mips, records = released_conversion.load_converted_index(index_dir)
   if mips.dim != config.projection_size:
     raise ValueError(f"--index_dir={index_dir} holds {mips.dim}-dimensional block embeddings but the "
                      f"retriever of --model_dir={model_dir} projects to {config.projection_size}; pass "
                      "the block_emb of the release this ORQA model was fine-tuned with")
   orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
-                                                                      released_checkpoints.BLOCKS_NAME))
+                                                                      released_conversion.BLOCKS_NAME))
   tokenizer = config.tokenizer()
   blocks = orqa_features.blocks_from_texts(
       tokenizer, [record.get("title", "") for record in records],
@@ -109,7 +109,7 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
       # an "id" (released blocks keep their original row number), so ids survive removals.
       [record["text"] for record in records],
       [str(record.get("id", i)) for i, record in enumerate(records)], orqa.max_block_len)
-  path = checkpoints.resolve_checkpoint(checkpoint or model_dir)
+  path = sources.resolve_checkpoint(checkpoint or model_dir)
   flag = "--checkpoint" if checkpoint else "--model_dir"
   with (strategy or tf.distribute.get_strategy()).scope():
     model = build_model(config, orqa, np.asarray(mips.embeddings), blocks, tokenizer)

@@ -15,11 +15,11 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import io_utils
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
-from realm_tf.modeling import bert_conversion
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
@@ -102,11 +102,11 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
 
   def warm_start():
     if options.init_retriever_checkpoint:
-      path = checkpoints.restore_retriever(model.retriever, options.init_retriever_checkpoint)
+      path = training_state.restore_retriever(model.retriever, options.init_retriever_checkpoint)
       log(f"retriever warm-started from {path}")
     if options.init_reader_checkpoint:
-      report = bert_conversion.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
-                                                 masked_lm=model.encoder.masked_lm, strict=False)
+      report = bert_mapping.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
+                                              masked_lm=model.encoder.masked_lm, strict=False)
       log(f"knowledge-augmented encoder warm-started: {report.summary()}")
     if options.bootstrap_index and not published_index.published_steps(model_dir):
       log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
@@ -157,6 +157,6 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
-  checkpoints.write_done_marker(model_dir)
-  log(f"wrote {checkpoints.DONE_MARKER}; indexes trained on: {summary['indexes_used']}")
+  training_state.write_done_marker(model_dir)
+  log(f"wrote {training_state.DONE_MARKER}; indexes trained on: {summary['indexes_used']}")
   return summary

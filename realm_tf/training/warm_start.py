@@ -2,7 +2,7 @@
 
 A retriever checkpoint may hold one shared tower (REALM, ICT, a converted release) or two (ORQA): the
 retriever is built to match, so that each tower gets its own weights. A reader checkpoint is either a
-whole span reader (reader/) or any BERT checkpoint bert_conversion reads. Errors name the flag and the
+whole span reader (reader/) or any BERT checkpoint bert_mapping reads. Errors name the flag and the
 configuration to pass, since a misfit is almost always a run started with another --bert_config or vocab.
 """
 
@@ -13,8 +13,9 @@ from typing import Optional
 
 import tensorflow as tf
 
-from realm_tf.modeling import bert_conversion
-from realm_tf.modeling import checkpoints
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import sources
+from realm_tf.checkpoints import training_state
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 
@@ -24,7 +25,7 @@ _WORD_EMBEDDINGS = re.compile(r"(^|/)(retriever/(doc|query)_embedder|embedder)/e
 
 def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: Optional[str],
                               flag: str = "--retriever_checkpoint") -> embedder_lib.Retriever:
-  """A Retriever with the checkpoint's weights (any layout checkpoints.restore_retriever reads), or
+  """A Retriever with the checkpoint's weights (any layout training_state.restore_retriever reads), or
   freshly initialized without one. Built shared or with two towers as the checkpoint was saved, so
   that each tower gets its own weights (a REALM or converted checkpoint holds one shared tower, an
   ORQA one two).
@@ -34,7 +35,7 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
   separate = False
   resolved = None
   if checkpoint:
-    resolved = checkpoints.resolve_checkpoint(checkpoint)
+    resolved = sources.resolve_checkpoint(checkpoint)
     shapes = dict(tf.train.list_variables(resolved))
     separate = any("/query_embedder/" in name for name in shapes)
     # Checked before building anything: a vocab of another size is the commonest misfit.
@@ -58,7 +59,7 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
       # They say nothing the error does not: collect them now, quietly.
       tf_logger.setLevel(logging.ERROR)
       try:
-        checkpoints.restore_retriever(retriever, resolved)
+        training_state.restore_retriever(retriever, resolved)
       except ValueError as e:
         error = str(e)
       if error is not None:
@@ -80,11 +81,11 @@ def warm_start_reader(reader, checkpoint: str, flag: str = "--reader_checkpoint"
 
   A checkpoint holding a whole span reader under reader/ (bin/convert_checkpoint's orqa_from_realm
   output, or Checkpoint(reader=...)) restores the BERT and the span head; anything else is a BERT
-  checkpoint for bert_conversion.load_bert_weights (TF1 Google BERT, Hugging Face, Model Garden TF2),
+  checkpoint for bert_mapping.load_bert_weights (TF1 Google BERT, Hugging Face, Model Garden TF2),
   which leaves the span head initialized.
   """
   try:
-    resolved = checkpoints.resolve_checkpoint(checkpoint)
+    resolved = sources.resolve_checkpoint(checkpoint)
     names = [name for name, _ in tf.train.list_variables(resolved)]
   except (FileNotFoundError, ValueError, tf.errors.OpError):
     names = []  # not a TensorFlow checkpoint (e.g. safetensors): a BERT source
@@ -97,5 +98,5 @@ def warm_start_reader(reader, checkpoint: str, flag: str = "--reader_checkpoint"
       raise ValueError(f"{flag}={checkpoint}: its reader/ does not fit this span reader "
                        f"(pass the --span_hidden_size and --bert_config it was trained with): {e}") from e
     return f"span reader (BERT and span head) restored from {resolved}"
-  report = bert_conversion.load_bert_weights(reader.encoder, checkpoint, strict=False)
+  report = bert_mapping.load_bert_weights(reader.encoder, checkpoint, strict=False)
   return f"reader BERT warm-started: {report.summary()}"

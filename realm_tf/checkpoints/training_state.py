@@ -1,4 +1,8 @@
-"""Checkpoint layouts of realm_tf's trainers and restoring parts of them into other models.
+"""Training state on disk: checkpoint steps, the done marker, and restoring a run's retriever.
+
+The trainers, the refresher and the pipeline share these conventions: CheckpointManager paths end in
+ckpt-<step>, MODEL_DIR/TRAINING_DONE tells the refresher the trainer finished, and any retriever
+checkpoint layout restores into a Retriever.
 
 Trainers save tf.train.Checkpoint(model=<task model>, optimizer=...). Other processes need only a part:
 the refresher the retriever of a REALM checkpoint, REALM's warm start the embedder of an ICT checkpoint,
@@ -15,6 +19,8 @@ from typing import Optional
 
 import tensorflow as tf
 
+from realm_tf.checkpoints import sources
+
 DONE_MARKER = "TRAINING_DONE"
 _STEP = re.compile(r"ckpt-(\d+)$")
 
@@ -25,19 +31,6 @@ def checkpoint_step(checkpoint_path: str) -> int:
   if not match:
     raise ValueError(f"{checkpoint_path}: not a checkpoint path ending in ckpt-<step>")
   return int(match.group(1))
-
-
-def resolve_checkpoint(path: str) -> str:
-  """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      raise FileNotFoundError(f"{path} holds no checkpoint; pass a checkpoint prefix such as "
-                              f"{os.path.join(path, 'ckpt-1000')}")
-    return latest
-  if not tf.io.gfile.exists(path + ".index"):
-    raise FileNotFoundError(f"checkpoint {path} does not exist (no {path}.index)")
-  return path
 
 
 def _layout(names, checkpoint_path: str) -> str:
@@ -56,7 +49,7 @@ def restore_retriever(retriever, checkpoint_path: str) -> str:
   Returns the resolved checkpoint path. Raises ValueError naming the file when a retriever weight is
   missing from the checkpoint or has another shape.
   """
-  checkpoint_path = resolve_checkpoint(checkpoint_path)
+  checkpoint_path = sources.resolve_checkpoint(checkpoint_path)
   names = [name for name, _ in tf.train.list_variables(checkpoint_path)]
   layout = _layout(names, checkpoint_path)
   # read(), not restore(): restore() adds a save_counter to the new root Checkpoint, which
@@ -100,9 +93,11 @@ def clear_done_marker(model_dir: str) -> bool:
 
 
 def training_done(model_dir: str) -> bool:
+  """Whether the trainer of model_dir wrote its done marker."""
   return tf.io.gfile.exists(os.path.join(model_dir, DONE_MARKER))
 
 
 def latest_step(model_dir: str) -> Optional[int]:
+  """The step of model_dir's latest checkpoint, None when it has none."""
   latest = tf.train.latest_checkpoint(model_dir)
   return None if latest is None else checkpoint_step(latest)

@@ -1,4 +1,4 @@
-"""Tests of realm_tf.modeling.checkpoints: the trainers' checkpoint layouts and restoring retrievers."""
+"""Tests of training_state: checkpoint steps, the done marker and restoring retrievers from any layout."""
 
 import os
 
@@ -6,8 +6,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder as embedder_lib
 
 _VOCAB_SIZE = 285
@@ -50,51 +50,39 @@ def _save_with_manager(root: tf.train.Checkpoint, directory: str, step: int) -> 
 class CheckpointStepTest(tf.test.TestCase):
 
   def test_parses_manager_paths(self):
-    self.assertEqual(checkpoints.checkpoint_step("/runs/realm/ckpt-1200"), 1200)
-    self.assertEqual(checkpoints.checkpoint_step("ckpt-0"), 0)
-    self.assertEqual(checkpoints.checkpoint_step("gs://bucket/run/ckpt-7"), 7)
-    self.assertEqual(checkpoints.checkpoint_step("/runs/ict/model.ckpt-300"), 300)
+    self.assertEqual(training_state.checkpoint_step("/runs/realm/ckpt-1200"), 1200)
+    self.assertEqual(training_state.checkpoint_step("ckpt-0"), 0)
+    self.assertEqual(training_state.checkpoint_step("gs://bucket/run/ckpt-7"), 7)
+    self.assertEqual(training_state.checkpoint_step("/runs/ict/model.ckpt-300"), 300)
 
   def test_rejects_other_paths_naming_them(self):
     for path in ("/runs/realm/ckpt-12.index", "/runs/realm/model", "/runs/realm/ckpt-", "ckpt-1a",
                  "/runs/realm/ckpt-12/"):
       with self.subTest(path):
         with self.assertRaises(ValueError) as cm:
-          checkpoints.checkpoint_step(path)
+          training_state.checkpoint_step(path)
         self.assertIn(path, str(cm.exception))
         self.assertIn("ckpt-<step>", str(cm.exception))
 
 
-class ResolveCheckpointTest(tf.test.TestCase):
+class LatestStepAndDoneMarkerTest(tf.test.TestCase):
 
-  def test_directory_resolves_to_latest_and_prefix_to_itself(self):
+  def test_latest_step(self):
     model_dir = self.get_temp_dir()
     root = tf.train.Checkpoint(v=tf.Variable(1.0))
-    first = _save_with_manager(root, model_dir, 10)
-    second = _save_with_manager(root, model_dir, 20)
-    self.assertEqual(checkpoints.resolve_checkpoint(model_dir), second)
-    self.assertEqual(checkpoints.resolve_checkpoint(first), first)
-    self.assertEqual(checkpoints.latest_step(model_dir), 20)
-
-  def test_empty_directory_and_missing_prefix_raise_file_not_found(self):
+    _save_with_manager(root, model_dir, 10)
+    _save_with_manager(root, model_dir, 20)
+    self.assertEqual(training_state.latest_step(model_dir), 20)
     empty = os.path.join(self.get_temp_dir(), "empty")
     os.makedirs(empty)
-    with self.assertRaises(FileNotFoundError) as cm:
-      checkpoints.resolve_checkpoint(empty)
-    self.assertIn("holds no checkpoint", str(cm.exception))
-    self.assertIn(os.path.join(empty, "ckpt-1000"), str(cm.exception))  # the hint
-    missing = os.path.join(empty, "ckpt-5")
-    with self.assertRaises(FileNotFoundError) as cm:
-      checkpoints.resolve_checkpoint(missing)
-    self.assertIn(missing + ".index", str(cm.exception))
-    self.assertIsNone(checkpoints.latest_step(empty))
+    self.assertIsNone(training_state.latest_step(empty))
 
   def test_done_marker(self):
     model_dir = self.get_temp_dir()
-    self.assertFalse(checkpoints.training_done(model_dir))
-    checkpoints.write_done_marker(model_dir)
-    self.assertTrue(checkpoints.training_done(model_dir))
-    self.assertTrue(os.path.exists(os.path.join(model_dir, checkpoints.DONE_MARKER)))
+    self.assertFalse(training_state.training_done(model_dir))
+    training_state.write_done_marker(model_dir)
+    self.assertTrue(training_state.training_done(model_dir))
+    self.assertTrue(os.path.exists(os.path.join(model_dir, training_state.DONE_MARKER)))
 
 
 class RestoreRetrieverTest(tf.test.TestCase):
@@ -119,7 +107,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     path = _save_with_manager(root, model_dir, 100)
     target = _retriever(2, share_embedders=False)
     self.assertDifferentEmbeddings(target.doc_embedder, source.doc_embedder)
-    self.assertEqual(checkpoints.restore_retriever(target, model_dir), path)  # directory -> latest
+    self.assertEqual(training_state.restore_retriever(target, model_dir), path)  # directory -> latest
     self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
     self.assertSameEmbeddings(target.query_embedder, source.query_embedder)
     # The towers stayed distinct (the query tower did not get the document tower's weights).
@@ -134,7 +122,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     source.doc_embedder.projection.kernel.assign_add(tf.ones_like(source.doc_embedder.projection.kernel))
     _save_with_manager(root, model_dir, 20)
     target = _retriever(2)
-    self.assertEqual(checkpoints.restore_retriever(target, first), first)
+    self.assertEqual(training_state.restore_retriever(target, first), first)
     for got, want in zip(target.weights, first_weights):
       self.assertAllEqual(got, want)
 
@@ -147,7 +135,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     self.assertNotIn("save_counter/.ATTRIBUTES/VARIABLE_VALUE",
                      [name for name, _ in tf.train.list_variables(path)])
     target = _retriever(2)
-    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    self.assertEqual(training_state.restore_retriever(target, path), path)
     self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
 
   def test_ict_layout_restores_the_single_embedder_into_a_shared_tower(self):
@@ -156,7 +144,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=ict_embedder)),
                               model_dir, 400)
     target = _retriever(4)  # default epsilon 1e-12; the weights do not depend on it
-    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    self.assertEqual(training_state.restore_retriever(target, path), path)
     for got, want in zip(target.doc_embedder.weights, ict_embedder.weights):
       self.assertAllEqual(got, want)
 
@@ -167,7 +155,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
                               model_dir, 400)
     target = _retriever(4, share_embedders=False)
     self.assertDifferentEmbeddings(target.query_embedder, target.doc_embedder)
-    checkpoints.restore_retriever(target, path)
+    training_state.restore_retriever(target, path)
     for tower in (target.doc_embedder, target.query_embedder):
       for got, want in zip(tower.weights, ict_embedder.weights):
         self.assertAllEqual(got, want)
@@ -180,7 +168,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     source = _retriever(5, share_embedders=False)
     path = tf.train.Checkpoint(retriever=source).write(prefix)
     target = _retriever(6, share_embedders=False)
-    self.assertEqual(checkpoints.restore_retriever(target, path), path)
+    self.assertEqual(training_state.restore_retriever(target, path), path)
     self.assertSameEmbeddings(target.doc_embedder, source.doc_embedder)
     self.assertSameEmbeddings(target.query_embedder, source.query_embedder)
 
@@ -191,7 +179,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     target = _retriever(1)
     before = [w.numpy() for w in target.weights]
     with self.assertRaises(ValueError) as cm:
-      checkpoints.restore_retriever(target, path)
+      training_state.restore_retriever(target, path)
     message = str(cm.exception)
     self.assertIn(path, message)
     self.assertIn("holds no retriever", message)
@@ -208,7 +196,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
     path = _save_with_manager(tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=_embedder(1, wide))),
                               model_dir, 10)
     with self.assertRaises(ValueError) as cm:
-      checkpoints.restore_retriever(_retriever(2), model_dir)
+      training_state.restore_retriever(_retriever(2), model_dir)
     message = str(cm.exception)
     self.assertIn(path, message)
     self.assertIn("cannot restore the retriever", message)
@@ -220,7 +208,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
                               model_dir, 10)
     deeper = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=2, intermediate_size=64)
     with self.assertRaisesRegex(ValueError, "cannot restore the retriever") as cm:
-      checkpoints.restore_retriever(_retriever(2, config=deeper), path)
+      training_state.restore_retriever(_retriever(2, config=deeper), path)
     self.assertIn(path, str(cm.exception))
 
 

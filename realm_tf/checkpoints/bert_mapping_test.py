@@ -1,4 +1,4 @@
-"""Tests of bert_conversion: converted weights must reproduce BERT's numbers, not just load.
+"""Tests of bert_mapping (and its sources): converted weights must reproduce BERT's numbers, not just load.
 
 Every format is checked against an independent numpy BERT (Google's modeling.py maths written out:
 embeddings + LayerNorm, masked multi-head attention, gelu feed-forward, tanh pooler, MLM transform with
@@ -16,8 +16,9 @@ from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert
-from realm_tf.modeling import bert_conversion
 
 _VOCAB = 40
 _CONFIG = bert.BertConfig(vocab_size=_VOCAB, hidden_size=16, num_layers=2, num_attention_heads=2,
@@ -212,7 +213,7 @@ def _write_vocab(directory: str, size: int) -> str:
   return path
 
 
-class BertConversionTest(tf.test.TestCase):
+class BertMappingTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -220,7 +221,7 @@ class BertConversionTest(tf.test.TestCase):
 
   def _model(self, config: bert.BertConfig = _CONFIG, with_mlm: bool = True):
     encoder = bert.build_encoder(config)
-    masked_lm = bert_conversion.build_masked_lm(encoder, config) if with_mlm else None
+    masked_lm = bert_mapping.build_masked_lm(encoder, config) if with_mlm else None
     _run_model(encoder, masked_lm)  # builds the variables
     return encoder, masked_lm
 
@@ -240,10 +241,10 @@ class BertConversionTest(tf.test.TestCase):
     path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
                                  variables)
     encoder, masked_lm = self._model()
-    report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertEqual(report.prefix, scope + "bert/")
     self.assertEqual(report.source_path, path)
-    self.assertCountEqual(report.used, [scope + name for name in params])
+    self.assertCountEqual(report.mapped, [scope + name for name in params])
     self.assertCountEqual(report.unmapped, list(extra))
     self.assertEmpty(report.unset)
     self.assertEqual(report.num_skipped, 2 * len(params) + 1)  # adam_m, adam_v, global_step
@@ -266,10 +267,10 @@ class BertConversionTest(tf.test.TestCase):
     path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
                                  variables)
     encoder, masked_lm = self._model()
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 r"several prefixes \['embedder/bert/', 'reader/module/bert/'\]"):
-      bert_conversion.load_bert_weights(encoder, path)
-    report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm,
+      bert_mapping.load_bert_weights(encoder, path)
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm,
                                                prefix="reader/module/bert")
     self.assertEqual(report.prefix, "reader/module/bert/")
     self.assertLen(report.unmapped, len(other))  # The other BERT is reported, not loaded.
@@ -279,15 +280,15 @@ class BertConversionTest(tf.test.TestCase):
     params = _random_params(_CONFIG, num_positions=24)
     path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
     encoder, masked_lm = self._model()
-    report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertLen(report.notes, 1)
     self.assertIn("24 positions; using the first 16", report.notes[0])
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=False)
 
     longer = bert.BertConfig(**dict(_CONFIG.to_dict(), max_position_embeddings=32))
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 "24 positions, fewer than the model's max_position_embeddings 32"):
-      bert_conversion.load_bert_weights(bert.build_encoder(longer), path)
+      bert_mapping.load_bert_weights(bert.build_encoder(longer), path)
 
   # --- Hugging Face safetensors -------------------------------------------------------------------
 
@@ -302,19 +303,19 @@ class BertConversionTest(tf.test.TestCase):
     safetensors_numpy.save_file(tensors, path)
     _write_json(os.path.join(directory, "config.json"), _hf_config(_CONFIG, "gelu"))
 
-    config = bert_conversion.config_from_source(path)
+    config = sources.config_from_source(path)
     self.assertEqual(config.hidden_act, bert.GELU_EXACT)
     self.assertEqual(config, bert.BertConfig(**dict(_CONFIG.to_dict(), hidden_act=bert.GELU_EXACT)))
     encoder, masked_lm = self._model(config)
-    report = bert_conversion.load_bert_weights(encoder, directory, masked_lm=masked_lm)
+    report = bert_mapping.load_bert_weights(encoder, directory, masked_lm=masked_lm)
     self.assertEqual(report.prefix, "bert/")
-    self.assertIn("bert.encoder.layer.1.attention.self.query.weight", report.used)
-    self.assertIn("cls.predictions.decoder.weight", report.used)  # checked: tied to the embeddings
+    self.assertIn("bert.encoder.layer.1.attention.self.query.weight", report.mapped)
+    self.assertIn("cls.predictions.decoder.weight", report.mapped)  # checked: tied to the embeddings
     self.assertEqual(report.unmapped, ("cls.seq_relationship.weight",))
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=True)
 
     tanh_encoder, tanh_mlm = self._model(_CONFIG)  # gelu_tanh: the wrong activation for this model
-    bert_conversion.load_bert_weights(tanh_encoder, path, masked_lm=tanh_mlm)
+    bert_mapping.load_bert_weights(tanh_encoder, path, masked_lm=tanh_mlm)
     expected = _numpy_bert(params, _CONFIG.num_attention_heads, exact_gelu=True)
     drift = [np.abs(want - got).max() for want, got in zip(expected, _run_model(tanh_encoder, tanh_mlm))]
     self.assertGreater(max(drift), 1e-4, msg=f"drift per output: {drift}")
@@ -325,8 +326,8 @@ class BertConversionTest(tf.test.TestCase):
     path = os.path.join(self.create_tempdir().full_path, "model.safetensors")
     safetensors_numpy.save_file(tensors, path)
     encoder, masked_lm = self._model()
-    with self.assertRaisesRegex(bert_conversion.ConversionError, "decoder is not tied"):
-      bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
+    with self.assertRaisesRegex(sources.ConversionError, "decoder is not tied"):
+      bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
 
   def test_hf_output_bias_from_the_decoder_copy(self):
     params = _random_params(_CONFIG, seed=6)
@@ -336,8 +337,8 @@ class BertConversionTest(tf.test.TestCase):
     safetensors_numpy.save_file(tensors, path)
     encoder, masked_lm = self._model(bert.BertConfig(**dict(_CONFIG.to_dict(),
                                                             hidden_act=bert.GELU_EXACT)))
-    report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm, prefix="bert.")
-    self.assertIn("cls.predictions.decoder.bias", report.used)
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm, prefix="bert.")
+    self.assertIn("cls.predictions.decoder.bias", report.mapped)
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=True)
 
   def test_hugging_face_directory_without_prefix(self):
@@ -350,23 +351,23 @@ class BertConversionTest(tf.test.TestCase):
     safetensors_numpy.save_file(tensors, os.path.join(directory, "model.safetensors"))
     _write_json(os.path.join(directory, "config.json"), _hf_config(_CONFIG, "gelu"))
     _write_vocab(directory, _VOCAB)
-    config, encoder = bert_conversion.load_hf_bert_directory(directory)
+    config, encoder = bert_mapping.load_hf_bert_directory(directory)
     self.assertEqual(config.hidden_act, bert.GELU_EXACT)
     self.assertEqual(config.num_layers, 2)
     self._assert_matches_numpy(encoder, None, params, exact_gelu=True)
 
     _write_vocab(directory, _VOCAB + 1)
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 r"vocab.txt has 41 tokens but .*config.json says vocab_size 40"):
-      bert_conversion.load_hf_bert_directory(directory)
+      bert_mapping.load_hf_bert_directory(directory)
 
   def test_minilm_package_when_installed(self):
-    directory = bert_conversion.minilm_model_dir()
+    directory = sources.minilm_model_dir()
     if directory is None:
-      self.skipTest(f"{bert_conversion.MINILM_PACKAGE} is not installed (optional)")
-    config, encoder = bert_conversion.load_hf_bert_directory(directory)
+      self.skipTest(f"{sources.MINILM_PACKAGE} is not installed (optional)")
+    config, encoder = bert_mapping.load_hf_bert_directory(directory)
     self.assertEqual(config, bert.minilm_l6_config())
-    source = bert_conversion.open_source(directory)
+    source = sources.open_source(directory)
     params = {"bert/" + source.tf_name(name): source.read(name) for name in source.names()
               if source.tf_name(name).startswith(("embeddings/", "encoder/", "pooler/"))}
     sequence, pooled, _ = _run_model(encoder)
@@ -381,35 +382,35 @@ class BertConversionTest(tf.test.TestCase):
     source_path = testing_utils.write_tf1_checkpoint(
         os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
     original, original_mlm = self._model()
-    bert_conversion.load_bert_weights(original, source_path, masked_lm=original_mlm)
+    bert_mapping.load_bert_weights(original, source_path, masked_lm=original_mlm)
     path = tf.train.Checkpoint(encoder=original, masked_lm=original_mlm).write(
         os.path.join(self.create_tempdir().full_path, "tf2", "ckpt"))
 
     encoder, masked_lm = self._model()
-    report = bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertEqual(report.prefix, "encoder/")
     self.assertEmpty(report.unmapped)
-    self.assertLen(report.used, len(encoder.weights) + len(masked_lm.trainable_weights) - 1)
+    self.assertLen(report.mapped, len(encoder.weights) + len(masked_lm.trainable_weights) - 1)
     for want, got in zip(original.weights + original_mlm.weights, encoder.weights + masked_lm.weights):
       self.assertAllEqual(want.numpy(), got.numpy(), msg=got.name)
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=False)
 
     # The encoder alone restores from the same checkpoint (the embeddings are shared with the head).
     alone = bert.build_encoder(_CONFIG)
-    bert_conversion.restore_model_garden_checkpoint(alone, path)
+    bert_mapping.restore_model_garden_checkpoint(alone, path)
     self.assertAllEqual(original.get_embedding_table().numpy(), alone.get_embedding_table().numpy())
 
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 f"{path}: checkpoint vocab 40 vs model vocab 281: use the "
                                 "checkpoint's vocab.txt"):
-      bert_conversion.load_bert_weights(bert.build_encoder(bert.BertConfig(
+      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
           **dict(_CONFIG.to_dict(), vocab_size=281))), path)
-    with self.assertRaisesRegex(bert_conversion.ConversionError, "2 transformer layers, the model 3"):
-      bert_conversion.load_bert_weights(bert.build_encoder(bert.BertConfig(
+    with self.assertRaisesRegex(sources.ConversionError, "2 transformer layers, the model 3"):
+      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
           **dict(_CONFIG.to_dict(), num_layers=3))), path)
-    with self.assertRaisesRegex(bert_conversion.ConversionError, f"{path}: .*does not match.*"
+    with self.assertRaisesRegex(sources.ConversionError, f"{path}: .*does not match.*"
                                 r"incompatible tensor with shape \(32,\).*shape \(24,\)"):
-      bert_conversion.load_bert_weights(bert.build_encoder(bert.BertConfig(
+      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
           **dict(_CONFIG.to_dict(), intermediate_size=24))), path)
 
   # --- Bad input ----------------------------------------------------------------------------------
@@ -421,10 +422,10 @@ class BertConversionTest(tf.test.TestCase):
   def test_vocab_mismatch_says_which_vocab_to_use(self):
     path = self._tf1_path(_random_params(_CONFIG))
     encoder = bert.build_encoder(bert.BertConfig(**dict(_CONFIG.to_dict(), vocab_size=281)))
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 f"{path}: cannot load(.|\n)*checkpoint vocab 40 vs model vocab 281: use "
                                 "the checkpoint's vocab.txt"):
-      bert_conversion.load_bert_weights(encoder, path)
+      bert_mapping.load_bert_weights(encoder, path)
 
   def test_missing_variable_is_listed_and_left_unset_when_not_strict(self):
     params = _random_params(_CONFIG)
@@ -433,15 +434,15 @@ class BertConversionTest(tf.test.TestCase):
     encoder, _ = self._model(with_mlm=False)
     bias = encoder.transformer_layers[1]._output_dense.bias  # pylint: disable=protected-access
     before = bias.numpy()
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 f"{path}(.|\n)*missing from the source: "
                                 "bert/encoder/layer_1/output/dense/bias"):
-      bert_conversion.load_bert_weights(encoder, path)
+      bert_mapping.load_bert_weights(encoder, path)
     # Strict loading is all or nothing: nothing was assigned.
     self.assertNotAllClose(encoder.get_embedding_table().numpy(),
                            params["bert/embeddings/word_embeddings"])
 
-    report = bert_conversion.load_bert_weights(encoder, path, strict=False)
+    report = bert_mapping.load_bert_weights(encoder, path, strict=False)
     self.assertEqual(report.unset, ("bert/transformer/layer_1/output/bias:0",))
     self.assertAllEqual(before, bias.numpy())
     self.assertAllEqual(params["bert/embeddings/word_embeddings"], encoder.get_embedding_table().numpy())
@@ -450,10 +451,10 @@ class BertConversionTest(tf.test.TestCase):
     params = {n: v for n, v in _random_params(_CONFIG).items() if not n.startswith("cls/")}
     path = self._tf1_path(params)
     encoder, masked_lm = self._model()
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 "missing from the source: cls/predictions/output_bias"):
-      bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
-    self.assertEmpty(bert_conversion.load_bert_weights(encoder, path).unset)  # the body alone loads
+      bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
+    self.assertEmpty(bert_mapping.load_bert_weights(encoder, path).unset)  # the body alone loads
 
   def test_extra_variables_are_reported_and_extra_layers_are_an_error(self):
     deeper = bert.BertConfig(**dict(_CONFIG.to_dict(), num_layers=3))
@@ -461,11 +462,11 @@ class BertConversionTest(tf.test.TestCase):
     params["bert/extra_scope/kernel"] = np.ones([2], np.float32)
     path = self._tf1_path(params)
     encoder, _ = self._model(with_mlm=False)
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 r"16 source variables inside the BERT scope have no model weight"
                                 r"(.|\n)*bert/encoder/layer_2/attention/output/LayerNorm/beta"):
-      bert_conversion.load_bert_weights(encoder, path)
-    report = bert_conversion.load_bert_weights(encoder, path, strict=False)
+      bert_mapping.load_bert_weights(encoder, path)
+    report = bert_mapping.load_bert_weights(encoder, path, strict=False)
     self.assertIn("bert/extra_scope/kernel", report.unmapped)
     self.assertIn("bert/encoder/layer_2/output/dense/kernel", report.unmapped)
     self.assertIn("cls/predictions/output_bias", report.unmapped)  # no masked_lm: reported, not used
@@ -476,25 +477,25 @@ class BertConversionTest(tf.test.TestCase):
     path = self._tf1_path(params)
     encoder, _ = self._model(with_mlm=False)
     with self.assertRaisesRegex(
-        bert_conversion.ConversionError,
+        sources.ConversionError,
         f"{path}(.|\n)*shape mismatch: bert/encoder/layer_0/intermediate/dense/kernel: source "
         r"\[16, 24\] vs model \[16, 32\] \(bert/transformer/layer_0/intermediate/kernel:0\)"):
-      bert_conversion.load_bert_weights(encoder, path)
+      bert_mapping.load_bert_weights(encoder, path)
 
   def test_attention_shape_mismatch_names_the_model_layout(self):
     params = _random_params(_CONFIG)
     params["bert/encoder/layer_0/attention/self/query/kernel"] = np.ones([16, 12], np.float32)
     path = self._tf1_path(params)
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 r"query/kernel: source \[16, 12\] vs model \[16, 16\] \(model "
                                 r"bert/transformer/layer_0/self_attention/query/kernel:0 \[16, 2, 8\]\)"):
-      bert_conversion.load_bert_weights(bert.build_encoder(_CONFIG), path)
+      bert_mapping.load_bert_weights(bert.build_encoder(_CONFIG), path)
 
   def test_no_bert_in_source(self):
     path = self._tf1_path({"dense/kernel": np.ones([2, 2], np.float32)})
-    with self.assertRaisesRegex(bert_conversion.ConversionError,
+    with self.assertRaisesRegex(sources.ConversionError,
                                 f"{path}: no BERT in the source .*dense/kernel"):
-      bert_conversion.load_bert_weights(bert.build_encoder(_CONFIG), path)
+      bert_mapping.load_bert_weights(bert.build_encoder(_CONFIG), path)
 
   # --- Configs ------------------------------------------------------------------------------------
 
@@ -504,23 +505,23 @@ class BertConversionTest(tf.test.TestCase):
                   intermediate_size=32, hidden_act="gelu", max_position_embeddings=16)
     _write_json(os.path.join(directory, "bert_config.json"), google)
     # Google BERT's "gelu" is its tanh approximation (modeling.gelu).
-    self.assertEqual(bert_conversion.config_from_source(os.path.join(directory, "bert_model.ckpt"))
+    self.assertEqual(sources.config_from_source(os.path.join(directory, "bert_model.ckpt"))
                      .hidden_act, bert.GELU_TANH)
     for act, want in (("gelu", bert.GELU_EXACT), ("gelu_new", bert.GELU_TANH)):
       hf_path = _write_json(os.path.join(directory, f"{act}.json"), _hf_config(_CONFIG, act))
-      self.assertEqual(bert_conversion.config_from_source(hf_path).hidden_act, want, msg=act)
+      self.assertEqual(sources.config_from_source(hf_path).hidden_act, want, msg=act)
     bad = _write_json(os.path.join(directory, "eps.json"),
                       dict(_hf_config(_CONFIG, "gelu"), layer_norm_eps=1e-5))
-    with self.assertRaisesRegex(bert_conversion.ConversionError, "eps.json: layer_norm_eps 1e-05"):
-      bert_conversion.config_from_source(bad)
+    with self.assertRaisesRegex(sources.ConversionError, "eps.json: layer_norm_eps 1e-05"):
+      sources.config_from_source(bad)
 
   def test_untied_masked_lm_is_refused(self):
     encoder = bert.build_encoder(_CONFIG)
     other = bert.build_encoder(_CONFIG, name="other")
-    masked_lm = bert_conversion.build_masked_lm(other, _CONFIG)
+    masked_lm = bert_mapping.build_masked_lm(other, _CONFIG)
     path = self._tf1_path(_random_params(_CONFIG))
     with self.assertRaisesRegex(ValueError, "must be tied to encoder 'bert'"):
-      bert_conversion.load_bert_weights(encoder, path, masked_lm=masked_lm)
+      bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tests of released_checkpoints: the released REALM/ORQA layouts must load AND compute as the originals.
+"""Tests of released: the released REALM/ORQA layouts must load AND compute as the originals.
 
 Each test writes a tiny TF1 checkpoint (tf.compat.v1 graph, get_variable, Saver) with exactly the
 released variable names (peers.md 1.3, original_realm_orqa.md 5.3), Adam slots and global_step
@@ -11,26 +11,18 @@ logit). Kernels are scaled so that activations are O(1): the tanh/erf gelu varia
 epsilons then differ measurably.
 """
 
-import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import released as rc
+from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert
-from realm_tf.modeling import bert_conversion
-from realm_tf.modeling import checkpoints
 from realm_tf.modeling import embedder as embedder_lib
-from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
-from realm_tf.modeling import reader as reader_lib
-from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.modeling import released_checkpoints as rc
-from realm_tf.retrieval import index as index_lib
 
 _VOCAB = 60
 _HEADS = 2
@@ -212,7 +204,7 @@ def _kae_logits(model):
   return model((_bert_inputs(_IDS, _MASK, _TYPES), tf.constant(_POSITIONS))).numpy()
 
 
-class ReleasedCheckpointsTest(tf.test.TestCase):
+class ReleasedTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -308,18 +300,18 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
                                   {"block_emb": np.ones([3, 4], np.float32)})
     self.assertEqual(rc.detect_layout(block).block_emb, "block_emb")
     # A layout asked for must be the one found.
-    with self.assertRaisesRegex(rc.ConversionError, r"layout realm_bert was asked for.*realm_embedder"):
+    with self.assertRaisesRegex(sources.ConversionError, r"layout realm_bert was asked for.*realm_embedder"):
       rc.detect_layout(os.path.join(self._dir, "e.ckpt"), rc.REALM_BERT)
     # A bare BERT (no MLM head, no retriever or reader head) is none of the released layouts.
     bare = {n: v for n, v in _realm_bert_params().items() if n.startswith("bert/")}
     path = self._checkpoint(bare, "bare.ckpt")
-    with self.assertRaisesRegex(rc.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
+    with self.assertRaisesRegex(sources.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
                                 r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
       rc.detect_layout(path)
     other = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"),
                                   {"foo/kernel": np.ones([2, 2], np.float32),
                                    "global_step": np.array(1, np.int64)})
-    with self.assertRaisesRegex(rc.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
+    with self.assertRaisesRegex(sources.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
                                 r"(.|\n)*foo/ \(1\)(.|\n)*foo/kernel"):
       rc.detect_layout(other)
 
@@ -343,7 +335,7 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
     del params["module/module/module/LayerNorm/beta"]
     del params["reader/module/bert/encoder/layer_1/output/dense/bias"]
     path = self._checkpoint(params, "orqa.ckpt")
-    with self.assertRaises(rc.ConversionError) as raised:
+    with self.assertRaises(sources.ConversionError) as raised:
       rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6)
     message = str(raised.exception)
     self.assertIn(path, message)
@@ -364,24 +356,19 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
     self.assertEqual(report.unmapped, ("module/module/extra/kernel",))
     self.assertIn("unmapped: module/module/extra/kernel", report.summary())
 
-  def test_vocab_and_config_mismatches(self):
+  def test_config_mismatches(self):
     path = self._checkpoint(_embedder_params(), optimizer=False)
-    vocab = _write_vocab(self.create_tempdir().full_path, _VOCAB - 1)
-    with self.assertRaisesRegex(rc.ConversionError,
-                                rf"vocab {vocab} has {_VOCAB - 1} tokens but {path} variable "
-                                rf"{_EMBEDDER_BERT}embeddings/word_embeddings has {_VOCAB} rows"):
-      rc.convert(path, os.path.join(self._dir, "out"), vocab_path=vocab, num_attention_heads=_HEADS)
     config_path = os.path.join(self._dir, "bert_config.json")
     with open(config_path, "w") as f:
-      json.dump(dict(rc.google_bert_config_dict(_CONFIG), vocab_size=_VOCAB + 1), f)
-    with self.assertRaisesRegex(rc.ConversionError, rf"{config_path} does not describe(.|\n)*"
+      json.dump(dict(sources.google_bert_config_dict(_CONFIG), vocab_size=_VOCAB + 1), f)
+    with self.assertRaisesRegex(sources.ConversionError, rf"{config_path} does not describe(.|\n)*"
                                 rf"vocab_size {_VOCAB + 1} \(config\) vs {_VOCAB} \(checkpoint\)"):
       rc.load_released(path, bert_config_path=config_path)
     # A matching config gives the heads; without one they are hidden_size / 64, here impossible.
     with open(config_path, "w") as f:
-      json.dump(rc.google_bert_config_dict(_CONFIG), f)
+      json.dump(sources.google_bert_config_dict(_CONFIG), f)
     self.assertEqual(rc.load_released(path, bert_config_path=config_path).retriever_config, _CONFIG)
-    with self.assertRaisesRegex(rc.ConversionError, r"hidden_size 32 .*--num_attention_heads"):
+    with self.assertRaisesRegex(sources.ConversionError, r"hidden_size 32 .*--num_attention_heads"):
       rc.load_released(path)
 
   def test_models_with_other_numerics_are_refused(self):
@@ -393,162 +380,6 @@ class ReleasedCheckpointsTest(tf.test.TestCase):
         bert.BertConfig(**dict(_CONFIG.to_dict(), hidden_act=bert.GELU_EXACT)), _PROJECTION)
     with self.assertRaisesRegex(ValueError, "tanh gelu"):
       rc.load_retriever(exact, path)
-
-  # --- conversion into realm_tf checkpoints --------------------------------------------------------
-
-  def test_convert_binary_embedder_restores_via_restore_retriever(self):
-    params = _embedder_params()
-    module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
-    os.makedirs(os.path.join(module, "variables"))
-    os.makedirs(os.path.join(module, "assets"))
-    testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), _with_optimizer(params))
-    _write_vocab(os.path.join(module, "assets"))
-    output_dir = os.path.join(self._dir, "converted")
-    repo = testing_utils.repo_root()
-    env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    result = subprocess.run(
-        [sys.executable, os.path.join(repo, "bin", "convert_checkpoint.py"),
-         f"--input_checkpoint={module}", f"--output_dir={output_dir}",
-         f"--num_attention_heads={_HEADS}"],
-        capture_output=True, text=True, env=env, timeout=300, check=False)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("layout realm_embedder", result.stdout)
-    self.assertIn(f"{len(params) - 5} variables mapped, 0 unmapped, 5 ignored", result.stdout)
-    self.assertIn("ignored: module/module/module/cls/predictions/output_bias", result.stdout)
-    self.assertIn("mapped: module/module/dense/kernel", result.stdout)
-
-    config = realm_config_lib.RealmConfig.load(output_dir)
-    self.assertEqual(config.retriever_bert, _CONFIG)
-    self.assertEqual((config.projection_size, config.embedder_layer_norm_epsilon),
-                     (_PROJECTION, 1e-12))
-    self.assertEqual(config.tokenizer().vocab_size, _VOCAB)
-    retriever = config.build_retriever()
-    checkpoints.restore_retriever(retriever, output_dir)
-    queries, docs = _embeddings(retriever)
-    self.assertAllClose(_np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _IDS, _MASK, _TYPES),
-                        queries, atol=_ATOL, rtol=_RTOL)
-    self.assertAllClose(
-        _np_embed(params, _EMBEDDER_BERT, _EMBEDDER_HEAD, _DOC_IDS, _DOC_MASK, _DOC_TYPES), docs,
-        atol=_ATOL, rtol=_RTOL)
-
-  def test_convert_realm_bert_is_an_init_reader_checkpoint(self):
-    params = _realm_bert_params()
-    path = self._checkpoint(params)
-    output_dir = os.path.join(self._dir, "bert")
-    result = rc.convert(path, output_dir, num_attention_heads=_HEADS)
-    self.assertEqual(result.layout.name, rc.REALM_BERT)
-    # As bin/train_realm --init_reader_checkpoint does, with the written bert_config.json.
-    config = bert.BertConfig.from_json_file(os.path.join(output_dir, "bert_config.json"))
-    self.assertEqual(config, _CONFIG)
-    model = kae_lib.KnowledgeAugmentedEncoder(config)
-    report = bert_conversion.load_bert_weights(model.encoder, output_dir, masked_lm=model.masked_lm)
-    self.assertEqual(report.prefix, "encoder/")
-    expected = _np_mlm_logits(params, "bert/", "cls/predictions/", _IDS, _MASK, _TYPES, _POSITIONS)
-    self.assertAllClose(expected, _kae_logits(model), atol=_ATOL, rtol=_RTOL)
-
-  def test_convert_orqa_writes_retriever_and_reader(self):
-    params = _orqa_params()
-    path = self._checkpoint(params)
-    vocab = _write_vocab(self.create_tempdir().full_path)
-    output_dir = os.path.join(self._dir, "orqa")
-    rc.convert(path, output_dir, vocab_path=vocab, num_attention_heads=_HEADS)
-    with open(os.path.join(output_dir, rc.CONVERSION_NAME)) as f:
-      info = json.load(f)
-    self.assertEqual((info["layout"], info["span_hidden_size"]), (rc.ORQA_FROM_REALM, _SPAN_HIDDEN))
-    config = realm_config_lib.RealmConfig.load(output_dir)
-    retriever = config.build_retriever()
-    checkpoints.restore_retriever(retriever, output_dir)
-    reader = reader_lib.SpanReader(config.reader_bert, seq_len=6, span_hidden_size=_SPAN_HIDDEN,
-                                   max_span_width=_MAX_SPAN_WIDTH)
-    rc._build_reader(reader)  # pylint: disable=protected-access
-    status = tf.train.Checkpoint(reader=reader).read(tf.train.latest_checkpoint(output_dir))
-    status.expect_partial().assert_existing_objects_matched()
-    queries, docs = _embeddings(retriever)
-    retriever_logits = queries[:1] @ docs[:2].T
-    expected, inside, _ = _np_span_logits(params, retriever_logits)
-    logits = _reader_logits(reader, retriever_logits).logits.numpy()
-    self.assertAllClose(expected[inside], logits[inside], atol=_ATOL, rtol=_RTOL)
-
-  def test_sequence_lengths_come_from_the_position_tables(self):
-    """A 16-position BERT gets 16 (not REALM's 96/288 or ORQA's 64/288/320); flags override within the
-    table, and a length beyond it names the flag, the table's variable and its size."""
-    path = self._checkpoint(_orqa_params())
-    vocab = _write_vocab(self.create_tempdir().full_path)
-    output_dir = os.path.join(self._dir, "orqa")
-    result = rc.convert(path, output_dir, vocab_path=vocab, num_attention_heads=_HEADS,
-                        query_seq_len=8)
-    want = {"query_seq_len": 8, "candidate_seq_len": 16, "reader_seq_len": 16}
-    self.assertEqual(result.sequence_lengths, want)
-    self.assertIn("sequence lengths: query_seq_len 8, candidate_seq_len 16, reader_seq_len 16",
-                  result.summary())
-    config, orqa = rc.converted_orqa_configs(output_dir)
-    self.assertEqual((config.query_seq_len, config.candidate_seq_len), (8, 16))
-    self.assertEqual((orqa.reader_seq_len, orqa.span_hidden_size, orqa.max_span_width,
-                      orqa.reader_layer_norm_epsilon), (16, _SPAN_HIDDEN, 10, 1e-3))
-    with self.assertRaisesRegex(rc.ConversionError, rf"reader_seq_len 17 \(--reader_seq_len\) does not "
-                                rf"fit the reader BERT: its position table {_READER_BERT}embeddings/"
-                                rf"position_embeddings in {path} holds 16 positions"):
-      rc.convert(path, os.path.join(self._dir, "too_long"), vocab_path=vocab,
-                 num_attention_heads=_HEADS, reader_seq_len=17)
-    self.assertFalse(os.path.exists(os.path.join(self._dir, "too_long")))
-    embedder = self._checkpoint(_embedder_params(), "embedder.ckpt")
-    result = rc.convert(embedder, os.path.join(self._dir, "embedder"), vocab_path=vocab,
-                        num_attention_heads=_HEADS)
-    self.assertEqual(result.sequence_lengths, {"query_seq_len": 16, "candidate_seq_len": 16})
-    with self.assertRaisesRegex(rc.ConversionError, r"layout realm_embedder has no use for "
-                                r"reader_seq_len \(--reader_seq_len\)"):
-      rc.load_released(embedder, num_attention_heads=_HEADS, reader_seq_len=8)
-    # An ORQA conversion written before the lengths were recorded, or with lengths beyond the tables.
-    with open(os.path.join(output_dir, rc.CONVERSION_NAME)) as f:
-      info = json.load(f)
-    dataclasses.replace(config, query_seq_len=96).save(output_dir)
-    with self.assertRaisesRegex(ValueError, r"realm_config\.json: query_seq_len 96 exceeds the 16 "
-                                r"positions of the retriever BERT's position table; convert the "
-                                r"checkpoint again"):
-      rc.converted_orqa_configs(output_dir)
-    del info["orqa_config"]
-    with open(os.path.join(output_dir, rc.CONVERSION_NAME), "w") as f:
-      json.dump(info, f)
-    with self.assertRaisesRegex(ValueError, r"records no orqa_config .*convert the checkpoint again"):
-      rc.converted_orqa_configs(output_dir)
-    with self.assertRaisesRegex(ValueError, r"is not a converted ORQA checkpoint .*layout "
-                                r"realm_embedder"):
-      rc.converted_orqa_configs(os.path.join(self._dir, "embedder"))
-
-  def test_block_emb_index_rows_are_blocks(self):
-    rng = np.random.default_rng(5)
-    block_emb = rng.normal(size=[7, _PROJECTION]).astype(np.float32)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"), {"block_emb": block_emb})
-    texts = [f"block {i} text é" for i in range(7)]
-    blocks_path = os.path.join(self._dir, "blocks.tfr")
-    titles_path = os.path.join(self._dir, "titles.tfr")
-    for path, values in ((blocks_path, texts), (titles_path, [f"title {i}" for i in range(7)])):
-      with tf.io.TFRecordWriter(path) as writer:
-        for value in values:
-          writer.write(value.encode("utf-8"))
-    output_dir = os.path.join(self._dir, "index")
-    result = rc.convert(encoded, output_dir, blocks_path=blocks_path, titles_path=titles_path,
-                        index_implementation="brute_force")
-    self.assertEqual(result.layout.name, rc.BLOCK_EMB)
-    mips = index_lib.load_index(result.outputs["index"])
-    queries = rng.normal(size=[3, _PROJECTION]).astype(np.float32)
-    ids, scores = mips.search(queries, k=7)
-    exact = queries.astype(np.float64) @ block_emb.T.astype(np.float64)
-    self.assertAllEqual(np.argsort(-exact, axis=1, kind="stable"), ids)
-    self.assertAllClose(np.sort(exact, axis=1)[:, ::-1], scores, atol=_ATOL, rtol=_RTOL)
-    records = rc.load_block_texts(result.outputs["blocks"])
-    self.assertEqual([r["row"] for r in records], list(range(7)))
-    self.assertEqual(records[int(ids[0, 0])]["text"], texts[int(ids[0, 0])])
-    self.assertEqual(records[6]["title"], "title 6")
-    # Blocks and embeddings of different corpora are refused, and no text file is left.
-    with tf.io.TFRecordWriter(blocks_path) as writer:
-      for value in texts[:6]:
-        writer.write(value.encode("utf-8"))
-    other_dir = os.path.join(self._dir, "index2")
-    with self.assertRaisesRegex(rc.ConversionError,
-                                rf"{blocks_path} has 6 records but {encoded} has 7 rows"):
-      rc.convert(encoded, other_dir, blocks_path=blocks_path, index_implementation="brute_force")
-    self.assertFalse(os.path.exists(os.path.join(other_dir, rc.BLOCKS_NAME)))
 
 
 if __name__ == "__main__":
