@@ -63,6 +63,8 @@ from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
+from realm_tf.export import bert_inputs
+from realm_tf.export import query_embedder as query_embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_model
@@ -75,50 +77,6 @@ INDEX_CHOICES = ("brute_force", "scann")
 TOKEN_IDS_SUFFIX = "_token_ids"  # query_embedder_token_ids/ etc.
 TOKEN_IDS_SIGNATURE = "serving_token_ids"
 VOCAB_COPY = os.path.join("assets.extra", "vocab.txt")
-
-
-def _ids_spec(name: str) -> tf.TensorSpec:
-  return tf.TensorSpec([None, None], tf.int32, name=name)
-
-
-def unpack_segments(input_word_ids, input_mask, input_type_ids=None
-                    ) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
-  """Packed BERT inputs [CLS] a [SEP] (b [SEP]) [PAD]* -> the wordpieces of a and b, int64 RaggedTensors
-  [B, (pieces)] (b is empty without input_type_ids). Core ops only."""
-  word_ids = tf.cast(input_word_ids, tf.int64)
-  mask = tf.cast(input_mask, tf.int32) > 0
-  second = (tf.zeros_like(mask) if input_type_ids is None
-            else tf.logical_and(mask, tf.cast(input_type_ids, tf.int32) > 0))
-  first = tf.logical_and(mask, tf.logical_not(second))
-  position = tf.range(tf.shape(word_ids)[1])[tf.newaxis, :]
-  first_len = tf.reduce_sum(tf.cast(first, tf.int32), 1, keepdims=True)  # [CLS] a [SEP]
-  total_len = tf.reduce_sum(tf.cast(mask, tf.int32), 1, keepdims=True)
-  keep_first = tf.logical_and(first, tf.logical_and(position >= 1, position < first_len - 1))
-  keep_second = tf.logical_and(second, position < total_len - 1)
-  return (tf.ragged.boolean_mask(word_ids, keep_first),
-          tf.ragged.boolean_mask(word_ids, keep_second))
-
-
-class QueryEmbedderModule(tf.Module):
-  """Questions -> query embeddings (see the module docstring).
-
-  Args:
-    tokenizer: the run's Tokenizer (its vocab is saved as an asset).
-    featurizer: packs [CLS] question [SEP] to its query_seq_len.
-    query_embedder: a RetrieverEmbedder (Keras) with restored weights.
-  """
-
-  def __init__(self, tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer,
-               query_embedder):
-    super().__init__(name="query_embedder_module")
-    self.tokenizer = tokenizer
-    self.query_embedder = query_embedder
-    self._featurizer = featurizer
-
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
-  def embed(self, questions):
-    inputs = self._featurizer.query_inputs(self.tokenizer.tokenize(questions))
-    return {"embeddings": tf.cast(self.query_embedder(tuple(inputs), training=False), tf.float32)}
 
 
 class DocumentEmbedderModule(tf.Module):
@@ -141,22 +99,6 @@ class DocumentEmbedderModule(tf.Module):
     return {"embeddings": tf.cast(self.doc_embedder(tuple(inputs), training=False), tf.float32)}
 
 
-class QueryEmbedderTokenIdsModule(tf.Module):
-  """Packed [CLS] question [SEP] ids -> query embeddings; core ops only (see the module docstring)."""
-
-  def __init__(self, featurizer: featurization.Featurizer, query_embedder):
-    super().__init__(name="query_embedder_token_ids_module")
-    self.query_embedder = query_embedder
-    self._featurizer = featurizer
-
-  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask")],
-               autograph=False)
-  def embed(self, input_word_ids, input_mask):
-    question, _ = unpack_segments(input_word_ids, input_mask)
-    inputs = self._featurizer.query_inputs(question)
-    return {"embeddings": tf.cast(self.query_embedder(tuple(inputs), training=False), tf.float32)}
-
-
 class DocumentEmbedderTokenIdsModule(tf.Module):
   """Packed [CLS] title [SEP] body [SEP] ids -> document embeddings; core ops only."""
 
@@ -165,10 +107,11 @@ class DocumentEmbedderTokenIdsModule(tf.Module):
     self.doc_embedder = doc_embedder
     self._featurizer = featurizer
 
-  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask"),
-                                _ids_spec("input_type_ids")], autograph=False)
+  @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
+                                bert_inputs.ids_spec("input_mask"),
+                                bert_inputs.ids_spec("input_type_ids")], autograph=False)
   def embed(self, input_word_ids, input_mask, input_type_ids):
-    titles, bodies = unpack_segments(input_word_ids, input_mask, input_type_ids)
+    titles, bodies = bert_inputs.unpack_segments(input_word_ids, input_mask, input_type_ids)
     inputs = self._featurizer.candidate_inputs(titles, bodies)
     return {"embeddings": tf.cast(self.doc_embedder(tuple(inputs), training=False), tf.float32)}
 
@@ -321,11 +264,12 @@ class OpenQaTokenIdsModule(tf.Module):
     self._model = model
     self._featurizer = featurizer
 
-  @tf.function(input_signature=[_ids_spec("input_word_ids"), _ids_spec("input_mask")],
+  @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
+                                bert_inputs.ids_spec("input_mask")],
                autograph=False)
   def answer(self, input_word_ids, input_mask):
     model = self._model
-    question, _ = unpack_segments(input_word_ids, input_mask)
+    question, _ = bert_inputs.unpack_segments(input_word_ids, input_mask)
     # pylint: disable-next=protected-access  (the raw-text path's packing, minus its tokenizer call)
     features = orqa_features._question_features(self._featurizer, question, model.orqa.reader_seq_len)
     outputs = model.predict_answers(features, training=False)
@@ -397,7 +341,8 @@ _QUESTION_INPUTS = ("input_word_ids, input_mask int32 [B, T]: [CLS] question [SE
 def export_query_embedder(config: realm_config_lib.RealmConfig, query_embedder, path: str,
                           info: Optional[Dict] = None) -> str:
   tokenizer = config.tokenizer()
-  module = QueryEmbedderModule(tokenizer, config.featurizer(tokenizer), query_embedder)
+  module = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.TEXT,
+                                                  config.featurizer(tokenizer), tokenizer)
   return _save(module, module.embed, path, dict(info or {}, kind=QUERY_EMBEDDER,
                                                  query_seq_len=config.query_seq_len,
                                                  dim=config.projection_size))
@@ -407,7 +352,8 @@ def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig, query_
                                     info: Optional[Dict] = None) -> str:
   """The core-ops twin of export_query_embedder (signatures serving_default and serving_token_ids)."""
   tokenizer = config.tokenizer()
-  module = QueryEmbedderTokenIdsModule(config.featurizer(tokenizer), query_embedder)
+  module = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.TOKEN_IDS,
+                                                  config.featurizer(tokenizer))
   return _save(module, module.embed, path, dict(
       _token_ids_info(info, QUERY_EMBEDDER, tokenizer, _QUESTION_INPUTS),
       query_seq_len=config.query_seq_len, dim=config.projection_size),

@@ -5,6 +5,7 @@ renamed to MODEL_DIR/index/<step>/ in one step):
   mips/             the MIPS index (realm_tf.retrieval.index: embeddings, ids, ScaNN files, manifest)
   query_embedder/   SavedModel of the query tower of the SAME checkpoint step: the input pipeline embeds
                     masked queries with it, so queries and documents come from one model version
+                    (realm_tf.export.query_embedder, BERT_INPUTS: embed(token_ids, mask, segment_ids))
   published.json    step, corpus, counts, time; written last inside the temporary directory
 
 The refresher keeps the newest K. The trainer-side IndexWatcher returns the newest complete index, skips
@@ -24,6 +25,7 @@ import tensorflow as tf
 from realm_tf import io_utils
 from realm_tf import process_lock
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.export import query_embedder as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
 
 INDEX_DIR = "index"
@@ -46,18 +48,6 @@ class NoRefresherError(RuntimeError):
 
 def index_root(model_dir: str) -> str:
   return os.path.join(model_dir, INDEX_DIR)
-
-
-class _QueryEmbedderModule(tf.Module):
-  """SavedModel wrapper: BERT inputs of masked queries -> embeddings."""
-
-  def __init__(self, query_embedder):
-    super().__init__()
-    self.query_embedder = query_embedder
-
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)] * 3)
-  def embed(self, token_ids, mask, segment_ids):
-    return {"embeddings": self.query_embedder((token_ids, mask, segment_ids), training=False)}
 
 
 def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, query_embedder,
@@ -85,7 +75,8 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
     if isinstance(query_embedder, str):
       shutil.copytree(query_embedder, os.path.join(tmp, QUERY_EMBEDDER_DIR))
     else:
-      tf.saved_model.save(_QueryEmbedderModule(query_embedder), os.path.join(tmp, QUERY_EMBEDDER_DIR))
+      tower = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.BERT_INPUTS)
+      tf.saved_model.save(tower, os.path.join(tmp, QUERY_EMBEDDER_DIR))
     record = dict(info or {}, step=int(step), num_docs=int(mips_index.num_docs),
                   dim=int(mips_index.dim), published_unix_time=time.time())
     io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
