@@ -7,9 +7,10 @@ batches: a bucket's last partial batch is padded with copies of its first docume
 dropped afterwards (the original DocumentEmbedder padded the same way). Without XLA, shapes may vary:
 a length every 8 wordpieces and no filled batches, so almost nothing is padding (as sentence-
 transformers' length-sorted batches), under one traced function.
-Under a distribution strategy each global batch is split across replicas in order and reassembled in
-replica order. Several workers (hosts) can each take a contiguous run of rows (--num_workers,
---worker_index); `merge_worker_embeddings` concatenates their outputs in worker order.
+Under a distribution strategy the batches go through distribute_datasets_from_function, each global
+batch split across the replicas in order; the rows come back with their embeddings. Several workers
+(hosts) can each take a contiguous run of rows (--num_workers, --worker_index);
+`merge_worker_embeddings` concatenates their outputs in worker order.
 """
 
 import dataclasses
@@ -174,9 +175,12 @@ class CorpusEmbedder:
     # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus
     # rows it holds (-1 for the padding that fills a bucket's last batch with copies of its first
     # document).
-    dataset = candidate_dataset(corpus_prefix, self._featurizer, rows).enumerate().group_by_window(
-        bucket_of, batches_of, window_size=batch_size)
-    distributed = self._strategy.experimental_distribute_dataset(dataset.prefetch(2))
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+      dataset = candidate_dataset(corpus_prefix, self._featurizer, rows).enumerate().group_by_window(
+          bucket_of, batches_of, window_size=batch_size)
+      return _per_replica_batches(dataset, context).prefetch(2)
+
+    distributed = self._strategy.distribute_datasets_from_function(dataset_fn)
 
     embeddings = None
     embedded = 0
@@ -233,6 +237,30 @@ def _fill_batch(row, features, length: tf.Tensor, fill_to: int, static_batch: bo
   if not static_batch:
     return batch
   return {k: tf.ensure_shape(v, [fill_to] + v.shape.as_list()[1:]) for k, v in batch.items()}
+
+
+def _per_replica_batches(dataset: tf.data.Dataset,
+                         context: tf.distribute.InputContext) -> tf.data.Dataset:
+  """Each global batch (a multiple of the replicas long) cut into num_replicas_in_sync equal parts in
+  order, as distribute_datasets_from_function wants them: on one host replica r takes part r, as
+  experimental_distribute_dataset split a batch; each input pipeline (host) keeps every
+  num_input_pipelines-th part. Every part carries its corpus rows, so the order of reassembly does not
+  matter. One replica takes the batches as they are."""
+  replicas = context.num_replicas_in_sync
+  if replicas == 1:
+    return dataset
+
+  def split(value):
+    # [B, ...] -> [replicas, B / replicas, ...], keeping the static sizes (XLA's batches are static).
+    static = value.shape.as_list()
+    sizes = [replicas, static[0] // replicas if static[0] is not None else -1]
+    sizes += [d if d is not None else tf.shape(value)[i + 1] for i, d in enumerate(static[1:])]
+    return tf.reshape(value, tf.stack(sizes))
+
+  def parts(batch):
+    return tf.data.Dataset.from_tensor_slices({k: split(v) for k, v in batch.items()})
+
+  return dataset.flat_map(parts).shard(context.num_input_pipelines, context.input_pipeline_id)
 
 
 def worker_embeddings_path(output_dir: str, num_workers: int, worker_index: int) -> str:

@@ -182,8 +182,8 @@ class _CheckpointManager(tf.train.CheckpointManager):
     try:
       # ckpt-<global step>, also when called without a number. Without check_interval TensorFlow's
       # manager still skips a second save of the same step.
-      path = super().save(step if checkpoint_number is None else checkpoint_number, check_interval=False,
-                          options=options)
+      path = super().save(checkpoint_number=step if checkpoint_number is None else checkpoint_number,
+                          check_interval=False, options=options)
     except (tf.errors.OpError, OSError) as e:
       raise CheckpointWriteError(
           f"cannot write checkpoint ckpt-{step} into {self.directory}: {e}. Earlier checkpoints are "
