@@ -33,13 +33,11 @@ answer longer than max_answer_len is matched on its first max_answer_len wordpie
 spans longer than max_span_width can never be gold anyway).
 """
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from realm_tf import tokenization
-from realm_tf.data import corpus as corpus_lib
 
 # RE2's metacharacters; escaping exactly these makes an answer a literal pattern (escaping a non-ASCII
 # letter would be an invalid RE2 escape).
@@ -391,67 +389,7 @@ def extract_answers(tokenizer: tokenization.Tokenizer, block_texts, first_piece,
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Host side: the retrieval corpus as dense arrays, and QA examples as training features.
-
-
-class Blocks(NamedTuple):
-  """The retrieval corpus as the ORQA model holds it (row i = corpus document i = index row i).
-
-  Attributes:
-    token_ids: int32 [N, C], body wordpieces (the reader reads bodies only), truncated to C.
-    lengths: int32 [N].
-    titles, bodies, doc_ids: N strings each.
-  """
-  token_ids: np.ndarray
-  lengths: np.ndarray
-  titles: List[str]
-  bodies: List[str]
-  doc_ids: List[str]
-
-
-def load_blocks(corpus_prefix: str, max_block_len: int) -> Blocks:
-  """Reads a corpus written by bin/generate_retrieval_corpus into dense arrays.
-
-  Args:
-    corpus_prefix: the corpus shards' prefix.
-    max_block_len: C at most (reader_seq_len - 3: more can never fit); C is the longest body kept.
-  """
-  titles, bodies, doc_ids, rows = [], [], [], []
-  for document in corpus_lib.read_corpus(corpus_prefix):
-    titles.append(document["title"])
-    bodies.append(document["body"])
-    doc_ids.append(document["doc_id"])
-    rows.append(document["body_token_ids"][:max_block_len])  # truncated now: a corpus may be large
-  if not rows:
-    raise ValueError(f"corpus {corpus_prefix} holds no documents; regenerate it with "
-                     "bin/generate_retrieval_corpus")
-  return pack_blocks(titles, bodies, doc_ids, rows, max_block_len)
-
-
-def pack_blocks(titles: Sequence[str], bodies: Sequence[str], doc_ids: Sequence[str],
-                body_token_ids: Sequence[Sequence[int]], max_block_len: int) -> Blocks:
-  """Blocks from per-block wordpiece lists, each truncated to max_block_len; C is the longest kept."""
-  rows = [row[:max_block_len] for row in body_token_ids]
-  width = max(1, max(len(r) for r in rows))
-  token_ids = np.zeros([len(rows), width], np.int32)
-  lengths = np.zeros([len(rows)], np.int32)
-  for i, row in enumerate(rows):
-    token_ids[i, :len(row)] = row
-    lengths[i] = len(row)
-  return Blocks(token_ids, lengths, list(titles), list(bodies), list(doc_ids))
-
-
-def blocks_from_texts(tokenizer: tokenization.Tokenizer, titles: Sequence[str], bodies: Sequence[str],
-                      doc_ids: Sequence[str], max_block_len: int, batch_size: int = 512) -> Blocks:
-  """Blocks of texts that no corpus holds yet (a converted ORQA blocks.jsonl): the bodies tokenized as
-  bin/generate_retrieval_corpus tokenizes them (realm_tf.data.corpus.write_corpus), in batches."""
-  if not bodies:
-    raise ValueError("no blocks to read; the open-QA model needs at least one")
-  rows: List[List[int]] = []
-  for begin in range(0, len(bodies), batch_size):
-    batch = [body.encode("utf-8") for body in bodies[begin:begin + batch_size]]
-    rows.extend(row[:max_block_len] for row in tokenizer.tokenize(batch).to_list())
-  return pack_blocks(titles, bodies, doc_ids, rows, max_block_len)
+# Host side: QA examples as training features.
 
 
 # Feature names of an ORQA batch (realm_tf.modeling.orqa.OrqaModel.compute_loss).

@@ -10,7 +10,6 @@ import tensorflow as tf
 from realm_tf import featurization
 from realm_tf import tokenization
 from realm_tf import testing_utils
-from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import orqa_features
 
 _VOCAB = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
@@ -159,21 +158,6 @@ class QaDatasetTest(tf.test.TestCase):
     self.assertAllEqual(first[orqa_features.ANSWER_IDS][1, 0, :2],
                         tokenizer.tokenize(["Wenor"]).to_list()[0])
     self.assertAllEqual(batches[1][orqa_features.QUESTION_IDS][1], first[orqa_features.QUESTION_IDS][0])
-
-
-class LoadBlocksTest(tf.test.TestCase):
-
-  def test_dense_rows_in_corpus_order(self):
-    tokenizer = _tokenizer()
-    docs = [corpus_lib.Document("T1", "Wenor founded it.", "a"), corpus_lib.Document("T2", "x", "b")]
-    prefix = os.path.join(self.create_tempdir().full_path, "blocks")
-    corpus_lib.write_corpus(lambda: docs, tokenizer, prefix, num_shards=2)
-    blocks = orqa_features.load_blocks(prefix, max_block_len=3)
-    self.assertEqual(blocks.token_ids.shape, (2, 3))
-    self.assertAllEqual(blocks.lengths, [3, 1])
-    self.assertAllEqual(blocks.token_ids[0], tokenizer.tokenize(["Wenor founded it."]).to_list()[0][:3])
-    self.assertEqual(blocks.doc_ids, ["a", "b"])
-    self.assertEqual(blocks.bodies[1], "x")
 
 
 if __name__ == "__main__":

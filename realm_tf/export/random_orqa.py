@@ -17,7 +17,7 @@ from realm_tf import io_utils
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
-from realm_tf.data import orqa_features
+from realm_tf.data import corpus_table
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -69,7 +69,7 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   embeddings = np.random.default_rng(seed).normal(size=[num_docs, 16]).astype(np.float32)
   index_lib.build_index(embeddings, implementation="brute_force").save(
       frozen_index.frozen_index_dir(model_dir))
-  blocks = orqa_features.load_blocks(prefix, orqa.max_block_len)
+  blocks = corpus_table.CorpusTable.load(prefix)
   model = orqa_model.build_model(config, orqa, embeddings, blocks, tokenizer)
   orqa_lib.copy_retriever_weights(retriever, model.retriever)
   kernel = model.retriever.query_embedder.projection.kernel  # as if fine-tuning moved the query tower

@@ -62,6 +62,7 @@ from realm_tf.checkpoints import released
 from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.export import bert_inputs
 from realm_tf.export import query_embedder as query_embedder_lib
@@ -207,16 +208,17 @@ def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
           "retriever_scores": outputs["retriever_logits"]}
 
 
-def block_piece_offsets(tokenizer: tokenization.Tokenizer, blocks: orqa_features.Blocks,
-                        batch_size: int = 512, log: Callable[[str], None] = print
+def block_piece_offsets(tokenizer: tokenization.Tokenizer, blocks: corpus_table.CorpusTable,
+                        max_block_len: int, batch_size: int = 512, log: Callable[[str], None] = print
                         ) -> Tuple[np.ndarray, np.ndarray]:
   """Byte spans [start, limit) in each block's text of its first C wordpieces: int32 [N, C] each, -1 past
-  the block's wordpieces (C = blocks.token_ids' width).
+  the block's wordpieces (C: the width of blocks.dense_bodies(max_block_len), the model's block ids).
 
   Tokenizes the bodies again with the run's tokenizer; a block whose wordpieces differ from the corpus's
   (a corpus written with another tokenizer or vocab) is reported, as its answers would be misplaced.
   """
-  count, width = blocks.token_ids.shape
+  token_ids, lengths = blocks.dense_bodies(max_block_len)
+  count, width = token_ids.shape
   starts = np.full([count, width], -1, np.int32)
   limits = np.full([count, width], -1, np.int32)
   tokenize = tf.function(tokenizer.tokenize_with_offsets, autograph=False)
@@ -227,8 +229,8 @@ def block_piece_offsets(tokenizer: tokenization.Tokenizer, blocks: orqa_features
     shape = [end - begin, width]
     starts[begin:end] = piece_starts[:, :width].to_tensor(-1, shape=shape).numpy()
     limits[begin:end] = piece_limits[:, :width].to_tensor(-1, shape=shape).numpy()
-    same = np.all(ids[:, :width].to_tensor(0, shape=shape).numpy() == blocks.token_ids[begin:end], 1)
-    same &= np.minimum(ids.row_lengths().numpy(), width) == blocks.lengths[begin:end]
+    same = np.all(ids[:, :width].to_tensor(0, shape=shape).numpy() == token_ids[begin:end], 1)
+    same &= np.minimum(ids.row_lengths().numpy(), width) == lengths[begin:end]
     differing.extend(begin + np.flatnonzero(~same))
   if differing:
     log(f"WARNING: {len(differing)} of {count} blocks (rows {differing[:5]}...) tokenize differently "
@@ -244,11 +246,11 @@ class OpenQaTokenIdsModule(tf.Module):
   Args:
     model: an OrqaModel with restored weights.
     featurizer: the run's.
-    blocks: the corpus (orqa_features.Blocks), row i = block i of the index.
+    blocks: the corpus (realm_tf.data.corpus_table.CorpusTable), row i = block i of the index.
     piece_starts, piece_limits: block_piece_offsets(...) of these blocks.
   """
 
-  def __init__(self, model, featurizer: featurization.Featurizer, blocks: orqa_features.Blocks,
+  def __init__(self, model, featurizer: featurization.Featurizer, blocks: corpus_table.CorpusTable,
                piece_starts: np.ndarray, piece_limits: np.ndarray):
     super().__init__(name="open_qa_token_ids_module")
     self.query_embedder = model.retriever.query_embedder
@@ -398,7 +400,7 @@ def export_open_qa(trained, path: str, index: str = "brute_force",
 def export_open_qa_token_ids(trained, path: str, info: Optional[Dict] = None,
                              log: Callable[[str], None] = print) -> str:
   """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index."""
-  starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, log=log)
+  starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, trained.orqa.max_block_len, log=log)
   module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits)
   return _save(module, module.answer, path, dict(
       _token_ids_info(info, OPEN_QA, trained.tokenizer, _QUESTION_INPUTS), index="brute_force",

@@ -195,7 +195,8 @@ class ExportTest(tf.test.TestCase):
     for i in range(len(qa["answers"])):
       first, last = expected["first_piece"][i], expected["last_piece"][i]
       width = last - first + 1 if first >= 0 else 0
-      block = self.trained.blocks.token_ids[expected["predicted_row"][i]]
+      block = self.trained.blocks.dense_bodies(self.trained.orqa.max_block_len)[0][
+          expected["predicted_row"][i]]
       self.assertEqual(qa["answer_token_ids"][i][:width], block[first:last + 1].tolist())
       self.assertFalse(any(qa["answer_token_ids"][i][width:]))
     info = saved_models.export_info(self.paths["open_qa_token_ids"])

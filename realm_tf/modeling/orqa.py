@@ -138,7 +138,7 @@ class OrqaModel(tf_keras.Model):
                        "corpus must have the same rows")
     if block_token_ids.shape[1] > orqa.max_block_len:
       raise ValueError(f"block wordpieces are {block_token_ids.shape[1]} wide; at most reader_seq_len - 3 "
-                       f"= {orqa.max_block_len} (orqa_features.load_blocks truncates them)")
+                       f"= {orqa.max_block_len} (CorpusTable.dense_bodies truncates them)")
     self.config = config
     self.orqa = orqa
     self.cls_id, self.sep_id = int(cls_id), int(sep_id)

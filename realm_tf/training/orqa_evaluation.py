@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from realm_tf import evaluation
 from realm_tf import io_utils
+from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import orqa as orqa_lib
@@ -49,7 +50,7 @@ class OrqaPredictor:
     num_retrieved: blocks retrieved per question (for recall@k); the reader reads the top reader_beam.
   """
 
-  def __init__(self, model: orqa_lib.OrqaModel, tokenizer, featurizer, blocks: orqa_features.Blocks,
+  def __init__(self, model: orqa_lib.OrqaModel, tokenizer, featurizer, blocks: corpus_table.CorpusTable,
                strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 32,
                num_retrieved: int = max(DEFAULT_RECALL_KS)):
     self.model = model

@@ -16,7 +16,7 @@ import tensorflow as tf
 from realm_tf.checkpoints import sources
 from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
-from realm_tf.data import orqa_features
+from realm_tf.data import corpus_table
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import best_checkpoint
@@ -25,9 +25,10 @@ from realm_tf.training import warm_start
 
 
 def build_model(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig,
-                embeddings: np.ndarray, blocks: orqa_features.Blocks, tokenizer) -> orqa_lib.OrqaModel:
+                embeddings: np.ndarray, blocks: corpus_table.CorpusTable, tokenizer) -> orqa_lib.OrqaModel:
   """An OrqaModel with its variables created (call under the strategy's scope)."""
-  model = orqa_lib.OrqaModel(config, orqa, embeddings, blocks.token_ids, blocks.lengths,
+  token_ids, lengths = blocks.dense_bodies(orqa.max_block_len)
+  model = orqa_lib.OrqaModel(config, orqa, embeddings, token_ids, lengths,
                              tokenizer.cls_id, tokenizer.sep_id)
   model.build_variables()
   return model
@@ -38,7 +39,7 @@ class TrainedOrqa(NamedTuple):
   model: orqa_lib.OrqaModel
   config: realm_config_lib.RealmConfig
   orqa: orqa_lib.OrqaConfig
-  blocks: orqa_features.Blocks
+  blocks: corpus_table.CorpusTable
   tokenizer: object
   featurizer: object
   checkpoint: str
@@ -72,7 +73,7 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
   orqa = dataclasses.replace(orqa, retrieval_corpus_path=frozen_index.frozen_index_corpus(
       model_dir, orqa.retrieval_corpus_path))
   embeddings = frozen_index.load_frozen_index(model_dir, orqa.retrieval_corpus_path)
-  blocks = orqa_features.load_blocks(orqa.retrieval_corpus_path, orqa.max_block_len)
+  blocks = corpus_table.CorpusTable.load(orqa.retrieval_corpus_path)
   with (strategy or tf.distribute.get_strategy()).scope():
     model = build_model(config, orqa, embeddings, blocks, tokenizer)
   status = tf.train.Checkpoint(model=model).read(path)
@@ -103,12 +104,12 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
   orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
                                                                       released_conversion.BLOCKS_NAME))
   tokenizer = config.tokenizer()
-  blocks = orqa_features.blocks_from_texts(
+  blocks = corpus_table.CorpusTable.from_texts(
       tokenizer, [record.get("title", "") for record in records],
       # A released block is named by its row; bin/update_index gives every block of the index it writes
       # an "id" (released blocks keep their original row number), so ids survive removals.
       [record["text"] for record in records],
-      [str(record.get("id", i)) for i, record in enumerate(records)], orqa.max_block_len)
+      [str(record.get("id", i)) for i, record in enumerate(records)], orqa.retrieval_corpus_path)
   path = sources.resolve_checkpoint(checkpoint or model_dir)
   flag = "--checkpoint" if checkpoint else "--model_dir"
   with (strategy or tf.distribute.get_strategy()).scope():
