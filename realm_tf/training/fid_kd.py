@@ -460,7 +460,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
 
   # 5. The refreshed index and the distilled retriever's recall.
   metrics["recall_after"] = retriever_eval.retriever_recall(
-      retriever, config, options.retrieval_corpus_path, data.dev, ks,
+      retriever, config, data.corpus, data.dev, ks,
       doc_embeddings=embed_corpus(retriever, options))
   metrics["reader_checkpoint"] = reader_path
   log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}")
