@@ -270,7 +270,7 @@ class RefresherTest(tf.test.TestCase):
       return len(looks) >= 21
 
     messages = []
-    with mock.patch.object(refresher.checkpoints, "training_done", training_done):
+    with mock.patch.object(refresher.training_state, "training_done", training_done):
       self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.01),
                                      log=messages.append), 1)
     waits = [m for m in messages if m.startswith("waiting")]
@@ -291,7 +291,7 @@ class RefresherTest(tf.test.TestCase):
     fake_time = mock.Mock(wraps=time)
     fake_time.sleep.side_effect = lambda seconds: (sleeps.append(seconds), time.sleep(seconds))
     with mock.patch.object(refresher, "time", fake_time), \
-        mock.patch.object(refresher.checkpoints, "training_done", training_done):
+        mock.patch.object(refresher.training_state, "training_done", training_done):
       self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.5),
                                      log=lambda message: None), 0)
     # One look per timeout (the done marker is seen twice before exiting), each after a sleep.
