@@ -4,6 +4,14 @@ It writes MODEL_DIR/realm_config.json (the refresher builds its retriever from i
 the RealmPretrainer, optionally publishes the bootstrap index itself, and trains with the shared loop on
 batches from the retrieval-augmented input pipeline, while bin/refresh_doc_embeds publishes fresher
 indexes beside it. At the end it writes the done marker, on which the refresher exits.
+
+Index staleness: the input pipeline retrieves with the newest published index it has loaded (it looks
+every --check_index_every_batches batches) and waits for the refresher when that index is more than
+--max_index_staleness_steps behind the trainer's step. The trainer tells the pipeline its step between
+loops (after_step), once per --steps_per_loop steps, and the pipeline prepares batches ahead of the step
+that trains on them. So a batch trains on an index at most max_index_staleness_steps + steps_per_loop +
+(the batches prefetched ahead: realm_input's 2 and the distributed dataset's per replica) steps older
+than the step that trains on it.
 """
 
 import dataclasses
@@ -138,6 +146,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   first_step = []  # the first step this process trained (later than 1 after a resume)
 
   def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    # Once per loop: the staleness bound includes the loop length (module docstring).
     state.trainer_step = step
     if not first_loss:
       first_loss.append(metrics["loss"])
