@@ -1,0 +1,1 @@
+"""Retrieval: corpus embedding, MIPS indexes (ScaNN, brute force), BM25, index publication, refresh and incremental update."""
