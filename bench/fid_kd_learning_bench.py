@@ -30,8 +30,8 @@ from absl import flags
 # Runs as `python bench/fid_kd_learning_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "fid_kd_learning.json"),
@@ -105,9 +105,10 @@ def main(argv):
   machine = throughput_lib.machine()
   started = time.time()
   try:
-    pipeline.run_binary("generate_retrieval_corpus", os.path.join(work_dir, "generate_retrieval_corpus.log"),
-                        input_path=os.path.join(testdata, "corpus.jsonl"),
-                        vocab_path=os.path.join(testdata, "vocab.txt"), output_prefix=corpus)
+    demo_pipeline.run_binary("generate_retrieval_corpus",
+                             os.path.join(work_dir, "generate_retrieval_corpus.log"),
+                             input_path=os.path.join(testdata, "corpus.jsonl"),
+                             vocab_path=os.path.join(testdata, "vocab.txt"), output_prefix=corpus)
     command = dict(model_dir=model_dir, vocab_path=os.path.join(testdata, "vocab.txt"),
                    retrieval_corpus_path=corpus, train_path=os.path.join(testdata, "qa.train.jsonl"),
                    dev_path=os.path.join(testdata, "qa.dev.jsonl"), iterations=_ITERATIONS.value)
@@ -115,22 +116,23 @@ def main(argv):
     if reader_init is None and _MLM_STEPS.value > 0:
       reader_init = os.path.join(work_dir, "mlm", "bert")
       steps = _MLM_STEPS.value
-      # bin/demo's MLM pre-training (realm_tf.pipeline.run_mlm's flags).
-      pipeline.run_binary("train_mlm", os.path.join(work_dir, "train_mlm.log"),
-                          lambda line: "held-out masked-token accuracy" in line, print,
-                          model_dir=os.path.join(work_dir, "mlm"),
-                          input_path=os.path.join(testdata, "bert_pretraining.jsonl"),
-                          vocab_path=os.path.join(testdata, "vocab.txt"), bert_config="tiny",
-                          max_seq_len=160, batch_size=32, learning_rate=1e-3, whole_word_masking=False,
-                          num_train_steps=steps, save_checkpoints_steps=steps,
-                          log_every_steps=max(1, steps // 4), seed=0)
+      # bin/demo's MLM pre-training (bin/demo_pipeline.run_mlm's flags).
+      demo_pipeline.run_binary("train_mlm", os.path.join(work_dir, "train_mlm.log"),
+                               lambda line: "held-out masked-token accuracy" in line, print,
+                               model_dir=os.path.join(work_dir, "mlm"),
+                               input_path=os.path.join(testdata, "bert_pretraining.jsonl"),
+                               vocab_path=os.path.join(testdata, "vocab.txt"), bert_config="tiny",
+                               max_seq_len=160, batch_size=32, learning_rate=1e-3,
+                               whole_word_masking=False,
+                               num_train_steps=steps, save_checkpoints_steps=steps,
+                               log_every_steps=max(1, steps // 4), seed=0)
     if reader_init:
       command["reader_init_checkpoint"] = reader_init
     for flag in _EXTRA.value:
       name, _, value = flag.lstrip("-").partition("=")
       command[name] = value
-    pipeline.run_binary("train_fid_kd", os.path.join(work_dir, "train_fid_kd.log"), _progress, print,
-                        **command)
+    demo_pipeline.run_binary("train_fid_kd", os.path.join(work_dir, "train_fid_kd.log"), _progress, print,
+                             **command)
     with open(os.path.join(model_dir, "fid_kd_summary.json"), encoding="utf-8") as f:
       metrics = json.load(f)
     with open(os.path.join(model_dir, "fid_config.json"), encoding="utf-8") as f:

@@ -1,6 +1,6 @@
 r"""REALM's learning check on testdata: does pre-training raise the retriever's recall, seed after seed?
 
-Runs the demo's configuration (realm_tf.pipeline.PipelineOptions defaults: a tiny BERT pre-trained by
+Runs the demo's configuration (bin/demo_pipeline.PipelineOptions defaults: a tiny BERT pre-trained by
 bin/train_mlm on testdata/bert_pretraining.jsonl as the reader's warm start, ICT warm start of the
 retriever, then REALM on the news items with the original objective, trainer and refresher as separate processes) once per
 seed, each seed drawing its own BERT pre-training, ICT and REALM streams. For each it measures the
@@ -20,14 +20,18 @@ Prints a table and writes JSON (machine, options, per-seed rows, smallest gain) 
 import dataclasses
 import json
 import os
+import sys
 import time
 
 from absl import app
 from absl import flags
 import tensorflow as tf
 
-from realm_tf import io_utils
-from realm_tf import pipeline
+# Runs as `python bench/realm_learning_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
@@ -35,29 +39,30 @@ _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "realm_learning"),
                                 "Where each seed's run and result.json are kept (resumable).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each runs BERT pre-training, ICT and REALM.")
-_REALM_STEPS = flags.DEFINE_integer("realm_steps", pipeline.PipelineOptions.realm_steps,
+_REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", pipeline.PipelineOptions.save_checkpoints_steps,
+_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps",
+                                   demo_pipeline.PipelineOptions.save_checkpoints_steps,
                                    "Checkpoint (and recall) interval.")
-_SET = flags.DEFINE_multi_string("set", [], "name=value overrides of realm_tf.pipeline.PipelineOptions.")
+_SET = flags.DEFINE_multi_string("set", [], "name=value overrides of bin/demo_pipeline.PipelineOptions.")
 
 _KS = ("gold_recall@1", "gold_recall@5", "gold_recall@20")
 
 
-def _options(seed: int, output_dir: str) -> pipeline.PipelineOptions:
-  fields = {f.name: f for f in dataclasses.fields(pipeline.PipelineOptions)}
+def _options(seed: int, output_dir: str) -> demo_pipeline.PipelineOptions:
+  fields = {f.name: f for f in dataclasses.fields(demo_pipeline.PipelineOptions)}
   values = dict(output_dir=output_dir, seed=seed, realm_steps=_REALM_STEPS.value,
                 save_checkpoints_steps=_EVAL_EVERY.value, orqa_steps=0, keep_checkpoint_max=1000,
                 # Every checkpoint is measured, so keep them all.
                 max_index_staleness_steps=max(_EVAL_EVERY.value,
-                                              pipeline.PipelineOptions.max_index_staleness_steps))
+                                              demo_pipeline.PipelineOptions.max_index_staleness_steps))
   for item in _SET.value:
     name, _, value = item.partition("=")
     if name not in fields:
       raise app.UsageError(f"--set={item}: PipelineOptions has no field {name!r}; fields: {sorted(fields)}")
-    default = getattr(pipeline.PipelineOptions, name, None)
+    default = getattr(demo_pipeline.PipelineOptions, name, None)
     values[name] = value if default is None or isinstance(default, str) else type(default)(value)
-  return pipeline.PipelineOptions(**values)
+  return demo_pipeline.PipelineOptions(**values)
 
 
 def _run_seed(seed: int) -> dict:
@@ -72,21 +77,22 @@ def _run_seed(seed: int) -> dict:
   echo = lambda line: print(f"  [seed {seed}] {line}", flush=True)
   qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
   started = time.time()
-  paths = pipeline.prepare_corpora(options, echo)
-  reader = pipeline.run_mlm(options, paths, echo) if options.mlm_steps > 0 else None
+  paths = demo_pipeline.prepare_corpora(options, echo)
+  reader = demo_pipeline.run_mlm(options, paths, echo) if options.mlm_steps > 0 else None
   mlm_seconds = time.time() - started
-  init = (pipeline.run_ict(options, paths, reader if options.ict_from_bert else None, echo)
+  init = (demo_pipeline.run_ict(options, paths, reader if options.ict_from_bert else None, echo)
           if options.ict_steps > 0 else None)
   ict_seconds = time.time() - started - mlm_seconds
   realm_started = time.time()
-  summary = pipeline.run_realm(options, paths, init, reader, echo)
+  summary = demo_pipeline.run_realm(options, paths, init, reader, echo)
   realm_seconds = time.time() - realm_started
   model_dir = summary["model_dir"]
   rows = [{"step": 0, "label": "ICT start" if init else "untrained start",
-           **pipeline.retriever_recall(model_dir, init, paths["retrieval"], qa_paths)}]
+           **demo_pipeline.retriever_recall(model_dir, init, paths["retrieval"], qa_paths)}]
   for checkpoint in tf.train.get_checkpoint_state(model_dir).all_model_checkpoint_paths:
     rows.append({"step": int(checkpoint.rsplit("-", 1)[-1]), "label": "REALM",
-                 **pipeline.retriever_recall(model_dir, checkpoint, paths["retrieval"], qa_paths)})
+                 **demo_pipeline.retriever_recall(model_dir, checkpoint, paths["retrieval"],
+                                                  qa_paths)})
   mlm_eval = {}
   if reader:
     with open(os.path.join(reader, "eval.json")) as f:

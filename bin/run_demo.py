@@ -4,7 +4,7 @@ On testdata with a tiny BERT, in a few minutes on 2 cores:
   1. regenerates the synthetic testdata and checks it matches the committed files byte for byte;
   2. writes the retrieval corpus and shows how REALM featurizes a pre-training sentence (one salient
      span masked; query, null document, candidate and joint BERT inputs);
-  3. runs REALM pre-training as separate processes (realm_tf.pipeline): ICT warm start, then
+  3. runs REALM pre-training as separate processes (bin/demo_pipeline.py): ICT warm start, then
      bin/refresh_doc_embeds in the background and bin/train_realm, which bootstraps the first index,
      trains and swaps in the refresher's newer indexes; then prints loss, retrieval utility, the
      indexes trained on, and the retriever's recall@5 on the testdata questions before and after;
@@ -21,8 +21,8 @@ import sys
 from absl import app
 from absl import flags
 
+import demo_pipeline  # bin/demo_pipeline.py, beside this file
 from realm_tf import featurization
-from realm_tf import pipeline
 from realm_tf import tokenization
 from realm_tf.data import corpus
 from realm_tf.data import synthetic
@@ -34,12 +34,12 @@ _QUERY_SEQ_LEN = flags.DEFINE_integer("query_seq_len", 32, "Q: packed query leng
 _CANDIDATE_SEQ_LEN = flags.DEFINE_integer("candidate_seq_len", 80, "C: packed candidate length.")
 _MAX_MASKS = flags.DEFINE_integer("max_masks", 6, "M: predicted positions per query.")
 _SKIP_ICT = flags.DEFINE_bool("skip_ict", False, "Start REALM from an untrained retriever.")
-_MLM_STEPS = flags.DEFINE_integer("mlm_steps", pipeline.PipelineOptions.mlm_steps,
+_MLM_STEPS = flags.DEFINE_integer("mlm_steps", demo_pipeline.PipelineOptions.mlm_steps,
                                   "BERT pre-training steps of the reader (0: a reader from random weights).")
-_ICT_STEPS = flags.DEFINE_integer("ict_steps", pipeline.PipelineOptions.ict_steps, "ICT steps.")
-_REALM_STEPS = flags.DEFINE_integer("realm_steps", pipeline.PipelineOptions.realm_steps,
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", demo_pipeline.PipelineOptions.ict_steps, "ICT steps.")
+_REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
-_ORQA_STEPS = flags.DEFINE_integer("orqa_steps", pipeline.PipelineOptions.orqa_steps,
+_ORQA_STEPS = flags.DEFINE_integer("orqa_steps", demo_pipeline.PipelineOptions.orqa_steps,
                                    "ORQA fine-tuning steps (0 skips fine-tuning, evaluation and export).")
 _FEATURES_ONLY = flags.DEFINE_bool("features_only", False,
                                    "Stop after the data and featurization part (seconds, not minutes).")
@@ -147,10 +147,10 @@ def _demo():
 
   print("== 4. REALM pre-training (BERT pre-training of the reader, ICT warm start of the retriever, "
         "refresher beside the trainer)")
-  options = pipeline.PipelineOptions(output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value,
-                                     ict_steps=_ICT_STEPS.value, realm_steps=_REALM_STEPS.value,
-                                     orqa_steps=_ORQA_STEPS.value)
-  result = pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
+  options = demo_pipeline.PipelineOptions(
+      output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value, ict_steps=_ICT_STEPS.value,
+      realm_steps=_REALM_STEPS.value, orqa_steps=_ORQA_STEPS.value)
+  result = demo_pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
   realm = result["realm"]
   final = realm["final"]
   before, after = result["recall_before"], result["recall_after"]

@@ -4,7 +4,7 @@ The fake trainer is this process: it writes realm_config.json and a checkpoint i
 layout (tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=...)) through a CheckpointManager). The
 refresher is killed twice, first while it embeds the corpus, then while it writes the index, and then
 restarted; an IndexWatcher (the trainer's view) polls MODEL_DIR/index/ all along. SIGKILL of the trainer
-and its resume are tested in pipeline_test.py.
+and its resume are tested in bin/demo_pipeline_test.py.
 """
 
 import os
@@ -17,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bin import demo_pipeline
 from realm_tf import io_utils
-from realm_tf import pipeline
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
@@ -127,11 +127,11 @@ class RefresherKillTest(tf.test.TestCase):
   def _start(self, model_dir: str, log_path: str, batch_size: int) -> subprocess.Popen:
     with open(log_path, "w") as log_file:
       return subprocess.Popen(
-          pipeline._command(  # pylint: disable=protected-access
+          demo_pipeline.binary_command(
               "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
               index_implementation="brute_force", batch_size=batch_size, poll_seconds=0.5,
               max_refreshes=1),
-          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
+          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
 
   def _wait_until(self, condition, what: str, process: subprocess.Popen, log_path: str) -> None:
     deadline = time.time() + _DEADLINE_SECONDS

@@ -2,7 +2,7 @@
 and an audit of how the sources write their outputs (docs/reliability.md lists them all).
 
 The subprocess faults (SIGKILL of bin/refresh_doc_embeds) are in reliability_processes_test.py; SIGKILL of
-bin/train_realm and its resume are in pipeline_test.py.
+bin/train_realm and its resume are in bin/demo_pipeline_test.py.
 """
 
 import ast
@@ -651,9 +651,9 @@ _ALLOWED_WRITES = {
         "arrays inside the .tmp- directory of MipsIndex.save, renamed as a whole",
     ("realm_tf/checkpoints/training_state.py", "write_done_marker"):
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
-    ("realm_tf/pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
-    ("realm_tf/pipeline.py", "run_realm"): "a subprocess log, appended as it runs",
-    ("realm_tf/pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
+    ("bin/demo_pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
+    ("bin/demo_pipeline.py", "run_realm"): "a subprocess log, appended as it runs",
+    ("bin/demo_pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
     ("bin/run_demo.py", "_stderr_to"): "the demo's own stderr log (demo_stderr.log), appended as it runs",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve",

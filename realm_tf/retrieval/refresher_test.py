@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import pipeline
+from bin import demo_pipeline
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
@@ -333,19 +333,19 @@ class RefresherTest(tf.test.TestCase):
     trainer.save(10)
     with open(log_path, "w") as log_file:
       process = subprocess.Popen(
-          pipeline._command(  # pylint: disable=protected-access
+          demo_pipeline.binary_command(
               "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
               poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
-          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
+          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
       try:
         self._wait_for(self._published(model_dir, 10), "publishing the index of step 10",
                        log_path=log_path, process=process)
         # A second refresher on the same model dir stops at once, naming the first; nothing published.
         second = subprocess.run(
-            pipeline._command(  # pylint: disable=protected-access
+            demo_pipeline.binary_command(
                 "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
                 poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
-            capture_output=True, text=True, env=pipeline._env(),  # pylint: disable=protected-access
+            capture_output=True, text=True, env=demo_pipeline.binary_env(),
             timeout=_DEADLINE_SECONDS, check=False)
         self.assertNotEqual(second.returncode, 0, second.stderr[-2000:])
         self.assertIn(f"held by pid {process.pid}", second.stderr)
@@ -378,11 +378,11 @@ class RefresherTest(tf.test.TestCase):
     trainer.finish()
     with open(log_path, "w") as log_file:
       returncode = subprocess.run(
-          pipeline._command(  # pylint: disable=protected-access
+          demo_pipeline.binary_command(
               "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
               poll_seconds=0.5, index_implementation="scann", index_rescoring="int8",
               mixed_precision="mixed_bfloat16", embed_jit_compile=False, batch_size=8),
-          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env(),  # pylint: disable=protected-access
+          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env(),
           timeout=_DEADLINE_SECONDS, check=False).returncode
     with open(log_path) as f:
       log = f.read()

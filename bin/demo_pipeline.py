@@ -1,4 +1,9 @@
-"""The whole REALM pre-training pipeline as separate processes, the way a user runs it.
+"""bin/run_demo.py's pipeline: REALM pre-training and ORQA fine-tuning as separate bin/ processes, the
+way a user runs them.
+
+It drives bin/ programs through subprocesses, so it lives beside them rather than in the library; the
+benches and the process tests import it (`from bin import demo_pipeline`) for the same runs and for
+binary_command / binary_env, which start one bin/ program as a user would.
 
   1. corpora: bin/generate_retrieval_corpus and bin/generate_pretraining_corpus;
   2. BERT pre-training of the reader: bin/train_mlm on the retrieval corpus's text (the original starts
@@ -11,7 +16,7 @@
   5. open-domain QA: bin/train_orqa fine-tunes the REALM retriever's query tower and a span reader on the
      training questions, bin/eval_orqa evaluates the test split, bin/export_saved_model writes the
      SavedModels and bin/answer answers a question through the exported open-QA model.
-bin/run_demo.py runs it on testdata with a tiny BERT; the end-to-end test runs a shorter version.
+bin/run_demo.py runs it on testdata with a tiny BERT; demo_pipeline_test runs a shorter version.
 """
 
 import dataclasses
@@ -83,12 +88,14 @@ class PipelineOptions:
   seed: int = 0
 
 
-def _env() -> Dict[str, str]:
+def binary_env() -> Dict[str, str]:
+  """The environment a bin/ program runs in: this checkout importable, TensorFlow's start-up logs off."""
   return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
               TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1")
 
 
-def _command(binary: str, **flags) -> List[str]:
+def binary_command(binary: str, **flags) -> List[str]:
+  """The command line of bin/<binary>.py with flags (booleans as --name / --noname, None left out)."""
   args = [sys.executable, os.path.join(REPO, "bin", binary + ".py")]
   for name, value in flags.items():
     if isinstance(value, bool):
@@ -103,8 +110,8 @@ def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]]
   """Runs bin/<binary>.py to completion, logging everything to log_path and echoing chosen lines."""
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   with open(log_path, "w") as log_file:
-    process = subprocess.Popen(_command(binary, **flags), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=_env())
+    process = subprocess.Popen(binary_command(binary, **flags), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=binary_env())
     for line in process.stdout:
       log_file.write(line)
       if show is not None and show(line):
@@ -184,9 +191,10 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
   os.makedirs(options.output_dir, exist_ok=True)
   with open(refresher_log, "w") as log_file:
     refresher = subprocess.Popen(
-        _command("refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=paths["retrieval"],
-                 index_implementation=options.index_implementation, poll_seconds=1, keep=3),
-        stdout=log_file, stderr=subprocess.STDOUT, env=_env())
+        binary_command("refresh_doc_embeds", model_dir=model_dir,
+                       retrieval_corpus_path=paths["retrieval"],
+                       index_implementation=options.index_implementation, poll_seconds=1, keep=3),
+        stdout=log_file, stderr=subprocess.STDOUT, env=binary_env())
     try:
       run_binary(
           "train_realm", os.path.join(options.output_dir, "train_realm.log"), _progress_line, echo,
@@ -250,8 +258,8 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
   answer_log = os.path.join(options.output_dir, "answer.log")
   with open(answer_log, "w") as log_file:
     result = subprocess.run(
-        _command("answer", saved_model=os.path.join(export_dir, "open_qa"), num_passages=2) +
-        [question.question], stdout=subprocess.PIPE, stderr=log_file, text=True, env=_env())
+        binary_command("answer", saved_model=os.path.join(export_dir, "open_qa"), num_passages=2) +
+        [question.question], stdout=subprocess.PIPE, stderr=log_file, text=True, env=binary_env())
   if result.returncode != 0:
     raise RuntimeError(f"bin/answer.py failed (exit {result.returncode}); see {answer_log}")
   return {"metrics": metrics, "export_dir": export_dir, "answer_output": result.stdout,

@@ -1,4 +1,4 @@
-"""End to end: the real refresher process beside the real trainer process, on testdata.
+"""Tests of bin/demo_pipeline end to end: the real refresher process beside the real trainer process.
 
 Slow by nature (separate processes, each importing TensorFlow), so one short run covers the pipeline and
 one kill-and-resume run covers recovery.
@@ -12,18 +12,18 @@ import time
 
 import tensorflow as tf
 
-from realm_tf import pipeline
+from bin import demo_pipeline
 from realm_tf.checkpoints import training_state
 from realm_tf.data import pretraining
 from realm_tf.data import synthetic
 
 
-def _short_options(output_dir: str, **overrides) -> pipeline.PipelineOptions:
+def _short_options(output_dir: str, **overrides) -> demo_pipeline.PipelineOptions:
   values = dict(output_dir=output_dir, realm_steps=60, save_checkpoints_steps=20, batch_size=4,
                 max_index_staleness_steps=40, realm_learning_rate=1e-3,
                 index_implementation="brute_force")
   values.update(overrides)
-  return pipeline.PipelineOptions(**values)
+  return demo_pipeline.PipelineOptions(**values)
 
 
 class PipelineTest(tf.test.TestCase):
@@ -31,8 +31,8 @@ class PipelineTest(tf.test.TestCase):
   def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):
     out = self.create_tempdir().full_path
     options = _short_options(out)
-    paths = pipeline.prepare_corpora(options, echo=lambda _: None)
-    summary = pipeline.run_realm(options, paths, init_retriever=None, echo=lambda _: None)
+    paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
+    summary = demo_pipeline.run_realm(options, paths, init_retriever=None, echo=lambda _: None)
     # The bootstrap index (step 0) and at least one index the refresher published from a checkpoint.
     self.assertGreaterEqual(len(summary["indexes_used"]), 2, summary)
     self.assertIn(0, summary["indexes_used"])
@@ -49,18 +49,19 @@ class PipelineTest(tf.test.TestCase):
   def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
     out = self.create_tempdir().full_path
     news = os.path.join(out, "news.jsonl")
-    with open(os.path.join(pipeline.PipelineOptions.testdata_dir, "pretraining.jsonl")) as f, \
+    with open(os.path.join(demo_pipeline.PipelineOptions.testdata_dir, "pretraining.jsonl")) as f, \
         open(news, "w") as w:
       records = [line for line in f if json.loads(line)["title"] == synthetic.NEWS_TITLE][:7]
       w.writelines(records)
-    paths = pipeline.prepare_corpora(_short_options(out, realm_pretraining_path=news), echo=lambda _: None)
+    paths = demo_pipeline.prepare_corpora(_short_options(out, realm_pretraining_path=news),
+                                          echo=lambda _: None)
     self.assertEqual(pretraining.read_manifest(paths["realm_pretraining"])["num_documents"], 7)
     self.assertEqual(pretraining.read_manifest(paths["pretraining"])["num_documents"], 444)  # ICT's
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
     options = _short_options(out)
-    paths = pipeline.prepare_corpora(options, echo=lambda _: None)
+    paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
     model_dir = os.path.join(out, "kill")
     flags = dict(model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
                  retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
@@ -70,8 +71,8 @@ class PipelineTest(tf.test.TestCase):
     log_path = os.path.join(out, "first.log")
     with open(log_path, "w") as log_file:
       trainer = subprocess.Popen(
-          pipeline._command("train_realm", num_train_steps=1000, **flags),  # pylint: disable=protected-access
-          stdout=log_file, stderr=subprocess.STDOUT, env=pipeline._env())  # pylint: disable=protected-access
+          demo_pipeline.binary_command("train_realm", num_train_steps=1000, **flags),
+          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
       deadline = time.time() + 240
       while training_state.latest_step(model_dir) is None or training_state.latest_step(model_dir) < 20:
         self.assertIsNone(trainer.poll(), open(log_path).read()[-3000:])
@@ -88,7 +89,7 @@ class PipelineTest(tf.test.TestCase):
     self.assertFalse(training_state.training_done(model_dir))
 
     resumed_steps = killed_at + 10
-    pipeline.run_binary("train_realm", os.path.join(out, "second.log"),
+    demo_pipeline.run_binary("train_realm", os.path.join(out, "second.log"),
                         num_train_steps=resumed_steps, **flags)
     with open(os.path.join(out, "second.log")) as f:
       second = f.read()
