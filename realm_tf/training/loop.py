@@ -162,7 +162,7 @@ class _CheckpointManager(tf.train.CheckpointManager):
     at step 7 with --save_checkpoints_steps=5 at 12, 17, ..., not at the steps of an uninterrupted run.
   - restore_or_initialize (what the controller calls when it starts) restores the newest checkpoint that
     reads, skipping damaged ones, where TensorFlow's restores the newest or fails; without any
-    checkpoint it runs the warm start (init_fn).
+    checkpoint it runs the warm start.
   - A save that fails names the model dir and the fix, and a save is logged.
   """
 
@@ -170,8 +170,7 @@ class _CheckpointManager(tf.train.CheckpointManager):
                warm_start: Optional[Callable[[], None]], log: Callable[[str], None]):
     self._step = checkpoint.optimizer.iterations
     super().__init__(checkpoint, options.model_dir, max_to_keep=options.keep_checkpoint_max,
-                     step_counter=self._step, checkpoint_interval=options.save_checkpoints_steps,
-                     init_fn=warm_start)
+                     step_counter=self._step, checkpoint_interval=options.save_checkpoints_steps)
     self._warm_start = warm_start
     self._log = log
 
