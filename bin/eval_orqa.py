@@ -11,11 +11,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from realm_tf.training import distribute
-from realm_tf.training import flags_util
 from realm_tf.training import orqa_evaluation
+from realm_tf.training import trainer_flags
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir.", required=True)
+_MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa model dir.")
 _QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_qa input; CuratedTREC "
                           "answers are regular expressions).", required=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate instead of the best.")
@@ -23,15 +22,13 @@ _OUTPUT = flags.DEFINE_string("output_dir", None, "Where metrics and predictions
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
 _KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "Cut-offs of retriever recall@k.")
 _SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False, "Skip malformed QA records instead of failing.")
-_STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy.")
-_TPU = flags.DEFINE_string("tpu", "", "TPU name or grpc:// address for --strategy=tpu.")
-_NUM_CPU = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs for --strategy=mirrored on CPU.")
+_DEVICE = trainer_flags.define_device_flags()
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  strategy = flags_util.strategy_from_flags(_STRATEGY.value, _TPU.value, _NUM_CPU.value)
+  strategy = _DEVICE.setup()
   try:
     ks = [int(k) for k in _KS.value]
   except ValueError:

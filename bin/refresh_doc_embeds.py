@@ -23,15 +23,11 @@ from absl import logging
 from realm_tf import process_lock
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import refresher
-from realm_tf.training import distribute
-from realm_tf.training import flags_util
+from realm_tf.training import trainer_flags
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "The trainer's model directory.", required=True)
-_CORPUS = flags.DEFINE_string("retrieval_corpus_path", None,
-                              "Prefix of the retrieval corpus (bin/generate_retrieval_corpus).",
-                              required=True)
-_INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
-                           "MIPS implementation of the published index.")
+_MODEL_DIR = trainer_flags.define_model_dir_flag("The trainer's model directory.")
+_CORPUS = trainer_flags.define_retrieval_corpus_flag()
+_INDEX = trainer_flags.define_index_implementation_flag("MIPS implementation of the published index.")
 _RESCORING = flags.DEFINE_enum(
     "index_rescoring", "float32", ["float32", "int8"],
     "Vectors the ScaNN index re-scores its candidates with: float32, or int8 (a compressed index: 132 "
@@ -42,11 +38,6 @@ _LENGTH_BUCKETS = flags.DEFINE_integer(
     "embed_length_buckets", None, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
     "multiples of 8); 1 pads every document to candidate_seq_len. Default: 4 with --embed_jit_compile "
     "(XLA compiles one program per length), one every 8 wordpieces without.", lower_bound=1)
-_MIXED_PRECISION = flags.DEFINE_enum(
-    "mixed_precision", "float32", ["float32", "mixed_bfloat16"],
-    "Precision of the document tower while embedding (and of the query tower published with the index): "
-    "mixed_bfloat16 computes in bfloat16 with float32 weights, for TPUs and CPUs with bfloat16 units "
-    "(bench/refresh_bench.py measures its speed and its effect on recall). The index stores float32.")
 _EMBED_JIT = flags.DEFINE_bool(
     "embed_jit_compile", True, "Compile the embedding step with XLA (needed on TPUs). On CPUs with AMX, "
     "mixed_bfloat16 runs faster without it (TensorFlow's oneDNN kernels; bench/refresh_bench.py).")
@@ -67,16 +58,17 @@ _MERGE_TIMEOUT = flags.DEFINE_float("merge_timeout_seconds", 1800.0,
 _WAIT_FOR_LOCK = flags.DEFINE_bool(
     "wait_for_lock", False, "When another refresher runs on --model_dir (it holds MODEL_DIR/"
     ".refresher.lock), wait for it to exit instead of stopping with an error naming it.")
-_STRATEGY = flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES,
-                              "Distribution strategy of the embedding.")
-_TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
-_NUM_CPU_DEVICES = flags.DEFINE_integer("num_cpu_devices", 1, "Logical CPUs (mirrored on CPU).")
+_DEVICE = trainer_flags.define_device_flags(
+    mixed_precision_help="Precision of the document tower while embedding (and of the query tower "
+    "published with the index): mixed_bfloat16 computes in bfloat16 with float32 weights, for TPUs and "
+    "CPUs with bfloat16 units (bench/refresh_bench.py measures its speed and its effect on recall). The "
+    "index stores float32.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if _STRATEGY.value == "multi_worker_mirrored":
+  if _DEVICE.strategy.value == "multi_worker_mirrored":
     # Each host would embed only its share of every batch; hosts split the corpus by rows instead.
     raise app.UsageError("--strategy=multi_worker_mirrored is not supported by the refresher: run one "
                          "refresher per host with --num_workers=W --worker_index=i (worker 0 merges "
@@ -84,11 +76,7 @@ def main(argv):
   if _RESCORING.value != "float32" and _INDEX.value != "scann":
     raise app.UsageError(f"--index_rescoring={_RESCORING.value} needs --index_implementation=scann")
   # Before any model is built: Keras layers take the global policy when they are created.
-  flags_util.set_precision(_MIXED_PRECISION.value)
-  if _NUM_CPU_DEVICES.value > 1:
-    distribute.configure_logical_cpus(_NUM_CPU_DEVICES.value)
-  strategy = distribute.get_strategy(_STRATEGY.value, tpu=_TPU.value,
-                                     num_cpu_devices=_NUM_CPU_DEVICES.value)
+  strategy = _DEVICE.setup()
   options = refresher.RefresherOptions(
       model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
       keep=_KEEP.value, batch_size=_BATCH_SIZE.value, embed_length_buckets=_LENGTH_BUCKETS.value,

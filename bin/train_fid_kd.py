@@ -18,36 +18,24 @@ from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
-from realm_tf.training import flags_util
+from realm_tf.training import trainer_flags
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Configs, per-iteration checkpoints, scores, metrics.",
-                                 required=True)
+_MODEL = trainer_flags.define_model_flags(
+    model_dir_help="Configs, per-iteration checkpoints, scores, metrics.", embedder_pooling=embedder.MEAN,
+    pooling_help="Retriever pooling (must match a given --retriever_checkpoint's): mean (default here: on "
+    "testdata an untrained mean-pooled retriever starts at 10% recall@5 and the reader's scores lift it to "
+    "about a third, the [CLS] pooler from 1% to 5%) or pooler (the original REALM's).")
+_RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=32, candidate_seq_len=128)
 _TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (realm_tf.data.qa.load_qa input).",
                              required=True)
 _DEV = flags.DEFINE_string("dev_path", None, "Dev QA file: recall@k and reader exact match per iteration.",
                            required=True)
-_RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,
-                                 "Prefix of bin/generate_retrieval_corpus output.", required=True)
 _RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None, "Initial retriever (REALM / ICT / ORQA / "
                                  "converted checkpoint or its directory); default: an untrained one.")
 _INITIAL_PASSAGES = flags.DEFINE_enum("initial_passages", "bm25", fid_kd.INITIAL_PASSAGES,
                                       "Passages the iteration-0 reader reads: BM25's, as the paper starts, "
                                       "or the initial retriever's (dense; for a trained "
                                       "--retriever_checkpoint).")
-_VOCAB = flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True)
-_LOWER = flags.DEFINE_bool("do_lower_case", True, "Uncased vocab.")
-_BERT = flags.DEFINE_string("bert_config", "tiny", "Retriever BERT: preset (tiny, bert_base) or a "
-                            "bert_config.json path.")
-_PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
-_POOLING = flags.DEFINE_enum(
-    "embedder_pooling", embedder.MEAN, list(embedder.POOLINGS),
-    "Retriever pooling (must match a given --retriever_checkpoint's): mean (default here: on testdata an "
-    "untrained mean-pooled retriever starts at 10% recall@5 and the reader's scores lift it to about a "
-    "third, the [CLS] pooler from 1% to 5%) or pooler (the original REALM's).")
-_EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
-                              "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
-_Q = flags.DEFINE_integer("query_seq_len", 32, "Retriever query length Q.")
-_C = flags.DEFINE_integer("candidate_seq_len", 128, "Retriever document length C.")
 _READER_INIT = flags.DEFINE_string(
     "reader_init_checkpoint", None,
     "Pre-trained BERT for the reader's ENCODER (a bin/train_mlm export, TF1 BERT checkpoint, Hugging Face "
@@ -109,8 +97,7 @@ _KS = flags.DEFINE_list("recall_ks", ["1", "5", "20"], "Recall cut-offs.")
 _MAX_TRAIN = flags.DEFINE_integer("max_train_examples", None, "Use the first N training questions only.")
 _MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Use the first N dev questions only.")
 _EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Corpus embedding batch size.")
-_JIT = flags.DEFINE_bool("jit_compile", False, "Compile the train steps with XLA.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of initializations and example order.")
+_JIT = trainer_flags.define_jit_compile_flag(default=False)
 _KEEP_BETTER = flags.DEFINE_bool(
     "keep_better_retriever", True,
     "Keep a round's distilled retriever only if its dev --selection_metric is not below the round's "
@@ -124,11 +111,14 @@ _SELECTION = flags.DEFINE_string("selection_metric", "gold_recall@5",
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  bert = flags_util.bert_config(_BERT.value, _VOCAB.value)
+  bert = _MODEL.bert()
+  retriever = _RETRIEVER_FLAGS
   config = realm_config_lib.RealmConfig(
-      retriever_bert=bert, reader_bert=bert, vocab_path=_VOCAB.value, do_lower_case=_LOWER.value,
-      projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
-      query_seq_len=_Q.value, candidate_seq_len=_C.value, embedder_pooling=_POOLING.value)
+      retriever_bert=bert, reader_bert=bert, vocab_path=_MODEL.vocab_path.value,
+      do_lower_case=_MODEL.do_lower_case.value, projection_size=retriever.projection_size.value,
+      embedder_layer_norm_epsilon=retriever.embedder_layer_norm_epsilon.value,
+      query_seq_len=retriever.query_seq_len.value, candidate_seq_len=retriever.candidate_seq_len.value,
+      embedder_pooling=_MODEL.embedder_pooling.value)
   try:
     ks = tuple(int(k) for k in _KS.value)
   except ValueError as e:
@@ -145,7 +135,8 @@ def main(argv):
       passage_seq_len=_L.value, answer_seq_len=_T.value, encoder="bert" if reader_bert else "t5",
       bert=reader_bert)
   options = fid_kd.FidKdOptions(
-      config=config, fid=reader, model_dir=_MODEL_DIR.value, retrieval_corpus_path=_RETRIEVAL.value,
+      config=config, fid=reader, model_dir=_MODEL.model_dir.value,
+      retrieval_corpus_path=retriever.retrieval_corpus_path.value,
       train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
       initial_passages=_INITIAL_PASSAGES.value, iterations=_ITERATIONS.value, num_passages=_N.value,
       reader_steps=_READER_STEPS.value, retriever_steps=_RETRIEVER_STEPS.value,
@@ -156,7 +147,7 @@ def main(argv):
       reader_single_passage_steps=_SINGLE_STEPS.value, reader_score_aggregation=_AGGREGATION.value,
       distill_answer_bearing_only=_ANSWER_BEARING.value, recall_ks=ks,
       max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
-      embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_SEED.value,
+      embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_MODEL.seed.value,
       keep_better_retriever=_KEEP_BETTER.value, selection_metric=_SELECTION.value,
       reader_init_checkpoint=_READER_INIT.value)
   for metrics in fid_kd.run(options, log=logging.info):

@@ -24,8 +24,7 @@ _TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (any realm_tf
                              ".jsonl, .json, .tsv or tfds:NAME/SPLIT).", required=True)
 _DEV = flags.DEFINE_string("dev_path", None, "Dev QA file for periodic evaluation and best-checkpoint "
                            "selection.")
-_RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,
-                                 "Prefix of bin/generate_retrieval_corpus output.", required=True)
+_RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=64, candidate_seq_len=288)
 _INDEX_DIR = flags.DEFINE_string("index_dir", None, "A published index (MODEL_DIR/index/<step> of a REALM "
                                  "run) over --retrieval_corpus_path, instead of embedding the corpus.")
 _RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None,
@@ -33,12 +32,7 @@ _RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None,
 _READER = flags.DEFINE_string("reader_checkpoint", None,
                               "BERT warm start of the reader (TF1 Google BERT, Hugging Face safetensors or "
                               "Model Garden TF2).")
-_PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
-_EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
-                              "Embedder LayerNorm epsilon (1e-3 for an ICT retriever).")
 _DROPOUT = flags.DEFINE_float("embedder_dropout_rate", 0.0, "Query tower dropout in training (ICT: 0.1).")
-_Q = flags.DEFINE_integer("query_seq_len", 64, "Retriever query length Q.")
-_C = flags.DEFINE_integer("candidate_seq_len", 288, "Document length C when embedding the corpus.")
 _L = flags.DEFINE_integer("reader_seq_len", 320, "Reader length L.")
 _SPAN_HIDDEN = flags.DEFINE_integer("span_hidden_size", 256, "Span head width.")
 _SPAN_WIDTH = flags.DEFINE_integer("max_span_width", 10, "Longest answer span in wordpieces.")
@@ -61,14 +55,18 @@ def main(argv):
   config = realm_config_lib.RealmConfig(
       retriever_bert=bert, reader_bert=bert, vocab_path=_FLAGS.vocab_path.value,
       do_lower_case=_FLAGS.do_lower_case.value,
-      projection_size=_PROJECTION.value, embedder_layer_norm_epsilon=_EPSILON.value,
-      embedder_dropout_rate=_DROPOUT.value, share_embedders=False, query_seq_len=_Q.value,
-      candidate_seq_len=_C.value, embedder_pooling=_FLAGS.embedder_pooling.value)
+      projection_size=_RETRIEVER_FLAGS.projection_size.value,
+      embedder_layer_norm_epsilon=_RETRIEVER_FLAGS.embedder_layer_norm_epsilon.value,
+      embedder_dropout_rate=_DROPOUT.value, share_embedders=False,
+      query_seq_len=_RETRIEVER_FLAGS.query_seq_len.value,
+      candidate_seq_len=_RETRIEVER_FLAGS.candidate_seq_len.value,
+      embedder_pooling=_FLAGS.embedder_pooling.value)
   orqa = orqa_lib.OrqaConfig(
       reader_seq_len=_L.value, span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_SPAN_WIDTH.value,
       retriever_beam_size=_RETRIEVER_BEAM.value, reader_beam_size=_READER_BEAM.value,
       max_answers=_MAX_ANSWERS.value, max_num_answers=_MAX_NUM_ANSWERS.value,
-      max_answer_len=_MAX_ANSWER_LEN.value, retrieval_corpus_path=_RETRIEVAL.value)
+      max_answer_len=_MAX_ANSWER_LEN.value,
+      retrieval_corpus_path=_RETRIEVER_FLAGS.retrieval_corpus_path.value)
   options = orqa_trainer.OrqaTrainerOptions(
       config=config, orqa=orqa,
       loop=_FLAGS.loop_options(),

@@ -19,14 +19,8 @@ _FLAGS = trainer_flags.define_trainer_flags(batch_size=16, learning_rate=3e-5, n
                                             save_checkpoints_steps=100)
 _PRETRAINING = flags.DEFINE_string("pretraining_corpus_path", None,
                                    "Prefix of bin/generate_pretraining_corpus output.", required=True)
-_RETRIEVAL = flags.DEFINE_string("retrieval_corpus_path", None,
-                                 "Prefix of bin/generate_retrieval_corpus output.", required=True)
-_PROJECTION = flags.DEFINE_integer("projection_size", 128, "Retriever dimension D.")
-_EPSILON = flags.DEFINE_float("embedder_layer_norm_epsilon", 1e-12,
-                              "Embedder LayerNorm epsilon (1e-3 when warm-starting from ICT).")
+_RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=96, candidate_seq_len=288)
 _SHARE = flags.DEFINE_bool("share_embedders", True, "One tower for queries and documents.")
-_Q = flags.DEFINE_integer("query_seq_len", 96, "Q.")
-_C = flags.DEFINE_integer("candidate_seq_len", 288, "C.")
 _M = flags.DEFINE_integer("max_masks", 10, "M.")
 _N = flags.DEFINE_integer("num_candidates", 8, "N, including the null document.")
 _INIT_RETRIEVER = flags.DEFINE_string("init_retriever_checkpoint", None,
@@ -36,8 +30,7 @@ _INIT_READER = flags.DEFINE_string("init_reader_checkpoint", None,
                                    "BERT, Hugging Face safetensors or Model Garden TF2).")
 _BOOTSTRAP = flags.DEFINE_bool("bootstrap_index", False,
                                "Build the step-0 index in-process when none is published yet.")
-_INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
-                           "MIPS implementation of a bootstrap index.")
+_INDEX = trainer_flags.define_index_implementation_flag("MIPS implementation of a bootstrap index.")
 _STALENESS = flags.DEFINE_integer(
     "max_index_staleness_steps", None,
     "Wait for the refresher when the index is older than this many steps. The trainer reports its step "
@@ -53,13 +46,15 @@ def main(argv):
   strategy, bert = _FLAGS.setup()
   config = realm_config_lib.RealmConfig(
       retriever_bert=bert, reader_bert=bert, vocab_path=_FLAGS.vocab_path.value,
-      do_lower_case=_FLAGS.do_lower_case.value, projection_size=_PROJECTION.value,
-      embedder_layer_norm_epsilon=_EPSILON.value, share_embedders=_SHARE.value,
-      query_seq_len=_Q.value, candidate_seq_len=_C.value, max_masks=_M.value,
+      do_lower_case=_FLAGS.do_lower_case.value, projection_size=_RETRIEVER_FLAGS.projection_size.value,
+      embedder_layer_norm_epsilon=_RETRIEVER_FLAGS.embedder_layer_norm_epsilon.value,
+      share_embedders=_SHARE.value, query_seq_len=_RETRIEVER_FLAGS.query_seq_len.value,
+      candidate_seq_len=_RETRIEVER_FLAGS.candidate_seq_len.value, max_masks=_M.value,
       num_candidates=_N.value, embedder_pooling=_FLAGS.embedder_pooling.value)
   options = realm_trainer.RealmTrainerOptions(
       config=config, loop=_FLAGS.loop_options(),
-      pretraining_corpus_path=_PRETRAINING.value, retrieval_corpus_path=_RETRIEVAL.value,
+      pretraining_corpus_path=_PRETRAINING.value,
+      retrieval_corpus_path=_RETRIEVER_FLAGS.retrieval_corpus_path.value,
       batch_size=_FLAGS.batch_size.value, learning_rate=_FLAGS.learning_rate.value,
       adam_bias_correction=_FLAGS.adam_bias_correction.value,
       init_retriever_checkpoint=_INIT_RETRIEVER.value, init_reader_checkpoint=_INIT_READER.value,

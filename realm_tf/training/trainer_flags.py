@@ -1,34 +1,110 @@
-"""The absl flags every trainer binary shares (bin/train_realm, bin/train_ict, bin/train_orqa).
+"""The absl flags the binaries share, each declared once here, in groups a binary defines together.
 
-Defined once here (as Model Garden's official/common/flags.py does) so the binaries agree on names,
-meanings and help; each binary passes its own defaults. Only binaries call define_trainer_flags and read
-the values; the library below them takes plain arguments.
+  define_model_dir_flag    --model_dir
+  define_model_flags       --model_dir --vocab_path --do_lower_case --bert_config --embedder_pooling --seed
+  define_device_flags      --strategy --tpu --num_cpu_devices --mixed_precision
+  define_jit_compile_flag  --jit_compile
+  define_loop_flags        --batch_size --learning_rate --adam_bias_correction --num_train_steps
+                           --save_checkpoints_steps --keep_checkpoint_max --log_every_steps --steps_per_loop
+  define_retrieval_corpus_flag   --retrieval_corpus_path
+  define_retriever_flags   --retrieval_corpus_path --projection_size --embedder_layer_norm_epsilon
+                           --query_seq_len --candidate_seq_len (a retriever over a retrieval corpus)
+  define_index_implementation_flag  --index_implementation
+  define_trainer_flags     model + device + jit + loop: what every bin/train_* loop trainer takes
+
+As Model Garden's official/common/flags.py does, so the binaries agree on names, meanings and help; each
+binary passes its own defaults. Only binaries call these and read the values; the library below them takes
+plain arguments (flags_util turns values into library objects).
 """
 
 import dataclasses
-
 from absl import flags
 from absl import logging
 
+from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import embedder
 from realm_tf.training import distribute
 from realm_tf.training import flags_util
 from realm_tf.training import loop
 
-# The flags define_trainer_flags defines belong to the binary that calls it, as if that binary had defined
-# them itself: absl's --help lists only the main module's key flags, so each trainer's --help shows the
+# The flags these functions define belong to the binary that calls them, as if that binary had defined
+# them itself: absl's --help lists only the main module's key flags, so each binary's --help shows the
 # shared flags beside its own (--helpfull still adds absl's and TensorFlow's). absl's documented way for
 # a module whose functions define flags on behalf of their caller.
 flags.disclaim_key_flags()
 
+_POOLING_HELP = ("Retriever embedding: BERT's [CLS] pooler (the original) or the mean of the last hidden "
+                 "states (sentence-transformers; learns lexical matches sooner). Use the warm start's.")
+
 
 @dataclasses.dataclass(frozen=True)
-class TrainerFlags:
-  """Holders of the shared flags (read .value after absl parsed the command line)."""
+class ModelFlags:
+  """Holders of define_model_flags' flags (read .value after absl parsed the command line)."""
   model_dir: flags.FlagHolder
   vocab_path: flags.FlagHolder
   do_lower_case: flags.FlagHolder
   bert_config: flags.FlagHolder
+  embedder_pooling: flags.FlagHolder
+  seed: flags.FlagHolder
+
+  def bert(self) -> bert_lib.BertConfig:
+    return flags_util.bert_config(self.bert_config.value, self.vocab_path.value)
+
+
+def define_model_dir_flag(help_text: str) -> flags.FlagHolder:
+  return flags.DEFINE_string("model_dir", None, help_text, required=True)
+
+
+def define_model_flags(model_dir_help: str = "Checkpoints, summaries, run config.",
+                       embedder_pooling: str = embedder.POOLER,
+                       pooling_help: str = _POOLING_HELP) -> ModelFlags:
+  """The run's model dir and its BERT / retriever model description."""
+  return ModelFlags(
+      model_dir=define_model_dir_flag(model_dir_help),
+      vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
+      do_lower_case=flags.DEFINE_bool("do_lower_case", True, "Uncased vocab."),
+      bert_config=flags.DEFINE_string("bert_config", "tiny",
+                                      "Preset (tiny, bert_base) or a bert_config.json / config.json."),
+      embedder_pooling=flags.DEFINE_enum("embedder_pooling", embedder_pooling, list(embedder.POOLINGS),
+                                         pooling_help),
+      seed=flags.DEFINE_integer("seed", 0, "Seed of initializations and of the example stream."))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFlags:
+  """Holders of define_device_flags' flags."""
+  strategy: flags.FlagHolder
+  tpu: flags.FlagHolder
+  num_cpu_devices: flags.FlagHolder
+  mixed_precision: flags.FlagHolder
+
+  def setup(self):
+    """The strategy (logical CPUs first), with the precision policy set; call before building models."""
+    strategy = flags_util.strategy_from_flags(self.strategy.value, self.tpu.value,
+                                              self.num_cpu_devices.value)
+    flags_util.set_precision(self.mixed_precision.value)
+    logging.info("strategy %s with %d replicas", self.strategy.value, strategy.num_replicas_in_sync)
+    return strategy
+
+
+def define_device_flags(mixed_precision_help: str = "Keras precision policy.") -> DeviceFlags:
+  """Where and in which precision the binary's models run."""
+  return DeviceFlags(
+      strategy=flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy."),
+      tpu=flags.DEFINE_string("tpu", "", "TPU name, grpc:// address, or local, for --strategy=tpu."),
+      num_cpu_devices=flags.DEFINE_integer("num_cpu_devices", 1,
+                                           "Logical CPUs for --strategy=mirrored on CPU."),
+      mixed_precision=flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_bfloat16"],
+                                        mixed_precision_help))
+
+
+def define_jit_compile_flag(default: bool = True) -> flags.FlagHolder:
+  return flags.DEFINE_bool("jit_compile", default, "Compile the train steps with XLA.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopFlags:
+  """Holders of define_loop_flags' flags."""
   batch_size: flags.FlagHolder
   learning_rate: flags.FlagHolder
   adam_bias_correction: flags.FlagHolder
@@ -37,41 +113,12 @@ class TrainerFlags:
   keep_checkpoint_max: flags.FlagHolder
   log_every_steps: flags.FlagHolder
   steps_per_loop: flags.FlagHolder
-  seed: flags.FlagHolder
-  strategy: flags.FlagHolder
-  tpu: flags.FlagHolder
-  num_cpu_devices: flags.FlagHolder
-  jit_compile: flags.FlagHolder
-  mixed_precision: flags.FlagHolder
-  embedder_pooling: flags.FlagHolder
-
-  def loop_options(self) -> loop.LoopOptions:
-    return loop.LoopOptions(
-        model_dir=self.model_dir.value, num_train_steps=self.num_train_steps.value,
-        save_checkpoints_steps=self.save_checkpoints_steps.value,
-        keep_checkpoint_max=self.keep_checkpoint_max.value,
-        log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value,
-        global_batch_size=self.batch_size.value, steps_per_loop=self.steps_per_loop.value)
-
-  def setup(self):
-    """Strategy (logical CPUs first), precision policy, BERT config; returns (strategy, bert_config)."""
-    strategy = flags_util.strategy_from_flags(self.strategy.value, self.tpu.value,
-                                              self.num_cpu_devices.value)
-    flags_util.set_precision(self.mixed_precision.value)
-    logging.info("strategy %s with %d replicas", self.strategy.value, strategy.num_replicas_in_sync)
-    return strategy, flags_util.bert_config(self.bert_config.value, self.vocab_path.value)
 
 
-def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps: int,
-                         save_checkpoints_steps: int) -> TrainerFlags:
-  """Defines the shared flags with this binary's defaults, as key flags of the calling module."""
-  return TrainerFlags(
-      model_dir=flags.DEFINE_string("model_dir", None, "Checkpoints, summaries, run config.",
-                                    required=True),
-      vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
-      do_lower_case=flags.DEFINE_bool("do_lower_case", True, "Uncased vocab."),
-      bert_config=flags.DEFINE_string("bert_config", "tiny",
-                                      "Preset (tiny, bert_base) or a bert_config.json / config.json."),
+def define_loop_flags(batch_size: int, learning_rate: float, num_train_steps: int,
+                      save_checkpoints_steps: int) -> LoopFlags:
+  """The training loop's batch, optimizer, length, checkpoints and logging."""
+  return LoopFlags(
       batch_size=flags.DEFINE_integer("batch_size", batch_size, "Global batch size."),
       learning_rate=flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate."),
       adam_bias_correction=flags.DEFINE_bool(
@@ -83,16 +130,88 @@ def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps:
       log_every_steps=flags.DEFINE_integer("log_every_steps", 10, "Progress line interval."),
       steps_per_loop=flags.DEFINE_integer(
           "steps_per_loop", 1, "Steps run in one compiled loop between two looks of the host (on TPUs, "
-          "e.g. 100); --save_checkpoints_steps and --log_every_steps must be multiples of it."),
-      seed=flags.DEFINE_integer("seed", 0, "Seed of the example stream."),
-      strategy=flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy."),
-      tpu=flags.DEFINE_string("tpu", "", "TPU name, grpc:// address, or local, for --strategy=tpu."),
-      num_cpu_devices=flags.DEFINE_integer("num_cpu_devices", 1,
-                                           "Logical CPUs for --strategy=mirrored on CPU."),
-      jit_compile=flags.DEFINE_bool("jit_compile", True, "Compile the train step with XLA."),
-      mixed_precision=flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_bfloat16"],
-                                        "Keras precision policy."),
-      embedder_pooling=flags.DEFINE_enum(
-          "embedder_pooling", embedder.POOLER, list(embedder.POOLINGS),
-          "Retriever embedding: BERT's [CLS] pooler (the original) or the mean of the last hidden "
-          "states (sentence-transformers; learns lexical matches sooner). Use the warm start's."))
+          "e.g. 100); --save_checkpoints_steps and --log_every_steps must be multiples of it."))
+
+
+def define_retrieval_corpus_flag() -> flags.FlagHolder:
+  return flags.DEFINE_string("retrieval_corpus_path", None,
+                             "Prefix of the retrieval corpus (bin/generate_retrieval_corpus output).",
+                             required=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverFlags:
+  """Holders of define_retriever_flags' flags."""
+  retrieval_corpus_path: flags.FlagHolder
+  projection_size: flags.FlagHolder
+  embedder_layer_norm_epsilon: flags.FlagHolder
+  query_seq_len: flags.FlagHolder
+  candidate_seq_len: flags.FlagHolder
+
+
+def define_retriever_flags(query_seq_len: int, candidate_seq_len: int,
+                           projection_size: int = 128) -> RetrieverFlags:
+  """A retriever over a retrieval corpus (bin/train_realm, bin/train_orqa, bin/train_fid_kd)."""
+  return RetrieverFlags(
+      retrieval_corpus_path=define_retrieval_corpus_flag(),
+      projection_size=flags.DEFINE_integer("projection_size", projection_size, "Retriever dimension D."),
+      embedder_layer_norm_epsilon=flags.DEFINE_float(
+          "embedder_layer_norm_epsilon", 1e-12,
+          "Embedder LayerNorm epsilon (1e-3 for a retriever warm-started by ICT)."),
+      query_seq_len=flags.DEFINE_integer("query_seq_len", query_seq_len, "Retriever query length Q."),
+      candidate_seq_len=flags.DEFINE_integer("candidate_seq_len", candidate_seq_len,
+                                             "Retriever document length C."))
+
+
+def define_index_implementation_flag(help_text: str) -> flags.FlagHolder:
+  return flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"], help_text)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerFlags:
+  """Holders of define_trainer_flags' flags: ModelFlags, DeviceFlags, --jit_compile and LoopFlags in one
+  (each holder also by its name here; model and device are the groups, for their setup)."""
+  model: ModelFlags
+  device: DeviceFlags
+  model_dir: flags.FlagHolder
+  vocab_path: flags.FlagHolder
+  do_lower_case: flags.FlagHolder
+  bert_config: flags.FlagHolder
+  embedder_pooling: flags.FlagHolder
+  seed: flags.FlagHolder
+  strategy: flags.FlagHolder
+  tpu: flags.FlagHolder
+  num_cpu_devices: flags.FlagHolder
+  mixed_precision: flags.FlagHolder
+  jit_compile: flags.FlagHolder
+  batch_size: flags.FlagHolder
+  learning_rate: flags.FlagHolder
+  adam_bias_correction: flags.FlagHolder
+  num_train_steps: flags.FlagHolder
+  save_checkpoints_steps: flags.FlagHolder
+  keep_checkpoint_max: flags.FlagHolder
+  log_every_steps: flags.FlagHolder
+  steps_per_loop: flags.FlagHolder
+
+  def loop_options(self) -> loop.LoopOptions:
+    return loop.LoopOptions(
+        model_dir=self.model_dir.value, num_train_steps=self.num_train_steps.value,
+        save_checkpoints_steps=self.save_checkpoints_steps.value,
+        keep_checkpoint_max=self.keep_checkpoint_max.value,
+        log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value,
+        global_batch_size=self.batch_size.value, steps_per_loop=self.steps_per_loop.value)
+
+  def setup(self):
+    """Strategy (logical CPUs first), precision policy, BERT config; returns (strategy, bert_config)."""
+    return self.device.setup(), self.model.bert()
+
+
+def define_trainer_flags(batch_size: int, learning_rate: float, num_train_steps: int,
+                         save_checkpoints_steps: int) -> TrainerFlags:
+  """Defines the shared flags of a loop trainer with this binary's defaults, as its key flags."""
+  model = define_model_flags()
+  device = define_device_flags()
+  jit_compile = define_jit_compile_flag()
+  loop_flags = define_loop_flags(batch_size, learning_rate, num_train_steps, save_checkpoints_steps)
+  return TrainerFlags(**vars(model), **vars(device), jit_compile=jit_compile, **vars(loop_flags),
+                      model=model, device=device)
