@@ -173,8 +173,6 @@ def open_checkpoint(checkpoint: Union[str, sources.TFCheckpointSource],
   return source
 
 
-
-
 def _enclosing_scopes(scope: str) -> List[str]:
   """The scopes strictly enclosing `scope`, deepest first: "a/b/c/" -> ["a/b/", "a/", ""]."""
   parts = scope.rstrip("/").split("/")
@@ -431,10 +429,6 @@ def sequence_lengths(layout: Layout, retriever_config: Optional[bert.BertConfig]
           f"{positions}) = {min(original, positions)}")
     lengths[name] = int(value)
   return lengths
-
-
-# ------------------------------------------------------------------------------------------------
-# Loading into models.
 
 
 # ------------------------------------------------------------------------------------------------
