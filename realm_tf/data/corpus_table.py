@@ -31,9 +31,9 @@ def document_fingerprint(title: tf.Tensor, body: tf.Tensor) -> tf.Tensor:
   return tf.strings.to_hash_bucket_fast(joined, 2**62)
 
 
-def _id_hashes(doc_ids: Sequence[bytes]) -> np.ndarray:
+def _id_hashes(doc_ids: List[bytes]) -> np.ndarray:
   """int64 hashes of doc ids: which rows of two corpus versions are the same document."""
-  if not len(doc_ids):  # pylint: disable=g-explicit-length-test (numpy arrays too)
+  if not doc_ids:
     return np.zeros([0], np.int64)
   return tf.strings.to_hash_bucket_fast(tf.constant(doc_ids, tf.string), 2**62).numpy()
 
@@ -181,9 +181,9 @@ class CorpusTable:
     id_bytes = [str(i).encode("utf-8") for i in doc_ids]
     fingerprints = document_fingerprint(tf.constant(title_bytes, tf.string),
                                         tf.constant(body_bytes, tf.string)).numpy()
-    return cls(source, Texts.from_bytes(title_bytes), Texts.from_bytes(body_bytes), Texts.from_bytes(id_bytes),
-               RaggedRows.from_lists(title_rows), RaggedRows.from_lists(body_rows), fingerprints,
-               _id_hashes(id_bytes))
+    return cls(source, Texts.from_bytes(title_bytes), Texts.from_bytes(body_bytes),
+               Texts.from_bytes(id_bytes), RaggedRows.from_lists(title_rows),
+               RaggedRows.from_lists(body_rows), fingerprints, _id_hashes(id_bytes))
 
   # -------------------------------------------------------------------------------------------------------
   # Lookups.

@@ -76,7 +76,13 @@ def pad_examples(tokenizer, examples: TokenizedExamples, passage_seq_len: int, a
                  with_answers: bool = True) -> ReaderFeatures:
   """Truncates the pairs at L = passage_seq_len wordpieces (FiD truncates at text_maxlength), the
   answers at T - 1 (T = answer_seq_len), and pads; with_answers=False gives empty targets (prediction).
-  L and T are the reader's (FidConfig.passage_seq_len, answer_seq_len)."""
+
+  Args:
+    tokenizer: realm_tf.tokenization.Tokenizer (pad id 0, [CLS] start, [SEP] end).
+    examples: from tokenize_examples (B questions, n pairs each), possibly answer-substituted.
+    passage_seq_len, answer_seq_len: L and T, the reader's (FidConfig fields).
+    with_answers: False gives all-zero target masks (prediction).
+  """
   n = len(examples.pairs[0]) if examples.pairs else 0
   passage_ids, passage_mask = _pad([ids for pairs in examples.pairs for ids in pairs], passage_seq_len)
   shape = [len(examples.pairs), n, passage_seq_len]
@@ -88,25 +94,6 @@ def pad_examples(tokenizer, examples: TokenizedExamples, passage_seq_len: int, a
     target_mask[:] = 0
   return ReaderFeatures(passage_ids.reshape(shape), passage_mask.reshape(shape), decoder_input_ids,
                         target_ids, target_mask)
-
-
-def featurize(tokenizer, questions: Sequence[str], passages: Sequence[Sequence[Tuple[str, str]]],
-              passage_seq_len: int, answer_seq_len: int,
-              answers: Optional[Sequence[str]] = None) -> ReaderFeatures:
-  """Tokenizes and pads reader inputs.
-
-  Args:
-    tokenizer: realm_tf.tokenization.Tokenizer (pad id 0, [CLS] start, [SEP] end).
-    questions: B question strings.
-    passages: B lists of n (title, body) pairs, the same n for every question.
-    passage_seq_len, answer_seq_len: L and T (the reader's FidConfig fields).
-    answers: B target strings (training); None gives empty targets (prediction).
-
-  Returns:
-    ReaderFeatures; the formatted text is truncated at L wordpieces, the answer at T - 1 pieces.
-  """
-  return pad_examples(tokenizer, tokenize_examples(tokenizer, questions, passages, answers),
-                      passage_seq_len, answer_seq_len, with_answers=answers is not None)
 
 
 def detokenize(tokenizer, ids: Sequence[int]) -> str:

@@ -12,8 +12,8 @@ def features(tokenizer, passage_seq_len=24, answer_seq_len=6, answers=("abc 12",
   L = 24 truncates inside the title)."""
   questions = ["who is abc?", "what is xyz?"]
   passages = [[("t1", "abc 12 is here"), ("t2", "nothing")], [("t3", "xyz there"), ("t4", "padding")]]
-  return fid_features.featurize(tokenizer, questions, passages, passage_seq_len, answer_seq_len,
-                                list(answers))
+  examples = fid_features.tokenize_examples(tokenizer, questions, passages, list(answers))
+  return fid_features.pad_examples(tokenizer, examples, passage_seq_len, answer_seq_len)
 
 
 class FeaturizeTest(tf.test.TestCase):

@@ -58,9 +58,10 @@ class DistillationGradientTest(tf.test.TestCase):
                                                           num_layers=1, intermediate_size=32),
                                          projection_size=8)
     model = fid_distillation.RetrieverDistillation(retriever, reader_temperature=0.5)
-    features = fid_features.featurize(self.tokenizer, ["q a", "q b"],
-                                      [[("x", "a b"), ("y", "c"), ("z", "d e")]] * 2,
-                                      config.passage_seq_len, config.answer_seq_len, ["a", "b"])
+    examples = fid_features.tokenize_examples(self.tokenizer, ["q a", "q b"],
+                                              [[("x", "a b"), ("y", "c"), ("z", "d e")]] * 2, ["a", "b"])
+    features = fid_features.pad_examples(self.tokenizer, examples, config.passage_seq_len,
+                                         config.answer_seq_len)
     rng = np.random.default_rng(1)
     ids = rng.integers(5, self.tokenizer.vocab_size, size=[2, 3, 8]).astype(np.int32)
     with tf.GradientTape(persistent=True) as tape:

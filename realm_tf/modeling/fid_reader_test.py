@@ -28,8 +28,8 @@ def _tiny_config(vocab_size, **overrides):
 def _features(tokenizer, config):
   questions = ["who is abc?", "what is xyz?"]
   passages = [[("t1", "abc 12 is here"), ("t2", "nothing")], [("t3", "xyz there"), ("t4", "padding")]]
-  return fid_features.featurize(tokenizer, questions, passages, config.passage_seq_len,
-                                config.answer_seq_len, ["abc 12", "xyz"])
+  examples = fid_features.tokenize_examples(tokenizer, questions, passages, ["abc 12", "xyz"])
+  return fid_features.pad_examples(tokenizer, examples, config.passage_seq_len, config.answer_seq_len)
 
 
 class _Seeded(tf.test.TestCase):
