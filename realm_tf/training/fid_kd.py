@@ -9,14 +9,16 @@ here one process runs them all, for --iterations rounds:
      passages instead, as the paper starts from BM25);
   2. train a FRESHLY INITIALIZED reader on the training questions (re-initialized every iteration, as in
      the paper, whose reader restarts from pre-trained T5: a BERT encoder is re-loaded from
-     reader_init_checkpoint every iteration): first for reader_single_passage_steps on each question's highest-ranked answer-bearing
-     passage alone, then for reader_steps on its n passages, with answers substituted
-     (realm_tf.data.answer_substitution) so that it must read rather than memorize; measure its
-     exact match on the dev questions;
+     reader_init_checkpoint every iteration): first for reader_single_passage_steps on each question's
+     highest-ranked answer-bearing passage alone, then for reader_steps on its n passages, with answers
+     substituted (realm_tf.data.answer_substitution) so that it must read rather than memorize; measure
+     its exact match on the dev questions;
   3. compute the reader's cross-attention score of each retrieved training passage (on the original
-     passages; realm_tf.modeling.fid_reader.SCORE_AGGREGATIONS) and how often it ranks the gold passage first;
-  4. train the retriever on those passages with the KL loss for retriever_steps (only on the questions
-     whose passages hold an answer, with distill_answer_bearing_only);
+     passages; realm_tf.modeling.fid_reader.SCORE_AGGREGATIONS) and how often it ranks the gold passage
+     first;
+  4. train the retriever on those passages with the KL loss (realm_tf.modeling.fid_distillation) for
+     retriever_steps (only on the questions whose passages hold an answer, with
+     distill_answer_bearing_only);
   5. measure the distilled retriever's recall@k on the dev questions (re-embedding the corpus) and, with
      keep_better_retriever, keep it only if its selection_metric (e.g. gold_recall@5) is not below the
      round's start; otherwise the next round starts from the retriever this round started from (model
@@ -44,8 +46,9 @@ A run's model dir:
                                        (resuming from its retriever_after)
   fid_kd_summary.json                  all iterations' metrics
 
-Scale: the corpus (titles, bodies, packed candidates) and the questions are held in host memory and the
-index is exact, which suits testdata- and SQuAD-sized corpora, not a 21M-passage Wikipedia.
+Scale: the corpus (realm_tf.data.corpus_table.CorpusTable, plus every document's packed candidate
+inputs) and the questions are held in host memory and the index is exact, which suits testdata- and
+SQuAD-sized corpora, not a 21M-passage Wikipedia.
 """
 
 import dataclasses
