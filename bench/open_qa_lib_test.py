@@ -38,6 +38,12 @@ class TrainingParagraphsTest(tf.test.TestCase):
 
 class ReaderTrainingTest(tf.test.TestCase):
 
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # One featurizer for both tests: tracing it takes most of a test's time on a busy machine.
+    cls.featurize = staticmethod(open_qa_lib.make_featurizer(_tokenizer(), _SEQ_LEN))
+
   def _reader(self, tokenizer):
     config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
                               attention_probs_dropout_prob=0.0)
@@ -47,7 +53,7 @@ class ReaderTrainingTest(tf.test.TestCase):
     tf.keras.utils.set_random_seed(1)
     tokenizer = _tokenizer()
     reader = self._reader(tokenizer)
-    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
+    featurize = self.featurize
     features = featurize(tf.constant(["who was born in paris?", "who?"]),
                          tf.constant([["the city of paris is big", "paris again"],
                                       ["no answer here", "nor here"]]),
@@ -71,7 +77,7 @@ class ReaderTrainingTest(tf.test.TestCase):
     tf.keras.utils.set_random_seed(2)
     tokenizer = _tokenizer()
     reader = self._reader(tokenizer)
-    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
+    featurize = self.featurize
     bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
     train = [qa.QAExample("what lights the river?", ["lantern"]),
              qa.QAExample("what did the astronomer use?", ["telescope"])]
