@@ -13,6 +13,7 @@ Resuming continues the same data stream: the dataset function receives the numbe
 consumed and skips them, so the order is a function of the seed and the step (given the same index).
 """
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -20,6 +21,7 @@ import os
 import time
 from typing import Callable, Dict, Optional
 
+from absl import logging
 import orbit
 import tensorflow as tf
 
@@ -293,6 +295,22 @@ def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf
   return strategy.distribute_datasets_from_function(dataset_for)
 
 
+@contextlib.contextmanager
+def _orbit_lines_in_the_log_only():
+  """Sends orbit.Controller's own lines ("train | step ...", one per loop, and its save/restore lines) to
+  the absl log only.
+
+  Why: orbit prints each of them to stdout as well (orbit.controller._log, with no option to stop it); at
+  --steps_per_loop=1 that is a line per step beside realm_tf's progress line every --log_every_steps.
+  """
+  original = orbit.controller._log  # pylint: disable=protected-access
+  orbit.controller._log = logging.info  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    orbit.controller._log = original  # pylint: disable=protected-access
+
+
 def train(model, optimizer, strategy: tf.distribute.Strategy,
           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
           warm_start: Optional[Callable[[], None]] = None,
@@ -329,7 +347,7 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
                                          global_step=optimizer.iterations)
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
-  with preemption.sigterm_requests_stop() as stop:
+  with preemption.sigterm_requests_stop() as stop, _orbit_lines_in_the_log_only():
     after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, after_step, log)
     # Restores the newest readable checkpoint, or warm-starts (_CheckpointManager).
     controller = orbit.Controller(

@@ -1,5 +1,7 @@
 """Tests of the shared training loop: its stop on non-finite values and how it resumes."""
 
+import contextlib
+import io
 import os
 
 import numpy as np
@@ -74,6 +76,20 @@ class NonFiniteTest(tf.test.TestCase):
   def test_finite_run_reports_no_check_value(self):
     metrics = self._train(_Regression(), os.path.join(self.get_temp_dir(), "fine"))
     self.assertEqual(set(metrics), {"loss", "mse", "steps_per_second"})
+
+  def test_stdout_holds_the_progress_lines_not_one_orbit_line_per_step(self):
+    model = _Regression()
+    model(tf.zeros([1, 3]))
+    options = loop.LoopOptions(model_dir=os.path.join(self.get_temp_dir(), "quiet"), num_train_steps=6,
+                               save_checkpoints_steps=3, log_every_steps=3, jit_compile=False)
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+      loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _batches,
+                 options)
+    lines = stdout.getvalue().splitlines()
+    self.assertEqual([line.split(":")[0] for line in lines if line.startswith("step ")],
+                     ["step 3/6", "step 6/6"])
+    self.assertFalse([line for line in lines if "train | step" in line], lines)
 
 
 
