@@ -94,15 +94,20 @@ def make_featurizer(tokenizer, seq_len: int):
   return featurize
 
 
-def training_dataset_fn(featurize, bodies: List[str], train, pairs: np.ndarray, order: np.ndarray,
-                        batch_size: int) -> Callable[[int], tf.data.Dataset]:
+def training_dataset_fn(featurize, seq_len: int, bodies: List[str], train, pairs: np.ndarray,
+                        order: np.ndarray, batch_size: int) -> Callable[[int], tf.data.Dataset]:
   """loop.train's dataset_fn: batch i reads questions order[i * batch_size:(i + 1) * batch_size] of
-  train, each with its two paragraphs pairs[question] (rows of bodies), as OrqaReader's features (no
-  retriever features: the reader's loss alone); batches are made on the host ahead of the step."""
+  train, each with its paragraphs pairs[question] (rows of bodies), as OrqaReader's features from
+  featurize (make_featurizer's, for seq_len) without retriever features (the reader's loss alone);
+  batches are made on the host ahead of the step."""
   num_batches = len(order) // batch_size
   names = orqa_reader.FEATURES
-  # Every dimension may vary (the gold spans per paragraph do), so nothing but the rank is fixed.
-  signature = {name: tf.TensorSpec([None] * 3, tf.int32) for name in names}
+  # Static shapes but for the gold spans per paragraph, which vary: XLA compiles one program per
+  # count of them, and the reader checks its length statically.
+  reader = tf.TensorSpec([batch_size, pairs.shape[1], seq_len], tf.int32)
+  gold = tf.TensorSpec([batch_size, pairs.shape[1], None], tf.int32)
+  signature = {name: gold if name in (orqa_reader.GOLD_STARTS, orqa_reader.GOLD_ENDS) else reader
+               for name in names}
 
   def dataset_fn(start: int) -> tf.data.Dataset:
     def batches():

@@ -82,11 +82,12 @@ class ReaderTrainingTest(tf.test.TestCase):
     train = [qa.QAExample("what lights the river?", ["lantern"]),
              qa.QAExample("what did the astronomer use?", ["telescope"])]
     pairs = np.array([[0, 2], [1, 0]])
-    dataset_fn = open_qa_lib.training_dataset_fn(featurize, bodies, train, pairs, np.array([0, 1, 1, 0]),
-                                                 batch_size=2)
+    dataset_fn = open_qa_lib.training_dataset_fn(featurize, _SEQ_LEN, bodies, train, pairs,
+                                                 np.array([0, 1, 1, 0]), batch_size=2)
     first = next(iter(dataset_fn(0)))
     self.assertEqual(sorted(first), sorted(orqa_reader.FEATURES))
     self.assertEqual(first["reader_token_ids"].shape, (2, 2, _SEQ_LEN))
+    self.assertEqual(dataset_fn(0).element_spec["gold_starts"].shape.as_list(), [2, 2, None])
     self.assertLen(list(dataset_fn(1)), 1)  # a resume at batch 1 of 2 gets the last batch only
     model = orqa_reader.OrqaReader(reader)
     model(first)

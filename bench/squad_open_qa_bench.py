@@ -82,7 +82,8 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
   model = orqa_reader.OrqaReader(reader)
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value)
   batch = _BATCH_SIZE.value
-  dataset_fn = open_qa_lib.training_dataset_fn(featurize, bodies, train, pairs, order, batch)
+  dataset_fn = open_qa_lib.training_dataset_fn(featurize, _SEQ_LEN.value, bodies, train, pairs, order,
+                                               batch)
   curve = loss_curve.train(model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value,
                            _JIT_COMPILE.value, _log)
   median_step_s = float(np.median(curve.step_seconds))
