@@ -20,8 +20,8 @@ _QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_q
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate instead of the best.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "Where metrics and predictions go (MODEL_DIR/eval).")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
-_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20", "100"], "Cut-offs of retriever recall@k.")
-_SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False, "Skip malformed QA records instead of failing.")
+_RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
+_SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
 
 
@@ -29,10 +29,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   strategy = _DEVICE.setup()
-  try:
-    ks = [int(k) for k in _KS.value]
-  except ValueError:
-    raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from None
+  ks = _RECALL.ks()
   result = orqa_evaluation.evaluate_model_dir(
       _MODEL_DIR.value, _QA.value, output_dir=_OUTPUT.value, checkpoint=_CHECKPOINT.value,
       batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value, strategy=strategy,

@@ -26,12 +26,11 @@ _MODEL = trainer_flags.define_model_flags(
     "testdata an untrained mean-pooled retriever starts at 10% recall@5 and the reader's scores lift it to "
     "about a third, the [CLS] pooler from 1% to 5%) or pooler (the original REALM's).")
 _RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=32, candidate_seq_len=128)
-_TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (realm_tf.data.qa.load_qa input).",
-                             required=True)
-_DEV = flags.DEFINE_string("dev_path", None, "Dev QA file: recall@k and reader exact match per iteration.",
-                           required=True)
-_RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None, "Initial retriever (REALM / ICT / ORQA / "
-                                 "converted checkpoint or its directory); default: an untrained one.")
+_QA = trainer_flags.define_qa_data_flags(
+    dev_help="Dev QA file: recall@k and reader exact match per iteration.", dev_required=True)
+_RETRIEVER = trainer_flags.define_retriever_checkpoint_flag(
+    "Initial retriever (REALM / ICT / ORQA / converted checkpoint or its directory); default: an untrained "
+    "one.")
 _INITIAL_PASSAGES = flags.DEFINE_enum("initial_passages", "bm25", fid_kd.INITIAL_PASSAGES,
                                       "Passages the iteration-0 reader reads: BM25's, as the paper starts, "
                                       "or the initial retriever's (dense; for a trained "
@@ -93,10 +92,9 @@ _ANSWER_BEARING = flags.DEFINE_bool(
     "distill_answer_bearing_only", True,
     "Distil only the training questions whose n passages hold an answer (the reader's attention over "
     "passages that are all irrelevant is noise to the retriever).")
-_KS = flags.DEFINE_list("recall_ks", ["1", "5", "20"], "Recall cut-offs.")
+_RECALL = trainer_flags.define_recall_flags(fid_kd.FidKdOptions.recall_ks)
 _MAX_TRAIN = flags.DEFINE_integer("max_train_examples", None, "Use the first N training questions only.")
-_MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Use the first N dev questions only.")
-_EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Corpus embedding batch size.")
+_EMBED_BATCH = trainer_flags.define_embed_batch_size_flag()
 _JIT = trainer_flags.define_jit_compile_flag(default=False)
 _KEEP_BETTER = flags.DEFINE_bool(
     "keep_better_retriever", True,
@@ -119,10 +117,7 @@ def main(argv):
       embedder_layer_norm_epsilon=retriever.embedder_layer_norm_epsilon.value,
       query_seq_len=retriever.query_seq_len.value, candidate_seq_len=retriever.candidate_seq_len.value,
       embedder_pooling=_MODEL.embedder_pooling.value)
-  try:
-    ks = tuple(int(k) for k in _KS.value)
-  except ValueError as e:
-    raise app.UsageError(f"--recall_ks must be integers, got {_KS.value}") from e
+  ks = _RECALL.ks()
   try:
     reader_bert = (fid_reader.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
                    if _READER_INIT.value else None)
@@ -137,7 +132,7 @@ def main(argv):
   options = fid_kd.FidKdOptions(
       config=config, fid=reader, model_dir=_MODEL.model_dir.value,
       retrieval_corpus_path=retriever.retrieval_corpus_path.value,
-      train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
+      train_path=_QA.train_path.value, dev_path=_QA.dev_path.value, retriever_checkpoint=_RETRIEVER.value,
       initial_passages=_INITIAL_PASSAGES.value, iterations=_ITERATIONS.value, num_passages=_N.value,
       reader_steps=_READER_STEPS.value, retriever_steps=_RETRIEVER_STEPS.value,
       reader_batch_size=_READER_BATCH.value, retriever_batch_size=_RETRIEVER_BATCH.value,
@@ -146,7 +141,7 @@ def main(argv):
       reader_answer_substitution_rate=_SUBSTITUTION.value,
       reader_single_passage_steps=_SINGLE_STEPS.value, reader_score_aggregation=_AGGREGATION.value,
       distill_answer_bearing_only=_ANSWER_BEARING.value, recall_ks=ks,
-      max_train_examples=_MAX_TRAIN.value, max_eval_examples=_MAX_EVAL.value,
+      max_train_examples=_MAX_TRAIN.value, max_eval_examples=_QA.max_eval_examples.value,
       embed_batch_size=_EMBED_BATCH.value, jit_compile=_JIT.value, seed=_MODEL.seed.value,
       keep_better_retriever=_KEEP_BETTER.value, selection_metric=_SELECTION.value,
       reader_init_checkpoint=_READER_INIT.value)

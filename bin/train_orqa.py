@@ -20,15 +20,13 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=8, learning_rate=1e-5, num_train_steps=1000,
                                             save_checkpoints_steps=500)
-_TRAIN = flags.DEFINE_string("train_path", None, "Training QA file (any realm_tf.data.qa.load_qa input: "
-                             ".jsonl, .json, .tsv or tfds:NAME/SPLIT).", required=True)
-_DEV = flags.DEFINE_string("dev_path", None, "Dev QA file for periodic evaluation and best-checkpoint "
-                           "selection.")
+_QA = trainer_flags.define_qa_data_flags(
+    dev_help="Dev QA file for periodic evaluation and best-checkpoint selection.", dev_required=False)
 _RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=64, candidate_seq_len=288)
 _INDEX_DIR = flags.DEFINE_string("index_dir", None, "A published index (MODEL_DIR/index/<step> of a REALM "
                                  "run) over --retrieval_corpus_path, instead of embedding the corpus.")
-_RETRIEVER = flags.DEFINE_string("retriever_checkpoint", None,
-                                 "REALM / ICT / ORQA / converted checkpoint (or its directory).")
+_RETRIEVER = trainer_flags.define_retriever_checkpoint_flag(
+    "REALM / ICT / ORQA / converted checkpoint (or its directory).")
 _READER = flags.DEFINE_string("reader_checkpoint", None,
                               "BERT warm start of the reader (TF1 Google BERT, Hugging Face safetensors or "
                               "Model Garden TF2).")
@@ -43,9 +41,8 @@ _MAX_NUM_ANSWERS = flags.DEFINE_integer("max_num_answers", 10, "Answers per ques
 _MAX_ANSWER_LEN = flags.DEFINE_integer("max_answer_len", 16, "Wordpieces per answer matched in training.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 500, "Dev evaluation interval (and at the end).")
 _EVAL_BATCH = flags.DEFINE_integer("eval_batch_size", 32, "Dev prediction batch size.")
-_MAX_EVAL = flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N dev examples only.")
-_EMBED_BATCH = flags.DEFINE_integer("embed_batch_size", 128, "Batch size of the corpus embedding.")
-_SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False, "Skip malformed QA records instead of failing.")
+_EMBED_BATCH = trainer_flags.define_embed_batch_size_flag()
+_SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 
 
 def main(argv):
@@ -70,12 +67,12 @@ def main(argv):
   options = orqa_trainer.OrqaTrainerOptions(
       config=config, orqa=orqa,
       loop=_FLAGS.loop_options(),
-      train_path=_TRAIN.value, dev_path=_DEV.value, retriever_checkpoint=_RETRIEVER.value,
+      train_path=_QA.train_path.value, dev_path=_QA.dev_path.value, retriever_checkpoint=_RETRIEVER.value,
       index_dir=_INDEX_DIR.value, reader_checkpoint=_READER.value, batch_size=_FLAGS.batch_size.value,
       learning_rate=_FLAGS.learning_rate.value,
       adam_bias_correction=_FLAGS.adam_bias_correction.value,
       eval_every_steps=_EVAL_EVERY.value, eval_batch_size=_EVAL_BATCH.value,
-      max_eval_examples=_MAX_EVAL.value, embed_batch_size=_EMBED_BATCH.value,
+      max_eval_examples=_QA.max_eval_examples.value, embed_batch_size=_EMBED_BATCH.value,
       skip_invalid=_SKIP_INVALID.value, seed=_FLAGS.seed.value)
   summary = orqa_trainer.train(options, strategy, log=logging.info)
   best = summary.get("best")

@@ -10,6 +10,11 @@
   define_retriever_flags   --retrieval_corpus_path --projection_size --embedder_layer_norm_epsilon
                            --query_seq_len --candidate_seq_len (a retriever over a retrieval corpus)
   define_index_implementation_flag  --index_implementation
+  define_retriever_checkpoint_flag  --retriever_checkpoint
+  define_embed_batch_size_flag      --embed_batch_size
+  define_qa_data_flags     --train_path --dev_path --max_eval_examples (a trainer's QA files)
+  define_skip_invalid_flag --skip_invalid
+  define_recall_flags      --recall_ks (retriever recall@k of an evaluation)
   define_trainer_flags     model + device + jit + loop: what every bin/train_* loop trainer takes
 
 As Model Garden's official/common/flags.py does, so the binaries agree on names, meanings and help; each
@@ -18,6 +23,9 @@ plain arguments (flags_util turns values into library objects).
 """
 
 import dataclasses
+from typing import Sequence
+
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -165,6 +173,66 @@ def define_retriever_flags(query_seq_len: int, candidate_seq_len: int,
 
 def define_index_implementation_flag(help_text: str) -> flags.FlagHolder:
   return flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"], help_text)
+
+
+def define_retriever_checkpoint_flag(help_text: str) -> flags.FlagHolder:
+  # Help per binary: bin/train_orqa needs a trained retriever, bin/train_fid_kd starts untrained without.
+  return flags.DEFINE_string("retriever_checkpoint", None, help_text)
+
+
+def define_embed_batch_size_flag() -> flags.FlagHolder:
+  return flags.DEFINE_integer("embed_batch_size", 128, "Batch size of the corpus embedding.")
+
+
+@dataclasses.dataclass(frozen=True)
+class QaDataFlags:
+  """Holders of define_qa_data_flags' flags."""
+  train_path: flags.FlagHolder
+  dev_path: flags.FlagHolder
+  max_eval_examples: flags.FlagHolder
+
+
+def define_qa_data_flags(dev_help: str, dev_required: bool) -> QaDataFlags:
+  """A QA trainer's training and dev questions (bin/train_orqa, bin/train_fid_kd).
+
+  The dev file's help and whether it is required are the binary's: bin/train_orqa trains without one
+  (no periodic evaluation, no best checkpoint), bin/train_fid_kd needs it to accept or reject each round.
+  """
+  return QaDataFlags(
+      train_path=flags.DEFINE_string("train_path", None, "Training QA file (any realm_tf.data.qa.load_qa "
+                                     "input: .jsonl, .json, .tsv or tfds:NAME/SPLIT).", required=True),
+      dev_path=flags.DEFINE_string("dev_path", None, dev_help, required=dev_required),
+      max_eval_examples=flags.DEFINE_integer("max_eval_examples", None,
+                                             "Evaluate on the first N dev questions only."))
+
+
+def define_skip_invalid_flag(
+    help_text: str = "Skip malformed QA records instead of failing.") -> flags.FlagHolder:
+  # Help per binary: what a malformed record is (a QA record, a corpus document) and whether it is counted.
+  return flags.DEFINE_bool("skip_invalid", False, help_text)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecallFlags:
+  """Holder of define_recall_flags' flag."""
+  recall_ks: flags.FlagHolder
+
+  def ks(self) -> tuple[int, ...]:
+    """The cut-offs as integers; a usage error names the flag otherwise."""
+    try:
+      return tuple(int(k) for k in self.recall_ks.value)
+    except ValueError:
+      raise app.UsageError(f"--recall_ks must be integers, got {self.recall_ks.value}") from None
+
+
+def define_recall_flags(recall_ks: Sequence[int]) -> RecallFlags:
+  """The cut-offs of retriever recall@k (bin/eval_orqa, bin/train_fid_kd).
+
+  The default is the binary's library's (orqa_evaluation.DEFAULT_RECALL_KS, up to the 100 blocks ORQA
+  reports; fid_kd.FidKdOptions.recall_ks, up to 20 for the dev recall of every round).
+  """
+  return RecallFlags(recall_ks=flags.DEFINE_list("recall_ks", [str(k) for k in recall_ks],
+                                                 "Cut-offs of retriever recall@k."))
 
 
 @dataclasses.dataclass(frozen=True)
