@@ -18,12 +18,9 @@ from absl import logging
 from realm_tf.data import pretraining
 from realm_tf.data import salient_spans
 from realm_tf.data import text_records
+from realm_tf.training import trainer_flags
 
-_INPUT_PATH = flags.DEFINE_string("input_path", None, "JSONL or TSV file of documents.", required=True)
-_OUTPUT_PREFIX = flags.DEFINE_string("output_prefix", None, "Path prefix of the output shards.",
-                                     required=True)
-_NUM_OUTPUT_SHARDS = flags.DEFINE_integer(
-    "num_output_shards", 50, "Number of shards (at most one per document).", lower_bound=1)
+_CORPUS = trainer_flags.define_document_corpus_flags()
 _ANNOTATOR = flags.DEFINE_string(
     "annotator", "builtin",
     "Salient-span annotator for documents without spans: builtin (dates + capitalized entities), dates, "
@@ -35,8 +32,6 @@ _SENTENCE_SPLITTER = flags.DEFINE_string(
     "module.path:ClassOrFactory (a realm_tf.data.salient_spans.SentenceSplitter).")
 _REANNOTATE = flags.DEFINE_bool(
     "reannotate", False, "Recompute sentences and spans of pre-annotated input instead of keeping them.")
-_SKIP_INVALID = flags.DEFINE_bool("skip_invalid", False,
-                                  "Skip malformed records (and report how many) instead of failing.")
 
 
 def main(argv):
@@ -47,14 +42,14 @@ def main(argv):
     splitter = salient_spans.load_sentence_splitter(_SENTENCE_SPLITTER.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  skipped = text_records.SkipCounter() if _SKIP_INVALID.value else None
+  skipped = text_records.SkipCounter() if _CORPUS.skip_invalid.value else None
 
   def documents():
-    return pretraining.read_raw_documents(_INPUT_PATH.value, skipped, reannotate=_REANNOTATE.value)
+    return pretraining.read_raw_documents(_CORPUS.input_path.value, skipped, reannotate=_REANNOTATE.value)
 
   try:
     stats = pretraining.write_pretraining_corpus(
-        documents, _OUTPUT_PREFIX.value, _NUM_OUTPUT_SHARDS.value, annotator=annotator,
+        documents, _CORPUS.output_prefix.value, _CORPUS.num_output_shards.value, annotator=annotator,
         sentence_splitter=splitter, skipped=skipped, log=logging.info)
   except text_records.InputError as e:
     raise app.UsageError(str(e)) from e
@@ -63,8 +58,8 @@ def main(argv):
   if stats.num_annotated:
     logging.info("annotated %d documents with %s (sentences: %s)", stats.num_annotated, annotator.name,
                  splitter.name)
-  logging.info("wrote %s under %s", stats.summary(), _OUTPUT_PREFIX.value)
-  print(f"wrote {stats.summary()} under {_OUTPUT_PREFIX.value}")
+  logging.info("wrote %s under %s", stats.summary(), _CORPUS.output_prefix.value)
+  print(f"wrote {stats.summary()} under {_CORPUS.output_prefix.value}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The absl flags the binaries share, each declared once here, in groups a binary defines together.
 
   define_model_dir_flag    --model_dir
+  define_vocab_flags       --vocab_path --do_lower_case
   define_model_flags       --model_dir --vocab_path --do_lower_case --bert_config --embedder_pooling --seed
   define_device_flags      --strategy --tpu --num_cpu_devices --mixed_precision
   define_jit_compile_flag  --jit_compile
@@ -15,6 +16,8 @@
   define_qa_data_flags     --train_path --dev_path --max_eval_examples (a trainer's QA files)
   define_skip_invalid_flag --skip_invalid
   define_recall_flags      --recall_ks (retriever recall@k of an evaluation)
+  define_document_corpus_flags  --input_path --output_prefix --num_output_shards --skip_invalid
+                           (a bin/generate_*_corpus job: raw documents in, TFRecord shards out)
   define_trainer_flags     model + device + jit + loop: what every bin/train_* loop trainer takes
 
 As Model Garden's official/common/flags.py does, so the binaries agree on names, meanings and help; each
@@ -63,14 +66,28 @@ def define_model_dir_flag(help_text: str) -> flags.FlagHolder:
   return flags.DEFINE_string("model_dir", None, help_text, required=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class VocabFlags:
+  """Holders of define_vocab_flags' flags."""
+  vocab_path: flags.FlagHolder
+  do_lower_case: flags.FlagHolder
+
+
+def define_vocab_flags() -> VocabFlags:
+  """The BERT wordpiece vocab and its casing (a model's, or bin/generate_retrieval_corpus's tokenizer)."""
+  return VocabFlags(
+      vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
+      do_lower_case=flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased BERT)."))
+
+
 def define_model_flags(model_dir_help: str = "Checkpoints, summaries, run config.",
                        embedder_pooling: str = embedder.POOLER,
                        pooling_help: str = _POOLING_HELP) -> ModelFlags:
   """The run's model dir and its BERT / retriever model description."""
+  model_dir = define_model_dir_flag(model_dir_help)
+  vocab = define_vocab_flags()
   return ModelFlags(
-      model_dir=define_model_dir_flag(model_dir_help),
-      vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
-      do_lower_case=flags.DEFINE_bool("do_lower_case", True, "Uncased vocab."),
+      model_dir=model_dir, vocab_path=vocab.vocab_path, do_lower_case=vocab.do_lower_case,
       bert_config=flags.DEFINE_string("bert_config", "tiny",
                                       "Preset (tiny, bert_base) or a bert_config.json / config.json."),
       embedder_pooling=flags.DEFINE_enum("embedder_pooling", embedder_pooling, list(embedder.POOLINGS),
@@ -233,6 +250,29 @@ def define_recall_flags(recall_ks: Sequence[int]) -> RecallFlags:
   """
   return RecallFlags(recall_ks=flags.DEFINE_list("recall_ks", [str(k) for k in recall_ks],
                                                  "Cut-offs of retriever recall@k."))
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentCorpusFlags:
+  """Holders of define_document_corpus_flags' flags."""
+  input_path: flags.FlagHolder
+  output_prefix: flags.FlagHolder
+  num_output_shards: flags.FlagHolder
+  skip_invalid: flags.FlagHolder
+
+
+def define_document_corpus_flags() -> DocumentCorpusFlags:
+  """A corpus job's documents and output shards (bin/generate_retrieval_corpus,
+  bin/generate_pretraining_corpus; both read realm_tf.data.text_records and write with shards.ShardedWriter,
+  which writes at most one shard per document)."""
+  return DocumentCorpusFlags(
+      input_path=flags.DEFINE_string("input_path", None, "JSONL or TSV file of documents.", required=True),
+      output_prefix=flags.DEFINE_string("output_prefix", None, "Path prefix of the output shards.",
+                                        required=True),
+      num_output_shards=flags.DEFINE_integer("num_output_shards", 50,
+                                             "Number of shards (at most one per document).", lower_bound=1),
+      skip_invalid=define_skip_invalid_flag(
+          "Skip malformed records (and report how many) instead of failing."))
 
 
 @dataclasses.dataclass(frozen=True)
