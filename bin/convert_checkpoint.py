@@ -33,6 +33,7 @@ from absl import logging
 
 from realm_tf.checkpoints import released
 from realm_tf.conversion import released_conversion
+from realm_tf.training import trainer_flags
 
 _INPUT = flags.DEFINE_string("input_checkpoint", None,
                              "Released checkpoint prefix, directory, or TF-Hub module directory (its "
@@ -55,8 +56,7 @@ _TITLES = flags.DEFINE_string("titles_path", None,
                               "block_emb: ORQA's titles.tfr, aligned with --blocks_path.")
 _HEADS = flags.DEFINE_integer("num_attention_heads", None,
                               "Attention heads when inferring the config (default hidden_size / 64).")
-_INDEX = flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"],
-                           "block_emb: MIPS implementation of the index.")
+_INDEX = trainer_flags.define_index_implementation_flag("block_emb: MIPS implementation of the index.")
 _QUERY_LEN = flags.DEFINE_integer("query_seq_len", None,
                                   "Retriever layouts: the query length written to realm_config.json; "
                                   "default min(original, the retriever BERT's position table): "

@@ -26,9 +26,9 @@ from absl import logging
 
 from realm_tf.export import saved_models
 from realm_tf.retrieval import index as index_lib
+from realm_tf.training import trainer_flags
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa (or REALM / ICT) model dir.",
-                                 required=True)
+_MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa (or REALM / ICT) model dir.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "New directory for the SavedModels.", required=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to export instead of the best/latest.")
 _INDEX_DIR = flags.DEFINE_string("index_dir", None,

@@ -15,8 +15,7 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=32, learning_rate=1e-4, num_train_steps=1000,
                                             save_checkpoints_steps=1000)
-_PRETRAINING = flags.DEFINE_string("pretraining_corpus_path", None,
-                                   "Prefix of bin/generate_pretraining_corpus output.", required=True)
+_PRETRAINING = trainer_flags.define_pretraining_corpus_flag()
 _INIT_BERT = flags.DEFINE_string("init_bert_checkpoint", None,
                                  "BERT warm start (TF1 Google BERT, HF safetensors, Model Garden TF2).")
 _PROJECTION = flags.DEFINE_integer("projection_size", 128, "Embedding dimension D.")

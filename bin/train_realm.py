@@ -17,8 +17,7 @@ from realm_tf.training import trainer_flags
 
 _FLAGS = trainer_flags.define_trainer_flags(batch_size=16, learning_rate=3e-5, num_train_steps=1000,
                                             save_checkpoints_steps=100)
-_PRETRAINING = flags.DEFINE_string("pretraining_corpus_path", None,
-                                   "Prefix of bin/generate_pretraining_corpus output.", required=True)
+_PRETRAINING = trainer_flags.define_pretraining_corpus_flag()
 _RETRIEVER_FLAGS = trainer_flags.define_retriever_flags(query_seq_len=96, candidate_seq_len=288)
 _SHARE = flags.DEFINE_bool("share_embedders", True, "One tower for queries and documents.")
 _M = flags.DEFINE_integer("max_masks", 10, "M.")

@@ -33,6 +33,7 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_update
 from realm_tf.training import frozen_index
 from realm_tf.training import orqa_model
+from realm_tf.training import trainer_flags
 
 _INDEX = flags.DEFINE_string(
     "index", None, "MODEL_DIR/index/<step> (or a REALM MODEL_DIR: its newest index), or an ORQA "
@@ -54,7 +55,7 @@ _CHECKPOINT = flags.DEFINE_string(
     "earlier update recorded).")
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Converted index: the new directory (default: <the converted index>-v<k>).")
-_KEEP = flags.DEFINE_integer("keep", 3, "REALM: published indexes to keep (as bin/refresh_doc_embeds).")
+_KEEP = trainer_flags.define_indexes_kept_flag("REALM: published indexes to keep (as bin/refresh_doc_embeds).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch.")
 
 

@@ -8,9 +8,11 @@
   define_loop_flags        --batch_size --learning_rate --adam_bias_correction --num_train_steps
                            --save_checkpoints_steps --keep_checkpoint_max --log_every_steps --steps_per_loop
   define_retrieval_corpus_flag   --retrieval_corpus_path
+  define_pretraining_corpus_flag --pretraining_corpus_path
   define_retriever_flags   --retrieval_corpus_path --projection_size --embedder_layer_norm_epsilon
                            --query_seq_len --candidate_seq_len (a retriever over a retrieval corpus)
   define_index_implementation_flag  --index_implementation
+  define_indexes_kept_flag  --keep (published REALM indexes)
   define_retriever_checkpoint_flag  --retriever_checkpoint
   define_embed_batch_size_flag      --embed_batch_size
   define_qa_data_flags     --train_path --dev_path --max_eval_examples (a trainer's QA files)
@@ -188,8 +190,18 @@ def define_retriever_flags(query_seq_len: int, candidate_seq_len: int,
                                              "Retriever document length C."))
 
 
+def define_pretraining_corpus_flag() -> flags.FlagHolder:
+  return flags.DEFINE_string("pretraining_corpus_path", None,
+                             "Prefix of bin/generate_pretraining_corpus output.", required=True)
+
+
 def define_index_implementation_flag(help_text: str) -> flags.FlagHolder:
   return flags.DEFINE_enum("index_implementation", "scann", ["scann", "brute_force"], help_text)
+
+
+def define_indexes_kept_flag(help_text: str = "Published indexes to keep.") -> flags.FlagHolder:
+  # Help per binary: bin/update_index keeps them only when it updates a REALM index.
+  return flags.DEFINE_integer("keep", 3, help_text)
 
 
 def define_retriever_checkpoint_flag(help_text: str) -> flags.FlagHolder:
