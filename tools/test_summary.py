@@ -1,10 +1,12 @@
 """Sums the JUnit XML files of Bazel test targets into one line: "N passed, N failed".
 
 Bazel reports targets; a user wants test cases. absltest writes one XML per target (to XML_OUTPUT_FILE),
-with a <testcase> per test method and <failure>/<error> children for the ones that failed.
+with a <testcase> per test method and <failure>/<error> children for the ones that failed. A target with
+shard_count = N writes one XML per shard instead, under shard_K_of_N/test.xml.
 """
 
 import argparse
+import glob
 import os
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -21,10 +23,40 @@ def count_cases(xml_path):
       skipped += 1
     else:
       passed += 1
-  # A target that crashed before any test ran leaves a suite-level error and no test cases.
-  if passed + failed + skipped == 0:
-    failed = 1
   return passed, failed, skipped
+
+
+def target_xml_paths(testlogs, label):
+  """The XML files a test target wrote: its test.xml, or one per shard when it is sharded."""
+  package, _, name = label.lstrip("/").partition(":")
+  target_dir = os.path.join(testlogs, package, name)
+  single = os.path.join(target_dir, "test.xml")
+  if os.path.exists(single):
+    return [single]
+  return sorted(glob.glob(os.path.join(target_dir, "shard_*_of_*", "test.xml")))
+
+
+def count_target(testlogs, label):
+  """Returns (passed, failed, skipped) over all of a target's XML files, printing why it failed."""
+  paths = target_xml_paths(testlogs, label)
+  if not paths:
+    print(f"{label}: no test.xml (the target did not run or crashed)", file=sys.stderr)
+    return 0, 1, 0
+  totals = [0, 0, 0]
+  for xml_path in paths:
+    try:
+      counts = count_cases(xml_path)
+    except ElementTree.ParseError as e:
+      print(f"{xml_path}: unreadable test XML ({e})", file=sys.stderr)
+      counts = (0, 1, 0)
+    totals = [t + c for t, c in zip(totals, counts)]
+  # A target that crashed before any test ran leaves a suite-level error and no test cases. (One shard
+  # of a sharded target may legitimately hold no cases, so the check is over the whole target.)
+  if sum(totals) == 0:
+    totals[1] = 1
+  if totals[1]:
+    print(f"{label}: {totals[1]} failed", file=sys.stderr)
+  return tuple(totals)
 
 
 def main():
@@ -34,19 +66,7 @@ def main():
   args = parser.parse_args()
   totals = [0, 0, 0]
   for label in args.targets.split():
-    package, _, name = label.lstrip("/").partition(":")
-    xml_path = os.path.join(args.testlogs, package, name, "test.xml")
-    if not os.path.exists(xml_path):
-      print(f"{label}: no test.xml (the target did not run or crashed)", file=sys.stderr)
-      totals[1] += 1
-      continue
-    try:
-      counts = count_cases(xml_path)
-    except ElementTree.ParseError as e:
-      print(f"{xml_path}: unreadable test XML ({e})", file=sys.stderr)
-      counts = (0, 1, 0)
-    if counts[1]:
-      print(f"{label}: {counts[1]} failed", file=sys.stderr)
+    counts = count_target(args.testlogs, label)
     totals = [t + c for t, c in zip(totals, counts)]
   passed, failed, skipped = totals
   print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))

@@ -1,0 +1,60 @@
+"""Tests tools/test_summary.py on JUnit XML trees laid out as Bazel writes them."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_summary.py")
+
+_PASS = '<testcase name="test_a"/>'
+_FAIL = '<testcase name="test_b"><failure message="boom"/></testcase>'
+_SKIP = '<testcase name="test_c"><skipped/></testcase>'
+
+
+def _write(path, cases):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(f'<testsuites><testsuite name="s">{"".join(cases)}</testsuite></testsuites>')
+
+
+class TestSummaryTest(unittest.TestCase):
+
+  def _run(self, testlogs, targets):
+    result = subprocess.run(
+        [sys.executable, _SCRIPT, f"--testlogs={testlogs}", f"--targets={targets}"],
+        capture_output=True, text=True, check=False)
+    return result.returncode, result.stdout.strip(), result.stderr
+
+  def test_single_and_sharded_targets_are_summed(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "plain_test", "test.xml"), [_PASS, _SKIP])
+      _write(os.path.join(logs, "pkg", "sharded_test", "shard_1_of_3", "test.xml"), [_PASS])
+      _write(os.path.join(logs, "pkg", "sharded_test", "shard_2_of_3", "test.xml"), [_PASS, _PASS])
+      # absltest may hand a shard no cases at all: not a crash while the target ran some.
+      _write(os.path.join(logs, "pkg", "sharded_test", "shard_3_of_3", "test.xml"), [])
+      rc, out, err = self._run(logs, "//pkg:plain_test //pkg:sharded_test")
+    self.assertEqual(rc, 0, err)
+    self.assertEqual(out, "4 passed, 0 failed, 1 skipped")
+
+  def test_a_failing_shard_fails_the_run(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "sharded_test", "shard_1_of_2", "test.xml"), [_PASS])
+      _write(os.path.join(logs, "pkg", "sharded_test", "shard_2_of_2", "test.xml"), [_FAIL])
+      rc, out, err = self._run(logs, "//pkg:sharded_test")
+    self.assertEqual(rc, 1)
+    self.assertEqual(out, "1 passed, 1 failed")
+    self.assertIn("//pkg:sharded_test: 1 failed", err)
+
+  def test_missing_or_empty_xml_counts_as_a_failure(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "empty_test", "test.xml"), [])
+      rc, out, err = self._run(logs, "//pkg:empty_test //pkg:absent_test")
+    self.assertEqual(rc, 1)
+    self.assertEqual(out, "0 passed, 2 failed")
+    self.assertIn("//pkg:absent_test: no test.xml", err)
+
+
+if __name__ == "__main__":
+  unittest.main()
