@@ -27,13 +27,20 @@ def count_cases(xml_path):
 
 
 def target_xml_paths(testlogs, label):
-  """The XML files a test target wrote: its test.xml, or one per shard when it is sharded."""
+  """The XML files a test target wrote: its test.xml, or one per shard when it is sharded.
+
+  Bazel never deletes the other kind: a target sharded since an earlier run (in the same output base)
+  still has that run's test.xml beside its shard directories, and one unsharded since still has shard
+  directories. The newer of the two is this run's.
+  """
   package, _, name = label.lstrip("/").partition(":")
   target_dir = os.path.join(testlogs, package, name)
-  single = os.path.join(target_dir, "test.xml")
-  if os.path.exists(single):
-    return [single]
-  return sorted(glob.glob(os.path.join(target_dir, "shard_*_of_*", "test.xml")))
+  single = [p for p in [os.path.join(target_dir, "test.xml")] if os.path.exists(p)]
+  shards = sorted(glob.glob(os.path.join(target_dir, "shard_*_of_*", "test.xml")))
+  if single and shards:
+    newest = lambda paths: max(os.path.getmtime(p) for p in paths)
+    return shards if newest(shards) > newest(single) else single
+  return single or shards
 
 
 def count_target(testlogs, label):

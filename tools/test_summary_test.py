@@ -38,6 +38,25 @@ class TestSummaryTest(unittest.TestCase):
     self.assertEqual(rc, 0, err)
     self.assertEqual(out, "4 passed, 0 failed, 1 skipped")
 
+  def test_the_newer_of_a_stale_test_xml_and_shard_xmls_counts(self):
+    with tempfile.TemporaryDirectory() as logs:
+      target = os.path.join(logs, "pkg", "resharded_test")
+      # An earlier unsharded run that timed out left an empty test.xml; this run's shards passed.
+      _write(os.path.join(target, "test.xml"), [])
+      with open(os.path.join(target, "test.xml"), "w"):
+        pass
+      os.utime(os.path.join(target, "test.xml"), (1000, 1000))
+      _write(os.path.join(target, "shard_1_of_2", "test.xml"), [_PASS])
+      _write(os.path.join(target, "shard_2_of_2", "test.xml"), [_PASS])
+      rc, out, err = self._run(logs, "//pkg:resharded_test")
+      self.assertEqual((rc, out), (0, "2 passed, 0 failed"), err)
+      # And the other way round: sharding removed since, the old shards' XML is older.
+      _write(os.path.join(target, "test.xml"), [_FAIL])
+      for shard in ("shard_1_of_2", "shard_2_of_2"):
+        os.utime(os.path.join(target, shard, "test.xml"), (1000, 1000))
+      rc, out, _ = self._run(logs, "//pkg:resharded_test")
+      self.assertEqual((rc, out), (1, "0 passed, 1 failed"))
+
   def test_a_failing_shard_fails_the_run(self):
     with tempfile.TemporaryDirectory() as logs:
       _write(os.path.join(logs, "pkg", "sharded_test", "shard_1_of_2", "test.xml"), [_PASS])
