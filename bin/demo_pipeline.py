@@ -189,6 +189,11 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
   model_dir = os.path.join(options.output_dir, "realm")
   refresher_log = os.path.join(options.output_dir, "refresh_doc_embeds.log")
   os.makedirs(options.output_dir, exist_ok=True)
+  latest = training_state.latest_step(model_dir) if os.path.isdir(model_dir) else None
+  if latest is not None and latest < options.realm_steps:
+    # A finished run continued to more steps: the trainer clears its old done marker only once it has
+    # started, and a refresher started before that would take the marker as the end of training.
+    training_state.clear_done_marker(model_dir)
   with open(refresher_log, "w") as log_file:
     refresher = subprocess.Popen(
         binary_command("refresh_doc_embeds", model_dir=model_dir,

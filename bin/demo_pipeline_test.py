@@ -46,6 +46,14 @@ class PipelineTest(tf.test.TestCase):
     self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
     self.assertLessEqual(len(names), 3)  # keep=3
 
+    # The finished run continued to more steps: the refresher started beside it must not take the first
+    # run's done marker for the end of this one, so the new final checkpoint gets its index.
+    more = demo_pipeline.run_realm(_short_options(out, realm_steps=80), paths, init_retriever=None,
+                                   echo=lambda _: None)
+    self.assertEqual(training_state.latest_step(model_dir), 80)
+    self.assertEqual(more["refresher_exit_code"], 0)
+    self.assertIn("80", os.listdir(index_dir))
+
   def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
     out = self.create_tempdir().full_path
     news = os.path.join(out, "news.jsonl")
