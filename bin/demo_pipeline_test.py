@@ -81,11 +81,11 @@ class PipelineTest(tf.test.TestCase):
       trainer = subprocess.Popen(
           demo_pipeline.binary_command("train_realm", num_train_steps=1000, **flags),
           stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
-      # A guard against a hung trainer, not a speed check: 20 steps can take minutes on a busy machine.
-      deadline = time.time() + 1200
+      # No wall clock here: 20 steps take seconds on a quiet machine and minutes on a busy one. A trainer
+      # that stalls waiting for an index raises NoRefresherError and exits (caught by poll() below);
+      # any other hang ends at the target's timeout.
       while training_state.latest_step(model_dir) is None or training_state.latest_step(model_dir) < 20:
         self.assertIsNone(trainer.poll(), open(log_path).read()[-3000:])
-        self.assertLess(time.time(), deadline, "the trainer wrote no checkpoint in time")
         time.sleep(0.5)
       trainer.send_signal(signal.SIGKILL)
       trainer.wait()
