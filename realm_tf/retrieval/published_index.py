@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
@@ -44,6 +45,10 @@ class IndexWriteError(RuntimeError):
 
 class NoRefresherError(RuntimeError):
   """A trainer waits for an index that no running refresher will publish."""
+
+
+class WaitCancelled(RuntimeError):
+  """A wait for an index ended because its trainer finished (see IndexWatcher.wait_for_newer's stop)."""
 
 
 def index_root(model_dir: str) -> str:
@@ -358,9 +363,13 @@ class IndexWatcher:
 
   def wait_for_newer(self, current_step: Optional[int], poll_seconds: float = 2.0,
                      timeout_seconds: Optional[float] = None, reason: str = "",
-                     refresher_grace_seconds: Optional[float] = REFRESHER_GRACE_SECONDS
-                     ) -> Optional[LoadedIndex]:
+                     refresher_grace_seconds: Optional[float] = REFRESHER_GRACE_SECONDS,
+                     stop: Optional[threading.Event] = None) -> Optional[LoadedIndex]:
     """Blocks (sleeping between looks) until an index newer than current_step is published.
+
+    Raises WaitCancelled as soon as `stop` is set: a trainer that finished while its input pipeline
+    waits for an index sets it, since that pipeline thread would otherwise keep the process from exiting
+    (TensorFlow tears the pipeline down at exit holding the GIL, which the waiting thread needs to wake).
 
     Raises NoRefresherError when, for refresher_grace_seconds in a row, no bin/refresh_doc_embeds holds
     the model dir's lock (none was started, it crashed, or it exited after the done marker): nothing
@@ -372,6 +381,9 @@ class IndexWatcher:
     unlocked_since = None
     announced = False
     while True:
+      if stop is not None and stop.is_set():
+        raise WaitCancelled(f"stopped waiting for an index under {index_root(self.model_dir)}: training "
+                            "finished")
       loaded = self.load_newer(current_step)
       if loaded is not None:
         return loaded
@@ -395,4 +407,7 @@ class IndexWatcher:
         self._log(f"waiting for bin/refresh_doc_embeds to publish {what} under "
                   f"{index_root(self.model_dir)}{': ' + reason if reason else ''}")
         announced = True
-      time.sleep(poll_seconds)
+      if stop is not None:
+        stop.wait(poll_seconds)
+      else:
+        time.sleep(poll_seconds)

@@ -234,6 +234,35 @@ class PublishIndexTest(tf.test.TestCase):
       self.assertIsNone(watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.6,
                                                refresher_grace_seconds=0.3))
 
+  def test_a_set_stop_event_ends_the_wait(self):
+    """A finished trainer sets the event; a pipeline thread still waiting must end, not wait on (with a
+    refresher holding the lock and no timeout it would wait forever)."""
+    model_dir = self.get_temp_dir()
+    watcher = published_index.IndexWatcher(model_dir, log=lambda message: None)
+    stop = threading.Event()
+    outcome = []
+
+    def waiter():
+      try:
+        watcher.wait_for_newer(None, poll_seconds=3600, stop=stop)
+        outcome.append("returned")
+      except published_index.WaitCancelled as e:
+        outcome.append(str(e))
+
+    with process_lock.exclusive(os.path.join(model_dir, process_lock.LOCK_NAME), "refresher"):
+      thread = threading.Thread(target=waiter, daemon=True)
+      thread.start()
+      thread.join(0.3)
+      self.assertTrue(thread.is_alive())  # waiting: a refresher runs, nothing is published
+      stop.set()
+      thread.join(120)  # a hang guard only: the poll interval is an hour
+    self.assertFalse(thread.is_alive())
+    self.assertLen(outcome, 1)
+    self.assertIn("training finished", outcome[0])
+    # Set before the wait begins: it ends at once, without publishing anything.
+    with self.assertRaises(published_index.WaitCancelled):
+      watcher.wait_for_newer(None, poll_seconds=3600, stop=stop)
+
   def test_wait_for_newer_times_out_when_nothing_is_published(self):
     model_dir = self.get_temp_dir()
     messages = []

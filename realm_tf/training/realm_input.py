@@ -76,6 +76,13 @@ class RetrievalState:
     self._batches = 0
     self._log = log
     self._lock = threading.Lock()
+    self._closed = threading.Event()
+
+  def close(self) -> None:
+    """Ends every wait for an index now and for good (published_index.WaitCancelled): called when
+    training finishes, so that batches being prepared ahead of a step that will never run do not keep
+    the process from exiting."""
+    self._closed.set()
 
   @staticmethod
   def _check_size(corpus: corpus_table.CorpusTable, num_candidates: int) -> None:
@@ -131,7 +138,7 @@ class RetrievalState:
       while self.index is None:
         loaded = self.watcher.load_newer(None) or self.watcher.wait_for_newer(
             None, timeout_seconds=self.wait_timeout_seconds,
-            reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)")
+            reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)", stop=self._closed)
         if loaded is None:
           raise TimeoutError(f"no index was published under {self.watcher.model_dir}")
         self._swap(loaded)
@@ -148,7 +155,7 @@ class RetrievalState:
             self.index.step, timeout_seconds=self.wait_timeout_seconds,
             reason=f"the index of step {self.index.step} is {self.trainer_step - self.index.step} "
                    f"steps behind the trainer (--max_index_staleness_steps="
-                   f"{self.max_staleness_steps})")
+                   f"{self.max_staleness_steps})", stop=self._closed)
         if newer is None:
           raise TimeoutError("the refresher published no newer index in time")
         self._swap(newer)

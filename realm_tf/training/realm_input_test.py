@@ -7,11 +7,13 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 
 import json
 import os
+import threading
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import process_lock
 from realm_tf.data import corpus
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
@@ -90,6 +92,38 @@ class RealmInputTest(tf.test.TestCase):
     other = self._batches(1, 0, seed=6)[0]
     self.assertFalse(np.array_equal(other[realm_model.QUERY + "_token_ids"],
                                     uninterrupted[0][realm_model.QUERY + "_token_ids"]))
+
+  def test_close_ends_a_pipeline_waiting_for_a_fresher_index(self):
+    """A trainer that finished while the pipeline prepared a batch ahead, waiting for an index within
+    the staleness bound, closes the state: the wait ends (in the real trainer a waiting pipeline thread
+    kept the finished process from exiting)."""
+    state = realm_input.RetrievalState(
+        published_index.IndexWatcher(self.model_dir, log=lambda _: None), self.table,
+        self.config.num_candidates, max_staleness_steps=0, log=lambda _: None)
+    state.trainer_step = 5  # the only index is step 0's: every batch waits for a newer one
+    dataset = realm_input.realm_dataset(
+        pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer,
+        self.config.featurizer(self.tokenizer), state, batch_size=3, seed=5)
+    outcome = []
+
+    def consume():
+      try:
+        next(iter(dataset))
+        outcome.append("a batch")
+      except tf.errors.OpError as e:
+        outcome.append(e.message)
+
+    # A refresher "runs" (holds the lock), so without close() the wait would never end.
+    with process_lock.exclusive(os.path.join(self.model_dir, process_lock.LOCK_NAME), "refresher"):
+      thread = threading.Thread(target=consume, daemon=True)
+      thread.start()
+      thread.join(2.0)
+      self.assertTrue(thread.is_alive())
+      state.close()
+      thread.join(120)  # a hang guard only
+    self.assertFalse(thread.is_alive())
+    self.assertLen(outcome, 1)
+    self.assertIn("training finished", outcome[0])
 
 
 class LiveIndexUpdateTest(tf.test.TestCase):
