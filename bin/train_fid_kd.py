@@ -116,7 +116,7 @@ def main(argv):
       do_lower_case=_MODEL.do_lower_case.value, projection_size=retriever.projection_size.value,
       embedder_layer_norm_epsilon=retriever.embedder_layer_norm_epsilon.value,
       query_seq_len=retriever.query_seq_len.value, candidate_seq_len=retriever.candidate_seq_len.value,
-      embedder_pooling=_MODEL.embedder_pooling.value)
+      embedder_pooling=_MODEL.embedder_pooling.value, cosine_score_scale=_MODEL.cosine_score_scale.value)
   ks = _RECALL.ks()
   try:
     reader_bert = (fid_reader.bert_encoder_config(_READER_INIT.value, bert.vocab_size)

@@ -35,7 +35,7 @@ def main(argv):
       do_lower_case=_FLAGS.do_lower_case.value, projection_size=_PROJECTION.value,
       embedder_layer_norm_epsilon=_EPSILON.value, embedder_dropout_rate=_DROPOUT.value,
       query_seq_len=_Q.value, candidate_seq_len=_C.value,
-      embedder_pooling=_FLAGS.embedder_pooling.value)
+      embedder_pooling=_FLAGS.embedder_pooling.value, cosine_score_scale=_FLAGS.cosine_score_scale.value)
   options = ict_trainer.IctTrainerOptions(
       config=config, loop=_FLAGS.loop_options(), pretraining_corpus_path=_PRETRAINING.value,
       block_seq_len=_C.value, batch_size=_FLAGS.batch_size.value,

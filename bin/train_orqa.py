@@ -57,7 +57,7 @@ def main(argv):
       embedder_dropout_rate=_DROPOUT.value, share_embedders=False,
       query_seq_len=_RETRIEVER_FLAGS.query_seq_len.value,
       candidate_seq_len=_RETRIEVER_FLAGS.candidate_seq_len.value,
-      embedder_pooling=_FLAGS.embedder_pooling.value)
+      embedder_pooling=_FLAGS.embedder_pooling.value, cosine_score_scale=_FLAGS.cosine_score_scale.value)
   orqa = orqa_lib.OrqaConfig(
       reader_seq_len=_L.value, span_hidden_size=_SPAN_HIDDEN.value, max_span_width=_SPAN_WIDTH.value,
       retriever_beam_size=_RETRIEVER_BEAM.value, reader_beam_size=_READER_BEAM.value,

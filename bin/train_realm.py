@@ -49,7 +49,8 @@ def main(argv):
       embedder_layer_norm_epsilon=_RETRIEVER_FLAGS.embedder_layer_norm_epsilon.value,
       share_embedders=_SHARE.value, query_seq_len=_RETRIEVER_FLAGS.query_seq_len.value,
       candidate_seq_len=_RETRIEVER_FLAGS.candidate_seq_len.value, max_masks=_M.value,
-      num_candidates=_N.value, embedder_pooling=_FLAGS.embedder_pooling.value)
+      num_candidates=_N.value, embedder_pooling=_FLAGS.embedder_pooling.value,
+      cosine_score_scale=_FLAGS.cosine_score_scale.value)
   options = realm_trainer.RealmTrainerOptions(
       config=config, loop=_FLAGS.loop_options(),
       pretraining_corpus_path=_PRETRAINING.value,

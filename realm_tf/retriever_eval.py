@@ -31,7 +31,7 @@ def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: 
     chunk = [q.encode("utf-8") for q in questions[start:start + batch_size]]
     inputs = featurizer.query_inputs(tokenizer.tokenize(chunk))
     outputs.append(retriever.embed_queries(tuple(inputs), training=False).numpy())
-  return np.concatenate(outputs) if outputs else np.zeros([0, config.projection_size], np.float32)
+  return np.concatenate(outputs) if outputs else np.zeros([0, config.embedding_dim], np.float32)
 
 
 def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: corpus_table.CorpusTable,

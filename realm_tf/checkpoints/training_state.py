@@ -11,6 +11,10 @@ wherever a retriever checkpoint is expected:
   model/retriever/...   bin/train_realm (RealmPretrainer.retriever) and bin/train_orqa
   model/embedder/...    bin/train_ict (one embedder: loaded into both towers)
   retriever/...         bin/convert_checkpoint output of a released REALM/ORQA embedder
+A plain BERT (TF1 Google BERT, Model Garden, Hugging Face safetensors such as all-MiniLM-L6-v2) is
+accepted too: its encoder initializes every tower's BERT and a projection, if the retriever has one,
+keeps its fresh initialization (with --projection_size=0 a sentence-transformers model starts with its
+own zero-shot space intact).
 """
 
 import os
@@ -19,6 +23,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import sources
 
 DONE_MARKER = "TRAINING_DONE"
@@ -33,31 +38,58 @@ def checkpoint_step(checkpoint_path: str) -> int:
   return int(match.group(1))
 
 
+_RETRIEVER_PREFIXES = ("model/retriever/", "model/embedder/", "retriever/")
+
+
 def _layout(names, checkpoint_path: str) -> str:
-  for prefix in ("model/retriever/", "model/embedder/", "retriever/"):
+  for prefix in _RETRIEVER_PREFIXES:
     if any(n.startswith(prefix) for n in names):
       return prefix
   shown = sorted({"/".join(n.split("/")[:2]) for n in names if not n.startswith("_")})[:8]
   raise ValueError(f"{checkpoint_path} holds no retriever (expected variables under model/retriever/, "
                    f"model/embedder/ or retriever/; found e.g. {shown}). Pass a checkpoint of "
-                   "bin/train_realm, bin/train_ict, bin/train_orqa or bin/convert_checkpoint")
+                   "bin/train_realm, bin/train_ict, bin/train_orqa or bin/convert_checkpoint, or a BERT")
+
+
+def _towers(retriever):
+  towers = [retriever.doc_embedder]
+  if retriever.query_embedder is not retriever.doc_embedder:
+    towers.append(retriever.query_embedder)
+  return towers
+
+
+def _restore_bert_towers(retriever, source: sources.WeightSource, path: str) -> str:
+  """Every tower's BERT from a plain BERT checkpoint (the module docstring); returns path."""
+  for tower in _towers(retriever):
+    try:
+      bert_mapping.load_bert_weights(tower.encoder, source)
+    except (sources.ConversionError, ValueError) as e:
+      raise ValueError(f"{path}: a BERT checkpoint, but it does not fit the retriever's BERT (pass the "
+                       f"--bert_config it was trained with): {e}") from e
+  return path
 
 
 def restore_retriever(retriever, checkpoint_path: str) -> str:
-  """Restores a realm_tf.modeling.embedder.Retriever (variables created) from any known layout.
+  """Restores a realm_tf.modeling.embedder.Retriever (variables created) from any known layout, or
+  its towers' BERT from a plain BERT checkpoint (see the module docstring).
 
   Returns the resolved checkpoint path. Raises ValueError naming the file when a retriever weight is
   missing from the checkpoint or has another shape.
   """
+  source = sources.open_source(checkpoint_path)
+  if isinstance(source, sources.SafetensorsSource):
+    return _restore_bert_towers(retriever, source, checkpoint_path)
   checkpoint_path = sources.resolve_checkpoint(checkpoint_path)
   names = [name for name, _ in tf.train.list_variables(checkpoint_path)]
+  if not any(n.startswith(p) for n in names for p in _RETRIEVER_PREFIXES):
+    source = sources.open_source(checkpoint_path)
+    if bert_mapping.find_bert_prefixes(source) or any(n.startswith("encoder/") for n in names):
+      return _restore_bert_towers(retriever, source, checkpoint_path)
   layout = _layout(names, checkpoint_path)
   # read(), not restore(): restore() adds a save_counter to the new root Checkpoint, which
   # assert_existing_objects_matched then reports as unmatched for checkpoints written without one
   # (tf.train.Checkpoint.write, converters).
-  towers = [retriever.doc_embedder]
-  if retriever.query_embedder is not retriever.doc_embedder:
-    towers.append(retriever.query_embedder)
+  towers = _towers(retriever)
   try:
     if layout == "model/retriever/":
       statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).read(

@@ -6,6 +6,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import testing_utils
+from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
@@ -210,6 +212,49 @@ class RestoreRetrieverTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, "cannot restore the retriever") as cm:
       training_state.restore_retriever(_retriever(2, config=deeper), path)
     self.assertIn(path, str(cm.exception))
+
+
+class RestoreRetrieverFromBertTest(tf.test.TestCase):
+  """A plain BERT initializes every tower's encoder (e.g. all-MiniLM-L6-v2 as REALM's retriever)."""
+
+  def _tf1_bert(self, config=_CONFIG) -> str:
+    params = testing_utils.float32_weights(testing_utils.ReleasedWeights(3).bert_body("bert/", config))
+    return testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert.ckpt"),
+                                              params)
+
+  def test_tf1_bert_into_separate_projection_free_towers(self):
+    path = self._tf1_bert()
+    tf_keras.utils.set_random_seed(4)
+    target = embedder_lib.build_retriever(_CONFIG, 0, share_embedders=False, pooling=embedder_lib.MEAN)
+    self.assertIsNone(target.doc_embedder.projection)
+    self.assertEqual(training_state.restore_retriever(target, path), path)
+    want = embedder_lib.RetrieverEmbedder(_CONFIG, None, pooling=embedder_lib.MEAN)
+    bert_mapping.load_bert_weights(want.encoder, path)
+    inputs = _inputs()
+    for tower in (target.doc_embedder, target.query_embedder):
+      self.assertAllClose(tower(inputs, training=False), want(inputs, training=False), atol=1e-5)
+      self.assertEqual(tower(inputs, training=False).shape, [3, _CONFIG.hidden_size])
+
+  def test_model_garden_encoder_checkpoint_keeps_a_fresh_projection(self):
+    # bin/train_mlm's export: tf.train.Checkpoint(encoder=..., masked_lm=...).
+    source = bert.build_encoder(_CONFIG)
+    source(bert.encoder_inputs(*[tf.zeros([1, 4], tf.int32)] * 3))
+    path = tf.train.Checkpoint(encoder=source).write(os.path.join(self.get_temp_dir(), "mlm", "ckpt-1"))
+    target = _retriever(7)
+    projection = [w.numpy() for w in target.doc_embedder.projection.weights]
+    training_state.restore_retriever(target, path)
+    for got, want in zip(target.doc_embedder.encoder.weights, source.weights):
+      self.assertAllEqual(got, want)
+    for got, want in zip(target.doc_embedder.projection.weights, projection):
+      self.assertAllEqual(got, want)
+
+  def test_bert_of_another_size_names_the_file_and_the_flag(self):
+    wide = bert.tiny_config(_VOCAB_SIZE, hidden_size=64, num_layers=1, intermediate_size=64)
+    path = self._tf1_bert(wide)
+    with self.assertRaises(ValueError) as cm:
+      training_state.restore_retriever(_retriever(2), path)
+    self.assertIn(path, str(cm.exception))
+    self.assertIn("--bert_config", str(cm.exception))
 
 
 if __name__ == "__main__":

@@ -347,7 +347,7 @@ def export_query_embedder(config: realm_config_lib.RealmConfig, query_embedder, 
                                                   config.featurizer(tokenizer), tokenizer)
   return _save(module, module.embed, path, dict(info or {}, kind=QUERY_EMBEDDER,
                                                  query_seq_len=config.query_seq_len,
-                                                 dim=config.projection_size))
+                                                 dim=config.embedding_dim))
 
 
 def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig, query_embedder, path: str,
@@ -358,7 +358,7 @@ def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig, query_
                                                   config.featurizer(tokenizer))
   return _save(module, module.embed, path, dict(
       _token_ids_info(info, QUERY_EMBEDDER, tokenizer, _QUESTION_INPUTS),
-      query_seq_len=config.query_seq_len, dim=config.projection_size),
+      query_seq_len=config.query_seq_len, dim=config.embedding_dim),
                _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 
@@ -368,7 +368,7 @@ def export_document_embedder(config: realm_config_lib.RealmConfig, doc_embedder,
   module = DocumentEmbedderModule(tokenizer, config.featurizer(tokenizer), doc_embedder)
   return _save(module, module.embed, path, dict(info or {}, kind=DOCUMENT_EMBEDDER,
                                                  candidate_seq_len=config.candidate_seq_len,
-                                                 dim=config.projection_size))
+                                                 dim=config.embedding_dim))
 
 
 def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig, doc_embedder, path: str,
@@ -380,7 +380,7 @@ def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig, doc
       _token_ids_info(info, DOCUMENT_EMBEDDER, tokenizer,
                       "input_word_ids, input_mask, input_type_ids int32 [B, T]: [CLS] title [SEP] "
                       "body [SEP] [PAD]*, type ids 0 on [CLS] title [SEP], 1 on body [SEP]"),
-      candidate_seq_len=config.candidate_seq_len, dim=config.projection_size),
+      candidate_seq_len=config.candidate_seq_len, dim=config.embedding_dim),
                _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 

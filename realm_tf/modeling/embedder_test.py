@@ -107,6 +107,25 @@ class RetrieverEmbedderTest(_SeededTestCase):
     self.assertAllClose(mean / np.linalg.norm(mean, axis=1, keepdims=True), got, atol=1e-5)
     self.assertLen(model.trainable_variables, len(encoder.trainable_variables))
 
+  def test_cosine_score_scale_makes_scores_scaled_cosines(self):
+    """projection_size=0 is no projection; cosine_score_scale=s: q . d = s x cosine of the pooled vectors,
+    whatever their norms, in a retriever's scores as in its towers."""
+    tf_keras.utils.set_random_seed(3)
+    retriever = embedder.build_retriever(_CONFIG, 0, pooling=embedder.MEAN, cosine_score_scale=20.0)
+    raw = embedder.RetrieverEmbedder(_CONFIG, None, pooling=embedder.MEAN,
+                                     encoder=retriever.doc_embedder.encoder)
+    self.assertIsNone(retriever.doc_embedder.projection)
+    query_inputs, candidate_inputs = _inputs([2, 7], seed=3), _inputs([2, 4, 9], seed=4)
+    q, d = raw(query_inputs).numpy(), raw(candidate_inputs).numpy()
+    self.assertGreater(np.abs(np.linalg.norm(d, axis=-1) - 1.0).max(), 0.05)  # not unit vectors already
+    cosine = np.einsum("bh,bnh->bn", q, d) / (np.linalg.norm(q, axis=-1)[:, None] *
+                                               np.linalg.norm(d, axis=-1))
+    self.assertAllClose(20.0 * cosine, retriever((query_inputs, candidate_inputs)), atol=1e-4)
+    self.assertAllClose(np.full([2, 4], np.sqrt(20.0)),
+                        np.linalg.norm(retriever.embed_documents(candidate_inputs), axis=-1), atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "cosine_score_scale must be >= 0"):
+      embedder.RetrieverEmbedder(_CONFIG, None, cosine_score_scale=-1.0)
+
   def test_mean_pool_of_an_all_padding_row_is_zero_not_nan(self):
     sequence = tf.ones([2, 3, 4])
     pooled = embedder.mean_pool(sequence, tf.constant([[1, 1, 0], [0, 0, 0]]))

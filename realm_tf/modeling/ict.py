@@ -29,7 +29,7 @@ class IctModel(tf_keras.Model):
     projection_size: D (128).
     layer_norm_epsilon: 1e-3, the ICT module's Keras LayerNormalization default.
     dropout_rate: 0.1 in the released ICT module.
-    pooling: see embedder.RetrieverEmbedder.
+    pooling, cosine_score_scale: see embedder.RetrieverEmbedder.
   """
 
   # The loss gathers the blocks of all replicas (see realm_tf.training.train_lib).
@@ -37,10 +37,11 @@ class IctModel(tf_keras.Model):
 
   def __init__(self, config: bert.BertConfig, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-3, dropout_rate: float = 0.1, name: str = "ict",
-               pooling: str = embedder_lib.POOLER, **kwargs):
+               pooling: str = embedder_lib.POOLER, cosine_score_scale: float = 0.0, **kwargs):
     super().__init__(name=name, **kwargs)
     self.embedder = embedder_lib.RetrieverEmbedder(config, projection_size, layer_norm_epsilon,
-                                                   dropout_rate, name="embedder", pooling=pooling)
+                                                   dropout_rate, name="embedder", pooling=pooling,
+                                                   cosine_score_scale=cosine_score_scale)
 
   def call(self, features: Dict[str, tf.Tensor], training=None):
     """Returns (query_emb [b, D], block_emb [b, D])."""

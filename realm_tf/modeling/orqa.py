@@ -127,9 +127,9 @@ class OrqaModel(tf_keras.Model):
                cls_id: int, sep_id: int, name: str = "orqa", **kwargs):
     super().__init__(name=name, **kwargs)
     block_embeddings = np.asarray(block_embeddings)
-    if block_embeddings.ndim != 2 or block_embeddings.shape[1] != config.projection_size:
+    if block_embeddings.ndim != 2 or block_embeddings.shape[1] != config.embedding_dim:
       raise ValueError(f"block embeddings have shape {block_embeddings.shape}, expected [N, "
-                       f"{config.projection_size}] (projection_size); embed the corpus with this "
+                       f"{config.embedding_dim}] (projection_size); embed the corpus with this "
                        "run's document tower")
     if block_token_ids.shape[0] != block_embeddings.shape[0] or block_lengths.shape != (
         block_embeddings.shape[0],):
@@ -145,7 +145,8 @@ class OrqaModel(tf_keras.Model):
     self.num_blocks = int(block_embeddings.shape[0])
     self.retriever = embedder_lib.Retriever(
         config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-        config.embedder_dropout_rate, share_embedders=False, pooling=config.embedder_pooling)
+        config.embedder_dropout_rate, share_embedders=False, pooling=config.embedder_pooling,
+        cosine_score_scale=config.cosine_score_scale)
     self.retriever.doc_embedder.trainable = False
     self.reader = reader_lib.SpanReader(
         config.reader_bert, seq_len=orqa.reader_seq_len, span_hidden_size=orqa.span_hidden_size,

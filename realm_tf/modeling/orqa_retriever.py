@@ -11,7 +11,7 @@ wordpiece test of orqa_features.contains_answer needs the corpus' wordpieces on 
   loss   = losses.retriever_loss(logits, retriever_correct)
 
 `scale` is a fixed inverse temperature: 1 in ORQA (raw inner products of unnormalised 128-d embeddings);
-a sentence-transformers tower (normalize=True) scores cosines in [-1, 1], whose softmax over thousands
+a sentence-transformers tower (cosine_score_scale=1) scores cosines in [-1, 1], whose softmax over thousands
 of blocks is flat unless scaled (its own training used 20).
 """
 
@@ -42,7 +42,7 @@ class OrqaRetriever(tf_keras.Model):
 
   Args:
     query_embedder: the query tower (e.g. a RetrieverEmbedder with pooling="mean", projection_size=None
-      and normalize=True for a sentence-transformers model); trains.
+      and cosine_score_scale=1 for a sentence-transformers model); trains.
     block_embeddings: float32 [N, D], row n embeds block n (D = query_embedder.output_size).
     scale: the fixed inverse temperature of the scores (see the module docstring).
 

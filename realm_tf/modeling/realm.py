@@ -52,18 +52,19 @@ class RealmPretrainer(tf_keras.Model):
   Args:
     retriever_config: BERT of the embedders.
     reader_config: BERT of the knowledge-augmented encoder (defaults to retriever_config's shape).
-    projection_size, layer_norm_epsilon, dropout_rate, share_embedders, pooling: see
-      embedder.Retriever.
+    projection_size, layer_norm_epsilon, dropout_rate, share_embedders, pooling, cosine_score_scale:
+      see embedder.Retriever.
   """
 
   def __init__(self, retriever_config: bert.BertConfig,
                reader_config: Optional[bert.BertConfig] = None, projection_size: int = 128,
                layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
                share_embedders: bool = True, name: str = "realm",
-               pooling: str = embedder_lib.POOLER, **kwargs):
+               pooling: str = embedder_lib.POOLER, cosine_score_scale: float = 0.0, **kwargs):
     super().__init__(name=name, **kwargs)
     self.retriever = embedder_lib.Retriever(retriever_config, projection_size, layer_norm_epsilon,
-                                            dropout_rate, share_embedders, pooling=pooling)
+                                            dropout_rate, share_embedders, pooling=pooling,
+                                            cosine_score_scale=cosine_score_scale)
     self.encoder = kae_lib.KnowledgeAugmentedEncoder(reader_config or retriever_config)
 
   def call(self, features: Dict[str, tf.Tensor], training=None) -> Dict[str, tf.Tensor]:

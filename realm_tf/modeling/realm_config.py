@@ -27,10 +27,14 @@ class RealmConfig(json_config.JsonConfig):
     reader_bert: BERT of the knowledge-augmented encoder (REALM) or span reader (ORQA).
     vocab_path, do_lower_case: the tokenizer (one vocab for both BERTs).
     vocab_sha256: the vocab file's sha256 (realm_tf.data.corpus.check_vocab compares it), or None.
-    projection_size: D of the retriever (128).
+    projection_size: D of the retriever (128); 0: no projection, the embedding is the pooled BERT vector
+      (D = the retriever BERT's hidden size), which keeps a sentence-transformers model's own space.
     embedder_layer_norm_epsilon: 1e-12 (REALM embedder) or 1e-3 (ICT module).
     embedder_dropout_rate: dropout after the embedder's LayerNorm in training.
     embedder_pooling: "pooler" (the original) or "mean"; see realm_tf.modeling.embedder.
+    cosine_score_scale: 0 (the original): scores are raw inner products; s > 0: L2-normalised embeddings
+      scaled so that scores are s x cosine (a sentence-transformers retriever; see
+      realm_tf.modeling.embedder).
     share_embedders: one tower for queries and documents.
     query_seq_len, candidate_seq_len, max_masks, num_candidates: REALM featurization (Q, C, M, N
       including the null document).
@@ -59,6 +63,8 @@ class RealmConfig(json_config.JsonConfig):
   # sha256 of the vocab file; the trainers record it (realm_tf.data.corpus.check_vocab returns it) and
   # check it on resume, the other processes before they build anything. None in configs written before.
   vocab_sha256: Optional[str] = None
+  # After the fields above, with a default, so that configs written before it load (as 0).
+  cosine_score_scale: float = 0.0
 
   def __post_init__(self):
     embedder_lib.check_pooling(self.embedder_pooling)
@@ -94,6 +100,11 @@ class RealmConfig(json_config.JsonConfig):
     except FileNotFoundError:
       return None
 
+  @property
+  def embedding_dim(self) -> int:
+    """The retriever's embedding (and index) width: projection_size, or the hidden size without one."""
+    return self.projection_size or self.retriever_bert.hidden_size
+
   def tokenizer(self) -> tokenization.Tokenizer:
     tokenizer = tokenization.Tokenizer(self.vocab_path, self.do_lower_case)
     for name, config in (("retriever", self.retriever_bert), ("reader", self.reader_bert)):
@@ -110,4 +121,5 @@ class RealmConfig(json_config.JsonConfig):
   def build_retriever(self) -> embedder_lib.Retriever:
     return embedder_lib.build_retriever(
         self.retriever_bert, self.projection_size, self.embedder_layer_norm_epsilon,
-        self.embedder_dropout_rate, self.share_embedders, pooling=self.embedder_pooling)
+        self.embedder_dropout_rate, self.share_embedders, pooling=self.embedder_pooling,
+        cosine_score_scale=self.cosine_score_scale)

@@ -2,10 +2,10 @@
 little padding, returned in the texts' order.
 
 With the sentence-transformers embedder (RetrieverEmbedder with pooling="mean", projection_size=None,
-normalize=True over a converted all-MiniLM-L6-v2 encoder) this computes all-MiniLM-L6-v2's embeddings as
-sentence-transformers does: [CLS] text [SEP] truncated to max_seq_length wordpieces, the last layer
-averaged over the non-padding positions ([CLS] and [SEP] included, as sentence-transformers' attention
-mask includes them), divided by its L2 norm. It serves the zero-shot dense baseline of the SQuAD-open
+cosine_score_scale=1 over a converted all-MiniLM-L6-v2 encoder) this computes all-MiniLM-L6-v2's
+embeddings as sentence-transformers does: [CLS] text [SEP] truncated to max_seq_length wordpieces, the
+last layer averaged over the non-padding positions ([CLS] and [SEP] included, as sentence-transformers'
+attention mask includes them), divided by its L2 norm. It serves the zero-shot dense baseline of the SQuAD-open
 benchmarks and their evaluation of a fine-tuned query tower.
 
 Speed on CPU: texts are sorted by length and batched with padding rounded up to a multiple of

@@ -37,7 +37,8 @@ class IctTrainerOptions:
 def build_model(config: realm_config_lib.RealmConfig) -> ict_model.IctModel:
   model = ict_model.IctModel(config.retriever_bert, config.projection_size,
                              config.embedder_layer_norm_epsilon, config.embedder_dropout_rate,
-                             pooling=config.embedder_pooling)
+                             pooling=config.embedder_pooling,
+                             cosine_score_scale=config.cosine_score_scale)
   dummy = tf.zeros([1, 4], tf.int32)
   model.embedder((dummy, dummy, dummy))
   return model

@@ -97,9 +97,9 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
   """
   config, orqa = released_conversion.converted_orqa_configs(model_dir)
   mips, records = released_conversion.load_converted_index(index_dir)
-  if mips.dim != config.projection_size:
+  if mips.dim != config.embedding_dim:
     raise ValueError(f"--index_dir={index_dir} holds {mips.dim}-dimensional block embeddings but the "
-                     f"retriever of --model_dir={model_dir} projects to {config.projection_size}; pass "
+                     f"retriever of --model_dir={model_dir} projects to {config.embedding_dim}; pass "
                      "the block_emb of the release this ORQA model was fine-tuned with")
   orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
                                                                       released_conversion.BLOCKS_NAME))

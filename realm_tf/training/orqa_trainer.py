@@ -118,7 +118,7 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
         "evaluation matches them as patterns")
 
   embeddings = frozen_index.prepare_frozen_index(
-      model_dir, options.orqa.retrieval_corpus_path, featurizer, config.projection_size, strategy,
+      model_dir, options.orqa.retrieval_corpus_path, featurizer, config.embedding_dim, strategy,
       retriever_fn, options.index_dir, options.retriever_checkpoint, options.embed_batch_size, log)
   blocks = corpus_table.CorpusTable.load(
       frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))

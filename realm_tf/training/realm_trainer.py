@@ -66,7 +66,7 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   model = realm_model.RealmPretrainer(
       config.retriever_bert, config.reader_bert, config.projection_size,
       config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders,
-      pooling=config.embedder_pooling)
+      pooling=config.embedder_pooling, cosine_score_scale=config.cosine_score_scale)
   q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
   dummy = {}
   for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),
@@ -134,7 +134,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
       options.max_index_staleness_steps, options.wait_for_index_seconds, log,
-      expected_dim=config.projection_size)
+      expected_dim=config.embedding_dim)
 
   def dataset_fn(batches_done: int) -> tf.data.Dataset:
     return realm_input.realm_dataset(
@@ -162,7 +162,11 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                 max(time.time() - started, 1e-9)),
     }
 
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  try:
+    final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
+  finally:
+    # Batches prepared ahead of steps that will not run may be waiting for an index; see close().
+    state.close()
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)

@@ -2,7 +2,8 @@
 
   define_model_dir_flag    --model_dir
   define_vocab_flags       --vocab_path --do_lower_case
-  define_model_flags       --model_dir --vocab_path --do_lower_case --bert_config --embedder_pooling --seed
+  define_model_flags       --model_dir --vocab_path --do_lower_case --bert_config --embedder_pooling
+                           --cosine_score_scale --seed
   define_device_flags      --strategy --tpu --num_cpu_devices --mixed_precision
   define_jit_compile_flag  --jit_compile
   define_loop_flags        --batch_size --learning_rate --adam_bias_correction --num_train_steps
@@ -58,6 +59,7 @@ class ModelFlags:
   do_lower_case: flags.FlagHolder
   bert_config: flags.FlagHolder
   embedder_pooling: flags.FlagHolder
+  cosine_score_scale: flags.FlagHolder
   seed: flags.FlagHolder
 
   def bert(self) -> bert_lib.BertConfig:
@@ -94,6 +96,12 @@ def define_model_flags(model_dir_help: str = "Checkpoints, summaries, run config
                                       "Preset (tiny, bert_base) or a bert_config.json / config.json."),
       embedder_pooling=flags.DEFINE_enum("embedder_pooling", embedder_pooling, list(embedder.POOLINGS),
                                          pooling_help),
+      cosine_score_scale=flags.DEFINE_float(
+          "cosine_score_scale", 0.0,
+          "0: retrieval scores are raw inner products (REALM, ORQA). s > 0: the retriever's embeddings are "
+          "L2-normalised and scores are s x cosine, for a retriever warm-started from a sentence-"
+          "transformers model (all-MiniLM-L6-v2: --embedder_pooling=mean --projection_size=0 "
+          "--cosine_score_scale=20, its own training's scale).", lower_bound=0.0),
       seed=flags.DEFINE_integer("seed", 0, "Seed of initializations and of the example stream."))
 
 
@@ -181,7 +189,10 @@ def define_retriever_flags(query_seq_len: int, candidate_seq_len: int,
   """A retriever over a retrieval corpus (bin/train_realm, bin/train_orqa, bin/train_fid_kd)."""
   return RetrieverFlags(
       retrieval_corpus_path=define_retrieval_corpus_flag(),
-      projection_size=flags.DEFINE_integer("projection_size", projection_size, "Retriever dimension D."),
+      projection_size=flags.DEFINE_integer(
+          "projection_size", projection_size,
+          "Retriever dimension D; 0: no projection, D is the BERT's hidden size (keeps a sentence-"
+          "transformers model's own space, e.g. all-MiniLM-L6-v2 with --embedder_pooling=mean)."),
       embedder_layer_norm_epsilon=flags.DEFINE_float(
           "embedder_layer_norm_epsilon", 1e-12,
           "Embedder LayerNorm epsilon (1e-3 for a retriever warm-started by ICT)."),
@@ -298,6 +309,7 @@ class TrainerFlags:
   do_lower_case: flags.FlagHolder
   bert_config: flags.FlagHolder
   embedder_pooling: flags.FlagHolder
+  cosine_score_scale: flags.FlagHolder
   seed: flags.FlagHolder
   strategy: flags.FlagHolder
   tpu: flags.FlagHolder

@@ -48,7 +48,8 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
           "checkpoint was trained with")
   retriever = embedder_lib.build_retriever(
       config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-      config.embedder_dropout_rate, share_embedders=not separate, pooling=config.embedder_pooling)
+      config.embedder_dropout_rate, share_embedders=not separate, pooling=config.embedder_pooling,
+      cosine_score_scale=config.cosine_score_scale)
   if resolved:
     error = None
     tf_logger = tf.get_logger()
@@ -70,7 +71,7 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
       raise ValueError(
           f"{flag}={checkpoint} does not fit this run's retriever (hidden_size "
           f"{config.retriever_bert.hidden_size}, {config.retriever_bert.num_layers} layers, projection "
-          f"{config.projection_size}): {error}. Pass the --bert_config and --projection_size the "
+          f"{config.projection_size or 0}): {error}. Pass the --bert_config and --projection_size the "
           "checkpoint was trained with (its model dir's realm_config.json names them)")
   return retriever
 
