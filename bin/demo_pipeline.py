@@ -183,42 +183,27 @@ def run_ict(options: PipelineOptions, paths: Dict[str, str], init_bert: Optional
   return model_dir
 
 
-def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: Optional[str],
-              init_reader: Optional[str] = None, echo: Callable[[str], None] = print) -> Dict:
-  """Trainer and refresher as two processes; returns the trainer's summary plus refresher facts."""
-  model_dir = os.path.join(options.output_dir, "realm")
-  refresher_log = os.path.join(options.output_dir, "refresh_doc_embeds.log")
-  os.makedirs(options.output_dir, exist_ok=True)
+def run_realm_processes(model_dir: str, log_dir: str, trainer_flags: Dict, refresher_flags: Dict,
+                        echo: Callable[[str], None] = print, refresher_timeout_s: float = 300) -> Dict:
+  """bin/train_realm with trainer_flags and bin/refresh_doc_embeds with refresher_flags beside it, as two
+  processes (logs in log_dir); returns the trainer's summary plus the refresher's exit code.
+
+  Resumable: a run finished earlier and continued to more steps (trainer_flags' num_train_steps above
+  its latest checkpoint) has its done marker cleared first, since the trainer clears it only once it has
+  started and a refresher started before that would take the marker as the end of training.
+  """
+  os.makedirs(log_dir, exist_ok=True)
   latest = training_state.latest_step(model_dir) if os.path.isdir(model_dir) else None
-  if latest is not None and latest < options.realm_steps:
-    # A finished run continued to more steps: the trainer clears its old done marker only once it has
-    # started, and a refresher started before that would take the marker as the end of training.
+  if latest is not None and latest < trainer_flags["num_train_steps"]:
     training_state.clear_done_marker(model_dir)
-  with open(refresher_log, "w") as log_file:
+  with open(os.path.join(log_dir, "refresh_doc_embeds.log"), "w") as log_file:
     refresher = subprocess.Popen(
-        binary_command("refresh_doc_embeds", model_dir=model_dir,
-                       retrieval_corpus_path=paths["retrieval"],
-                       index_implementation=options.index_implementation, poll_seconds=1, keep=3),
+        binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
         stdout=log_file, stderr=subprocess.STDOUT, env=binary_env())
     try:
-      run_binary(
-          "train_realm", os.path.join(options.output_dir, "train_realm.log"), _progress_line, echo,
-          model_dir=model_dir,
-          pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-          retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
-          projection_size=options.projection_size,
-          embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
-          embedder_pooling=options.embedder_pooling,
-          query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
-          max_masks=options.max_masks, num_candidates=options.num_candidates,
-          batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
-          num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
-          keep_checkpoint_max=options.keep_checkpoint_max,
-          log_every_steps=25, init_retriever_checkpoint=init_retriever,
-          init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
-          index_implementation=options.index_implementation, check_index_every_batches=2,
-          max_index_staleness_steps=options.max_index_staleness_steps)
-      refresher.wait(timeout=300)
+      run_binary("train_realm", os.path.join(log_dir, "train_realm.log"), _progress_line, echo,
+                 model_dir=model_dir, **trainer_flags)
+      refresher.wait(timeout=refresher_timeout_s)
     finally:
       if refresher.poll() is None:
         refresher.kill()
@@ -228,6 +213,30 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
   summary["refresher_exit_code"] = refresher.returncode
   summary["model_dir"] = model_dir
   return summary
+
+
+def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: Optional[str],
+              init_reader: Optional[str] = None, echo: Callable[[str], None] = print) -> Dict:
+  """The demo's trainer and refresher (run_realm_processes with its flags)."""
+  return run_realm_processes(
+      os.path.join(options.output_dir, "realm"), options.output_dir,
+      dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
+           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
+           projection_size=options.projection_size,
+           embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
+           embedder_pooling=options.embedder_pooling,
+           query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
+           max_masks=options.max_masks, num_candidates=options.num_candidates,
+           batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
+           num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
+           keep_checkpoint_max=options.keep_checkpoint_max,
+           log_every_steps=25, init_retriever_checkpoint=init_retriever,
+           init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
+           index_implementation=options.index_implementation, check_index_every_batches=2,
+           max_index_staleness_steps=options.max_index_staleness_steps),
+      dict(retrieval_corpus_path=paths["retrieval"], index_implementation=options.index_implementation,
+           poll_seconds=1, keep=3),
+      echo)
 
 
 def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoint: str,

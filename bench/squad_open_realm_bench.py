@@ -1,0 +1,274 @@
+r"""REALM on real text: SQuAD-open with an all-MiniLM-L6-v2 retriever and an MLM-adapted MiniLM reader.
+
+Issue 18. What runs, each step resumable from what it left under --work_dir:
+  1. the corpus: the SQuAD-open paragraphs (--corpus=dev: the 2,067 dev paragraphs; all: 20,963) as
+     JSONL, tokenized with MiniLM's vocab by bin/generate_retrieval_corpus (Z), and REALM's pre-training
+     corpus made from the same paragraphs by bin/generate_pretraining_corpus (X: their sentences with
+     salient spans; the sentence's own paragraph is excluded from its candidates by the trainer);
+  2. the reader: all-MiniLM-L6-v2 given a masked-LM head by bin/train_mlm on the SQuAD v1.1 paragraph
+     texts (train + dev, no questions; --mlm_steps), or --reader_init_checkpoint;
+  3. the retriever: all-MiniLM-L6-v2 itself, no projection (--projection_size=0), mean pooling, scores
+     = 20 x cosine (--cosine_score_scale, sentence-transformers' own scale): its zero-shot space intact;
+  4. REALM with the real processes (bin/train_realm + bin/refresh_doc_embeds, the original objective),
+     every index kept;
+  5. answer and gold recall@1/5/20/100 of the 10,570 dev questions with each published index (exact
+     search over its embeddings, questions embedded by the query tower of the same step), beside the
+     anchor rows, and a PNG of recall@5 per index step.
+
+  .venv/bin/python bench/squad_open_realm_bench.py                       # dev corpus, the defaults
+  .venv/bin/python bench/squad_open_realm_bench.py --realm_steps=400     # continue the same run further
+
+The pre-training text is the corpus the questions were written from (no question is seen; REALM
+pre-trains with Wikipedia as its corpus too).
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Dict, List
+
+from absl import app
+from absl import flags
+import numpy as np
+
+# Runs as `python bench/squad_open_realm_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_open_realm"),
+                                "Where the run is written and resumed from.")
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
+                                                     "squad_open_realm_bench.json"), "JSON results.")
+_PLOT = flags.DEFINE_string("plot", os.path.join(_REPO, "docs", "squad_open_realm_recall.png"),
+                            "PNG of recall@5 per index step ('' for none).")
+_CORPUS = flags.DEFINE_enum("corpus", "dev", ["dev", "all"],
+                            "dev: the 2,067 dev paragraphs; all: the 20,963 train + dev paragraphs.")
+_PARAGRAPHS_TSV = flags.DEFINE_string(
+    "mlm_input_path", None, "Text bin/train_mlm adapts the reader on (default: "
+    "squad-v1.1-paragraphs.tsv beside --squad_dir's files, train + dev paragraphs, no questions).")
+_MLM_STEPS = flags.DEFINE_integer("mlm_steps", 300, "bin/train_mlm steps of batch 32 x 128 for the reader.")
+_READER_INIT = flags.DEFINE_string("reader_init_checkpoint", None,
+                                   "An existing BERT with a masked-LM head for the reader (skips "
+                                   "--mlm_steps).")
+_REALM_STEPS = flags.DEFINE_integer("realm_steps", 200, "REALM steps.")
+_BATCH = flags.DEFINE_integer("batch_size", 4, "REALM batch size.")
+_CANDIDATES = flags.DEFINE_integer("num_candidates", 4, "Candidates per sentence, the null document included.")
+_LR = flags.DEFINE_float("learning_rate", 3e-5, "REALM's peak learning rate (the paper's 3e-5).")
+_QUERY_LEN = flags.DEFINE_integer("query_seq_len", 48, "Query (masked sentence) wordpieces.")
+_CANDIDATE_LEN = flags.DEFINE_integer("candidate_seq_len", 192, "Document wordpieces (title + paragraph).")
+_MAX_MASKS = flags.DEFINE_integer("max_masks", 10, "Masked wordpieces per sentence.")
+_SCALE = flags.DEFINE_float("cosine_score_scale", 20.0, "Retrieval scores = this x cosine.")
+_SAVE_EVERY = flags.DEFINE_integer("save_checkpoints_steps", 50, "Checkpoint (and index) interval.")
+_STALENESS = flags.DEFINE_integer("max_index_staleness_steps", 100, "The trainer waits beyond this.")
+_EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
+
+_KS = (1, 5, 20, 100)
+# Measured on this machine (issue 18's anchors; bench/results/squad_open_bench.json and
+# squad_open_orqa_bench.json): answer recall@1/5/20/100 of the 10,570 dev questions.
+_ANCHORS = {
+    "dev": {"BM25": (80.3, 94.1, 97.8, 99.4), "MiniLM zero-shot": (67.5, 89.2, 96.3, 99.3),
+            "BM25+MiniLM RRF": (77.4, 95.1, 98.9, 99.9)},
+    "all": {"BM25": (74.1, 89.8, 95.5, 98.4), "MiniLM zero-shot": (59.8, 82.7, 91.6, 96.9),
+            "MiniLM + ORQA question tower (2,000 steps)": (61.6, 83.4, 92.2, 96.7),
+            "BM25+MiniLM RRF": (70.8, 90.5, 97.1, 99.4)},
+}
+
+
+def _log(message: str) -> None:
+  minilm_lib.log(message)
+
+
+def _write_corpus(documents, path: str) -> None:
+  if not os.path.exists(path):
+    io_utils.write_jsonl_atomic(path, ({"id": d.doc_id, "title": d.title, "text": d.body}
+                                       for d in documents))
+
+
+def _prepare(work_dir: str, documents, vocab: str) -> Dict[str, str]:
+  """The JSONL corpus, Z (retrieval corpus) and X (pre-training corpus); each made once."""
+  paths = {"jsonl": os.path.join(work_dir, "corpus.jsonl"),
+           "retrieval": os.path.join(work_dir, "corpus", "blocks"),
+           "pretraining": os.path.join(work_dir, "pretraining", "sentences")}
+  _write_corpus(documents, paths["jsonl"])
+  if not os.path.exists(paths["retrieval"] + ".manifest.json"):
+    _log(f"tokenizing {len(documents)} paragraphs with MiniLM's vocab (bin/generate_retrieval_corpus)")
+    demo_pipeline.run_binary("generate_retrieval_corpus", os.path.join(work_dir, "logs", "corpus.log"),
+                             input_path=paths["jsonl"], vocab_path=vocab, output_prefix=paths["retrieval"],
+                             num_output_shards=10)
+  if not os.path.exists(paths["pretraining"] + ".manifest.json"):
+    _log("splitting sentences, annotating salient spans (bin/generate_pretraining_corpus)")
+    demo_pipeline.run_binary("generate_pretraining_corpus",
+                             os.path.join(work_dir, "logs", "pretraining_corpus.log"),
+                             input_path=paths["jsonl"], output_prefix=paths["pretraining"],
+                             num_output_shards=10)
+  return paths
+
+
+def _reader(work_dir: str, minilm: str) -> str:
+  """The MLM-adapted MiniLM (bin/train_mlm, resumable) or --reader_init_checkpoint."""
+  if _READER_INIT.value:
+    return _READER_INIT.value
+  tsv = _PARAGRAPHS_TSV.value or os.path.join(minilm_lib.SQUAD_DIR.value, "squad-v1.1-paragraphs.tsv")
+  mlm_dir = os.path.join(work_dir, "mlm")
+  _log(f"adapting MiniLM to masked LM for {_MLM_STEPS.value} steps (bin/train_mlm; resumes)")
+  demo_pipeline.run_binary(
+      "train_mlm", os.path.join(work_dir, "logs", "train_mlm.log"),
+      lambda line: "held-out masked-token accuracy" in line, _log,
+      model_dir=mlm_dir, input_path=os.path.realpath(tsv), vocab_path=os.path.join(minilm, "vocab.txt"),
+      bert_config=os.path.join(minilm, "config.json"), init_checkpoint=minilm,
+      num_train_steps=_MLM_STEPS.value, save_checkpoints_steps=min(100, _MLM_STEPS.value),
+      log_every_steps=min(25, _MLM_STEPS.value))
+  return os.path.join(mlm_dir, "bert")
+
+
+def _mlm_accuracy(work_dir: str):
+  path = os.path.join(work_dir, "logs", "train_mlm.log")
+  if not os.path.exists(path):
+    return None
+  found = None
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if "held-out masked-token accuracy" in line:
+        found = line.rstrip().split("] ", 1)[-1]
+  return found
+
+
+def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, float]:
+  """Recall of the index published at index_path: its embeddings, its step's query tower."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import evaluation
+  from realm_tf.retrieval import index as index_lib
+  from realm_tf.retrieval import published_index
+  # pylint: enable=g-import-not-at-top
+  loaded = published_index.load_published(index_path)
+  tokenizer = config.tokenizer()
+  featurizer = config.featurizer(tokenizer)
+  queries = []
+  for start in range(0, len(questions), 256):
+    chunk = [q.question.encode("utf-8") for q in questions[start:start + 256]]
+    inputs = featurizer.query_inputs(tokenizer.tokenize(chunk))
+    queries.append(loaded.embed_queries(*[np.asarray(x) for x in inputs]))
+  exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
+  rows, _ = exact.search(np.concatenate(queries), max(_KS))
+  inputs = squad.recall_inputs()
+  inputs["answers"] = [q.answers for q in questions]
+  inputs["gold_rows"] = inputs["gold_rows"][:len(questions)]
+  return evaluation.rankings_recall(rows, ks=_KS, **inputs)
+
+
+def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
+  """Recall per published index step, cached per step under work_dir/eval/."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import corpus_table
+  from realm_tf.modeling import realm_config as realm_config_lib
+  from realm_tf.retrieval import published_index
+  # pylint: enable=g-import-not-at-top
+  config = realm_config_lib.RealmConfig.load(model_dir)
+  questions = squad.questions[:_EVAL_QUESTIONS.value or None]
+  table = corpus_table.CorpusTable.load(os.path.join(work_dir, "corpus", "blocks"))
+  if table.doc_ids[:] != [d.doc_id for d in squad.documents]:
+    raise RuntimeError(f"{work_dir}/corpus: its rows are not the SQuAD-open paragraphs in order; delete "
+                       f"{work_dir} and rerun")
+  rows = []
+  for step in published_index.published_steps(model_dir):
+    cache = os.path.join(work_dir, "eval", f"step_{step}_{len(questions)}.json")
+    if os.path.exists(cache):
+      with open(cache, encoding="utf-8") as f:
+        rows.append(json.load(f))
+      continue
+    started = time.time()
+    recall = _recall_of_index(os.path.join(published_index.index_root(model_dir), str(step)), config,
+                              questions, squad)
+    row = {"step": step, "recall": recall, "eval_seconds": time.time() - started}
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    io_utils.write_json_atomic(cache, row)
+    _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
+    rows.append(row)
+  return rows
+
+
+def _plot(rows: List[Dict], anchors: Dict, path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  figure, axis = pyplot.subplots(figsize=(6.4, 4.0))
+  steps = [r["step"] for r in rows]
+  for kind, style in (("answer", "o-"), ("gold", "s--")):
+    axis.plot(steps, [r["recall"][f"{kind}_recall@5"] for r in rows], style, label=f"REALM, {kind} recall@5")
+  for (name, values), color in zip(anchors.items(), ("tab:red", "tab:gray", "tab:green", "tab:purple")):
+    axis.axhline(values[1], color=color, linestyle=":", label=f"{name} (answer)")
+  axis.set_xlabel("REALM step of the index")
+  axis.set_ylabel("recall@5 of the 10,570 dev questions (%)")
+  axis.legend(fontsize=7)
+  axis.grid(alpha=0.3)
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  figure.savefig(path, dpi=100)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  work_dir = _WORK_DIR.value
+  os.makedirs(work_dir, exist_ok=True)
+  started = time.time()
+  minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
+  full, _ = minilm_lib.load_squad("squad_open_realm_bench")
+  squad = full.dev_corpus() if _CORPUS.value == "dev" else full
+  paths = _prepare(work_dir, squad.documents, os.path.join(minilm, "vocab.txt"))
+  reader = _reader(work_dir, minilm)
+  model_dir = os.path.join(work_dir, "realm")
+  _log(f"REALM for {_REALM_STEPS.value} steps (bin/train_realm + bin/refresh_doc_embeds; resumes)")
+  summary = demo_pipeline.run_realm_processes(
+      model_dir, os.path.join(work_dir, "logs"),
+      dict(pretraining_corpus_path=paths["pretraining"], retrieval_corpus_path=paths["retrieval"],
+           vocab_path=os.path.join(minilm, "vocab.txt"), bert_config=os.path.join(minilm, "config.json"),
+           projection_size=0, embedder_pooling="mean", cosine_score_scale=_SCALE.value,
+           query_seq_len=_QUERY_LEN.value, candidate_seq_len=_CANDIDATE_LEN.value,
+           max_masks=_MAX_MASKS.value, num_candidates=_CANDIDATES.value, batch_size=_BATCH.value,
+           learning_rate=_LR.value, num_train_steps=_REALM_STEPS.value,
+           save_checkpoints_steps=_SAVE_EVERY.value, keep_checkpoint_max=2, log_every_steps=10,
+           init_retriever_checkpoint=minilm, init_reader_checkpoint=reader, bootstrap_index=True,
+           index_implementation="brute_force", check_index_every_batches=2,
+           max_index_staleness_steps=_STALENESS.value),
+      # Every index is kept: the evaluation reads each step's embeddings and query tower.
+      dict(retrieval_corpus_path=paths["retrieval"], index_implementation="brute_force", poll_seconds=5,
+           keep=1000),
+      _log, refresher_timeout_s=1800)
+  rows = _evaluate(model_dir, work_dir, squad)
+  anchors = _ANCHORS[_CORPUS.value]
+  print(f"\n{'':46s} {'answer recall@1':>15s} {'@5':>5s} {'@20':>5s} {'@100':>5s}   gold @1    @5   @20  @100")
+  for name, values in anchors.items():
+    print(f"{name:46s} {values[0]:15.1f} {values[1]:5.1f} {values[2]:5.1f} {values[3]:5.1f}")
+  for row in rows:
+    r = row["recall"]
+    label = "start (MiniLM as REALM's retriever)" if row["step"] == 0 else f"REALM, index of step {row['step']}"
+    print(f"{label:46s} {r['answer_recall@1']:15.1f} {r['answer_recall@5']:5.1f} "
+          f"{r['answer_recall@20']:5.1f} {r['answer_recall@100']:5.1f}   "
+          + " ".join(f"{r[f'gold_recall@{k}']:5.1f}" for k in _KS))
+  if _PLOT.value and rows:
+    _plot(rows, anchors, _PLOT.value)
+  from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
+  result = {
+      "benchmark": "squad_open_realm", "created": time.strftime("%Y-%m-%d"),
+      "command": " ".join(["bench/squad_open_realm_bench.py"] + sys.argv[1:]),
+      "corpus": _CORPUS.value, "num_documents": len(squad.documents),
+      "num_questions": len(squad.questions[:_EVAL_QUESTIONS.value or None]),
+      "reader": reader, "reader_mlm": _mlm_accuracy(work_dir),
+      "realm": {name: flag.value for name, flag in (
+          ("realm_steps", _REALM_STEPS), ("batch_size", _BATCH), ("num_candidates", _CANDIDATES),
+          ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
+          ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE))},
+      "trainer_summary": summary, "anchors_answer_recall": anchors, "per_index_step": rows,
+      "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),
+  }
+  io_utils.write_json_atomic(_OUTPUT.value, result)
+  print(f"wrote {_OUTPUT.value}" + (f" and {_PLOT.value}" if _PLOT.value and rows else ""))
+
+
+if __name__ == "__main__":
+  app.run(main)
