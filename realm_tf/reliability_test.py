@@ -652,7 +652,7 @@ _ALLOWED_WRITES = {
     ("realm_tf/checkpoints/training_state.py", "write_done_marker"):
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
     ("bin/demo_pipeline.py", "run_binary"): "a subprocess log, appended as it runs",
-    ("bin/demo_pipeline.py", "run_realm"): "a subprocess log, appended as it runs",
+    ("bin/demo_pipeline.py", "run_realm_processes"): "a subprocess log, appended as it runs",
     ("bin/demo_pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
     ("bin/run_demo.py", "_stderr_to"): "the demo's own stderr log (demo_stderr.log), appended as it runs",
 }
