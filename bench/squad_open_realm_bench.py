@@ -114,6 +114,12 @@ def _reader(work_dir: str, minilm: str) -> str:
     return _READER_INIT.value
   tsv = _PARAGRAPHS_TSV.value or os.path.join(minilm_lib.SQUAD_DIR.value, "squad-v1.1-paragraphs.tsv")
   mlm_dir = os.path.join(work_dir, "mlm")
+  export = os.path.join(mlm_dir, "bert")
+  done = _mlm_eval(export)
+  if done and done.get("step") == _MLM_STEPS.value:
+    # bin/train_mlm would only evaluate the finished export again (minutes).
+    _log(f"reader: {export}, adapted for {done['step']} steps")
+    return export
   _log(f"adapting MiniLM to masked LM for {_MLM_STEPS.value} steps (bin/train_mlm; resumes)")
   demo_pipeline.run_binary(
       "train_mlm", os.path.join(work_dir, "logs", "train_mlm.log"),
@@ -125,16 +131,13 @@ def _reader(work_dir: str, minilm: str) -> str:
   return os.path.join(mlm_dir, "bert")
 
 
-def _mlm_accuracy(work_dir: str):
-  path = os.path.join(work_dir, "logs", "train_mlm.log")
+def _mlm_eval(export: str):
+  """bin/train_mlm's held-out evaluation of its export (eval.json), or None."""
+  path = os.path.join(export, "eval.json")
   if not os.path.exists(path):
     return None
-  found = None
   with open(path, encoding="utf-8") as f:
-    for line in f:
-      if "held-out masked-token accuracy" in line:
-        found = line.rstrip().split("] ", 1)[-1]
-  return found
+    return json.load(f)
 
 
 def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, float]:
@@ -258,7 +261,7 @@ def main(argv):
       "command": " ".join(["bench/squad_open_realm_bench.py"] + sys.argv[1:]),
       "corpus": _CORPUS.value, "num_documents": len(squad.documents),
       "num_questions": len(squad.questions[:_EVAL_QUESTIONS.value or None]),
-      "reader": reader, "reader_mlm": _mlm_accuracy(work_dir),
+      "reader": reader, "reader_mlm_held_out": _mlm_eval(reader),
       "realm": {name: flag.value for name, flag in (
           ("realm_steps", _REALM_STEPS), ("batch_size", _BATCH), ("num_candidates", _CANDIDATES),
           ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
