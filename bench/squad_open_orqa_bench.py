@@ -37,7 +37,6 @@ with squad_open_bench's rows for reference and writes JSON (machine, hyperparame
 questions, loss curve) to --output.
 """
 
-import json
 import os
 import sys
 import time
@@ -158,16 +157,6 @@ def _training_questions(train, answer_index, needed: int, seed: int
   return chosen, positives, examined, skipped
 
 
-def _reference_rows() -> List[Dict]:
-  """squad_open_bench's rows on the full corpus, if its results file is there."""
-  path = os.path.join(_REPO, "bench", "results", "squad_open_bench.json")
-  try:
-    with open(path) as f:
-      return [r for r in json.load(f)["results"] if r["corpus"] == "all"]
-  except (OSError, ValueError, KeyError):
-    return []
-
-
 def _format(name: str, recall: Dict, steps: int) -> str:
   answer = " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS)
   gold = " ".join(f"{recall[f'gold_recall@{k}']:5.1f}" for k in _KS)
@@ -275,7 +264,7 @@ def main(argv):
   print(f"{'':48} {'':5}  {'answer string in top-k':^23}   {'gold paragraph in top-k':^23}")
   print(f"{'method':<48} {'steps':>5}  " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   "
         + " ".join(f"{'@' + str(k):>5}" for k in _KS))
-  for row in _reference_rows():
+  for row in minilm_lib.reference_rows("all"):
     print(_format(row["method_description"] + " (squad_open_bench)", row["recall"], 0))
   for e in evaluations:
     name = ("all-MiniLM-L6-v2 zero-shot (this script)" if e["step"] == 0
@@ -318,7 +307,7 @@ def main(argv):
       "zero_shot_check": zero_shot_check,
       "evaluations": evaluations,
       "loss_curve": curve.points,
-      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in _reference_rows()],
+      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in minilm_lib.reference_rows("all")],
   })
   print(f"wrote {_OUTPUT.value}")
 

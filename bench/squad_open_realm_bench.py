@@ -67,17 +67,6 @@ _STALENESS = flags.DEFINE_integer("max_index_staleness_steps", 100, "The trainer
 _EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
 
 _KS = (1, 5, 20, 100)
-# Measured on this machine (issue 18's anchors; bench/results/squad_open_bench.json and
-# squad_open_orqa_bench.json): answer recall@1/5/20/100 of the 10,570 dev questions.
-_ANCHORS = {
-    "dev": {"BM25": (80.3, 94.1, 97.8, 99.4), "MiniLM zero-shot": (67.5, 89.2, 96.3, 99.3),
-            "BM25+MiniLM RRF": (77.4, 95.1, 98.9, 99.9)},
-    "all": {"BM25": (74.1, 89.8, 95.5, 98.4), "MiniLM zero-shot": (59.8, 82.7, 91.6, 96.9),
-            "MiniLM + ORQA question tower (2,000 steps)": (61.6, 83.4, 92.2, 96.7),
-            "BM25+MiniLM RRF": (70.8, 90.5, 97.1, 99.4)},
-}
-
-
 def _log(message: str) -> None:
   minilm_lib.log(message)
 
@@ -144,19 +133,15 @@ def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, flo
   """Recall of the index published at index_path: its embeddings, its step's query tower."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
   from realm_tf import evaluation
+  from realm_tf import retriever_eval
   from realm_tf.retrieval import index as index_lib
   from realm_tf.retrieval import published_index
   # pylint: enable=g-import-not-at-top
   loaded = published_index.load_published(index_path)
-  tokenizer = config.tokenizer()
-  featurizer = config.featurizer(tokenizer)
-  queries = []
-  for start in range(0, len(questions), 256):
-    chunk = [q.question.encode("utf-8") for q in questions[start:start + 256]]
-    inputs = featurizer.query_inputs(tokenizer.tokenize(chunk))
-    queries.append(loaded.embed_queries(*[np.asarray(x) for x in inputs]))
+  queries = retriever_eval.embed_questions_with(lambda inputs: loaded.embed_queries(*inputs), config,
+                                                [q.question for q in questions])
   exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
-  rows, _ = exact.search(np.concatenate(queries), max(_KS))
+  rows, _ = exact.search(queries, max(_KS))
   inputs = squad.recall_inputs()
   inputs["answers"] = [q.answers for q in questions]
   inputs["gold_rows"] = inputs["gold_rows"][:len(questions)]
@@ -194,7 +179,12 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
   return rows
 
 
-def _plot(rows: List[Dict], anchors: Dict, path: str) -> None:
+def _line(label: str, recall: Dict[str, float]) -> str:
+  return (f"{label:46s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
+          + " ".join(f"{recall[f'gold_recall@{k}']:5.1f}" for k in _KS))
+
+
+def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
@@ -202,8 +192,9 @@ def _plot(rows: List[Dict], anchors: Dict, path: str) -> None:
   steps = [r["step"] for r in rows]
   for kind, style in (("answer", "o-"), ("gold", "s--")):
     axis.plot(steps, [r["recall"][f"{kind}_recall@5"] for r in rows], style, label=f"REALM, {kind} recall@5")
-  for (name, values), color in zip(anchors.items(), ("tab:red", "tab:gray", "tab:green", "tab:purple")):
-    axis.axhline(values[1], color=color, linestyle=":", label=f"{name} (answer)")
+  for reference, color in zip(references, ("tab:red", "tab:gray", "tab:green", "tab:purple")):
+    axis.axhline(reference["recall"]["answer_recall@5"], color=color, linestyle=":",
+                 label=f"{reference['method_description']} (answer)")
   axis.set_xlabel("REALM step of the index")
   axis.set_ylabel("recall@5 of the 10,570 dev questions (%)")
   axis.legend(fontsize=7)
@@ -243,18 +234,18 @@ def main(argv):
            keep=1000),
       _log, refresher_timeout_s=1800)
   rows = _evaluate(model_dir, work_dir, squad)
-  anchors = _ANCHORS[_CORPUS.value]
-  print(f"\n{'':46s} {'answer recall@1':>15s} {'@5':>5s} {'@20':>5s} {'@100':>5s}   gold @1    @5   @20  @100")
-  for name, values in anchors.items():
-    print(f"{name:46s} {values[0]:15.1f} {values[1]:5.1f} {values[2]:5.1f} {values[3]:5.1f}")
+  # The anchors: bench/squad_open_bench.py's measured rows of the same corpus and questions.
+  references = minilm_lib.reference_rows(_CORPUS.value)
+  header = " ".join(f"{'@' + str(k):>5}" for k in _KS)
+  print(f"\n{'':46s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
+  print(f"{'':46s} {header}   {header}")
+  for reference in references:
+    print(_line(reference["method_description"] + " (squad_open_bench)", reference["recall"]))
   for row in rows:
-    r = row["recall"]
-    label = "start (MiniLM as REALM's retriever)" if row["step"] == 0 else f"REALM, index of step {row['step']}"
-    print(f"{label:46s} {r['answer_recall@1']:15.1f} {r['answer_recall@5']:5.1f} "
-          f"{r['answer_recall@20']:5.1f} {r['answer_recall@100']:5.1f}   "
-          + " ".join(f"{r[f'gold_recall@{k}']:5.1f}" for k in _KS))
+    print(_line("start (MiniLM as REALM's retriever)" if row["step"] == 0
+                else f"REALM, index of step {row['step']}", row["recall"]))
   if _PLOT.value and rows:
-    _plot(rows, anchors, _PLOT.value)
+    _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   result = {
       "benchmark": "squad_open_realm", "created": time.strftime("%Y-%m-%d"),
@@ -266,7 +257,7 @@ def main(argv):
           ("realm_steps", _REALM_STEPS), ("batch_size", _BATCH), ("num_candidates", _CANDIDATES),
           ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
           ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE))},
-      "trainer_summary": summary, "anchors_answer_recall": anchors, "per_index_step": rows,
+      "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": rows,
       "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),
   }
   io_utils.write_json_atomic(_OUTPUT.value, result)

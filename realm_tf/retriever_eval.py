@@ -8,7 +8,7 @@ Questions are packed as [CLS] question [SEP] (query_seq_len) and embedded with t
 corpus with the document tower (exact search: recall must not depend on an approximate index).
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -21,17 +21,26 @@ from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 
 
-def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: Sequence[str],
-                    batch_size: int = 256) -> np.ndarray:
-  """float32 [len(questions), D] from the query tower."""
+def embed_questions_with(embed: Callable[[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]], np.ndarray],
+                         config: realm_config_lib.RealmConfig, questions: Sequence[str],
+                         batch_size: int = 256) -> np.ndarray:
+  """float32 [len(questions), D]: questions packed as the run's queries ([CLS] question [SEP], Q
+  wordpieces), embedded by `embed` (token ids, mask, segment ids) -> [b, D], e.g. a published index's
+  query tower."""
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
   outputs = []
   for start in range(0, len(questions), batch_size):
     chunk = [q.encode("utf-8") for q in questions[start:start + batch_size]]
-    inputs = featurizer.query_inputs(tokenizer.tokenize(chunk))
-    outputs.append(retriever.embed_queries(tuple(inputs), training=False).numpy())
+    outputs.append(np.asarray(embed(tuple(featurizer.query_inputs(tokenizer.tokenize(chunk))))))
   return np.concatenate(outputs) if outputs else np.zeros([0, config.embedding_dim], np.float32)
+
+
+def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: Sequence[str],
+                    batch_size: int = 256) -> np.ndarray:
+  """float32 [len(questions), D] from the retriever's query tower."""
+  return embed_questions_with(lambda inputs: retriever.embed_queries(inputs, training=False).numpy(),
+                              config, questions, batch_size)
 
 
 def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: corpus_table.CorpusTable,
