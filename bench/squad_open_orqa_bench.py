@@ -37,6 +37,7 @@ with squad_open_bench's rows for reference and writes JSON (machine, hyperparame
 questions, loss curve) to --output.
 """
 
+import hashlib
 import os
 import sys
 import time
@@ -77,6 +78,13 @@ _ZERO_SHOT_EVAL = flags.DEFINE_bool("zero_shot_eval", True,
                                     "Evaluate at step 0 too (re-embeds the dev questions, ~1 min).")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 50, "Steps between progress lines (and loss-curve points).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the question order and of dropout.")
+_INIT_RETRIEVER = flags.DEFINE_string(
+    "init_retriever_checkpoint", None,
+    "Start from this retriever checkpoint (a REALM model_dir or checkpoint of a projection-free, "
+    "mean-pooled MiniLM-sized retriever, e.g. bench/squad_open_realm_bench.py's run; its "
+    "realm_config.json in the model_dir) instead of all-MiniLM-L6-v2: its query tower is the question "
+    "tower that trains, its document tower embeds the fixed paragraph index (cached under "
+    "--cache_dir/embeddings). The REALM + ORQA row of issue 18.")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
                                                      "squad_open_orqa_bench.json"),
                               "Where to write the JSON results.")
@@ -157,6 +165,59 @@ def _training_questions(train, answer_index, needed: int, seed: int
   return chosen, positives, examined, skipped
 
 
+def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
+  """(question tower, fixed paragraph vectors [N, D] unit norm, their cache metadata, the resolved
+  checkpoint) of a REALM-trained retriever: the ORQA recipe (fixed document index, trained question
+  tower) started from REALM, as in the paper's REALM -> Open-QA fine-tuning."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf.checkpoints import training_state
+  from realm_tf.modeling import embedder
+  from realm_tf.modeling import realm_config as realm_config_lib
+  from realm_tf.retrieval import embedding_cache
+  from realm_tf.retrieval import text_embedder
+  # pylint: enable=g-import-not-at-top
+  model_dir = path if os.path.isdir(path) else os.path.dirname(path)
+  try:
+    config = realm_config_lib.RealmConfig.load(model_dir)
+  except (FileNotFoundError, ValueError) as e:
+    raise app.UsageError(f"--init_retriever_checkpoint={path}: {e}") from e
+  if config.projection_size or config.embedder_pooling != embedder.MEAN:
+    raise app.UsageError(
+        f"--init_retriever_checkpoint={path}: its retriever has projection_size "
+        f"{config.projection_size} and {config.embedder_pooling} pooling; this bench compares cosine "
+        "retrievers of MiniLM's space (train REALM with --projection_size=0 --embedder_pooling=mean)")
+  if config.retriever_bert.vocab_size != tokenizer.vocab_size:
+    raise app.UsageError(f"--init_retriever_checkpoint={path}: its BERT has vocab_size "
+                         f"{config.retriever_bert.vocab_size}, MiniLM's vocab {tokenizer.vocab_size}")
+  # Scale 1: unit-norm towers, as the MiniLM start; --scale sets the softmax temperature here.
+  retriever = embedder.build_retriever(
+      config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
+      share_embedders=config.share_embedders, pooling=embedder.MEAN, cosine_score_scale=1.0)
+  resolved = training_state.restore_retriever(retriever, path)
+  with open(resolved + ".index", "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  # The paragraph bodies at MiniLM's cached length, as the MiniLM index, so only the weights differ.
+  model_id = (f"retriever document tower of {os.path.realpath(resolved)} (.index sha256 {digest}), mean "
+              f"pooling, L2-normalised, max_seq_length {minilm_lib.CACHED_SEQ_LENGTH}")
+  documents = text_embedder.TextEmbedder(retriever.doc_embedder, tokenizer,
+                                         max_seq_length=minilm_lib.CACHED_SEQ_LENGTH,
+                                         batch_size=_EVAL_BATCH_SIZE.value,
+                                         jit_compile=_EMBED_JIT_COMPILE.value)
+  _log(f"embedding {len(paragraphs)} paragraphs with the document tower of {resolved} (cached)")
+  vectors, info = embedding_cache.cached_embeddings(
+      os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), "squad_open.retriever_start.paragraphs",
+      model_id, paragraphs, lambda texts: documents.embed(texts, log=_log))
+  if config.share_embedders:
+    # One tower for both: training the question tower must not move a copy that embedded the index
+    # (it is fixed either way), so the question tower is a separate copy of the shared weights.
+    query = embedder.build_retriever(
+        config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
+        share_embedders=True, pooling=embedder.MEAN, cosine_score_scale=1.0)
+    query.set_weights(retriever.get_weights())
+    return query.query_embedder, vectors, info, resolved
+  return retriever.query_embedder, vectors, info, resolved
+
+
 def _format(name: str, recall: Dict, steps: int) -> str:
   answer = " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS)
   gold = " ".join(f"{recall[f'gold_recall@{k}']:5.1f}" for k in _KS)
@@ -199,11 +260,15 @@ def main(argv):
 
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   weights_sha256 = minilm_lib.weights_sha256(directory)
-  cached = minilm_lib.required_vectors(me, directory, "paragraphs", [d.body for d in full.documents])
-  paragraph_emb, paragraph_info = cached
-  _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
-
   embedder, tokenizer = minilm_lib.load(directory)
+  start_checkpoint = None
+  if _INIT_RETRIEVER.value:
+    embedder, paragraph_emb, paragraph_info, start_checkpoint = _retriever_start(
+        _INIT_RETRIEVER.value, tokenizer, [d.body for d in full.documents])
+  else:
+    paragraph_emb, paragraph_info = minilm_lib.required_vectors(
+        me, directory, "paragraphs", [d.body for d in full.documents])
+  _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
   question_embedder = text_embedder.TextEmbedder(
       embedder, tokenizer, max_seq_length=_MAX_QUESTION_LEN.value, batch_size=_EVAL_BATCH_SIZE.value,
       length_bucket=_LENGTH_BUCKET, jit_compile=_EMBED_JIT_COMPILE.value)
@@ -212,9 +277,12 @@ def main(argv):
   evaluations = []
   zero_shot_check = None
   if _ZERO_SHOT_EVAL.value:
-    recall, queries, seconds = _evaluate(question_embedder, index, full, "step 0 (zero-shot)")
+    recall, queries, seconds = _evaluate(question_embedder, index, full,
+                                         "step 0 (the retriever's start)" if start_checkpoint
+                                         else "step 0 (zero-shot)")
     evaluations.append({"step": 0, "recall": recall, "seconds": seconds})
-    reference = minilm_lib.cached_vectors(directory, "questions", [q.question for q in full.questions])
+    reference = (None if start_checkpoint else
+                 minilm_lib.cached_vectors(directory, "questions", [q.question for q in full.questions]))
     if reference is not None:
       # Those cached vectors used CACHED_SEQ_LENGTH wordpieces; only questions longer than
       # max_question_len differ.
@@ -266,9 +334,10 @@ def main(argv):
         + " ".join(f"{'@' + str(k):>5}" for k in _KS))
   for row in minilm_lib.reference_rows("all"):
     print(_format(row["method_description"] + " (squad_open_bench)", row["recall"], 0))
+  start_name = "REALM retriever" if start_checkpoint else "all-MiniLM-L6-v2"
   for e in evaluations:
-    name = ("all-MiniLM-L6-v2 zero-shot (this script)" if e["step"] == 0
-            else "all-MiniLM-L6-v2 + ORQA question tower")
+    name = (f"{start_name} zero-shot (this script)" if e["step"] == 0
+            else f"{start_name} + ORQA question tower")
     print(_format(name, e["recall"], e["step"]))
 
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
@@ -283,6 +352,7 @@ def main(argv):
           "answer_match": "lower-cased, whitespace-normalised substring of the paragraph body "
                           "(evaluation.has_answer mode=normalized), for training positives and recall",
           "model": "all-MiniLM-L6-v2", "weights_sha256": weights_sha256,
+          "init_retriever_checkpoint": start_checkpoint,
           "paragraph_index": {"path": paragraph_info["path"], "model_id": paragraph_info["model_id"],
                               "fixed": True},
           "question_tower": "MiniLM BertEncoderV2, mean pooling over real tokens, L2-normalised",

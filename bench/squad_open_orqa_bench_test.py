@@ -5,6 +5,7 @@ tower of an OrqaRetriever through loop.train (the curve recorded, the index unmo
 import os
 import sys
 
+from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
@@ -18,6 +19,7 @@ from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-i
 from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.modeling import realm_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.modeling import orqa_retriever  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -86,6 +88,59 @@ class TrainingTest(tf.test.TestCase):
     self.assertLen(curve.step_seconds, 4)
     self.assertTrue(any(np.abs(b - w.numpy()).max() > 0 for b, w in zip(before, tower.trainable_weights)))
     self.assertAllEqual(model.index.embeddings.numpy(), paragraphs)
+
+
+class RetrieverStartTest(tf.test.TestCase):
+  """--init_retriever_checkpoint: a REALM run's towers are the start (the REALM + ORQA row)."""
+
+  def _realm_run(self, model_dir, vocab, projection_size=0, share_embedders=True):
+    config = realm_config.RealmConfig(
+        retriever_bert=bert.tiny_config(tokenization.Tokenizer(vocab).vocab_size),
+        reader_bert=bert.tiny_config(tokenization.Tokenizer(vocab).vocab_size), vocab_path=vocab,
+        projection_size=projection_size, embedder_pooling=embedder.MEAN, cosine_score_scale=20.0,
+        share_embedders=share_embedders)
+    config.save(model_dir)
+    tf.keras.utils.set_random_seed(1)
+    retriever = config.build_retriever()
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)), model_dir, max_to_keep=2)
+    return retriever, manager.save(checkpoint_number=50)
+
+  def test_towers_and_cached_index_come_from_the_checkpoint(self):
+    model_dir = self.create_tempdir().full_path
+    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    tokenizer = tokenization.Tokenizer(vocab)
+    saved, path = self._realm_run(model_dir, vocab)
+    texts = ["the city lies on the river", "paris is a capital", "nothing happened"]
+    with flagsaver.flagsaver(cache_dir=self.create_tempdir().full_path, embed_jit_compile=False):
+      tower, vectors, info, resolved = orqa._retriever_start(model_dir, tokenizer, texts)
+      self.assertEqual(resolved, path)  # the model_dir's latest checkpoint
+      self.assertFalse(info["cached"])
+      again = orqa._retriever_start(model_dir, tokenizer, texts)
+      self.assertTrue(again[2]["cached"])
+      self.assertAllClose(again[1], vectors)
+    # The saved document tower's embeddings, unit norm (its cosine score scale 20 dropped).
+    expected = text_embedder.TextEmbedder(saved.doc_embedder, tokenizer, max_seq_length=256,
+                                          jit_compile=False).embed(texts)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    self.assertAllClose(vectors, expected, atol=1e-5)
+    self.assertAllClose(np.linalg.norm(vectors, axis=1), np.ones(3), atol=1e-5)
+    # The question tower holds the saved weights but is not the tower that embedded the fixed index.
+    questions = text_embedder.TextEmbedder(tower, tokenizer, max_seq_length=64, jit_compile=False)
+    self.assertAllClose(questions.embed(texts), expected, atol=1e-5)
+    self.assertNotIn(id(tower.encoder), {id(saved.doc_embedder.encoder)})
+
+  def test_rejects_a_projected_retriever_naming_the_flag(self):
+    model_dir = self.create_tempdir().full_path
+    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    self._realm_run(model_dir, vocab, projection_size=16)
+    with self.assertRaisesRegex(Exception, "--init_retriever_checkpoint.*projection_size 16"):
+      orqa._retriever_start(model_dir, tokenization.Tokenizer(vocab), ["x"])
+
+  def test_rejects_a_directory_without_a_config(self):
+    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    with self.assertRaisesRegex(Exception, "realm_config.json"):
+      orqa._retriever_start(self.create_tempdir().full_path, tokenization.Tokenizer(vocab), ["x"])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ pre-trains with Wikipedia as its corpus too).
 
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Dict, List
@@ -64,6 +65,11 @@ _MAX_MASKS = flags.DEFINE_integer("max_masks", 10, "Masked wordpieces per senten
 _SCALE = flags.DEFINE_float("cosine_score_scale", 20.0, "Retrieval scores = this x cosine.")
 _SAVE_EVERY = flags.DEFINE_integer("save_checkpoints_steps", 50, "Checkpoint (and index) interval.")
 _STALENESS = flags.DEFINE_integer("max_index_staleness_steps", 100, "The trainer waits beyond this.")
+_ORQA_STEPS = flags.DEFINE_integer(
+    "orqa_steps", 2000, "Then ORQA fine-tuning from the last REALM checkpoint "
+    "(bench/squad_open_orqa_bench.py --init_retriever_checkpoint: fixed index of its document tower over "
+    "all 20,963 paragraphs, its query tower trained on SQuAD train questions) for this many steps, beside "
+    "that bench's all-MiniLM-L6-v2 + ORQA row; 0: none.")
 _EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
 
 _KS = (1, 5, 20, 100)
@@ -146,6 +152,52 @@ def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, flo
   inputs["answers"] = [q.answers for q in questions]
   inputs["gold_rows"] = inputs["gold_rows"][:len(questions)]
   return evaluation.rankings_recall(rows, ks=_KS, **inputs)
+
+
+def _realm_then_orqa(model_dir: str, work_dir: str):
+  """bench/squad_open_orqa_bench.py started from REALM's last checkpoint (its results, cached per
+  checkpoint and step count under work_dir), or None with --orqa_steps=0."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import training_state
+  # pylint: enable=g-import-not-at-top
+  if not _ORQA_STEPS.value:
+    return None
+  checkpoint = _latest_checkpoint(model_dir)
+  step = training_state.checkpoint_step(checkpoint)
+  output = os.path.join(work_dir, "orqa", f"from_step_{step}_{_ORQA_STEPS.value}_steps.json")
+  if not os.path.exists(output):
+    _log(f"ORQA fine-tuning from REALM's step {step} for {_ORQA_STEPS.value} steps "
+         f"(bench/squad_open_orqa_bench.py; 20,963 paragraphs)")
+    command = [sys.executable, os.path.join(_REPO, "bench", "squad_open_orqa_bench.py"),
+               f"--init_retriever_checkpoint={checkpoint}", f"--steps={_ORQA_STEPS.value}",
+               f"--output={output}", f"--squad_dir={minilm_lib.SQUAD_DIR.value}",
+               f"--cache_dir={minilm_lib.CACHE_DIR.value}"]
+    if minilm_lib.MINILM_DIR.value:
+      command.append(f"--minilm_dir={minilm_lib.MINILM_DIR.value}")
+    log_path = os.path.join(work_dir, "logs", "orqa_from_realm.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log_file:
+      if subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT, check=False).returncode:
+        raise RuntimeError(f"bench/squad_open_orqa_bench.py failed; see {log_path}")
+  with open(output, encoding="utf-8") as f:
+    result = json.load(f)
+  # The MiniLM + ORQA row to compare with: that bench's committed result, same steps and questions.
+  minilm_orqa = os.path.join(_REPO, "bench", "results", "squad_open_orqa_bench.json")
+  if os.path.exists(minilm_orqa):
+    with open(minilm_orqa, encoding="utf-8") as f:
+      last = json.load(f)["evaluations"][-1]
+    result["reference_rows"].append({"method": f"MiniLM + ORQA ({last['step']} steps)",
+                                     "recall": last["recall"]})
+  return {"realm_checkpoint_step": step, "result": output, "steps": _ORQA_STEPS.value,
+          "evaluations": result["evaluations"], "reference_rows": result["reference_rows"]}
+
+
+def _latest_checkpoint(model_dir: str) -> str:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top (TF-heavy)
+  checkpoint = tf.train.latest_checkpoint(model_dir)
+  if checkpoint is None:
+    raise RuntimeError(f"{model_dir}: no REALM checkpoint to start ORQA from")
+  return checkpoint
 
 
 def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
@@ -244,6 +296,15 @@ def main(argv):
   for row in rows:
     print(_line("start (MiniLM as REALM's retriever)" if row["step"] == 0
                 else f"REALM, index of step {row['step']}", row["recall"]))
+  orqa = _realm_then_orqa(model_dir, work_dir)
+  if orqa:
+    print("\nall 20,963 paragraphs (bench/squad_open_orqa_bench.py)")
+    for reference in orqa["reference_rows"]:
+      print(_line(reference["method"], reference["recall"]))
+    for evaluation in orqa["evaluations"]:
+      print(_line(f"REALM step {orqa['realm_checkpoint_step']}" + (
+          f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)"),
+                  evaluation["recall"]))
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
@@ -258,6 +319,7 @@ def main(argv):
           ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
           ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE))},
       "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": rows,
+      "realm_then_orqa": orqa,
       "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),
   }
   io_utils.write_json_atomic(_OUTPUT.value, result)

@@ -1,0 +1,288 @@
+r"""FiD-KD on real text: SQuAD-open with all-MiniLM-L6-v2 as the retriever and as the reader's encoder.
+
+Issue 19, the SQuAD half: from zero-shot all-MiniLM-L6-v2, does distilling a Fusion-in-Decoder reader's
+cross-attention raise the retriever's recall of the SQuAD dev questions over the 2,067 dev paragraphs,
+round after round? What runs, each step resumable from what it left under --work_dir:
+  1. the data: SQuAD v1.1 train paragraphs drawn with --seed (--train_paragraphs of them) and their
+     questions are the training set; they join the 2,067 dev paragraphs in the retrieval corpus Z (a
+     training question's answer must be findable: the dev paragraphs hold none of the train articles).
+     Acceptance (bin/train_fid_kd --keep_better_retriever) uses --selection_questions dev questions drawn
+     with --seed, searched over Z;
+  2. bin/train_fid_kd as a user runs it: MiniLM as the initial retriever (--retriever_checkpoint of the
+     Hugging Face directory, no projection, mean pooling, scores 20 x cosine: its zero-shot space) and as
+     the reader's encoder (--reader_init_checkpoint: a BERT encoder with a small decoder cross-attending
+     over all passages is a Fusion-in-Decoder too); round 0 reads MiniLM's own top n passages;
+  3. every round's retriever (the one the round ended with: distilled if accepted, else the previous)
+     evaluated like the anchors: the 10,570 dev questions, exact search over the 2,067 dev paragraphs
+     (title + paragraph as the retriever embeds documents), answer and gold recall@1/5/20/100, beside
+     bench/squad_open_bench.py's BM25 / MiniLM zero-shot / hybrid rows; a table, JSON and a PNG.
+
+  .venv/bin/python bench/squad_open_fid_kd_bench.py                     # the defaults (hours on 2 cores)
+  .venv/bin/python bench/squad_open_fid_kd_bench.py --iterations=3      # continue the same run a round
+  .venv/bin/python bench/squad_open_fid_kd_bench.py --train_paragraphs=20 --eval_questions=200 \
+      --work_dir=/tmp/fid_smoke --train_fid_kd_flags=--reader_steps=4,--retriever_steps=4,\
+--reader_single_passage_steps=0 --output=/tmp/fid_smoke.json --plot=      # a smoke run (minutes)
+
+Learning check (printed): after 2 or more rounds, the answer recall@5 of the last round's retriever is
+above the start's. The training questions are SQuAD train questions only; no dev
+question trains anything (the selection questions choose between retrievers, as a dev set does).
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Dict, List
+
+from absl import app
+from absl import flags
+import numpy as np
+
+# Runs as `python bench/squad_open_fid_kd_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_open_fid_kd"),
+                                "Where the run is written and resumed from.")
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
+                                                     "squad_open_fid_kd_bench.json"), "JSON results.")
+_PLOT = flags.DEFINE_string("plot", os.path.join(_REPO, "docs", "squad_open_fid_kd_recall.png"),
+                            "PNG of recall@1/5/20 per round ('' for none).")
+_ITERATIONS = flags.DEFINE_integer("iterations", 2, "FiD-KD rounds.")
+_TRAIN_PARAGRAPHS = flags.DEFINE_integer(
+    "train_paragraphs", 400, "SQuAD train paragraphs drawn (about 4.4 questions each): their questions "
+    "train, the paragraphs join Z.")
+_SELECTION_QUESTIONS = flags.DEFINE_integer("selection_questions", 1000,
+                                            "Dev questions that decide a round's acceptance.")
+_EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the drawn paragraphs and selection questions.")
+# bin/train_fid_kd's flags for a MiniLM-sized reader and retriever; --train_fid_kd_flags overrides any.
+_FID_KD_DEFAULTS = {
+    "projection_size": 0, "embedder_pooling": "mean", "cosine_score_scale": 20.0,
+    "initial_passages": "dense", "num_passages": 10, "query_seq_len": 48, "candidate_seq_len": 192,
+    "passage_seq_len": 192, "answer_seq_len": 16,
+    # The encoder reads from the first step; the decoder (2 layers of 128) learns to point at it.
+    "reader_hidden_size": 128, "reader_num_heads": 4, "reader_decoder_layers": 2,
+    "reader_intermediate_size": 512, "reader_single_passage_steps": 200, "reader_steps": 600,
+    "reader_batch_size": 8, "reader_learning_rate": 1e-4,
+    # BERT fine-tuning rates for the pre-trained towers (1e-3, testdata's, is for its tiny retriever).
+    "retriever_steps": 300, "retriever_batch_size": 8, "retriever_learning_rate": 2e-5,
+    "selection_metric": "answer_recall@5", "recall_ks": "1,5,20", "embed_batch_size": 64,
+}
+_EXTRA = flags.DEFINE_list("train_fid_kd_flags", [],
+                           "More bin/train_fid_kd flags, e.g. --num_passages=20 (override the bench's).")
+
+_KS = (1, 5, 20, 100)
+
+
+def _log(message: str) -> None:
+  minilm_lib.log(message)
+
+
+def _write_jsonl(path: str, records) -> None:
+  if not os.path.exists(path):
+    io_utils.write_jsonl_atomic(path, records)
+
+
+def _prepare(work_dir: str, full, train, vocab: str) -> Dict[str, str]:
+  """Z (drawn train paragraphs + dev paragraphs), its dev-only part, train and selection questions."""
+  draw = {"train_paragraphs": _TRAIN_PARAGRAPHS.value, "selection_questions": _SELECTION_QUESTIONS.value,
+          "seed": _SEED.value}
+  draw_path = os.path.join(work_dir, "data", "draw.json")
+  if os.path.exists(draw_path):
+    with open(draw_path, encoding="utf-8") as f:
+      made = json.load(f)
+    if made != draw:
+      raise app.UsageError(
+          f"{draw_path}: {work_dir} was prepared with {made} (the run there trained on that draw); pass "
+          f"those flags to resume it, or a new --work_dir for {draw}")
+  rng = np.random.default_rng(_SEED.value)
+  drawn = rng.permutation(full.num_train_paragraphs)[:_TRAIN_PARAGRAPHS.value]
+  documents = [full.documents[i] for i in sorted(drawn.tolist())]
+  chosen = {d.doc_id for d in documents}
+  dev = full.dev_corpus()
+  paths = {name: os.path.join(work_dir, "data", name) for name in (
+      "corpus.jsonl", "dev_corpus.jsonl", "train.jsonl", "selection.jsonl")}
+  paths.update(retrieval=os.path.join(work_dir, "data", "corpus", "blocks"),
+               dev_retrieval=os.path.join(work_dir, "data", "dev_corpus", "blocks"))
+  questions = [q for q in train if q.metadata["doc_id"] in chosen]
+  if not questions:
+    raise app.UsageError(f"--train_paragraphs={_TRAIN_PARAGRAPHS.value}: the drawn paragraphs have no "
+                         "questions; draw more")
+  os.makedirs(os.path.join(work_dir, "data"), exist_ok=True)
+  as_record = lambda d: {"id": d.doc_id, "title": d.title, "text": d.body}
+  _write_jsonl(paths["corpus.jsonl"], (as_record(d) for d in documents + dev.documents))
+  _write_jsonl(paths["dev_corpus.jsonl"], (as_record(d) for d in dev.documents))
+  as_question = lambda q: {"question": q.question, "answers": q.answers, "doc_id": q.metadata["doc_id"]}
+  _write_jsonl(paths["train.jsonl"], (as_question(q) for q in questions))
+  selection = rng.permutation(len(dev.questions))[:_SELECTION_QUESTIONS.value]
+  _write_jsonl(paths["selection.jsonl"], (as_question(dev.questions[i]) for i in sorted(selection.tolist())))
+  for corpus_jsonl, prefix in (("corpus.jsonl", "retrieval"), ("dev_corpus.jsonl", "dev_retrieval")):
+    if not os.path.exists(paths[prefix] + ".manifest.json"):
+      _log(f"tokenizing {paths[corpus_jsonl]} with MiniLM's vocab (bin/generate_retrieval_corpus)")
+      demo_pipeline.run_binary("generate_retrieval_corpus",
+                               os.path.join(work_dir, "logs", f"{prefix}_corpus.log"),
+                               input_path=paths[corpus_jsonl], vocab_path=vocab,
+                               output_prefix=paths[prefix], num_output_shards=4)
+  if not os.path.exists(draw_path):
+    io_utils.write_json_atomic(draw_path, draw)
+  _log(f"Z: {len(documents)} train + {len(dev.documents)} dev paragraphs; {len(questions)} training "
+       f"questions; {len(selection)} selection questions")
+  return paths
+
+
+def _round_retrievers(model_dir: str) -> List[Dict]:
+  """[(round, retriever directory)]: the start, then the retriever each finished round ended with."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import fid_kd
+  # pylint: enable=g-import-not-at-top
+  rounds = [{"round": "start", "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),
+             "metrics": None}]
+  iteration = 0
+  while os.path.exists(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME)):
+    with open(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME),
+              encoding="utf-8") as f:
+      metrics = json.load(f)
+    rounds.append({"round": iteration, "retriever": os.path.join(model_dir, metrics["retriever_after"]),
+                   "metrics": metrics})
+    iteration += 1
+  return rounds
+
+
+def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[str, float]:
+  """Recall of the retriever in retriever_dir on the dev questions over the dev paragraphs."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import evaluation
+  from realm_tf import retriever_eval
+  from realm_tf.checkpoints import training_state
+  from realm_tf.data import corpus_table
+  from realm_tf.modeling import realm_config as realm_config_lib
+  from realm_tf.retrieval import corpus_embedding
+  from realm_tf.retrieval import index as index_lib
+  # pylint: enable=g-import-not-at-top
+  config = realm_config_lib.RealmConfig.load(model_dir)
+  retriever = config.build_retriever()
+  training_state.restore_retriever(retriever, retriever_dir)
+  table = corpus_table.CorpusTable.load(dev_prefix)
+  if table.doc_ids[:] != [d.doc_id for d in squad.documents]:
+    raise RuntimeError(f"{dev_prefix}: its rows are not the SQuAD-open dev paragraphs in order; delete it "
+                       "and rerun")
+  documents = corpus_embedding.embed_corpus(
+      lambda inputs: retriever.embed_documents(inputs, training=False), dev_prefix, config.featurizer(),
+      log=lambda _: None)
+  queries = retriever_eval.embed_questions(retriever, config, [q.question for q in squad.questions])
+  rows, _ = index_lib.build_index(documents, implementation="brute_force").search(queries, max(_KS))
+  return evaluation.rankings_recall(rows, ks=_KS, **squad.recall_inputs())
+
+
+def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dict]:
+  rows = []
+  for entry in _round_retrievers(model_dir):
+    cache = os.path.join(work_dir, "eval", f"round_{entry['round']}_{len(squad.questions)}.json")
+    if os.path.exists(cache):
+      with open(cache, encoding="utf-8") as f:
+        recall = json.load(f)["recall"]
+    else:
+      started = time.time()
+      recall = _recall(entry["retriever"], model_dir, dev_prefix, squad)
+      io_utils.write_json_atomic(cache, {"recall": recall, "retriever": entry["retriever"],
+                                         "eval_seconds": time.time() - started})
+      _log(f"round {entry['round']}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
+    metrics = entry["metrics"] or {}
+    rows.append({"round": entry["round"], "retriever": os.path.relpath(entry["retriever"], model_dir),
+                 "recall": recall, "accepted": metrics.get("accepted"),
+                 "reader_exact_match": metrics.get("reader_exact_match"),
+                 "reader_gold_top1": metrics.get("reader_gold_top1"),
+                 "selection_recall_before": metrics.get("recall_before"),
+                 "selection_recall_after": metrics.get("recall_after"),
+                 "seconds": metrics.get("seconds")})
+  return rows
+
+
+def _line(label: str, recall: Dict[str, float]) -> str:
+  return (f"{label:40s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
+          + " ".join(f"{recall.get(f'gold_recall@{k}', float('nan')):5.1f}" for k in _KS))
+
+
+def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  figure, axis = pyplot.subplots(figsize=(6.4, 4.0))
+  x = list(range(len(rows)))
+  for k, style in ((1, "v-"), (5, "o-"), (20, "^-")):
+    axis.plot(x, [r["recall"][f"answer_recall@{k}"] for r in rows], style, label=f"FiD-KD, recall@{k}")
+  for reference, color in zip(references, ("tab:red", "tab:gray", "tab:green")):
+    axis.axhline(reference["recall"]["answer_recall@5"], color=color, linestyle=":",
+                 label=f"{reference['method_description']} @5")
+  axis.set_xticks(x, ["start"] + [f"round {r['round']}" for r in rows[1:]])
+  axis.set_ylabel("answer recall of the 10,570 dev questions (%)")
+  axis.legend(fontsize=7)
+  axis.grid(alpha=0.3)
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  figure.savefig(path, dpi=100)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if _TRAIN_PARAGRAPHS.value < 1 or _SELECTION_QUESTIONS.value < 1 or _ITERATIONS.value < 1:
+    raise app.UsageError("--train_paragraphs, --selection_questions and --iterations must be >= 1")
+  work_dir = _WORK_DIR.value
+  os.makedirs(work_dir, exist_ok=True)
+  started = time.time()
+  minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
+  full, train = minilm_lib.load_squad("squad_open_fid_kd_bench")
+  paths = _prepare(work_dir, full, train, os.path.join(minilm, "vocab.txt"))
+  dev = full.dev_corpus()
+  squad = type(dev)(dev.documents, dev.questions[:_EVAL_QUESTIONS.value or None], 0)
+  model_dir = os.path.join(work_dir, "fid_kd")
+  command = dict(_FID_KD_DEFAULTS, model_dir=model_dir, vocab_path=os.path.join(minilm, "vocab.txt"),
+                 bert_config=os.path.join(minilm, "config.json"), retriever_checkpoint=minilm,
+                 reader_init_checkpoint=minilm, retrieval_corpus_path=paths["retrieval"],
+                 train_path=paths["train.jsonl"], dev_path=paths["selection.jsonl"],
+                 iterations=_ITERATIONS.value, seed=_SEED.value)
+  for flag in _EXTRA.value:
+    name, _, value = flag.lstrip("-").partition("=")
+    command[name] = value
+  _log(f"bin/train_fid_kd for {_ITERATIONS.value} rounds (resumes; log {work_dir}/logs/train_fid_kd.log)")
+  demo_pipeline.run_binary(
+      "train_fid_kd", os.path.join(work_dir, "logs", "train_fid_kd.log"),
+      lambda line: "fid_kd.py" in line and ("iteration " in line or "step " in line), _log, **command)
+  rows = _evaluate(model_dir, work_dir, paths["dev_retrieval"], squad)
+  references = minilm_lib.reference_rows("dev")
+  header = " ".join(f"{'@' + str(k):>5}" for k in _KS)
+  print(f"\n{'':40s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
+  print(f"{'':40s} {header}   {header}")
+  for reference in references:
+    print(_line(reference["method_description"] + " (squad_open_bench)", reference["recall"]))
+  for row in rows:
+    label = ("start (MiniLM as the retriever)" if row["round"] == "start" else
+             f"round {row['round']} ({'accepted' if row['accepted'] else 'REJECTED, kept the previous'})")
+    print(_line(label, row["recall"]) + ("" if row["reader_exact_match"] is None else
+                                         f"   reader EM {row['reader_exact_match']:.1f}"))
+  ends = [r["recall"]["answer_recall@5"] for r in rows]
+  passed = len(ends) > 2 and ends[-1] > ends[0]
+  print(f"learning check: answer recall@5 {' -> '.join(f'{e:.1f}' for e in ends)}: "
+        f"{'passed' if passed else 'not passed'} (asks 2+ rounds, the last above the start)")
+  if _PLOT.value and rows:
+    _plot(rows, references, _PLOT.value)
+  from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
+  io_utils.write_json_atomic(_OUTPUT.value, {
+      "benchmark": "squad_open_fid_kd", "created": time.strftime("%Y-%m-%d"),
+      "command": " ".join(["bench/squad_open_fid_kd_bench.py"] + sys.argv[1:]),
+      "train_fid_kd_flags": {k: v for k, v in command.items()},
+      "train_paragraphs": _TRAIN_PARAGRAPHS.value, "selection_questions": _SELECTION_QUESTIONS.value,
+      "num_eval_questions": len(squad.questions), "num_dev_paragraphs": len(squad.documents),
+      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references],
+      "rounds": rows, "learning_check": {"answer_recall@5": ends, "passed": passed},
+      "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine()})
+  print(f"wrote {_OUTPUT.value}" + (f" and {_PLOT.value}" if _PLOT.value and rows else ""))
+
+
+if __name__ == "__main__":
+  app.run(main)
