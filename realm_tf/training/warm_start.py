@@ -34,7 +34,11 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
   """
   separate = False
   resolved = None
-  if checkpoint:
+  if checkpoint and isinstance(sources.open_source(checkpoint), sources.SafetensorsSource):
+    # A plain Hugging Face BERT (e.g. all-MiniLM-L6-v2's directory): one shared tower gets it;
+    # restore_retriever names a misfit.
+    resolved = checkpoint
+  elif checkpoint:
     resolved = sources.resolve_checkpoint(checkpoint)
     shapes = dict(tf.train.list_variables(resolved))
     separate = any("/query_embedder/" in name for name in shapes)

@@ -1,12 +1,15 @@
 """Tests of the warm starts: retriever checkpoints load tower by tower (shared or two towers) and a span
 reader from a reader checkpoint, or fail with a message that names the flag and the fix."""
 
+import dataclasses
 import os
 
+from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 import tf_keras
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import bert_mapping_test as fixtures
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -39,6 +42,24 @@ class RetrieverCheckpointTest(tf.test.TestCase):
     self.assertAllEqual(loaded.query_embedder.weights[0], two.query_embedder.weights[0])
     self.assertAllEqual(loaded.doc_embedder.weights[0], two.doc_embedder.weights[0])
     self.assertNotAllEqual(loaded.query_embedder.weights[0], loaded.doc_embedder.weights[0])
+
+  def test_hugging_face_bert_directory_initializes_the_shared_tower(self):
+    # e.g. bin/train_fid_kd --retriever_checkpoint=<all-MiniLM-L6-v2's directory> --projection_size=0.
+    params = {k: v for k, v in fixtures._random_params(_BERT, seed=2).items()  # pylint: disable=protected-access
+              if not k.startswith("cls/")}
+    directory = self.create_tempdir().full_path
+    safetensors_numpy.save_file(fixtures._hf_names(params, prefix=""),  # pylint: disable=protected-access
+                                os.path.join(directory, "model.safetensors"))
+    config = dataclasses.replace(_CONFIG, projection_size=0, embedder_pooling=embedder_lib.MEAN)
+    loaded = warm_start.load_retriever_checkpoint(config, directory)
+    self.assertIs(loaded.query_embedder, loaded.doc_embedder)
+    self.assertAllClose(loaded.doc_embedder.encoder.get_embedding_table(),
+                        params["bert/embeddings/word_embeddings"])
+    self.assertIsNone(loaded.doc_embedder.projection)
+
+    wider = dataclasses.replace(config, retriever_bert=bert.tiny_config(285, hidden_size=64, num_layers=1))
+    with self.assertRaisesRegex(ValueError, r"--retriever_checkpoint=.* does not fit this run's retriever"):
+      warm_start.load_retriever_checkpoint(wider, directory)
 
   def test_wrong_hidden_size_names_flag_and_fix(self):
     tmp = self.create_tempdir().full_path
