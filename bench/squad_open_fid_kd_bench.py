@@ -17,7 +17,7 @@ round after round? What runs, each step resumable from what it left under --work
      (title + paragraph as the retriever embeds documents), answer and gold recall@1/5/20/100, beside
      bench/squad_open_bench.py's BM25 / MiniLM zero-shot / hybrid rows; a table, JSON and a PNG.
 
-  .venv/bin/python bench/squad_open_fid_kd_bench.py                     # the defaults (hours on 2 cores)
+  .venv/bin/python bench/squad_open_fid_kd_bench.py                     # the defaults (hours a round)
   .venv/bin/python bench/squad_open_fid_kd_bench.py --iterations=3      # continue the same run a round
   .venv/bin/python bench/squad_open_fid_kd_bench.py --train_paragraphs=20 --eval_questions=200 \
       --work_dir=/tmp/fid_smoke --train_fid_kd_flags=--reader_steps=4,--retriever_steps=4,\
@@ -60,16 +60,20 @@ _SELECTION_QUESTIONS = flags.DEFINE_integer("selection_questions", 1000,
 _EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the drawn paragraphs and selection questions.")
 # bin/train_fid_kd's flags for a MiniLM-sized reader and retriever; --train_fid_kd_flags overrides any.
+# Sized by the CPU: on the 2-core machine (beside a REALM run) a reader step on 10 passages of 192
+# wordpieces at batch 8 took ~40 s and a retriever step (8 questions, their 10 passages re-embedded
+# with gradients) ~36 s, so the paper's sizes would take days a round; 5 passages of 160 wordpieces
+# (most SQuAD paragraphs fit) cut a step to about a third.
 _FID_KD_DEFAULTS = {
     "projection_size": 0, "embedder_pooling": "mean", "cosine_score_scale": 20.0,
-    "initial_passages": "dense", "num_passages": 10, "query_seq_len": 48, "candidate_seq_len": 192,
-    "passage_seq_len": 192, "answer_seq_len": 16,
+    "initial_passages": "dense", "num_passages": 5, "query_seq_len": 48, "candidate_seq_len": 160,
+    "passage_seq_len": 160, "answer_seq_len": 16,
     # The encoder reads from the first step; the decoder (2 layers of 128) learns to point at it.
     "reader_hidden_size": 128, "reader_num_heads": 4, "reader_decoder_layers": 2,
-    "reader_intermediate_size": 512, "reader_single_passage_steps": 200, "reader_steps": 600,
+    "reader_intermediate_size": 512, "reader_single_passage_steps": 100, "reader_steps": 300,
     "reader_batch_size": 8, "reader_learning_rate": 1e-4,
     # BERT fine-tuning rates for the pre-trained towers (1e-3, testdata's, is for its tiny retriever).
-    "retriever_steps": 300, "retriever_batch_size": 8, "retriever_learning_rate": 2e-5,
+    "retriever_steps": 100, "retriever_batch_size": 8, "retriever_learning_rate": 2e-5,
     "selection_metric": "answer_recall@5", "recall_ks": "1,5,20", "embed_batch_size": 64,
 }
 _EXTRA = flags.DEFINE_list("train_fid_kd_flags", [],
@@ -188,6 +192,7 @@ def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dic
     else:
       started = time.time()
       recall = _recall(entry["retriever"], model_dir, dev_prefix, squad)
+      os.makedirs(os.path.dirname(cache), exist_ok=True)
       io_utils.write_json_atomic(cache, {"recall": recall, "retriever": entry["retriever"],
                                          "eval_seconds": time.time() - started})
       _log(f"round {entry['round']}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
@@ -203,7 +208,7 @@ def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dic
 
 
 def _line(label: str, recall: Dict[str, float]) -> str:
-  return (f"{label:40s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
+  return (f"{label:48s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
           + " ".join(f"{recall.get(f'gold_recall@{k}', float('nan')):5.1f}" for k in _KS))
 
 
@@ -256,8 +261,8 @@ def main(argv):
   rows = _evaluate(model_dir, work_dir, paths["dev_retrieval"], squad)
   references = minilm_lib.reference_rows("dev")
   header = " ".join(f"{'@' + str(k):>5}" for k in _KS)
-  print(f"\n{'':40s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
-  print(f"{'':40s} {header}   {header}")
+  print(f"\n{'':48s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
+  print(f"{'':48s} {header}   {header}")
   for reference in references:
     print(_line(reference["method_description"] + " (squad_open_bench)", reference["recall"]))
   for row in rows:

@@ -109,7 +109,7 @@ def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]]
                echo: Callable[[str], None] = print, **flags) -> None:
   """Runs bin/<binary>.py to completion, logging everything to log_path and echoing chosen lines."""
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  with open(log_path, "w") as log_file:
+  with open(log_path, "w", buffering=1) as log_file:  # line-buffered: a long run can be followed
     process = subprocess.Popen(binary_command(binary, **flags), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=binary_env())
     for line in process.stdout:
