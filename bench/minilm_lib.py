@@ -81,6 +81,12 @@ def reference_rows(corpus: str) -> List[Dict[str, Any]]:
     return []
 
 
+def recall_row(label: str, recall: Dict[str, float], ks: Sequence[int], width: int = 48) -> str:
+  """One table row of the SQuAD-open benches: answer then gold recall@k (nan where a row has no gold)."""
+  cells = lambda kind: " ".join(f"{recall.get(f'{kind}_recall@{k}', float('nan')):5.1f}" for k in ks)
+  return f"{label:{width}s} {cells('answer')}   {cells('gold')}"
+
+
 def log(message: str) -> None:
   print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 

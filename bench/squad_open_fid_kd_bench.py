@@ -207,11 +207,6 @@ def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dic
   return rows
 
 
-def _line(label: str, recall: Dict[str, float]) -> str:
-  return (f"{label:48s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
-          + " ".join(f"{recall.get(f'gold_recall@{k}', float('nan')):5.1f}" for k in _KS))
-
-
 def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -264,12 +259,14 @@ def main(argv):
   print(f"\n{'':48s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
   print(f"{'':48s} {header}   {header}")
   for reference in references:
-    print(_line(reference["method_description"] + " (squad_open_bench)", reference["recall"]))
+    print(minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)",
+                                reference["recall"], _KS, 48))
   for row in rows:
     label = ("start (MiniLM as the retriever)" if row["round"] == "start" else
              f"round {row['round']} ({'accepted' if row['accepted'] else 'REJECTED, kept the previous'})")
-    print(_line(label, row["recall"]) + ("" if row["reader_exact_match"] is None else
-                                         f"   reader EM {row['reader_exact_match']:.1f}"))
+    reader = ("" if row["reader_exact_match"] is None
+              else f"   reader EM {row['reader_exact_match']:.1f}")
+    print(minilm_lib.recall_row(label, row["recall"], _KS, 48) + reader)
   ends = [r["recall"]["answer_recall@5"] for r in rows]
   passed = len(ends) > 2 and ends[-1] > ends[0]
   print(f"learning check: answer recall@5 {' -> '.join(f'{e:.1f}' for e in ends)}: "

@@ -231,11 +231,6 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
   return rows
 
 
-def _line(label: str, recall: Dict[str, float]) -> str:
-  return (f"{label:46s} " + " ".join(f"{recall[f'answer_recall@{k}']:5.1f}" for k in _KS) + "   "
-          + " ".join(f"{recall[f'gold_recall@{k}']:5.1f}" for k in _KS))
-
-
 def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -292,19 +287,21 @@ def main(argv):
   print(f"\n{'':46s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
   print(f"{'':46s} {header}   {header}")
   for reference in references:
-    print(_line(reference["method_description"] + " (squad_open_bench)", reference["recall"]))
+    print(minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)",
+                                reference["recall"], _KS, 46))
   for row in rows:
-    print(_line("start (MiniLM as REALM's retriever)" if row["step"] == 0
-                else f"REALM, index of step {row['step']}", row["recall"]))
+    label = ("start (MiniLM as REALM's retriever)" if row["step"] == 0
+             else f"REALM, index of step {row['step']}")
+    print(minilm_lib.recall_row(label, row["recall"], _KS, 46))
   orqa = _realm_then_orqa(model_dir, work_dir)
   if orqa:
     print("\nall 20,963 paragraphs (bench/squad_open_orqa_bench.py)")
     for reference in orqa["reference_rows"]:
-      print(_line(reference["method"], reference["recall"]))
+      print(minilm_lib.recall_row(reference["method"], reference["recall"], _KS, 46))
     for evaluation in orqa["evaluations"]:
-      print(_line(f"REALM step {orqa['realm_checkpoint_step']}" + (
-          f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)"),
-                  evaluation["recall"]))
+      label = f"REALM step {orqa['realm_checkpoint_step']}" + (
+          f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)")
+      print(minilm_lib.recall_row(label, evaluation["recall"], _KS, 46))
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
