@@ -36,11 +36,11 @@ from typing import Dict, List
 
 from absl import app
 from absl import flags
-import numpy as np
 
 # Runs as `python bench/squad_open_fid_kd_bench.py` from the repository root as well as under Bazel.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import squad_open_fid_kd_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -86,76 +86,6 @@ def _log(message: str) -> None:
   minilm_lib.log(message)
 
 
-def _write_jsonl(path: str, records) -> None:
-  if not os.path.exists(path):
-    io_utils.write_jsonl_atomic(path, records)
-
-
-def _prepare(work_dir: str, full, train, vocab: str) -> Dict[str, str]:
-  """Z (drawn train paragraphs + dev paragraphs), its dev-only part, train and selection questions."""
-  draw = {"train_paragraphs": _TRAIN_PARAGRAPHS.value, "selection_questions": _SELECTION_QUESTIONS.value,
-          "seed": _SEED.value}
-  draw_path = os.path.join(work_dir, "data", "draw.json")
-  if os.path.exists(draw_path):
-    with open(draw_path, encoding="utf-8") as f:
-      made = json.load(f)
-    if made != draw:
-      raise app.UsageError(
-          f"{draw_path}: {work_dir} was prepared with {made} (the run there trained on that draw); pass "
-          f"those flags to resume it, or a new --work_dir for {draw}")
-  rng = np.random.default_rng(_SEED.value)
-  drawn = rng.permutation(full.num_train_paragraphs)[:_TRAIN_PARAGRAPHS.value]
-  documents = [full.documents[i] for i in sorted(drawn.tolist())]
-  chosen = {d.doc_id for d in documents}
-  dev = full.dev_corpus()
-  paths = {name: os.path.join(work_dir, "data", name) for name in (
-      "corpus.jsonl", "dev_corpus.jsonl", "train.jsonl", "selection.jsonl")}
-  paths.update(retrieval=os.path.join(work_dir, "data", "corpus", "blocks"),
-               dev_retrieval=os.path.join(work_dir, "data", "dev_corpus", "blocks"))
-  questions = [q for q in train if q.metadata["doc_id"] in chosen]
-  if not questions:
-    raise app.UsageError(f"--train_paragraphs={_TRAIN_PARAGRAPHS.value}: the drawn paragraphs have no "
-                         "questions; draw more")
-  os.makedirs(os.path.join(work_dir, "data"), exist_ok=True)
-  as_record = lambda d: {"id": d.doc_id, "title": d.title, "text": d.body}
-  _write_jsonl(paths["corpus.jsonl"], (as_record(d) for d in documents + dev.documents))
-  _write_jsonl(paths["dev_corpus.jsonl"], (as_record(d) for d in dev.documents))
-  as_question = lambda q: {"question": q.question, "answers": q.answers, "doc_id": q.metadata["doc_id"]}
-  _write_jsonl(paths["train.jsonl"], (as_question(q) for q in questions))
-  selection = rng.permutation(len(dev.questions))[:_SELECTION_QUESTIONS.value]
-  _write_jsonl(paths["selection.jsonl"], (as_question(dev.questions[i]) for i in sorted(selection.tolist())))
-  for corpus_jsonl, prefix in (("corpus.jsonl", "retrieval"), ("dev_corpus.jsonl", "dev_retrieval")):
-    if not os.path.exists(paths[prefix] + ".manifest.json"):
-      _log(f"tokenizing {paths[corpus_jsonl]} with MiniLM's vocab (bin/generate_retrieval_corpus)")
-      demo_pipeline.run_binary("generate_retrieval_corpus",
-                               os.path.join(work_dir, "logs", f"{prefix}_corpus.log"),
-                               input_path=paths[corpus_jsonl], vocab_path=vocab,
-                               output_prefix=paths[prefix], num_output_shards=4)
-  if not os.path.exists(draw_path):
-    io_utils.write_json_atomic(draw_path, draw)
-  _log(f"Z: {len(documents)} train + {len(dev.documents)} dev paragraphs; {len(questions)} training "
-       f"questions; {len(selection)} selection questions")
-  return paths
-
-
-def _round_retrievers(model_dir: str) -> List[Dict]:
-  """[(round, retriever directory)]: the start, then the retriever each finished round ended with."""
-  # pylint: disable=g-import-not-at-top
-  from realm_tf.training import fid_kd
-  # pylint: enable=g-import-not-at-top
-  rounds = [{"round": "start", "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),
-             "metrics": None}]
-  iteration = 0
-  while os.path.exists(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME)):
-    with open(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME),
-              encoding="utf-8") as f:
-      metrics = json.load(f)
-    rounds.append({"round": iteration, "retriever": os.path.join(model_dir, metrics["retriever_after"]),
-                   "metrics": metrics})
-    iteration += 1
-  return rounds
-
-
 def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[str, float]:
   """Recall of the retriever in retriever_dir on the dev questions over the dev paragraphs."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
@@ -184,7 +114,7 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
 
 def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dict]:
   rows = []
-  for entry in _round_retrievers(model_dir):
+  for entry in squad_open_fid_kd_data.round_retrievers(model_dir):
     cache = os.path.join(work_dir, "eval", f"round_{entry['round']}_{len(squad.questions)}.json")
     if os.path.exists(cache):
       with open(cache, encoding="utf-8") as f:
@@ -237,7 +167,9 @@ def main(argv):
   started = time.time()
   minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   full, train = minilm_lib.load_squad("squad_open_fid_kd_bench")
-  paths = _prepare(work_dir, full, train, os.path.join(minilm, "vocab.txt"))
+  paths = squad_open_fid_kd_data.prepare(
+      work_dir, full, train, os.path.join(minilm, "vocab.txt"), _TRAIN_PARAGRAPHS.value,
+      _SELECTION_QUESTIONS.value, _SEED.value, _log)
   dev = full.dev_corpus()
   squad = type(dev)(dev.documents, dev.questions[:_EVAL_QUESTIONS.value or None], 0)
   model_dir = os.path.join(work_dir, "fid_kd")

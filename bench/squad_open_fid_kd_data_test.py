@@ -1,18 +1,17 @@
-"""Tests for bench/squad_open_fid_kd_bench.py's pieces, without MiniLM weights or SQuAD data: the drawn
-train paragraphs join Z with their questions (and only theirs), the selection questions are dev
-questions, everything is written once (a rerun resumes), and the rounds' retrievers are found as
-bin/train_fid_kd leaves them."""
+"""Tests for bench/squad_open_fid_kd_data.py, without MiniLM weights or SQuAD data: the drawn train
+paragraphs join Z with their questions (and only theirs), the selection questions are dev questions,
+everything is written once (a rerun resumes, another draw is refused), and the rounds' retrievers are
+found as bin/train_fid_kd leaves them."""
 
 import json
 import os
 import sys
 
-from absl.testing import flagsaver
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import squad_open_fid_kd_bench as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import squad_open_fid_kd_data as data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import corpus_table  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -42,40 +41,41 @@ def _squad():
 
 class PrepareTest(tf.test.TestCase):
 
+  def _prepare(self, work_dir, full, train, vocab, seed=3):
+    return data.prepare(work_dir, full, train, vocab, train_paragraphs=2, selection_questions=4,
+                        seed=seed, log=lambda _: None)
+
   def test_drawn_paragraphs_and_their_questions(self):
     work_dir = self.create_tempdir().full_path
     vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
     full, train = _squad()
-    with flagsaver.flagsaver(train_paragraphs=2, selection_questions=4, seed=3):
-      paths = bench._prepare(work_dir, full, train, vocab)
-      corpus_ids = [r["id"] for r in _read_jsonl(paths["corpus.jsonl"])]
-      drawn = corpus_ids[:2]
-      self.assertEqual(corpus_ids[2:], ["7", "8", "9"])  # every dev paragraph, after the drawn ones
-      self.assertContainsSubset(set(drawn), {str(i) for i in range(1, 7)})
-      self.assertLen(set(drawn), 2)
-      training = _read_jsonl(paths["train.jsonl"])
-      self.assertCountEqual([q["doc_id"] for q in training], drawn)  # only the drawn paragraphs' questions
-      self.assertEqual({q["question"] for q in training},
-                       {f"where does river {i} run" for i in map(int, drawn)})
-      selection = _read_jsonl(paths["selection.jsonl"])
-      self.assertLen(selection, 4)
-      self.assertContainsSubset({q["doc_id"] for q in selection}, {"7", "8", "9"})  # dev questions only
-      self.assertEqual([r["id"] for r in _read_jsonl(paths["dev_corpus.jsonl"])], ["7", "8", "9"])
-      self.assertEqual(corpus_table.CorpusTable.load(paths["retrieval"]).doc_ids[:], corpus_ids)
-      self.assertEqual(corpus_table.CorpusTable.load(paths["dev_retrieval"]).doc_ids[:], ["7", "8", "9"])
-      # A rerun resumes on what was written; another draw in the same work dir names both.
-      self.assertEqual(bench._prepare(work_dir, full, train, vocab), paths)
-      with flagsaver.flagsaver(seed=4):
-        with self.assertRaisesRegex(Exception, "draw.json.*'seed': 3.*new --work_dir"):
-          bench._prepare(work_dir, full, train, vocab)
-      self.assertEqual(_read_jsonl(paths["train.jsonl"]), training)
+    paths = self._prepare(work_dir, full, train, vocab)
+    corpus_ids = [r["id"] for r in _read_jsonl(paths["corpus.jsonl"])]
+    drawn = corpus_ids[:2]
+    self.assertEqual(corpus_ids[2:], ["7", "8", "9"])  # every dev paragraph, after the drawn ones
+    self.assertContainsSubset(set(drawn), {str(i) for i in range(1, 7)})
+    self.assertLen(set(drawn), 2)
+    training = _read_jsonl(paths["train.jsonl"])
+    self.assertCountEqual([q["doc_id"] for q in training], drawn)  # only the drawn paragraphs' questions
+    self.assertEqual({q["question"] for q in training},
+                     {f"where does river {i} run" for i in map(int, drawn)})
+    selection = _read_jsonl(paths["selection.jsonl"])
+    self.assertLen(selection, 4)
+    self.assertContainsSubset({q["doc_id"] for q in selection}, {"7", "8", "9"})  # dev questions only
+    self.assertEqual([r["id"] for r in _read_jsonl(paths["dev_corpus.jsonl"])], ["7", "8", "9"])
+    self.assertEqual(corpus_table.CorpusTable.load(paths["retrieval"]).doc_ids[:], corpus_ids)
+    self.assertEqual(corpus_table.CorpusTable.load(paths["dev_retrieval"]).doc_ids[:], ["7", "8", "9"])
+    # A rerun resumes on what was written; another draw in the same work dir names both.
+    self.assertEqual(self._prepare(work_dir, full, train, vocab), paths)
+    with self.assertRaisesRegex(Exception, "draw.json.*'seed': 3.*new --work_dir"):
+      self._prepare(work_dir, full, train, vocab, seed=4)
+    self.assertEqual(_read_jsonl(paths["train.jsonl"]), training)
 
   def test_paragraphs_without_questions_name_the_flag(self):
     full, _ = _squad()
     work_dir = self.create_tempdir().full_path
-    with flagsaver.flagsaver(train_paragraphs=2):
-      with self.assertRaisesRegex(Exception, "--train_paragraphs=2"):
-        bench._prepare(work_dir, full, [], "unused")
+    with self.assertRaisesRegex(Exception, "--train_paragraphs=2"):
+      self._prepare(work_dir, full, [], "unused")
     self.assertEqual(os.listdir(work_dir), [])  # nothing written that a corrected rerun would keep
 
 
@@ -83,13 +83,13 @@ class RoundRetrieversTest(tf.test.TestCase):
 
   def test_start_then_the_retriever_each_finished_round_ended_with(self):
     model_dir = self.create_tempdir().full_path
-    self.assertEqual([r["round"] for r in bench._round_retrievers(model_dir)], ["start"])
+    self.assertEqual([r["round"] for r in data.round_retrievers(model_dir)], ["start"])
     for iteration, after in ((0, "iteration_0/retriever"), (1, "iteration_0/retriever")):  # 1 rejected
       os.makedirs(fid_kd.iteration_dir(model_dir, iteration))
       with open(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME), "w") as f:
         json.dump({"retriever_after": after, "accepted": iteration == 0}, f)
     os.makedirs(fid_kd.iteration_dir(model_dir, 2))  # started, not finished: no metrics.json
-    rounds = bench._round_retrievers(model_dir)
+    rounds = data.round_retrievers(model_dir)
     self.assertEqual([r["round"] for r in rounds], ["start", 0, 1])
     self.assertEqual(rounds[0]["retriever"], os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
     self.assertEqual(rounds[2]["retriever"], os.path.join(model_dir, "iteration_0/retriever"))
