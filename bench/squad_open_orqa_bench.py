@@ -6,6 +6,8 @@ answer strings alone lifts a dense retriever towards (or past) BM25 on a corpus 
 
   .venv/bin/python bench/squad_open_orqa_bench.py                     # ~17 min on 2 busy cores
   .venv/bin/python bench/squad_open_orqa_bench.py --steps=20 --nozero_shot_eval   # a smoke run
+  .venv/bin/python bench/squad_open_orqa_bench.py --init_retriever_checkpoint=<a REALM run> \
+      --output=<its json>     # REALM + ORQA: the REALM run's towers instead of MiniLM's (issue 18)
 
 ORQA fine-tuning, as in Lee et al. 2019: the document encoder and its index stay FIXED (here: the cached
 MiniLM paragraph embeddings that squad_open_bench computes, 20,963 x 384, unit norm) and only the

@@ -13,7 +13,10 @@ Issue 18. What runs, each step resumable from what it left under --work_dir:
      every index kept;
   5. answer and gold recall@1/5/20/100 of the 10,570 dev questions with each published index (exact
      search over its embeddings, questions embedded by the query tower of the same step), beside the
-     anchor rows, and a PNG of recall@5 per index step.
+     anchor rows, and a PNG of recall@5 per index step;
+  6. REALM + ORQA (--orqa_steps): bench/squad_open_orqa_bench.py from the last REALM checkpoint (its
+     document tower embeds all 20,963 paragraphs as a fixed index, its query tower trains on SQuAD train
+     questions), beside that bench's all-MiniLM-L6-v2 + ORQA row.
 
   .venv/bin/python bench/squad_open_realm_bench.py                       # dev corpus, the defaults
   .venv/bin/python bench/squad_open_realm_bench.py --realm_steps=400     # continue the same run further
