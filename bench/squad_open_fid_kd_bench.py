@@ -90,16 +90,15 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
   """Recall of the retriever in retriever_dir on the dev questions over the dev paragraphs."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
   from realm_tf import evaluation
-  from realm_tf import retriever_eval
-  from realm_tf.checkpoints import training_state
   from realm_tf.data import corpus_table
   from realm_tf.modeling import realm_config as realm_config_lib
   from realm_tf.retrieval import corpus_embedding
-  from realm_tf.retrieval import index as index_lib
+  from realm_tf.training import fid_kd
+  from realm_tf.training import warm_start
   # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(model_dir)
-  retriever = config.build_retriever()
-  training_state.restore_retriever(retriever, retriever_dir)
+  # Built with one tower or two as the round saved it, as bin/train_fid_kd loads its retrievers.
+  retriever = warm_start.load_retriever_checkpoint(config, retriever_dir)
   table = corpus_table.CorpusTable.load(dev_prefix)
   if table.doc_ids[:] != [d.doc_id for d in squad.documents]:
     raise RuntimeError(f"{dev_prefix}: its rows are not the SQuAD-open dev paragraphs in order; delete it "
@@ -107,8 +106,8 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
   documents = corpus_embedding.embed_corpus(
       lambda inputs: retriever.embed_documents(inputs, training=False), dev_prefix, config.featurizer(),
       log=lambda _: None)
-  queries = retriever_eval.embed_questions(retriever, config, [q.question for q in squad.questions])
-  rows, _ = index_lib.build_index(documents, implementation="brute_force").search(queries, max(_KS))
+  rows, _ = fid_kd.dense_top_k(retriever, config, documents, [q.question for q in squad.questions],
+                               max(_KS))
   return evaluation.rankings_recall(rows, ks=_KS, **squad.recall_inputs())
 
 

@@ -10,6 +10,7 @@ round_retrievers: the retriever a bin/train_fid_kd run started from and the one 
 ended with (metrics.json's retriever_after: distilled if accepted, else the previous).
 """
 
+import itertools
 import json
 import os
 from typing import Callable, Dict, List
@@ -86,12 +87,11 @@ def round_retrievers(model_dir: str) -> List[Dict]:
   from realm_tf.training import fid_kd  # pylint: disable=g-import-not-at-top (TF-heavy)
   rounds = [{"round": "start", "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),
              "metrics": None}]
-  iteration = 0
-  while os.path.exists(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME)):
-    with open(os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME),
-              encoding="utf-8") as f:
+  for iteration in itertools.count():
+    path = os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME)
+    if not os.path.exists(path):
+      return rounds
+    with open(path, encoding="utf-8") as f:
       metrics = json.load(f)
     rounds.append({"round": iteration, "retriever": os.path.join(model_dir, metrics["retriever_after"]),
                    "metrics": metrics})
-    iteration += 1
-  return rounds

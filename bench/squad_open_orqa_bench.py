@@ -39,6 +39,7 @@ with squad_open_bench's rows for reference and writes JSON (machine, hyperparame
 questions, loss curve) to --output.
 """
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -172,11 +173,12 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   checkpoint) of a REALM-trained retriever: the ORQA recipe (fixed document index, trained question
   tower) started from REALM, as in the paper's REALM -> Open-QA fine-tuning."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
-  from realm_tf.checkpoints import training_state
+  from realm_tf.checkpoints import sources
   from realm_tf.modeling import embedder
   from realm_tf.modeling import realm_config as realm_config_lib
   from realm_tf.retrieval import embedding_cache
   from realm_tf.retrieval import text_embedder
+  from realm_tf.training import warm_start
   # pylint: enable=g-import-not-at-top
   model_dir = path if os.path.isdir(path) else os.path.dirname(path)
   try:
@@ -191,11 +193,14 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   if config.retriever_bert.vocab_size != tokenizer.vocab_size:
     raise app.UsageError(f"--init_retriever_checkpoint={path}: its BERT has vocab_size "
                          f"{config.retriever_bert.vocab_size}, MiniLM's vocab {tokenizer.vocab_size}")
-  # Scale 1: unit-norm towers, as the MiniLM start; --scale sets the softmax temperature here.
-  retriever = embedder.build_retriever(
-      config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-      share_embedders=config.share_embedders, pooling=embedder.MEAN, cosine_score_scale=1.0)
-  resolved = training_state.restore_retriever(retriever, path)
+  # Scale 1: unit-norm towers, as the MiniLM start; --scale sets the softmax temperature here. Built
+  # with one tower or two as the checkpoint holds them.
+  try:
+    retriever = warm_start.load_retriever_checkpoint(
+        dataclasses.replace(config, cosine_score_scale=1.0), path, flag="--init_retriever_checkpoint")
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  resolved = sources.resolve_checkpoint(path)
   with open(resolved + ".index", "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()
   # The paragraph bodies at MiniLM's cached length, as the MiniLM index, so only the weights differ.
@@ -209,14 +214,8 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   vectors, info = embedding_cache.cached_embeddings(
       os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), "squad_open.retriever_start.paragraphs",
       model_id, paragraphs, lambda texts: documents.embed(texts, log=_log))
-  if config.share_embedders:
-    # One tower for both: training the question tower must not move a copy that embedded the index
-    # (it is fixed either way), so the question tower is a separate copy of the shared weights.
-    query = embedder.build_retriever(
-        config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-        share_embedders=True, pooling=embedder.MEAN, cosine_score_scale=1.0)
-    query.set_weights(retriever.get_weights())
-    return query.query_embedder, vectors, info, resolved
+  # The fixed index is these vectors: training the query tower (the document tower too, when shared)
+  # cannot move them.
   return retriever.query_embedder, vectors, info, resolved
 
 

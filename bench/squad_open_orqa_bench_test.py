@@ -125,7 +125,7 @@ class RetrieverStartTest(tf.test.TestCase):
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     self.assertAllClose(vectors, expected, atol=1e-5)
     self.assertAllClose(np.linalg.norm(vectors, axis=1), np.ones(3), atol=1e-5)
-    # The question tower holds the saved weights but is not the tower that embedded the fixed index.
+    # The question tower holds the saved weights, restored into a tower of its own (not the saved object).
     questions = text_embedder.TextEmbedder(tower, tokenizer, max_seq_length=64, jit_compile=False)
     self.assertAllClose(questions.embed(texts), expected, atol=1e-5)
     self.assertNotIn(id(tower.encoder), {id(saved.doc_embedder.encoder)})

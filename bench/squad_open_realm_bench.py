@@ -161,11 +161,12 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
   """bench/squad_open_orqa_bench.py started from REALM's last checkpoint (its results, cached per
   checkpoint and step count under work_dir), or None with --orqa_steps=0."""
   # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import sources
   from realm_tf.checkpoints import training_state
   # pylint: enable=g-import-not-at-top
   if not _ORQA_STEPS.value:
     return None
-  checkpoint = _latest_checkpoint(model_dir)
+  checkpoint = sources.resolve_checkpoint(model_dir)  # its latest
   step = training_state.checkpoint_step(checkpoint)
   output = os.path.join(work_dir, "orqa", f"from_step_{step}_{_ORQA_STEPS.value}_steps.json")
   if not os.path.exists(output):
@@ -193,14 +194,6 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
                                      "recall": last["recall"]})
   return {"realm_checkpoint_step": step, "result": output, "steps": _ORQA_STEPS.value,
           "evaluations": result["evaluations"], "reference_rows": result["reference_rows"]}
-
-
-def _latest_checkpoint(model_dir: str) -> str:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top (TF-heavy)
-  checkpoint = tf.train.latest_checkpoint(model_dir)
-  if checkpoint is None:
-    raise RuntimeError(f"{model_dir}: no REALM checkpoint to start ORQA from")
-  return checkpoint
 
 
 def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
