@@ -80,6 +80,30 @@ class TrainRealmFlagsTest(tf.test.TestCase):
     self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
 
 
+class TrainFidKdFlagsTest(tf.test.TestCase):
+
+  def _run(self, tmp, *extra):
+    return _run("train_fid_kd.py", f"--model_dir={tmp}/fid", f"--vocab_path={_TESTDATA}/vocab.txt",
+                f"--retrieval_corpus_path={tmp}/none", f"--train_path={tmp}/none", f"--dev_path={tmp}/none",
+                "--bert_config=tiny", *extra)
+
+  def test_shared_embeddings_need_a_pre_trained_encoder_of_the_decoder_width(self):
+    tmp = self.create_tempdir().full_path
+    result = self._run(tmp, "--reader_share_embeddings")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("--reader_share_embeddings shares the pre-trained encoder's word embeddings: pass "
+                  "--reader_init_checkpoint", result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
+
+  def test_bad_reader_shape_names_the_flags(self):
+    tmp = self.create_tempdir().full_path
+    result = self._run(tmp, "--reader_hidden_size=30", "--reader_num_heads=4")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): FidConfig: "
+                  "hidden_size 30 is not a multiple of num_heads 4", result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
+
+
 class DemoTest(tf.test.TestCase):
 
   def test_demo_runs_and_summarizes(self):

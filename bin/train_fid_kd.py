@@ -43,6 +43,11 @@ _READER_INIT = flags.DEFINE_string(
     "cross-attends over a projection of the BERT outputs when the widths differ. Default: the T5-style "
     "encoder of --reader_encoder_layers, trained from scratch.")
 _READER_HIDDEN = flags.DEFINE_integer("reader_hidden_size", 64, "FiD reader (decoder) width H.")
+_SHARE_EMBEDDINGS = flags.DEFINE_bool(
+    "reader_share_embeddings", False,
+    "With --reader_init_checkpoint: the decoder's input and output embeddings are the BERT encoder's word "
+    "embeddings (as T5 shares one), so it can emit the words it reads from the first step; needs "
+    "--reader_hidden_size equal to the BERT's hidden size.")
 _READER_HEADS = flags.DEFINE_integer("reader_num_heads", 2, "FiD reader attention heads.")
 _READER_ENC = flags.DEFINE_integer("reader_encoder_layers", 2, "FiD reader encoder layers.")
 _READER_DEC = flags.DEFINE_integer("reader_decoder_layers", 2, "FiD reader decoder layers.")
@@ -123,12 +128,18 @@ def main(argv):
                    if _READER_INIT.value else None)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  reader = fid_reader.FidConfig(
-      vocab_size=bert.vocab_size, hidden_size=_READER_HIDDEN.value, num_heads=_READER_HEADS.value,
-      num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
-      intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,
-      passage_seq_len=_L.value, answer_seq_len=_T.value, encoder="bert" if reader_bert else "t5",
-      bert=reader_bert)
+  if _SHARE_EMBEDDINGS.value and not reader_bert:
+    raise app.UsageError("--reader_share_embeddings shares the pre-trained encoder's word embeddings: "
+                         "pass --reader_init_checkpoint too")
+  try:
+    reader = fid_reader.FidConfig(
+        vocab_size=bert.vocab_size, hidden_size=_READER_HIDDEN.value, num_heads=_READER_HEADS.value,
+        num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
+        intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,
+        passage_seq_len=_L.value, answer_seq_len=_T.value, encoder="bert" if reader_bert else "t5",
+        bert=reader_bert, share_embeddings=_SHARE_EMBEDDINGS.value)
+  except ValueError as e:
+    raise app.UsageError(f"the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): {e}") from e
   options = fid_kd.FidKdOptions(
       config=config, fid=reader, model_dir=_MODEL.model_dir.value,
       retrieval_corpus_path=retriever.retrieval_corpus_path.value,

@@ -242,6 +242,45 @@ class BertEncoderReaderTest(_Seeded):
     inputs = (features.passage_ids, features.passage_mask, features.decoder_input_ids)
     self.assertAllClose(reader(inputs, training=False), restored(inputs, training=False))
 
+  def test_shared_embeddings_are_the_encoders_word_embeddings(self):
+    source, directory = self._write_train_mlm_export(self._bert_config())
+    bert_config = fid_reader.bert_encoder_config(directory, self.tokenizer.vocab_size)
+    config = _tiny_config(self.tokenizer.vocab_size, hidden_size=32, encoder="bert", bert=bert_config,
+                          share_embeddings=True)
+    reader = fid_reader.build_reader(config)
+    fid_reader.load_encoder_weights(reader, directory)
+    self.assertIsNone(reader.token_embedding)
+    table = reader.bert_encoder.get_embedding_table()
+    self.assertAllClose(source.get_embedding_table(), table, atol=0, rtol=0)
+    # No second table: the reader holds exactly the encoder's vocab-sized variable.
+    vocab_sized = [v for v in reader.trainable_variables if v.shape[0] == self.tokenizer.vocab_size]
+    self.assertLen(vocab_sized, 1)
+    # The softmax is the table: the logit of every wordpiece is the final decoder state . its embedding.
+    features = _features(self.tokenizer, config)
+    memory, memory_mask = reader.encode(features.passage_ids, features.passage_mask)
+    logits, _ = reader.decode(features.decoder_input_ids, memory, memory_mask)
+    self.assertEqual((2, config.answer_seq_len, self.tokenizer.vocab_size), tuple(logits.shape))
+    moved = table.numpy().copy()
+    moved[features.target_ids[0, 0]] *= 2.0
+    table.assign(moved)
+    logits2, _ = reader.decode(features.decoder_input_ids, memory, memory_mask)
+    # Doubling one row changes the decoder's input at the positions reading that id, so compare only
+    # position 0 (its input is [CLS], not the doubled id): the logit doubles, the others stay.
+    target = int(features.target_ids[0, 0])
+    self.assertAllClose(2.0 * logits[0, 0, target], logits2[0, 0, target], rtol=1e-5)
+    others = np.delete(np.arange(self.tokenizer.vocab_size), target)
+    self.assertAllClose(tf.gather(logits[0, 0], others), tf.gather(logits2[0, 0], others), rtol=1e-5)
+    # Decoder loss gradients reach the shared table.
+    batch = {k: tf.constant(v) for k, v in features._asdict().items()}
+    with tf.GradientTape() as tape:
+      output = reader.compute_loss(batch, training=True)
+    self.assertIsNotNone(tape.gradient(output.loss_sum, table))
+    with self.assertRaisesRegex(ValueError, "share_embeddings needs the decoder as wide.*16.*32"):
+      _tiny_config(self.tokenizer.vocab_size, hidden_size=16, encoder="bert", bert=bert_config,
+                   share_embeddings=True)
+    with self.assertRaisesRegex(ValueError, "share_embeddings.*needs encoder 'bert'"):
+      _tiny_config(self.tokenizer.vocab_size, share_embeddings=True)
+
   def test_checkpoint_of_another_vocabulary_is_refused(self):
     _, directory = self._write_train_mlm_export(self._bert_config(vocab_size=self.tokenizer.vocab_size + 5))
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*vocabulary of "
