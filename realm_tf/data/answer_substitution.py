@@ -7,7 +7,7 @@ AnswerSubstitution). Works on realm_tf.data.fid_features.TokenizedExamples (word
 truncation), whole-word matches only.
 """
 
-from typing import Dict, FrozenSet, List, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -68,20 +68,28 @@ def replace_spans(ids: Sequence[int], spans: Sequence[Tuple[int, Pattern]],
   return out
 
 
-def answer_passages(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int]) -> List[int]:
-  """Per example, the index of its first (highest-ranked) pair holding its answer as whole words; -1 if
-  none does (or the answer is empty)."""
+def answer_passages(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int],
+                    max_len: Optional[int] = None) -> List[int]:
+  """Per example, the index of its first (highest-ranked) pair holding its answer as whole words within
+  its first max_len wordpieces (None: anywhere); -1 if none does (or the answer is empty).
+
+  Why max_len: the reader reads each pair truncated at its passage_seq_len; an answer past that point is
+  not in the passage it reads (SQuAD, MiniLM wordpieces, L = 160: 10% of the gold passages).
+  """
   found = []
   for pairs, answer in zip(examples.pairs, examples.answers):
     patterns = _by_first_piece([answer])
-    found.append(next((i for i, ids in enumerate(pairs) if find_spans(ids, patterns, continuation)), -1))
+    found.append(next((i for i, ids in enumerate(pairs)
+                       if any(start + len(p) <= (max_len or len(ids))
+                              for start, p in find_spans(ids, patterns, continuation))), -1))
   return found
 
 
-def single_passage_examples(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int]
-                            ) -> fid_features.TokenizedExamples:
-  """The examples whose answer is in one of their pairs, each with that pair alone (answer_passages)."""
-  keep = [(i, p) for i, p in enumerate(answer_passages(examples, continuation)) if p >= 0]
+def single_passage_examples(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int],
+                            max_len: Optional[int] = None) -> fid_features.TokenizedExamples:
+  """The examples whose answer is in one of their pairs (within max_len), each with that pair alone
+  (answer_passages)."""
+  keep = [(i, p) for i, p in enumerate(answer_passages(examples, continuation, max_len)) if p >= 0]
   return fid_features.TokenizedExamples([[examples.pairs[i][p]] for i, p in keep],
                                         [examples.answers[i] for i, _ in keep],
                                         [examples.answer_texts[i] for i, _ in keep])

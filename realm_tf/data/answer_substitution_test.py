@@ -110,6 +110,16 @@ class AnswerSubstitutionTest(tf.test.TestCase):
     single = answer_substitution.single_passage_examples(examples, continuation)
     self.assertEqual([[examples.pairs[0][1]], [examples.pairs[1][0]]], single.pairs)
     self.assertEqual(["ab", "cd"], single.answer_texts)
+    # Only what the reader reads counts: cut the pairs just before the answer's last piece and they no
+    # longer hold it (q1's other answer-bearing pair has it at the same place).
+    [(start, pattern)] = answer_substitution.find_spans(
+        examples.pairs[0][1], answer_substitution._by_first_piece([examples.answers[0]]), continuation)
+    cut = start + len(pattern) - 1
+    self.assertLess(cut + 1, len(examples.pairs[0][1]))
+    self.assertEqual(-1, answer_substitution.answer_passages(examples, continuation, cut)[0])
+    self.assertEqual(1, answer_substitution.answer_passages(examples, continuation, cut + 1)[0])
+    # q2's answer sits at the same place in its pair: no example keeps a pair.
+    self.assertEmpty(answer_substitution.single_passage_examples(examples, continuation, cut).pairs)
 
 
 if __name__ == "__main__":

@@ -438,7 +438,8 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   distilled = np.arange(len(data.train))
   if options.distill_answer_bearing_only:
     bearing = answer_substitution.answer_passages(train_examples,
-                                                  answer_substitution.continuation_ids(tokenizer))
+                                                  answer_substitution.continuation_ids(tokenizer),
+                                                  options.fid.passage_seq_len)
     distilled = np.flatnonzero(np.asarray(bearing) >= 0)
   metrics["distilled_questions"] = len(distilled)
   q_ids, q_mask, q_segments = (q[distilled] for q in data.train_queries)
@@ -505,8 +506,8 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   same-type spans gives no one answer a clear gradient, and it settled for the answers' prior); on one
   passage it learns to find and copy the answer (in about 1,000 steps), and then to choose among n.
   """
-  single = answer_substitution.single_passage_examples(examples,
-                                                       answer_substitution.continuation_ids(data.tokenizer))
+  single = answer_substitution.single_passage_examples(
+      examples, answer_substitution.continuation_ids(data.tokenizer), options.fid.passage_seq_len)
   result: Dict = {"reader_single_passage_examples": len(single.pairs)}
   if len(single.pairs) < options.reader_batch_size:
     log(f"iteration {iteration}: only {len(single.pairs)} training questions have an answer-bearing "
