@@ -48,6 +48,11 @@ _SHARE_EMBEDDINGS = flags.DEFINE_bool(
     "With --reader_init_checkpoint: the decoder's input and output embeddings are the BERT encoder's word "
     "embeddings (as T5 shares one), so it can emit the words it reads from the first step; needs "
     "--reader_hidden_size equal to the BERT's hidden size.")
+_COPY = flags.DEFINE_bool(
+    "reader_copy_attention", False,
+    "Pointer-generator reader: each answer wordpiece is a gated mixture of the vocabulary softmax and a "
+    "copy of the wordpieces the last decoder layer's cross-attention points at (see "
+    "realm_tf.modeling.fid_reader.FidConfig.copy_attention).")
 _READER_HEADS = flags.DEFINE_integer("reader_num_heads", 2, "FiD reader attention heads.")
 _READER_ENC = flags.DEFINE_integer("reader_encoder_layers", 2, "FiD reader encoder layers.")
 _READER_DEC = flags.DEFINE_integer("reader_decoder_layers", 2, "FiD reader decoder layers.")
@@ -137,7 +142,8 @@ def main(argv):
         num_encoder_layers=_READER_ENC.value, num_decoder_layers=_READER_DEC.value,
         intermediate_size=_READER_FFN.value, dropout_rate=_READER_DROPOUT.value,
         passage_seq_len=_L.value, answer_seq_len=_T.value, encoder="bert" if reader_bert else "t5",
-        bert=reader_bert, share_embeddings=_SHARE_EMBEDDINGS.value)
+        bert=reader_bert, share_embeddings=_SHARE_EMBEDDINGS.value,
+        copy_attention=_COPY.value)
   except ValueError as e:
     raise app.UsageError(f"the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): {e}") from e
   options = fid_kd.FidKdOptions(
