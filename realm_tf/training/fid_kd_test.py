@@ -21,7 +21,7 @@ _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
                                        projection_size=16, query_seq_len=16, candidate_seq_len=48)
 _FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=8)
+                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=96, answer_seq_len=8)
 
 
 class BatchesTest(tf.test.TestCase):
