@@ -13,7 +13,9 @@ Issue 18. What runs, each step resumable from what it left under --work_dir:
      every index kept;
   5. answer and gold recall@1/5/20/100 of the 10,570 dev questions with each published index (exact
      search over its embeddings, questions embedded by the query tower of the same step), beside the
-     anchor rows, and a PNG of recall@5 per index step;
+     anchor rows, and a PNG of recall@5 per index step; beside it, REALM's own task with the same indexes:
+     of a fixed sample of its pre-training sentences (a salient span masked as in training), the share
+     whose top k (own paragraph excluded) hold a paragraph containing the span (--cloze_queries);
   6. REALM + ORQA (--orqa_steps): bench/squad_open_orqa_bench.py from the last REALM checkpoint (its
      document tower embeds all 20,963 paragraphs as a fixed index, its query tower trains on SQuAD train
      questions), beside that bench's all-MiniLM-L6-v2 + ORQA row.
@@ -78,6 +80,9 @@ _ORQA_STEPS = flags.DEFINE_integer(
     "all 20,963 paragraphs, its query tower trained on SQuAD train questions) for this many steps, beside "
     "that bench's all-MiniLM-L6-v2 + ORQA row; 0: none.")
 _EVAL_QUESTIONS = flags.DEFINE_integer("eval_questions", 0, "Dev questions evaluated (0: all 10,570).")
+_CLOZE_QUERIES = flags.DEFINE_integer(
+    "cloze_queries", 1000, "Pre-training sentences (one salient span masked, as REALM trains) whose cloze "
+    "recall is measured with each index: does REALM learn its own task? 0: none.")
 
 _KS = (1, 5, 20, 100)
 def _log(message: str) -> None:
@@ -162,6 +167,60 @@ def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, flo
   return evaluation.rankings_recall(rows, ks=_KS, **inputs)
 
 
+def _cloze_queries(pretraining_prefix: str, documents, config) -> Dict[str, np.ndarray]:
+  """A fixed sample of REALM's own training queries: --cloze_queries sentences of X, each with one salient
+  span masked exactly as the trainer masks it, their paragraph's row and the span's text."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import featurization
+  from realm_tf.data import corpus as corpus_lib
+  from realm_tf.data import pretraining
+  # pylint: enable=g-import-not-at-top
+  rows = {corpus_lib.document_uid(d.title, d.body): row for row, d in enumerate(documents)}
+  rng = np.random.default_rng(0)
+  sentences, spans, owners = [], [], []
+  for doc in pretraining.read_pretraining_corpus(pretraining_prefix):
+    text = doc.text.encode("utf-8")
+    for start, limit in doc.sentences:
+      inside = [(a - start, b - start) for a, b in doc.spans if a >= start and b <= limit]
+      if inside:
+        sentences.append(text[start:limit])
+        spans.append(inside[rng.integers(len(inside))])
+        owners.append(rows[doc.uid])
+  chosen = np.sort(rng.permutation(len(sentences))[:_CLOZE_QUERIES.value])
+  sentences = [sentences[i] for i in chosen]
+  spans = [spans[i] for i in chosen]
+  tokenizer = config.tokenizer()
+  featurizer = config.featurizer(tokenizer)
+  ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
+  masked = featurizer.mask_salient_span(ids, starts, limits, [a for a, _ in spans], [b for _, b in spans])
+  ok = masked.status.numpy() == featurization.MaskingStatus.OK
+  query = featurizer.query_inputs(masked.token_ids)
+  return {"inputs": tuple(np.asarray(t)[ok] for t in query),
+          "owners": np.asarray(owners)[chosen][ok],
+          "spans": [s[a:b].decode("utf-8").lower() for s, (a, b), keep in zip(sentences, spans, ok) if keep]}
+
+
+def _cloze_recall_of_index(index_path: str, cloze, bodies: List[str]) -> Dict[str, float]:
+  """Of REALM's own queries, the share (%) whose top k, their own paragraph excluded as in training,
+  hold a paragraph that contains the masked span (case-insensitive): what REALM's objective rewards."""
+  # pylint: disable=g-import-not-at-top
+  from realm_tf.retrieval import index as index_lib
+  from realm_tf.retrieval import published_index
+  # pylint: enable=g-import-not-at-top
+  loaded = published_index.load_published(index_path)
+  queries = np.concatenate([np.asarray(loaded.embed_queries(*(t[i:i + 256] for t in cloze["inputs"])))
+                            for i in range(0, len(cloze["owners"]), 256)])
+  exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
+  rows, _ = exact.search(queries, max(_KS) + 1)
+  recall = {}
+  for k in _KS:
+    hits = [any(span in bodies[r] for r in [r for r in ranked if r != owner][:k])
+            for ranked, owner, span in zip(rows, cloze["owners"], cloze["spans"])]
+    recall[f"cloze_recall@{k}"] = 100.0 * float(np.mean(hits))
+  recall["cloze_queries"] = len(cloze["owners"])
+  return recall
+
+
 def _realm_then_orqa(model_dir: str, work_dir: str):
   """bench/squad_open_orqa_bench.py started from REALM's last checkpoint (its results, cached per
   checkpoint and step count under work_dir), or None with --orqa_steps=0."""
@@ -214,20 +273,29 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
   if table.doc_ids[:] != [d.doc_id for d in squad.documents]:
     raise RuntimeError(f"{work_dir}/corpus: its rows are not the SQuAD-open paragraphs in order; delete "
                        f"{work_dir} and rerun")
-  rows = []
+  rows, cloze = [], None
+  bodies = [d.body.lower() for d in squad.documents]
   for step in published_index.published_steps(model_dir):
+    index_path = os.path.join(published_index.index_root(model_dir), str(step))
     cache = os.path.join(work_dir, "eval", f"step_{step}_{len(questions)}.json")
+    row = None
     if os.path.exists(cache):
       with open(cache, encoding="utf-8") as f:
-        rows.append(json.load(f))
-      continue
-    started = time.time()
-    recall = _recall_of_index(os.path.join(published_index.index_root(model_dir), str(step)), config,
-                              questions, squad)
-    row = {"step": step, "recall": recall, "eval_seconds": time.time() - started}
+        row = json.load(f)
+    else:
+      started = time.time()
+      recall = _recall_of_index(index_path, config, questions, squad)
+      row = {"step": step, "recall": recall, "eval_seconds": time.time() - started}
+      _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
+    if _CLOZE_QUERIES.value and row.get("cloze", {}).get("cloze_queries_requested") != _CLOZE_QUERIES.value:
+      if cloze is None:
+        cloze = _cloze_queries(os.path.join(work_dir, "pretraining", "sentences"), squad.documents, config)
+      row["cloze"] = dict(_cloze_recall_of_index(index_path, cloze, bodies),
+                          cloze_queries_requested=_CLOZE_QUERIES.value)
+      _log(f"index step {step}, REALM's own queries: " +
+           ", ".join(f"{k} {v:.1f}" for k, v in row["cloze"].items() if "@" in k))
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     io_utils.write_json_atomic(cache, row)
-    _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
     rows.append(row)
   return rows
 
@@ -236,7 +304,9 @@ def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
-  figure, axis = pyplot.subplots(figsize=(6.4, 4.0))
+  cloze = all("cloze" in r for r in rows)
+  figure, axes = pyplot.subplots(1, 2 if cloze else 1, figsize=(11.0 if cloze else 6.4, 4.0), squeeze=False)
+  axis = axes[0][0]
   steps = [r["step"] for r in rows]
   for kind, style in (("answer", "o-"), ("gold", "s--")):
     axis.plot(steps, [r["recall"][f"{kind}_recall@5"] for r in rows], style, label=f"REALM, {kind} recall@5")
@@ -247,6 +317,17 @@ def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   axis.set_ylabel("recall@5 of the 10,570 dev questions (%)")
   axis.legend(fontsize=7)
   axis.grid(alpha=0.3)
+  if cloze:
+    # REALM's own task on its own scale: whether the objective itself is learned.
+    axis = axes[0][1]
+    for k, style in ((1, "v-"), (5, "^-"), (20, "D-")):
+      axis.plot(steps, [r["cloze"][f"cloze_recall@{k}"] for r in rows], style, label=f"cloze recall@{k}")
+    axis.set_xlabel("REALM step of the index")
+    axis.set_ylabel("masked span in a top-k paragraph (%)")
+    axis.set_title(f"REALM's own queries ({rows[0]['cloze']['cloze_queries']} sentences; own paragraph "
+                   "excluded)", fontsize=9)
+    axis.legend(fontsize=7)
+    axis.grid(alpha=0.3)
   figure.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
   figure.savefig(path, dpi=100)
@@ -294,6 +375,13 @@ def main(argv):
     label = ("start (MiniLM as REALM's retriever)" if row["step"] == 0
              else f"REALM, index of step {row['step']}")
     print(minilm_lib.recall_row(label, row["recall"], _KS, 46))
+  if any("cloze" in row for row in rows):
+    print(f"\nREALM's own queries ({rows[0]['cloze']['cloze_queries']} pre-training sentences, a salient span "
+          f"masked): a top-k paragraph, own excluded, holds the span")
+    print(f"{'':46s} {header}")
+    for row in rows:
+      print(f"{'index of step ' + str(row['step']):46s} " +
+            " ".join(f"{row['cloze'][f'cloze_recall@{k}']:5.1f}" for k in _KS))
   orqa = _realm_then_orqa(model_dir, work_dir)
   if orqa:
     print("\nall 20,963 paragraphs (bench/squad_open_orqa_bench.py)")
