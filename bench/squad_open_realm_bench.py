@@ -148,18 +148,25 @@ def _mlm_eval(export: str):
     return json.load(f)
 
 
-def _recall_of_index(index_path: str, config, questions, squad) -> Dict[str, float]:
-  """Recall of the index published at index_path: its embeddings, its step's query tower."""
+def _open_index(index_path: str):
+  """The index published at index_path (its step's query tower) and exact search over its embeddings."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
-  from realm_tf import evaluation
-  from realm_tf import retriever_eval
   from realm_tf.retrieval import index as index_lib
   from realm_tf.retrieval import published_index
   # pylint: enable=g-import-not-at-top
   loaded = published_index.load_published(index_path)
+  exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
+  return loaded, exact
+
+
+def _recall_of_index(loaded, exact, config, questions, squad) -> Dict[str, float]:
+  """Recall of the dev questions with one published index (see _open_index)."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import evaluation
+  from realm_tf import retriever_eval
+  # pylint: enable=g-import-not-at-top
   queries = retriever_eval.embed_questions_with(lambda inputs: loaded.embed_queries(*inputs), config,
                                                 [q.question for q in questions])
-  exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
   rows, _ = exact.search(queries, max(_KS))
   inputs = squad.recall_inputs()
   inputs["answers"] = [q.answers for q in questions]
@@ -200,23 +207,16 @@ def _cloze_queries(pretraining_prefix: str, documents, config) -> Dict[str, np.n
           "spans": [s[a:b].decode("utf-8").lower() for s, (a, b), keep in zip(sentences, spans, ok) if keep]}
 
 
-def _cloze_recall_of_index(index_path: str, cloze, bodies: List[str]) -> Dict[str, float]:
+def _cloze_recall_of_index(loaded, exact, cloze, bodies: List[str]) -> Dict[str, float]:
   """Of REALM's own queries, the share (%) whose top k, their own paragraph excluded as in training,
   hold a paragraph that contains the masked span (case-insensitive): what REALM's objective rewards."""
-  # pylint: disable=g-import-not-at-top
-  from realm_tf.retrieval import index as index_lib
-  from realm_tf.retrieval import published_index
-  # pylint: enable=g-import-not-at-top
-  loaded = published_index.load_published(index_path)
   queries = np.concatenate([np.asarray(loaded.embed_queries(*(t[i:i + 256] for t in cloze["inputs"])))
                             for i in range(0, len(cloze["owners"]), 256)])
-  exact = index_lib.build_index(np.asarray(loaded.mips.embeddings, np.float32), implementation="brute_force")
   rows, _ = exact.search(queries, max(_KS) + 1)
-  recall = {}
-  for k in _KS:
-    hits = [any(span in bodies[r] for r in [r for r in ranked if r != owner][:k])
-            for ranked, owner, span in zip(rows, cloze["owners"], cloze["spans"])]
-    recall[f"cloze_recall@{k}"] = 100.0 * float(np.mean(hits))
+  # Per query and rank (own paragraph dropped): does that paragraph hold the span?
+  holds = np.asarray([[span in bodies[r] for r in ranked if r != owner][:max(_KS)]
+                      for ranked, owner, span in zip(rows, cloze["owners"], cloze["spans"])])
+  recall = {f"cloze_recall@{k}": 100.0 * float(np.mean(holds[:, :k].any(axis=1))) for k in _KS}
   recall["cloze_queries"] = len(cloze["owners"])
   return recall
 
@@ -278,24 +278,27 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
   for step in published_index.published_steps(model_dir):
     index_path = os.path.join(published_index.index_root(model_dir), str(step))
     cache = os.path.join(work_dir, "eval", f"step_{step}_{len(questions)}.json")
-    row = None
+    opened = None  # the index is loaded once per step, and only when something is not cached
     if os.path.exists(cache):
       with open(cache, encoding="utf-8") as f:
         row = json.load(f)
     else:
       started = time.time()
-      recall = _recall_of_index(index_path, config, questions, squad)
+      opened = _open_index(index_path)
+      recall = _recall_of_index(*opened, config, questions, squad)
       row = {"step": step, "recall": recall, "eval_seconds": time.time() - started}
       _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
     if _CLOZE_QUERIES.value and row.get("cloze", {}).get("cloze_queries_requested") != _CLOZE_QUERIES.value:
       if cloze is None:
         cloze = _cloze_queries(os.path.join(work_dir, "pretraining", "sentences"), squad.documents, config)
-      row["cloze"] = dict(_cloze_recall_of_index(index_path, cloze, bodies),
+      opened = opened or _open_index(index_path)
+      row["cloze"] = dict(_cloze_recall_of_index(*opened, cloze, bodies),
                           cloze_queries_requested=_CLOZE_QUERIES.value)
       _log(f"index step {step}, REALM's own queries: " +
            ", ".join(f"{k} {v:.1f}" for k, v in row["cloze"].items() if "@" in k))
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    io_utils.write_json_atomic(cache, row)
+    if opened is not None:  # the row changed
+      os.makedirs(os.path.dirname(cache), exist_ok=True)
+      io_utils.write_json_atomic(cache, row)
     rows.append(row)
   return rows
 
