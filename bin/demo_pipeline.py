@@ -48,6 +48,7 @@ class PipelineOptions:
   mlm_batch_size: int = 32
   mlm_learning_rate: float = 1e-3
   mlm_whole_word_masking: bool = False
+  mlm_random_next_rate: float = 0.0
   # Default: testdata/bert_pretraining.jsonl, another world in the same language. A BERT pre-trained on
   # corpus.jsonl itself memorizes the facts REALM masks, and its reader never needs the retrieved
   # documents (measured: recall@5 46.0 -> 23.0, the null document taking 83% of the posterior).
@@ -163,6 +164,7 @@ def run_mlm(options: PipelineOptions, paths: Dict[str, str],
              max_seq_len=options.query_seq_len + options.candidate_seq_len,
              batch_size=options.mlm_batch_size, learning_rate=options.mlm_learning_rate,
              whole_word_masking=options.mlm_whole_word_masking,
+             random_next_rate=options.mlm_random_next_rate,
              num_train_steps=options.mlm_steps, save_checkpoints_steps=options.mlm_steps,
              log_every_steps=max(1, options.mlm_steps // 4), seed=options.seed)
   return os.path.join(model_dir, "bert")

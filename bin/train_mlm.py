@@ -33,6 +33,9 @@ _MAX_PREDICTIONS = flags.DEFINE_integer("max_predictions_per_seq", 20, "Predicte
 _MASK_RATE = flags.DEFINE_float("masked_lm_prob", 0.15, "Share of wordpieces predicted (BERT: 0.15).")
 _SHORT = flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter packed example.")
 _WWM = flags.DEFINE_bool("whole_word_masking", False, "Mask all wordpieces of a word together.")
+_RANDOM_NEXT = flags.DEFINE_float(
+    "random_next_rate", 0.0, "Share of pairs whose second segment comes from another random document "
+    "(BERT's random next sentences, 0.5 in BERT; no next-sentence loss). 0: it always follows the first.")
 _WARMUP = flags.DEFINE_integer("warmup_steps", None,
                                "Learning-rate warmup steps (default: the original's rule).")
 _EVAL_PERCENT = flags.DEFINE_float("eval_percent", 5.0,
@@ -49,7 +52,8 @@ def main(argv):
       masking=mlm_data.MaskingOptions(max_seq_len=_MAX_SEQ_LEN.value,
                                       max_predictions=_MAX_PREDICTIONS.value,
                                       mask_rate=_MASK_RATE.value, short_seq_prob=_SHORT.value,
-                                      whole_word_masking=_WWM.value),
+                                      whole_word_masking=_WWM.value,
+                                      random_next_rate=_RANDOM_NEXT.value),
       do_lower_case=_FLAGS.do_lower_case.value, batch_size=_FLAGS.batch_size.value,
       learning_rate=_FLAGS.learning_rate.value, warmup_steps=_WARMUP.value,
       adam_bias_correction=_FLAGS.adam_bias_correction.value, init_checkpoint=_INIT.value,

@@ -1,10 +1,14 @@
-"""BERT masked-LM pre-training examples: sentence pairs from one document, 15% masked by BERT's rule.
+"""BERT masked-LM pre-training examples: sentence pairs, 15% masked by BERT's rule.
 
-As Google BERT's create_pretraining_data.py (Devlin et al. 2019), without next-sentence prediction:
+As Google BERT's create_pretraining_data.py (Devlin et al. 2019), without the next-sentence loss:
   - a document's sentences are gathered into chunks of about max_seq_len - 3 wordpieces (with
     probability short_seq_prob a shorter random target, so short inputs are seen too); each chunk is split
     after a random number of its sentences into a (before) and b (after), both from the same document, so
     the model learns to use the second segment, as REALM's reader reads [CLS] query [SEP] document [SEP];
+  - with probability random_next_rate (BERT's 0.5) b is instead a run of sentences from another random
+    document and the chunk's unused sentences go back into the stream, as BERT's random next sentences:
+    a reader that has only seen related second segments copies from whatever document it is given,
+    while REALM's reader is mostly given documents that do not hold the masked span;
   - the pair is truncated to fit by dropping wordpieces from the longer side, at its front or back at
     random;
   - 15% of the wordpieces (at most max_predictions) are chosen for prediction, whole words together with
@@ -46,12 +50,15 @@ class MaskingOptions:
     mask_rate: share of wordpieces predicted.
     short_seq_prob: probability of a shorter random target length.
     whole_word_masking: predict all wordpieces of a word together (a word: a piece and its ## pieces).
+    random_next_rate: share of pairs whose b comes from another document (BERT's 0.5; 0: b always
+      follows a).
   """
   max_seq_len: int = 128
   max_predictions: int = 20
   mask_rate: float = 0.15
   short_seq_prob: float = 0.1
   whole_word_masking: bool = False
+  random_next_rate: float = 0.0
 
   def __post_init__(self):
     if self.max_seq_len < 8:
@@ -60,6 +67,8 @@ class MaskingOptions:
       raise ValueError(f"mask_rate {self.mask_rate} must be in (0, 1)")
     if self.max_predictions < 1:
       raise ValueError(f"max_predictions {self.max_predictions} must be at least 1")
+    if not 0.0 <= self.random_next_rate <= 1.0:
+      raise ValueError(f"random_next_rate {self.random_next_rate} must be in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,24 +124,46 @@ def _truncate_pair(a: List[int], b: List[int], max_tokens: int, rng: np.random.G
       longer.pop()
 
 
-def pack_pairs(document: Sequence[Sequence[int]], options: MaskingOptions,
-               rng: np.random.Generator) -> List[Pair]:
-  """BERT's create_instances_from_document without next-sentence prediction: b always follows a in
-  the same document. A document of one sentence gives pairs whose b is empty."""
+def _random_segment(corpus: Sequence[Sequence[Sequence[int]]], index: int, target: int,
+                    rng: np.random.Generator) -> List[int]:
+  """BERT's random next: sentences of another document, from a random one on, until target wordpieces."""
+  other = int(rng.integers(0, len(corpus) - 1))
+  other += other >= index  # uniform over the documents other than index
+  document = corpus[other]
+  segment: List[int] = []
+  for sentence in document[int(rng.integers(0, len(document))):]:
+    segment.extend(sentence)
+    if len(segment) >= target:
+      break
+  return segment
+
+
+def pack_pairs(document: Sequence[Sequence[int]], options: MaskingOptions, rng: np.random.Generator,
+               corpus: Sequence[Sequence[Sequence[int]]] = (), index: int = -1) -> List[Pair]:
+  """BERT's create_instances_from_document without the next-sentence loss. b follows a in the same
+  document, or with options.random_next_rate comes from another document of corpus (document is
+  corpus[index]); a document of one sentence gives pairs whose b is empty (or random)."""
   max_tokens = options.max_seq_len - 3
+  random_next = options.random_next_rate > 0 and len(corpus) > 1
   target = max_tokens
   if rng.random() < options.short_seq_prob:
     target = int(rng.integers(2, max_tokens + 1))
   pairs: List[Pair] = []
   chunk: List[Sequence[int]] = []
   length = 0
-  for i, sentence in enumerate(document):
+  i = 0
+  while i < len(document):
+    sentence = document[i]
     chunk.append(sentence)
     length += len(sentence)
     if i == len(document) - 1 or length >= target:
       split = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
       a = [t for s in chunk[:split] for t in s]
-      b = [t for s in chunk[split:] for t in s]
+      if random_next and (len(chunk) == 1 or rng.random() < options.random_next_rate):
+        b = _random_segment(corpus, index, max(1, target - len(a)), rng)
+        i -= len(chunk) - split  # BERT puts the sentences b did not use back
+      else:
+        b = [t for s in chunk[split:] for t in s]
       _truncate_pair(a, b, max_tokens, rng)
       if a:
         pairs.append(Pair(a=a, b=b))
@@ -140,6 +171,7 @@ def pack_pairs(document: Sequence[Sequence[int]], options: MaskingOptions,
       target = max_tokens
       if rng.random() < options.short_seq_prob:
         target = int(rng.integers(2, max_tokens + 1))
+    i += 1
   return pairs
 
 
@@ -198,7 +230,8 @@ def epoch_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer: toke
   rng = np.random.default_rng([seed, epoch])
   order = rng.permutation(len(documents))
   examples = [mask_pair(pair, tokenizer, options, rng)
-              for index in order for pair in pack_pairs(documents[index], options, rng)]
+              for index in order
+              for pair in pack_pairs(documents[index], options, rng, documents, int(index))]
   permutation = rng.permutation(len(examples))
   return [examples[i] for i in permutation]
 

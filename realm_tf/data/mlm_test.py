@@ -43,6 +43,39 @@ class PackPairsTest(tf.test.TestCase):
       self.assertEqual(pair.a, list(range(200, 205)))  # the shorter side is untouched
       self.assertEqual(pair.b, list(range(pair.b[0], pair.b[0] + 12)))  # a contiguous piece of b
 
+  def test_random_next_takes_b_from_another_document_and_puts_unused_sentences_back(self):
+    # Document d's sentences are [100 d + i] * 5: the ids tell the document and the sentence.
+    corpus = [[[100 * d + i] * 5 for i in range(8)] for d in range(6)]
+    options = mlm.MaskingOptions(max_seq_len=32, short_seq_prob=0.0, random_next_rate=0.5)
+    random_b = following_b = 0
+    for seed in range(20):
+      pairs = mlm.pack_pairs(corpus[2], options, np.random.default_rng(seed), corpus, 2)
+      a_sentences = []
+      for pair in pairs:
+        self.assertLessEqual(len(pair.a) + len(pair.b), 32 - 3)
+        self.assertEqual({t // 100 for t in pair.a}, {2})  # a is always the document's own
+        a_sentences += sorted(set(pair.a))
+        if pair.b and pair.b[0] // 100 != 2:
+          random_b += 1
+          self.assertLen({t // 100 for t in pair.b}, 1)  # one other document, consecutive sentences
+          self.assertEqual(sorted(set(pair.b)), list(range(min(pair.b), max(pair.b) + 1)))
+        elif pair.b:
+          following_b += 1
+          self.assertLess(max(pair.a), min(pair.b))
+      # Every sentence of the document is some pair's a or b exactly once in order of a: the sentences a
+      # random b left unused were put back, none dropped and none seen twice as a.
+      self.assertEqual(a_sentences, sorted(a_sentences))
+      self.assertLen(set(a_sentences), len(a_sentences))
+    self.assertGreater(random_b, 10)
+    self.assertGreater(following_b, 10)
+
+  def test_random_next_rate_zero_keeps_the_draws_of_pairs_without_it(self):
+    corpus = [[[100 * d + i] * 5 for i in range(8)] for d in range(3)]
+    options = mlm.MaskingOptions(max_seq_len=32, short_seq_prob=0.1)
+    for seed in range(5):
+      self.assertEqual(mlm.pack_pairs(corpus[1], options, np.random.default_rng(seed), corpus, 1),
+                       mlm.pack_pairs(corpus[1], options, np.random.default_rng(seed)))
+
   def test_one_sentence_document_gives_an_empty_b(self):
     (pair,) = mlm.pack_pairs([[5, 6, 7]], mlm.MaskingOptions(short_seq_prob=0.0),
                              np.random.default_rng(0))
