@@ -73,6 +73,9 @@ class _Doc:
   salient: List[Tuple[int, str]] = dataclasses.field(default_factory=list)
   questions: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
   news: Optional["_Doc"] = None  # the pre-training-only news item about this document's subject
+  # A Wikipedia-style lead restating the article's facts in other words; only the BERT pre-training
+  # text uses it (see generate).
+  lead: str = ""
 
 
 class _Names:
@@ -126,6 +129,10 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
   # reader): REALM's reward goes to the subject's own document, not to any article of the same type.
   doc.news = _news(doc, [(f"{full} was born in {town}.", town), (f"{full} founded the {org}.", org),
                          (f"{full} is best known for the {work}.", work)])
+  # Two phrasings, chosen by index so no draw from rng changes the rest of the world.
+  # Words of the vocabulary only (it covers this world's text, not the lead's).
+  doc.lead = (f"{full}, born in {town}, founded the {org}, best known for the {work}." if i % 2 == 0
+              else f"Known for the {work}, {full} from {town} founded the {org}.")
   doc.questions = [
       (f"Where was {full} born?", town),
       (f"When was {full} born?", date),
@@ -158,6 +165,8 @@ def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
   doc.salient = [(0, village), (1, river), (2, village), (2, str(recorded)), (2, founder),
                  (3, str(population))]
   doc.news = _news(doc, [(f"{village} lies on the {river} river.", river)])
+  doc.lead = (f"{village}, a village on the {river} river, was first recorded by {founder}." if i % 2 == 0
+              else f"On the {river} river lies {village}, first recorded by {founder} in {recorded}.")
   doc.questions = [
       (f"On which river does {village} lie?", river),
       (f"Who first recorded {village}?", founder),
@@ -252,7 +261,13 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
   docs = _world(rng, num_people, num_villages)
   # The reader's BERT pre-training text: another world of the same language (its own generator, so the
   # files above do not change with it). BERT learns to read from it, not this corpus's facts, as
-  # Google's BERT learned from Wikipedia and books before REALM retrieved from a corpus.
+  # Google's BERT learned from Wikipedia and books before REALM retrieved from a corpus. As in real text,
+  # a document states its facts more than once: each article opens with a lead that restates them in
+  # other words and the subject's news item, then the article itself. Masked LM on pairs of that text
+  # rewards copying a fact from elsewhere in the pair, which is what REALM's reader does with a retrieved
+  # document; with every fact stated once (the articles alone), the BERT predicted the news items'
+  # masked facts no better from their own article than from the null document, and REALM's retriever
+  # followed noise (docs/benchmarks.md, 2026-11-26).
   other = _world(random.Random(f"bert-{seed}"), num_people, num_villages)
 
   assembled = [_assemble(d) for d in docs]
@@ -276,9 +291,18 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
       "qa.train.jsonl": qa[num_dev + num_test:],
       "qa.dev.jsonl": qa[:num_dev],
       "qa.test.jsonl": qa[num_dev:num_dev + num_test],
-      "bert_pretraining.jsonl": [{"title": a["title"], "text": a["text"]}
-                                 for a in map(_assemble, other)],
+      "bert_pretraining.jsonl": [
+          {"title": d.title, "text": f"{d.lead} {_assemble(d.news)['text']} {_assemble(d)['text']}"}
+          for d in other],
   }
+
+
+def all_news_items(seed: int = 20200812, num_people: int = 200,
+                   num_villages: int = 100) -> List[dict]:
+  """The news item of every subject, with its subject's "doc_id". pretraining.jsonl holds only those of
+  subjects no dev or test question asks about; the others are statements no training text holds."""
+  docs = _world(random.Random(seed), num_people, num_villages)  # generate's world: _world draws first
+  return [dict(_assemble(d.news), doc_id=d.doc_id) for d in docs]
 
 
 def write_testdata(output_dir: str, seed: int = 20200812) -> Dict[str, int]:

@@ -39,6 +39,27 @@ class SyntheticTest(tf.test.TestCase):
     ids = [i for t in tokenizer.tokenize_texts([d["text"] for d in other]) for i in t.ids]
     self.assertNotIn(tokenizer.unk_id, ids)  # the same vocabulary covers it
 
+  def test_bert_pretraining_articles_open_with_a_lead_that_restates_their_facts(self):
+    # The BERT learns to copy a fact from elsewhere in its input only if the text states facts twice.
+    for doc in synthetic.load_jsonl(os.path.join(_TESTDATA, "bert_pretraining.jsonl")):
+      lead, rest = doc["text"].split(". ", 1)
+      names = [w.strip(",") for w in lead.split()[1:] if w[:1].isupper()]
+      names = [n for n in names if n not in doc["title"].split()]
+      self.assertGreaterEqual(len(names), 2, doc["text"])
+      for name in names:
+        self.assertIn(name, rest, f"{doc['title']}: the lead's {name!r} is not in the article")
+
+  def test_all_news_items_extend_the_pretraining_news_with_the_asked_subjects(self):
+    news = synthetic.all_news_items()
+    self.assertLen(news, 300)
+    pretraining = [r for r in synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
+                   if r["title"] == synthetic.NEWS_TITLE]
+    asked = {q["doc_id"] for split in ("dev", "test")
+             for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))}
+    self.assertEqual([{k: v for k, v in r.items() if k != "doc_id"} for r in news
+                      if r["doc_id"] not in asked], pretraining)
+    self.assertTrue(asked <= {r["doc_id"] for r in news})
+
   def test_another_seed_gives_another_world(self):
     a = synthetic.generate(seed=1, num_people=10, num_villages=5)
     b = synthetic.generate(seed=2, num_people=10, num_villages=5)
