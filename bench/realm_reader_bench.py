@@ -52,13 +52,10 @@ from realm_tf.training import realm_trainer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_RUN_DIR = flags.DEFINE_string("run_dir", None, "REALM model directory.", required=True)
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "The run's prepared data (its corpus/blocks).",
-                                required=True)
-_RETRIEVER_START = flags.DEFINE_string("retriever_start", None, "The ICT checkpoint REALM started from.",
-                                       required=True)
-_READER_START = flags.DEFINE_string("reader_start", None, "The BERT checkpoint the reader started from.",
-                                    required=True)
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "REALM model directory.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "The run's prepared data (its corpus/blocks).")
+_RETRIEVER_START = flags.DEFINE_string("retriever_start", None, "The ICT checkpoint REALM started from.")
+_READER_START = flags.DEFINE_string("reader_start", None, "The BERT checkpoint the reader started from.")
 _STEPS = flags.DEFINE_list("steps", [], "REALM checkpoints to measure besides the start.")
 _TESTDATA = flags.DEFINE_string("testdata_dir", os.path.join(_REPO, "testdata"), "testdata/.")
 _WRONG = flags.DEFINE_integer("num_wrong", 7, "Wrong articles per statement (REALM's 7 candidates).")
@@ -127,6 +124,10 @@ def _reader_rows(model, config, featurizer, corpus, doc_embeddings: np.ndarray,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  # Checked here, not by required=True, so the test can import the module under absltest's flags.
+  for flag in (_RUN_DIR, _DATA_DIR, _RETRIEVER_START, _READER_START):
+    if not flag.value:
+      raise app.UsageError(f"--{flag.name} is required (see the module docstring)")
   config = realm_config_lib.RealmConfig.load(_RUN_DIR.value)
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
