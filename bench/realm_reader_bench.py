@@ -38,6 +38,7 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import evaluation
 from realm_tf import io_utils
 from realm_tf import retriever_eval
 from realm_tf.checkpoints import bert_mapping
@@ -69,7 +70,7 @@ def _statements(tokenizer, corpus: corpus_table.CorpusTable, news: List[dict]) -
   """Each news sentence with its salient fact masked (REALM's salient-span masking) and the corpus row
   of its subject's article, the only article that states the fact."""
   def pieces(text: str) -> List[int]:
-    return [int(i) for i in tokenizer.tokenize(tf.constant([text])).to_list()[0]] if text.strip() else []
+    return [int(i) for i in tokenizer.tokenize_texts([text])[0].ids]
 
   rows = corpus.rows_of([record["doc_id"] for record in news]).tolist()
   missing = [record["doc_id"] for record, row in zip(news, rows) if row < 0]
@@ -139,7 +140,7 @@ def main(argv):
   statements = {
       "trained": _statements(tokenizer, corpus, [r for r in news if r["doc_id"] not in asked]),
       "held_out": _statements(tokenizer, corpus, [r for r in news if r["doc_id"] in asked])}
-  gold = corpus.rows_of([e.metadata["doc_id"] for e in questions])
+  gold = corpus.rows_of([e.metadata["doc_id"] for e in questions]).tolist()
   rows, start_scores = [], None
   for step in [0] + [int(s) for s in _STEPS.value]:
     model = realm_trainer.build_model(config)
@@ -163,7 +164,9 @@ def main(argv):
                                             [e.question for e in questions]) @ docs.T
     top5 = np.argsort(-scores, axis=1)[:, :5]
     counts = np.bincount(top5.ravel(), minlength=corpus.num_docs)
-    row.update({"question_recall@5": float(np.mean([g in t for g, t in zip(gold, top5)]) * 100),
+    recall = evaluation.rankings_recall(top5, corpus.texts(), [e.answers for e in questions],
+                                        gold_rows=gold, ks=(5,))
+    row.update({"question_recall@5": recall["gold_recall@5"],
                 "max_top5_lists_of_one_document": int(counts.max()),
                 "documents_in_no_top5": int((counts == 0).sum())})
     if start_scores is None:
