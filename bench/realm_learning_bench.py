@@ -7,6 +7,8 @@ seed, each seed drawing its own BERT pre-training, ICT and REALM streams. For ea
 retriever's gold-document recall@1/5/20 on the 200 dev + test questions at the ICT start and at every
 REALM checkpoint (exact search over the 300 documents, re-embedded by each checkpoint's document tower).
 Questions are never trained on: REALM sees only pre-training sentences with a salient span masked.
+At the last checkpoint it also measures the questions' recall with one tower put back to the ICT start's
+(ICT query tower with REALM's document tower, and the reverse), since the two towers can move it apart.
 
   .venv/bin/python bench/realm_learning_bench.py                        # seeds 0, 1, 2
   .venv/bin/python bench/realm_learning_bench.py --seeds=3 --realm_steps=600 --output=/tmp/r.json
@@ -14,7 +16,7 @@ Questions are never trained on: REALM sees only pre-training sentences with a sa
 Resumable: each seed's run lives under --work_dir/seed_<s>/ and its measured rows in result.json there; a
 seed with a result.json is not run again (delete it to rerun). Options of PipelineOptions can be set with
 --set=name=value (repeatable), e.g. --set=realm_learning_rate=1e-5.
-Prints a table and writes JSON (machine, options, per-seed rows, smallest gain) to --output.
+Prints tables and writes JSON (machine, options, per-seed rows and towers, smallest gain) to --output.
 """
 
 import dataclasses
@@ -106,13 +108,35 @@ def _run_seed(seed: int) -> dict:
   return result
 
 
+def _add_towers(result: dict, seed_dir: str) -> dict:
+  """Adds result["towers"]: the questions' recall at the last checkpoint with one tower swapped for the
+  ICT start's (the query tower of one, the document tower of the other), which says whether REALM's
+  query tower or its document tower moved the recall. Computed for cached results that lack it."""
+  if "towers" in result or result["rows"][0]["label"] != "ICT start":
+    return result
+  options = _options(result["seed"], seed_dir)
+  data = os.path.join(seed_dir, "data")
+  corpus, init = os.path.join(data, "corpus", "blocks"), os.path.join(seed_dir, "ict")
+  qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
+  model_dir = os.path.join(seed_dir, "realm")
+  last = tf.train.latest_checkpoint(model_dir)
+  result["towers"] = [
+      {"query": "ICT start", "documents": "REALM",
+       **demo_pipeline.retriever_recall(model_dir, init, corpus, qa_paths, doc_checkpoint=last)},
+      {"query": "REALM", "documents": "ICT start",
+       **demo_pipeline.retriever_recall(model_dir, last, corpus, qa_paths, doc_checkpoint=init)}]
+  io_utils.write_json_atomic(os.path.join(seed_dir, "result.json"), result)
+  return result
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   machine = throughput_lib.machine()
   started = time.time()
-  results = [_run_seed(int(seed)) for seed in _SEEDS.value]
+  results = [_add_towers(_run_seed(int(seed)), os.path.join(_WORK_DIR.value, f"seed_{seed}"))
+             for seed in _SEEDS.value]
   print(f"\n{'seed':>4s} {'retriever':16s} {'step':>5s} " + " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
   gains = []
   for result in results:
@@ -125,8 +149,24 @@ def main(argv):
           f"held-out masked-token accuracy {result['reader_mlm_eval'].get('masked_lm_accuracy', float('nan')):.3f}")
   print(f"smallest recall@5 gain over {len(gains)} seeds: {min(gains):+.1f} points "
         f"({'every seed gained' if min(gains) > 0 else 'not every seed gained'})")
+  # Which tower moved the recall: the last checkpoint with one tower put back to the ICT start's.
+  print(f"\n{'seed':>4s} {'query tower':12s} {'document tower':15s} " + " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
+  document_gains = []
+  for result in results:
+    start, end = result["rows"][0], result["rows"][-1]
+    towers = [("ICT start", "ICT start", start)] + [(t["query"], t["documents"], t)
+                                                    for t in result.get("towers", [])] + [
+                                                        ("REALM", "REALM", end)]
+    for query, documents, row in towers:
+      print(f"{result['seed']:4d} {query:12s} {documents:15s} " + " ".join(f"{row[k]:10.1f}" for k in _KS))
+    document_gains += [t["gold_recall@5"] - start["gold_recall@5"] for t in result.get("towers", [])
+                       if t["query"] == "ICT start"]
+  if document_gains:
+    print(f"recall@5 gain from REALM's document tower alone (ICT query tower): "
+          + ", ".join(f"{g:+.1f}" for g in document_gains))
   io_utils.write_json_atomic(_OUTPUT.value, {
       "machine": machine, "seeds": results, "recall@5_gains": gains, "smallest_gain": min(gains),
+      "document_tower_recall@5_gains": document_gains,
       "every_seed_gained": min(gains) > 0, "total_seconds": time.time() - started})
   print(f"wrote {_OUTPUT.value}")
 

@@ -60,7 +60,11 @@ class PipelineOptions:
   realm_steps: int = 300
   save_checkpoints_steps: int = 50
   keep_checkpoint_max: int = 5
-  batch_size: int = 8
+  # REALM's pre-training examples per step (the paper's: 512). At 8 the questions' recall@5 fell on one
+  # of three seeds (-8.0) while REALM's own statements rose; at 32 it rose on all three (+3.0 to +5.0),
+  # at 64 more (docs/benchmarks.md, 2026-11-26 (batch)). Each step costs about batch / 8 times more.
+  realm_batch_size: int = 64
+  orqa_batch_size: int = 8
   ict_batch_size: int = 32
   ict_learning_rate: float = 1e-3
   # ICT from the reader's pre-trained tiny BERT (the paper's warm start) gave weaker, seed-dependent
@@ -233,7 +237,7 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
            embedder_pooling=options.embedder_pooling,
            query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
            max_masks=options.max_masks, num_candidates=options.num_candidates,
-           batch_size=options.batch_size, learning_rate=options.realm_learning_rate,
+           batch_size=options.realm_batch_size, learning_rate=options.realm_learning_rate,
            num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
            keep_checkpoint_max=options.keep_checkpoint_max,
            log_every_steps=25, init_retriever_checkpoint=init_retriever,
@@ -261,7 +265,7 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
              embedder_pooling=options.embedder_pooling,
              query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
              reader_seq_len=options.candidate_seq_len, span_hidden_size=64, retriever_beam_size=50,
-             batch_size=options.batch_size, learning_rate=options.orqa_learning_rate,
+             batch_size=options.orqa_batch_size, learning_rate=options.orqa_learning_rate,
              num_train_steps=options.orqa_steps, eval_every_steps=max(1, options.orqa_steps // 2),
              save_checkpoints_steps=max(1, options.orqa_steps // 2),
              log_every_steps=max(1, options.orqa_steps // 4))
@@ -287,19 +291,37 @@ def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoi
 
 
 def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: str,
-                     qa_paths: List[str]) -> Dict[str, float]:
-  """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained)."""
+                     qa_paths: List[str], doc_checkpoint: Optional[str] = None) -> Dict[str, float]:
+  """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained).
+
+  doc_checkpoint, when given, embeds the documents with another checkpoint's document tower while the
+  questions go through checkpoint's query tower: REALM trains both towers, and swapping one at a
+  time tells which of them moved the questions' recall.
+  """
   # pylint: disable=g-import-not-at-top (TF-heavy)
   from realm_tf import retriever_eval
   from realm_tf.data import corpus_table
+  from realm_tf.retrieval import corpus_embedding
   # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(config_dir)
-  retriever = config.build_retriever()
-  if checkpoint:
-    training_state.restore_retriever(retriever, checkpoint)
+
+  def restored(path: Optional[str]):
+    retriever = config.build_retriever()
+    if path:
+      training_state.restore_retriever(retriever, path)
+    return retriever
+
+  retriever = restored(checkpoint)
+  corpus = corpus_table.CorpusTable.load(corpus_prefix)
+  doc_embeddings = None
+  if doc_checkpoint:
+    doc_tower = restored(doc_checkpoint)
+    doc_embeddings = corpus_embedding.embed_corpus(
+        lambda inputs: doc_tower.embed_documents(inputs, training=False), corpus.prefix,
+        config.featurizer(), log=lambda _: None)
   examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
-  return retriever_eval.retriever_recall(retriever, config, corpus_table.CorpusTable.load(corpus_prefix),
-                                         examples, ks=(1, 5, 20))
+  return retriever_eval.retriever_recall(retriever, config, corpus, examples, ks=(1, 5, 20),
+                                         doc_embeddings=doc_embeddings)
 
 
 def run(options: PipelineOptions, skip_ict: bool = False,

@@ -13,13 +13,18 @@ import time
 import tensorflow as tf
 
 from bin import demo_pipeline
+from realm_tf import retriever_eval
 from realm_tf.checkpoints import training_state
+from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
+from realm_tf.data import qa as qa_lib
 from realm_tf.data import synthetic
+from realm_tf.modeling import realm_config
+from realm_tf.retrieval import corpus_embedding
 
 
 def _short_options(output_dir: str, **overrides) -> demo_pipeline.PipelineOptions:
-  values = dict(output_dir=output_dir, realm_steps=60, save_checkpoints_steps=20, batch_size=4,
+  values = dict(output_dir=output_dir, realm_steps=60, save_checkpoints_steps=20, realm_batch_size=4,
                 max_index_staleness_steps=40, realm_learning_rate=1e-3,
                 index_implementation="brute_force")
   values.update(overrides)
@@ -45,6 +50,28 @@ class PipelineTest(tf.test.TestCase):
     names = os.listdir(index_dir)
     self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
     self.assertLessEqual(len(names), 3)  # keep=3
+
+    # Recall with the document tower of another checkpoint: the questions go through the latest
+    # checkpoint's query tower and the corpus through step 20's document tower, as retriever_eval gets
+    # them when handed step 20's embeddings; naming the latest checkpoint twice changes nothing.
+    qa_paths = [os.path.join(options.testdata_dir, "qa.dev.jsonl")]
+    latest, first = tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-20")
+    self.assertEqual(
+        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, latest),
+        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths))
+    config = realm_config.RealmConfig.load(model_dir)
+    towers = {}
+    for path in (latest, first):
+      towers[path] = config.build_retriever()
+      training_state.restore_retriever(towers[path], path)
+    corpus = corpus_table.CorpusTable.load(paths["retrieval"])
+    first_docs = corpus_embedding.embed_corpus(
+        lambda inputs: towers[first].embed_documents(inputs, training=False), corpus.prefix,
+        config.featurizer(), log=lambda _: None)
+    self.assertEqual(
+        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, first),
+        retriever_eval.retriever_recall(towers[latest], config, corpus, qa_lib.load_jsonl(qa_paths[0]),
+                                        ks=(1, 5, 20), doc_embeddings=first_docs))
 
     # The finished run continued to more steps: the refresher started beside it must not take the first
     # run's done marker for the end of this one, so the new final checkpoint gets its index.
