@@ -62,7 +62,8 @@ class PipelineOptions:
   keep_checkpoint_max: int = 5
   # REALM's pre-training examples per step (the paper's: 512). At 8 the questions' recall@5 fell on one
   # of three seeds (-8.0) while REALM's own statements rose; at 32 it rose on all three (+3.0 to +5.0),
-  # at 64 more (docs/benchmarks.md, 2026-11-26 (batch)). Each step costs about batch / 8 times more.
+  # at 64 by 5.5 to 11.5 points (docs/benchmarks.md, 2026-11-26 (batch)). A step costs about batch / 8
+  # times more.
   realm_batch_size: int = 64
   orqa_batch_size: int = 8
   ict_batch_size: int = 32
