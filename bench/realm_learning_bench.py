@@ -77,7 +77,7 @@ def _run_seed(seed: int) -> dict:
       return json.load(f)
   options = _options(seed, seed_dir)
   echo = lambda line: print(f"  [seed {seed}] {line}", flush=True)
-  qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
+  qa_paths = demo_pipeline.question_paths(options.testdata_dir)
   started = time.time()
   paths = demo_pipeline.prepare_corpora(options, echo)
   reader = demo_pipeline.run_mlm(options, paths, echo) if options.mlm_steps > 0 else None
@@ -117,7 +117,7 @@ def _add_towers(result: dict, seed_dir: str) -> dict:
   options = _options(result["seed"], seed_dir)
   data = os.path.join(seed_dir, "data")
   corpus, init = os.path.join(data, "corpus", "blocks"), os.path.join(seed_dir, "ict")
-  qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
+  qa_paths = demo_pipeline.question_paths(options.testdata_dir)
   model_dir = os.path.join(seed_dir, "realm")
   last = tf.train.latest_checkpoint(model_dir)
   result["towers"] = [

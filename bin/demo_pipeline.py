@@ -305,7 +305,6 @@ def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: 
   # pylint: disable=g-import-not-at-top (TF-heavy)
   from realm_tf import retriever_eval
   from realm_tf.data import corpus_table
-  from realm_tf.retrieval import corpus_embedding
   # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(config_dir)
 
@@ -315,17 +314,15 @@ def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: 
       training_state.restore_retriever(retriever, path)
     return retriever
 
-  retriever = restored(checkpoint)
-  corpus = corpus_table.CorpusTable.load(corpus_prefix)
-  doc_embeddings = None
-  if doc_checkpoint:
-    doc_tower = restored(doc_checkpoint)
-    doc_embeddings = corpus_embedding.embed_corpus(
-        lambda inputs: doc_tower.embed_documents(inputs, training=False), corpus.prefix,
-        config.featurizer(), log=lambda _: None)
   examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
-  return retriever_eval.retriever_recall(retriever, config, corpus, examples, ks=(1, 5, 20),
-                                         doc_embeddings=doc_embeddings)
+  return retriever_eval.retriever_recall(
+      restored(checkpoint), config, corpus_table.CorpusTable.load(corpus_prefix), examples,
+      ks=(1, 5, 20), doc_retriever=restored(doc_checkpoint) if doc_checkpoint else None)
+
+
+def question_paths(testdata_dir: str) -> List[str]:
+  """The testdata questions every recall here is measured on: the dev and test splits (200)."""
+  return [os.path.join(testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
 
 
 def run(options: PipelineOptions, skip_ict: bool = False,
@@ -333,7 +330,7 @@ def run(options: PipelineOptions, skip_ict: bool = False,
   """The whole pipeline; returns what the demo summarizes."""
   started = time.time()
   paths = prepare_corpora(options, echo)
-  qa_paths = [os.path.join(options.testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
+  qa_paths = question_paths(options.testdata_dir)
   result: Dict = {}
   init = reader = None
   if options.mlm_steps > 0:

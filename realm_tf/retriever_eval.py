@@ -45,7 +45,8 @@ def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: 
 
 def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: corpus_table.CorpusTable,
                      examples: List[qa_lib.QAExample], ks=(1, 5, 20, 100),
-                     doc_embeddings: Optional[np.ndarray] = None) -> Dict[str, float]:
+                     doc_embeddings: Optional[np.ndarray] = None,
+                     doc_retriever=None) -> Dict[str, float]:
   """Recall percentages {"gold_recall@k", "answer_recall@k"} and the number of questions.
 
   Args:
@@ -55,10 +56,13 @@ def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: co
     examples: the questions; gold recall needs a metadata "doc_id" on every one.
     ks: the k of recall@k (capped at the corpus size).
     doc_embeddings: float32 [N, D] of the document tower, when the caller has them (else embedded here).
+    doc_retriever: the Retriever whose document tower embeds the corpus here (default: retriever), e.g.
+      another checkpoint's, to tell which tower moved the recall.
   """
   if doc_embeddings is None:
+    doc_tower = doc_retriever or retriever
     doc_embeddings = corpus_embedding.embed_corpus(
-        lambda inputs: retriever.embed_documents(inputs, training=False), corpus.prefix,
+        lambda inputs: doc_tower.embed_documents(inputs, training=False), corpus.prefix,
         config.featurizer(), log=lambda _: None)
   max_k = min(max(ks), corpus.num_docs)
   index = index_lib.build_index(doc_embeddings, implementation="brute_force")
