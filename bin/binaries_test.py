@@ -116,6 +116,24 @@ class DemoTest(tf.test.TestCase):
     self.assertTrue(result.stdout.rstrip().endswith("demo done."))
 
 
+class TrainMlmSeedTest(tf.test.TestCase):
+
+  def test_one_seed_trains_the_same_bert_in_two_processes(self):
+    # --seed covers the weights' initialization and dropout, not only the data order: two runs of one
+    # seed write the same checkpoint bytes (on one machine; other CPUs round differently).
+    weights = []
+    for run in ("first", "second"):
+      model_dir = os.path.join(self.create_tempdir().full_path, run)
+      result = _run("train_mlm.py", f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
+                    f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",
+                    "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=3",
+                    "--save_checkpoints_steps=3", "--jit_compile=false", "--seed=7")
+      self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      with open(os.path.join(model_dir, "ckpt-3.data-00000-of-00001"), "rb") as f:
+        weights.append(f.read())
+    self.assertEqual(weights[0], weights[1])
+
+
 class VocabChecksTest(tf.test.TestCase):
   """bin/train_realm and bin/refresh_doc_embeds stop before any work when the vocab is not the one the
   retrieval corpus (its manifest's vocab_sha256) was tokenized with."""

@@ -329,26 +329,41 @@ def run(options: PipelineOptions, skip_ict: bool = False,
         echo: Callable[[str], None] = print) -> Dict:
   """The whole pipeline; returns what the demo summarizes."""
   started = time.time()
+  stage_started = [started]
+  stage_seconds: Dict[str, float] = {}
+
+  def stage_done(name: str) -> None:
+    # Where the demo's minutes go, per stage, for the summary and the issue's time budget.
+    now = time.time()
+    stage_seconds[name] = now - stage_started[0]
+    stage_started[0] = now
+
   paths = prepare_corpora(options, echo)
+  stage_done("corpora")
   qa_paths = question_paths(options.testdata_dir)
-  result: Dict = {}
+  result: Dict = {"stage_seconds": stage_seconds}
   init = reader = None
   if options.mlm_steps > 0:
     echo(f"BERT pre-training of the reader (masked LM on bert_pretraining.jsonl): {options.mlm_steps} steps")
     reader = run_mlm(options, paths, echo)
     with open(os.path.join(reader, "eval.json")) as f:
       result["mlm"] = json.load(f)
+    stage_done("reader BERT")
   if not skip_ict:
     echo(f"ICT warm start: {options.ict_steps} steps")
     init = run_ict(options, paths, reader if options.ict_from_bert else None, echo)
+    stage_done("ICT")
   echo(f"REALM pre-training: {options.realm_steps} steps, refresher in the background")
   result["realm"] = run_realm(options, paths, init, reader, echo)
+  stage_done("REALM")
   model_dir = result["realm"]["model_dir"]
   result["recall_before"] = retriever_recall(model_dir, init, paths["retrieval"], qa_paths)
   result["recall_after"] = retriever_recall(model_dir, model_dir, paths["retrieval"], qa_paths)
+  stage_done("recall")
   if options.orqa_steps > 0:
     echo(f"ORQA fine-tuning: {options.orqa_steps} steps from the REALM retriever, then evaluation, "
          "export and one answer through the SavedModel")
     result["orqa"] = run_orqa(options, paths, model_dir, 1e-3 if init else 1e-12, reader, echo)
+    stage_done("ORQA, eval, export, answer")
   result["seconds"] = time.time() - started
   return result

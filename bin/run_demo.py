@@ -179,6 +179,8 @@ def _demo():
           f"(gold answer {orqa['gold_answers']}):")
     for line in orqa["answer_output"].splitlines():
       print("    " + line)
+  stages = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result["stage_seconds"].items())
+  print(f"  seconds by stage: {stages}")
   print(f"  total {result['seconds']:.0f} s; logs and checkpoints under {options.output_dir}")
   print("demo done.")
   if "orqa" in result:

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Callable, Dict, Optional
 
 import tensorflow as tf
+import tf_keras
 
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.data import ict as ict_data
@@ -50,6 +51,8 @@ def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
   config.save_or_check(options.loop.model_dir)
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
+  # --seed also fixes the initialization and dropout (mlm_trainer says why).
+  tf_keras.utils.set_random_seed(options.seed)
   with strategy.scope():
     model = build_model(config)
     optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,

@@ -22,6 +22,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from realm_tf import io_utils
 from realm_tf import tokenization
@@ -175,6 +176,9 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
                      f"max_position_embeddings {options.bert_config.max_position_embeddings}")
   _check_run(options, model_dir)
   train_docs, held_out = _documents(options, tokenizer, log)
+  # --seed covers the weights' initialization and dropout too, not only the data order: two runs of one
+  # seed then start from the same BERT.
+  tf_keras.utils.set_random_seed(options.seed)
   with strategy.scope():
     model = build_model(options.bert_config)
     optimizer = optimization.create_optimizer(

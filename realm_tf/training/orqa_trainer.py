@@ -23,6 +23,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
+import tf_keras
 
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
@@ -89,6 +90,8 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
   config = dataclasses.replace(options.config, share_embedders=False, vocab_sha256=vocab_sha256)
   options = dataclasses.replace(options, config=config)
   retrievers: List[embedder_lib.Retriever] = []
+  # --seed also fixes the initialization and dropout (mlm_trainer says why).
+  tf_keras.utils.set_random_seed(options.seed)
 
   def retriever_fn() -> embedder_lib.Retriever:  # Built once, only when needed.
     if not retrievers:

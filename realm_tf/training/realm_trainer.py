@@ -102,6 +102,8 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
 
+  # --seed also fixes the initialization and dropout (mlm_trainer says why).
+  tf_keras.utils.set_random_seed(options.seed)
   with strategy.scope():
     model = build_model(config)
     optimizer = optimization.create_optimizer(
