@@ -330,15 +330,15 @@ def question_paths(testdata_dir: str) -> List[str]:
 def run(options: PipelineOptions, skip_ict: bool = False,
         echo: Callable[[str], None] = print) -> Dict:
   """The whole pipeline; returns what the demo summarizes."""
-  started = time.time()
-  stage_started = [started]
+  started = stage_started = time.time()
   stage_seconds: Dict[str, float] = {}
 
   def stage_done(name: str) -> None:
     # Where the demo's minutes go, per stage, for the summary and the issue's time budget.
+    nonlocal stage_started
     now = time.time()
-    stage_seconds[name] = now - stage_started[0]
-    stage_started[0] = now
+    stage_seconds[name] = now - stage_started
+    stage_started = now
 
   paths = prepare_corpora(options, echo)
   stage_done("corpora")
