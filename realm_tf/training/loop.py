@@ -15,10 +15,12 @@ consumed and skips them, so the order is a function of the seed and the step (gi
 
 import contextlib
 import dataclasses
+import gc
 import json
 import math
 import os
 import time
+import traceback
 from typing import Callable, Dict, Optional
 
 from absl import logging
@@ -311,12 +313,23 @@ def _orbit_lines_in_the_log_only():
     orbit.controller._log = original  # pylint: disable=protected-access
 
 
+def _clear_frame_locals(error: BaseException) -> None:
+  """Drops the locals of the finished frames in error's traceback (and those of the exceptions it
+  chains); the traceback keeps every line."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    traceback.clear_frames(error.__traceback__)
+    error = error.__cause__ or error.__context__
+
+
 def train(model, optimizer, strategy: tf.distribute.Strategy,
           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
           warm_start: Optional[Callable[[], None]] = None,
           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
           log: Callable[[str], None] = print, evaluator: Optional[orbit.AbstractEvaluator] = None,
-          eval_every_steps: Optional[int] = None, eval_name: str = "eval") -> Dict[str, float]:
+          eval_every_steps: Optional[int] = None, eval_name: str = "eval",
+          stop_input: Optional[Callable[[], None]] = None) -> Dict[str, float]:
   """Trains until options.num_train_steps with an orbit.Controller; returns the metrics of the last loop.
 
   Args:
@@ -328,6 +341,8 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
       options.steps_per_loop steps (and after the first step), with the loop's mean metrics.
     evaluator: run by the controller at every multiple of eval_every_steps (a multiple of
       options.steps_per_loop) and at the end; its output is written once, to MODEL_DIR/<eval_name>.
+    stop_input: ends every wait inside the input pipeline for good (REALM's wait for a fresher index);
+      called when training ends or fails, before the pipeline is torn down.
   """
   try:
     tf.io.gfile.makedirs(options.model_dir)
@@ -336,6 +351,32 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
                                "writable --model_dir") from e
   if evaluator is not None:
     options.check_between_loops("eval_every_steps", eval_every_steps, "evaluations")
+  # The input pipeline dies here, while its threads can still take the GIL. Why: orbit's objects hold
+  # the input iterator in reference cycles, so left alone it is destroyed only at interpreter exit; a
+  # tf.data thread then inside Python (REALM's retrieval py_function, the MLM and FiD-KD generators,
+  # making batches ahead of steps that will never run) can never take the GIL back, and the iterator's
+  # destructor waits for it forever: the trainer hung after its last checkpoint (a one-hour CI
+  # timeout of bin/demo_pipeline_test). _train's frame holds all of them; once it has ended (its
+  # locals dropped from a traceback too), a collection destroys the iterator, and the destructor
+  # releases the GIL while it waits for the batch in progress.
+  try:
+    return _train(model, optimizer, strategy, dataset_fn, options, warm_start, after_step, log,
+                  evaluator, eval_every_steps, eval_name, stop_input)
+  except BaseException as e:
+    _clear_frame_locals(e)
+    raise
+  finally:
+    gc.collect()
+
+
+def _train(model, optimizer, strategy: tf.distribute.Strategy,
+           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
+           warm_start: Optional[Callable[[], None]],
+           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
+           log: Callable[[str], None], evaluator: Optional[orbit.AbstractEvaluator],
+           eval_every_steps: Optional[int], eval_name: str,
+           stop_input: Optional[Callable[[], None]]) -> Dict[str, float]:
+  """train() after its checks, with every object that holds the input iterator local to it."""
   _remove_unfinished_saves(options.model_dir, log)
   manager = _CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), options,
                                warm_start, log)
@@ -366,15 +407,19 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
     _record_batch_size(options)
     trainer.train_dataset = iter(_distribute(strategy, dataset_fn, step, options.global_batch_size))
     started = time.time()
-    if evaluator is None:
-      controller.train(options.num_train_steps)
-    else:
-      # Controller.train_and_evaluate counts the evaluation interval from the step it starts at: a resumed
-      # run would evaluate at other steps than an uninterrupted one. Evaluations at multiples of it:
-      while step < options.num_train_steps:
-        step = min((step // eval_every_steps + 1) * eval_every_steps, options.num_train_steps)
-        controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
-        controller.evaluate()
+    try:
+      if evaluator is None:
+        controller.train(options.num_train_steps)
+      else:
+        # Controller.train_and_evaluate counts the evaluation interval from the step it starts at: a
+        # resumed run would evaluate at other steps than an uninterrupted one. Evaluations at multiples:
+        while step < options.num_train_steps:
+          step = min((step // eval_every_steps + 1) * eval_every_steps, options.num_train_steps)
+          controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
+          controller.evaluate()
+    finally:
+      if stop_input is not None:
+        stop_input()  # a pipeline thread waiting for an index would hold up the iterator's destructor
   summaries.flush()
   log(f"trained to step {int(optimizer.iterations.numpy())} in {time.time() - started:.1f} s")
   return after_each_loop.metrics

@@ -1,12 +1,20 @@
-"""Tests of the shared training loop: its stop on non-finite values and how it resumes."""
+"""Tests of the shared training loop: its stop on non-finite values, how it resumes, and that it tears
+its input pipeline down before it returns."""
 
 import contextlib
+import gc
 import io
 import os
+import subprocess
+import sys
+import time
+import traceback
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
+
+from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import losses
@@ -220,6 +228,92 @@ class ResumeTest(tf.test.TestCase):
     self._train(model_dir, num_train_steps=8, messages=messages)
     self.assertFalse(os.path.exists(leftover))
     self.assertTrue(any(m.startswith(f"removing {leftover}") for m in messages), messages)
+
+
+def _slow_batches(batches_done: int) -> tf.data.Dataset:
+  """_batches made by a py_function that takes seconds: when training ends, a batch is being made."""
+
+  def slow(i):
+    time.sleep(3.0)
+    return i
+
+  def made_in_python(i, batch):
+    zero = tf.cast(tf.py_function(slow, [i], tf.int64), tf.float32) * 0.0
+    return {"x": batch["x"] + zero, "y": batch["y"]}
+
+  return _batches(batches_done).enumerate().map(made_in_python)
+
+
+def train_on_slow_batches_and_exit(model_dir: str) -> None:
+  """What the child process of InputTeardownTest runs: two steps on _slow_batches, then exit."""
+  model = _Regression()
+  model(tf.zeros([1, 3]))
+  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=2, save_checkpoints_steps=2,
+                             log_every_steps=2, jit_compile=False)
+  loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _slow_batches,
+             options, log=lambda _: None)
+  print("trained", flush=True)
+
+
+def _live_iterators():
+  return [o for o in gc.get_objects() if isinstance(o, iterator_ops.OwnedIterator)]
+
+
+class InputTeardownTest(tf.test.TestCase):
+  """The input iterator dies inside loop.train: left to interpreter exit, its destructor waits forever
+  for a tf.data thread inside Python (a py_function) that can no longer take the GIL."""
+
+  def setUp(self):
+    super().setUp()
+    # Automatic collection could destroy a leaked iterator before the check; loop.train must do it.
+    gc.collect()
+    gc.disable()
+    self.addCleanup(gc.enable)
+
+  def _train(self, model, model_dir, stop_input):
+    model(tf.zeros([1, 3]))
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=4, save_checkpoints_steps=2,
+                               log_every_steps=100, jit_compile=False)
+    return loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(),
+                      _batches, options, log=lambda _: None, stop_input=stop_input)
+
+  def test_no_iterator_outlives_a_finished_run_and_stop_input_is_called_once(self):
+    stops = []
+    self._train(_Regression(), os.path.join(self.get_temp_dir(), "finished"), lambda: stops.append(1))
+    self.assertEqual(stops, [1])
+    self.assertEmpty(_live_iterators())
+
+  def test_nor_a_failed_one_whose_traceback_still_names_the_step(self):
+    stops = []
+    try:
+      self._train(_Regression(poison_loss_at=3), os.path.join(self.get_temp_dir(), "failed"),
+                  lambda: stops.append(1))
+    except loop.NonFiniteLossError as e:
+      lines = traceback.format_exception(e)
+    else:
+      self.fail("a NaN loss at step 3 did not stop training")
+    self.assertEqual(stops, [1])
+    self.assertEmpty(_live_iterators())
+    # The frames' locals went with the iterator; the lines stay, down to where the loop raised.
+    self.assertIn("step 3", lines[-1])
+    self.assertGreaterEqual(sum("loop.py" in line for line in lines), 2, lines)
+
+  def test_a_process_exits_while_a_batch_is_still_being_made_in_python(self):
+    model_dir = os.path.join(self.get_temp_dir(), "exits")
+    code = (f"import sys; sys.path[:0] = {sys.path!r}; from realm_tf.training import loop_test; "
+            f"loop_test.train_on_slow_batches_and_exit({model_dir!r})")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+      # Not a speed check: the run takes seconds; without the teardown the process never exits.
+      output, _ = child.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+      child.kill()
+      output, _ = child.communicate()
+      self.fail(f"the process did not exit after training:\n{output[-3000:]}")
+    self.assertEqual(child.returncode, 0, output[-3000:])
+    self.assertIn("trained", output)
+    self.assertEqual(training_state.latest_step(model_dir), 2)
 
 
 if __name__ == "__main__":

@@ -164,11 +164,10 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                                 max(time.time() - started, 1e-9)),
     }
 
-  try:
-    final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log)
-  finally:
-    # Batches prepared ahead of steps that will not run may be waiting for an index; see close().
-    state.close()
+  # Batches prepared ahead of steps that will not run may be waiting for an index: state.close() ends
+  # those waits before the loop tears the pipeline down.
+  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
+                     stop_input=state.close)
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
