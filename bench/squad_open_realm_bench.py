@@ -72,6 +72,9 @@ _QUERY_LEN = flags.DEFINE_integer("query_seq_len", 48, "Query (masked sentence) 
 _CANDIDATE_LEN = flags.DEFINE_integer("candidate_seq_len", 192, "Document wordpieces (title + paragraph).")
 _MAX_MASKS = flags.DEFINE_integer("max_masks", 10, "Masked wordpieces per sentence.")
 _SCALE = flags.DEFINE_float("cosine_score_scale", 20.0, "Retrieval scores = this x cosine.")
+_ACCUMULATION = flags.DEFINE_integer(
+    "gradient_accumulation_steps", 1, "Parts each REALM batch is run in (bin/train_realm's flag): "
+    "batch 8 is the most one pass fits in 24 GB here (batch 32 asks XLA for 49 GB).")
 _SAVE_EVERY = flags.DEFINE_integer("save_checkpoints_steps", 50, "Checkpoint (and index) interval.")
 _STALENESS = flags.DEFINE_integer("max_index_staleness_steps", 100, "The trainer waits beyond this.")
 _ORQA_STEPS = flags.DEFINE_integer(
@@ -360,7 +363,8 @@ def main(argv):
            save_checkpoints_steps=_SAVE_EVERY.value, keep_checkpoint_max=2, log_every_steps=10,
            init_retriever_checkpoint=minilm, init_reader_checkpoint=reader, bootstrap_index=True,
            index_implementation="brute_force", check_index_every_batches=2,
-           max_index_staleness_steps=_STALENESS.value),
+           max_index_staleness_steps=_STALENESS.value,
+           gradient_accumulation_steps=_ACCUMULATION.value),
       # Every index is kept: the evaluation reads each step's embeddings and query tower.
       dict(retrieval_corpus_path=paths["retrieval"], index_implementation="brute_force", poll_seconds=5,
            keep=1000),
@@ -406,7 +410,8 @@ def main(argv):
       "realm": {name: flag.value for name, flag in (
           ("realm_steps", _REALM_STEPS), ("batch_size", _BATCH), ("num_candidates", _CANDIDATES),
           ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
-          ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE))},
+          ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE),
+          ("gradient_accumulation_steps", _ACCUMULATION))},
       "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": rows,
       "realm_then_orqa": orqa,
       "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),

@@ -48,6 +48,9 @@ class LoopOptions:
     steps_per_loop: steps run in one tf.function (a tf.while_loop, orbit.StandardTrainer) between two
       looks of the host; metrics are means over the loop. save_checkpoints_steps and log_every_steps
       must be multiples of it. The host's hooks (after_step, the REALM index check) run once per loop.
+    gradient_accumulation_steps: parts each replica's batch is cut into and run one after another,
+      their gradients summed into the step's one update (train_lib.TrainStep): a batch that does not fit
+      in memory at once, with the update of the whole batch.
     global_batch_size: examples per step over all replicas; recorded in MODEL_DIR/train_state.json, and
       a resume with another one is refused (the data stream resumes by batches: it would repeat or skip
       examples).
@@ -60,6 +63,7 @@ class LoopOptions:
   jit_compile: bool = True
   global_batch_size: Optional[int] = None
   steps_per_loop: int = 1
+  gradient_accumulation_steps: int = 1
 
   def __post_init__(self):
     if self.steps_per_loop < 1:
@@ -383,7 +387,8 @@ def _train(model, optimizer, strategy: tf.distribute.Strategy,
   if manager.checkpoints:
     _check_batch_size(options)
   trainer = step_loop.StepLoop(
-      train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile))
+      train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile,
+                          accumulation_steps=options.gradient_accumulation_steps))
   summaries = orbit.utils.SummaryManager(os.path.join(options.model_dir, "train"), tf.summary.scalar,
                                          global_step=optimizer.iterations)
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint

@@ -13,6 +13,12 @@ batch sizes) do not depend on the parameters: grad(sum / global_weight) = grad(s
 A model whose loss itself needs the other replicas (ICT's in-batch softmax over the global batch sets
 `cross_replica_loss = True`) runs uncompiled under a multi-replica strategy other than TPUStrategy, which
 compiles the whole step itself.
+
+Gradient accumulation (accumulation_steps = k) takes the same sums one k-th of the replica's batch at a
+time: the gradients and LossOutputs of the k parts add up to those of the whole batch, so one update of
+a batch that does not fit in memory at once is the update of that batch, not an average of k smaller
+ones' (REALM's masked tokens are still weighted equally across parts). The parts run one after another;
+with XLA each is one call of the compiled pass, whose temporaries are freed before the next.
 """
 
 from typing import Callable, Dict, Optional
@@ -38,6 +44,18 @@ def _global_metrics(loss_output: losses.LossOutput) -> Dict[str, tf.Tensor]:
           for name, (total, weight) in loss_output.metrics.items()}
 
 
+def _add_gradients(a, b):
+  """The sum of two parts' gradients of one variable. An embedding table's are IndexedSlices, kept as
+  such (rows of both parts; the optimizer sums repeated rows, as it does within one batch), so the update
+  is the one the whole batch gets: densified, Adam would update every row's moments."""
+  if a is None:
+    return None
+  if isinstance(a, tf.IndexedSlices):
+    return tf.IndexedSlices(tf.concat([a.values, b.values], 0), tf.concat([a.indices, b.indices], 0),
+                            a.dense_shape)
+  return a + b
+
+
 def _uses_compiler(model, strategy: tf.distribute.Strategy, jit_compile: bool) -> bool:
   if not jit_compile:
     return False
@@ -55,13 +73,24 @@ class TrainStep:
     optimizer: a tf_keras optimizer created under strategy.scope().
     strategy: the distribution strategy (tf.distribute.get_strategy() for none).
     jit_compile: compile the forward and backward pass with XLA.
+    accumulation_steps: parts each replica's batch is cut into, run one after another (their
+      gradients summed into one update); the per-replica batch must be a multiple of it. Refused for a
+      model whose loss couples the examples of the batch (cross_replica_loss: ICT's in-batch negatives).
 
   Call with a per-replica batch (what iterating a strategy-distributed dataset yields); returns a dict of
   scalar tensors: loss (global mean), the model's metrics (global means) and NONFINITE_GRADIENTS.
   """
 
   def __init__(self, model, optimizer, strategy: Optional[tf.distribute.Strategy] = None,
-               jit_compile: bool = True):
+               jit_compile: bool = True, accumulation_steps: int = 1):
+    if accumulation_steps < 1:
+      raise ValueError(f"--gradient_accumulation_steps={accumulation_steps} must be at least 1")
+    if accumulation_steps > 1 and getattr(model, "cross_replica_loss", False):
+      raise ValueError(
+          f"--gradient_accumulation_steps={accumulation_steps}: {type(model).__name__}'s loss compares "
+          "each example with the rest of the batch (in-batch negatives), so parts of a batch would give "
+          "another loss than the whole; use --gradient_accumulation_steps=1")
+    self.accumulation_steps = accumulation_steps
     self.model = model
     self.optimizer = optimizer
     self.strategy = strategy or tf.distribute.get_strategy()
@@ -81,8 +110,37 @@ class TrainStep:
     variables = self.model.trainable_variables
     return output, tape.gradient(loss_sum, variables)
 
+  def _accumulated(self, features: Dict[str, tf.Tensor]):
+    """_gradients of the replica's batch, summed over accumulation_steps parts run in turn."""
+    k = self.accumulation_steps
+    if k == 1:
+      return self._gradients(features)
+    batch = tf.nest.flatten(features)[0].shape[0]
+    if batch is None or batch % k:
+      raise ValueError(f"--gradient_accumulation_steps={k} must divide the batch of each replica "
+                       f"({batch}; --batch_size over the replicas)")
+    part_size = batch // k
+    output = gradients = None
+    for i in range(k):
+      # The parts are independent in the graph: without the dependency on the previous part's results
+      # the executor may run them side by side, and hold all their activations at once.
+      with tf.control_dependencies([] if output is None else
+                                   [output.loss_sum] + [g for g in gradients if g is not None]):
+        part = tf.nest.map_structure(
+            lambda t: tf.identity(t[i * part_size:(i + 1) * part_size]), features)  # pylint: disable=cell-var-from-loop
+      part_output, part_gradients = self._gradients(part)
+      if output is None:
+        output, gradients = part_output, list(part_gradients)
+        continue
+      gradients = [_add_gradients(g, p) for g, p in zip(gradients, part_gradients)]
+      output = losses.LossOutput(
+          output.loss_sum + part_output.loss_sum, output.loss_weight + part_output.loss_weight,
+          {name: (total + part_output.metrics[name][0], weight + part_output.metrics[name][1])
+           for name, (total, weight) in output.metrics.items()})
+    return output, gradients
+
   def _replica_step(self, features: Dict[str, tf.Tensor]):
-    output, gradients = self._gradients(features)
+    output, gradients = self._accumulated(features)
     global_weight = tf.maximum(_all_reduce_sum(tf.cast(output.loss_weight, tf.float32)), 1e-12)
     # Variables the loss does not reach (e.g. the pooler under the MLM loss) get no update at all, not
     # even weight decay, as in the original BERT optimizer.

@@ -8,6 +8,7 @@
   define_jit_compile_flag  --jit_compile
   define_loop_flags        --batch_size --learning_rate --adam_bias_correction --num_train_steps
                            --save_checkpoints_steps --keep_checkpoint_max --log_every_steps --steps_per_loop
+                           --gradient_accumulation_steps
   define_retrieval_corpus_flag   --retrieval_corpus_path
   define_pretraining_corpus_flag --pretraining_corpus_path
   define_retriever_flags   --retrieval_corpus_path --projection_size --embedder_layer_norm_epsilon
@@ -148,6 +149,7 @@ class LoopFlags:
   keep_checkpoint_max: flags.FlagHolder
   log_every_steps: flags.FlagHolder
   steps_per_loop: flags.FlagHolder
+  gradient_accumulation_steps: flags.FlagHolder
 
 
 def define_loop_flags(batch_size: int, learning_rate: float, num_train_steps: int,
@@ -165,7 +167,11 @@ def define_loop_flags(batch_size: int, learning_rate: float, num_train_steps: in
       log_every_steps=flags.DEFINE_integer("log_every_steps", 10, "Progress line interval."),
       steps_per_loop=flags.DEFINE_integer(
           "steps_per_loop", 1, "Steps run in one compiled loop between two looks of the host (on TPUs, "
-          "e.g. 100); --save_checkpoints_steps and --log_every_steps must be multiples of it."))
+          "e.g. 100); --save_checkpoints_steps and --log_every_steps must be multiples of it."),
+      gradient_accumulation_steps=flags.DEFINE_integer(
+          "gradient_accumulation_steps", 1, "Parts each replica's batch is cut into and run one after "
+          "another, their gradients summed into one update: the update of the whole --batch_size with "
+          "the memory of a part. Must divide the per-replica batch.", lower_bound=1))
 
 
 def define_retrieval_corpus_flag() -> flags.FlagHolder:
@@ -324,6 +330,7 @@ class TrainerFlags:
   keep_checkpoint_max: flags.FlagHolder
   log_every_steps: flags.FlagHolder
   steps_per_loop: flags.FlagHolder
+  gradient_accumulation_steps: flags.FlagHolder
 
   def loop_options(self) -> loop.LoopOptions:
     return loop.LoopOptions(
@@ -331,7 +338,8 @@ class TrainerFlags:
         save_checkpoints_steps=self.save_checkpoints_steps.value,
         keep_checkpoint_max=self.keep_checkpoint_max.value,
         log_every_steps=self.log_every_steps.value, jit_compile=self.jit_compile.value,
-        global_batch_size=self.batch_size.value, steps_per_loop=self.steps_per_loop.value)
+        global_batch_size=self.batch_size.value, steps_per_loop=self.steps_per_loop.value,
+        gradient_accumulation_steps=self.gradient_accumulation_steps.value)
 
   def setup(self):
     """Strategy (logical CPUs first), precision policy, BERT config; returns (strategy, bert_config)."""
