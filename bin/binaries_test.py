@@ -134,6 +134,23 @@ class TrainMlmSeedTest(tf.test.TestCase):
     self.assertEqual(weights[0], weights[1])
 
 
+class GradientAccumulationFlagTest(tf.test.TestCase):
+
+  def test_the_trainers_take_it_and_name_it_when_it_does_not_divide_the_batch(self):
+    model_dir = os.path.join(self.create_tempdir().full_path, "mlm")
+    flags = [f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
+             f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",
+             "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=2",
+             "--save_checkpoints_steps=2", "--jit_compile=false"]
+    result = _run("train_mlm.py", *flags, "--gradient_accumulation_steps=3")
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn("--gradient_accumulation_steps=3 must divide the batch of each replica (4;",
+                  result.stderr)
+    result = _run("train_mlm.py", *flags, "--gradient_accumulation_steps=2")
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertTrue(os.path.exists(os.path.join(model_dir, "ckpt-2.index")))
+
+
 class VocabChecksTest(tf.test.TestCase):
   """bin/train_realm and bin/refresh_doc_embeds stop before any work when the vocab is not the one the
   retrieval corpus (its manifest's vocab_sha256) was tokenized with."""
