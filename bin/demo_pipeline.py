@@ -120,13 +120,25 @@ def binary_command(binary: str, **flags) -> List[str]:
   return args
 
 
+def _open_log(log_path: str, command: List[str]):
+  """log_path opened to append (line-buffered, so a long run can be followed), the command's header written."""
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  log_file = open(log_path, "a", buffering=1)  # pylint: disable=consider-using-with
+  log_file.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+  return log_file
+
+
 def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]] = None,
                echo: Callable[[str], None] = print, **flags) -> None:
-  """Runs bin/<binary>.py to completion, logging everything to log_path and echoing chosen lines."""
-  os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  with open(log_path, "w", buffering=1) as log_file:  # line-buffered: a long run can be followed
-    process = subprocess.Popen(binary_command(binary, **flags), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=binary_env())
+  """Runs bin/<binary>.py to completion, appending everything to log_path and echoing chosen lines.
+
+  Appends, under a header line per invocation: a resumed run's log keeps the earlier invocations' lines
+  (the steps and losses a resumed benchmark reports would otherwise be lost with them).
+  """
+  command = binary_command(binary, **flags)
+  with _open_log(log_path, command) as log_file:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=binary_env())
     for line in process.stdout:
       log_file.write(line)
       if show is not None and show(line):
@@ -208,14 +220,13 @@ def run_realm_processes(model_dir: str, log_dir: str, trainer_flags: Dict, refre
   its latest checkpoint) has its done marker cleared first, since the trainer clears it only once it has
   started and a refresher started before that would take the marker as the end of training.
   """
-  os.makedirs(log_dir, exist_ok=True)
   latest = training_state.latest_step(model_dir) if os.path.isdir(model_dir) else None
   if latest is not None and latest < trainer_flags["num_train_steps"]:
     training_state.clear_done_marker(model_dir)
-  with open(os.path.join(log_dir, "refresh_doc_embeds.log"), "w") as log_file:
-    refresher = subprocess.Popen(
-        binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
-        stdout=log_file, stderr=subprocess.STDOUT, env=binary_env())
+  refresher_command = binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags)
+  with _open_log(os.path.join(log_dir, "refresh_doc_embeds.log"), refresher_command) as log_file:
+    refresher = subprocess.Popen(refresher_command, stdout=log_file, stderr=subprocess.STDOUT,
+                                 env=binary_env())
     try:
       run_binary("train_realm", os.path.join(log_dir, "train_realm.log"), _progress_line, echo,
                  model_dir=model_dir, **trainer_flags)

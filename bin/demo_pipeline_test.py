@@ -93,6 +93,25 @@ class PipelineTest(tf.test.TestCase):
     self.assertEqual(pretraining.read_manifest(paths["realm_pretraining"])["num_documents"], 7)
     self.assertEqual(pretraining.read_manifest(paths["pretraining"])["num_documents"], 444)  # ICT's
 
+  def test_a_rerun_appends_to_its_log(self):
+    # A resumed benchmark reruns its binaries with the same log paths; what the first run printed stays.
+    out = self.create_tempdir().full_path
+    log_path = os.path.join(out, "logs", "corpus.log")
+    for attempt in ("first", "second"):
+      with self.assertRaisesRegex(RuntimeError, log_path):
+        demo_pipeline.run_binary("generate_retrieval_corpus", log_path,
+                                 input_path=os.path.join(out, f"{attempt}.jsonl"),
+                                 vocab_path=os.path.join(demo_pipeline.REPO, "testdata", "vocab.txt"),
+                                 output_prefix=os.path.join(out, "blocks"))
+    with open(log_path) as f:
+      lines = f.read().splitlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith("===== ")]
+    self.assertLen(headers, 2, lines)
+    self.assertEqual(headers[0], 0)
+    first, second = lines[:headers[1]], lines[headers[1]:]
+    self.assertIn("first.jsonl does not exist", "\n".join(first))
+    self.assertIn("second.jsonl does not exist", "\n".join(second))
+
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
     options = _short_options(out)
