@@ -15,7 +15,9 @@ Issue 18. What runs, each step resumable from what it left under --work_dir:
      search over its embeddings, questions embedded by the query tower of the same step), beside the
      anchor rows, and a PNG of recall@5 per index step; beside it, REALM's own task with the same indexes:
      of a fixed sample of its pre-training sentences (a salient span masked as in training), the share
-     whose top k (own paragraph excluded) hold a paragraph containing the span (--cloze_queries);
+     whose top k (own paragraph excluded) hold a paragraph containing the span (--cloze_queries); and the
+     dev questions asked the same way: their own paragraph dropped from the ranking, the share of those
+     whose answer another paragraph holds that find such a paragraph in their top k;
   6. REALM + ORQA (--orqa_steps): bench/squad_open_orqa_bench.py from the last REALM checkpoint (its
      document tower embeds all 20,963 paragraphs as a fixed index, its query tower trains on SQuAD train
      questions), beside that bench's all-MiniLM-L6-v2 + ORQA row.
@@ -162,19 +164,50 @@ def _open_index(index_path: str):
   return loaded, exact
 
 
-def _recall_of_index(loaded, exact, config, questions, squad) -> Dict[str, float]:
-  """Recall of the dev questions with one published index (see _open_index)."""
-  # pylint: disable=g-import-not-at-top (TF-heavy)
-  from realm_tf import evaluation
-  from realm_tf import retriever_eval
-  # pylint: enable=g-import-not-at-top
+def _question_rankings(loaded, exact, config, questions) -> np.ndarray:
+  """int [len(questions), max(_KS) + 1]: each dev question's best rows with one published index (see
+  _open_index); one row more than recall needs, so the own paragraph can be dropped."""
+  from realm_tf import retriever_eval  # pylint: disable=g-import-not-at-top (TF-heavy)
   queries = retriever_eval.embed_questions_with(lambda inputs: loaded.embed_queries(*inputs), config,
                                                 [q.question for q in questions])
-  rows, _ = exact.search(queries, max(_KS))
+  rows, _ = exact.search(queries, max(_KS) + 1)
+  return np.asarray(rows)
+
+
+def _recall_of_index(rows: np.ndarray, questions, squad) -> Dict[str, float]:
+  """Answer and gold recall of the dev questions from their rankings (_question_rankings)."""
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
   inputs = squad.recall_inputs()
   inputs["answers"] = [q.answers for q in questions]
   inputs["gold_rows"] = inputs["gold_rows"][:len(questions)]
-  return evaluation.rankings_recall(rows, ks=_KS, **inputs)
+  return evaluation.rankings_recall(rows[:, :max(_KS)], ks=_KS, **inputs)
+
+
+def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]:
+  """The dev questions asked as REALM trains: their own (gold) paragraph dropped from the ranking. Of the
+  questions whose answer some other paragraph holds too, the share (%) whose top k hold such a paragraph
+  (answers matched as answer recall matches them). REALM's exclusion means its gradient never reaches a
+  sentence's own paragraph, while a SQuAD question's best evidence is its own; this separates the two."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf import evaluation
+  # pylint: enable=g-import-not-at-top
+  inputs = squad.recall_inputs()
+  gold = inputs["gold_rows"][:len(questions)]
+  bodies = [evaluation.normalize_for_search(text) for text in inputs["texts"]]
+  holders = {}  # normalised answer -> rows of the paragraphs holding it
+  def held_elsewhere(question, own):
+    for answer in question.answers:
+      key = evaluation.normalize_for_search(answer)
+      if key.strip() and key not in holders:
+        holders[key] = {row for row, body in enumerate(bodies) if key in body}
+      if key.strip() and holders[key] - {own}:
+        return True
+    return False
+  keep = [i for i, (q, own) in enumerate(zip(questions, gold)) if held_elsewhere(q, own)]
+  others = np.asarray([[r for r in rows[i] if r != gold[i]][:max(_KS)] for i in keep])
+  recall = evaluation.rankings_recall(others, texts=inputs["texts"], answers=[questions[i].answers for i in keep],
+                                      ks=_KS, mode=inputs["mode"])
+  return {f"own_excluded_{name}": value for name, value in recall.items()}
 
 
 def _cloze_queries(pretraining_prefix: str, documents, config) -> Dict[str, np.ndarray]:
@@ -288,9 +321,17 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
     else:
       started = time.time()
       opened = _open_index(index_path)
-      recall = _recall_of_index(*opened, config, questions, squad)
-      row = {"step": step, "recall": recall, "eval_seconds": time.time() - started}
+      rankings = _question_rankings(*opened, config, questions)
+      recall = _recall_of_index(rankings, questions, squad)
+      row = {"step": step, "recall": recall, "eval_seconds": time.time() - started,
+             "own_excluded": _own_excluded_recall(rankings, questions, squad)}
       _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
+    if "own_excluded" not in row:  # a row cached before this measure existed
+      opened = _open_index(index_path)
+      row["own_excluded"] = _own_excluded_recall(_question_rankings(*opened, config, questions), questions,
+                                                 squad)
+    _log(f"index step {step}, own paragraph excluded: " +
+         ", ".join(f"{k} {v:.1f}" for k, v in row["own_excluded"].items() if "@" in k))
     if _CLOZE_QUERIES.value and row.get("cloze", {}).get("cloze_queries_requested") != _CLOZE_QUERIES.value:
       if cloze is None:
         cloze = _cloze_queries(os.path.join(work_dir, "pretraining", "sentences"), squad.documents, config)
@@ -389,6 +430,14 @@ def main(argv):
     for row in rows:
       print(f"{'index of step ' + str(row['step']):46s} " +
             " ".join(f"{row['cloze'][f'cloze_recall@{k}']:5.1f}" for k in _KS))
+  if any("own_excluded" in row for row in rows):
+    print(f"\nThe dev questions with their own paragraph excluded, as REALM trains "
+          f"({int(rows[0]['own_excluded']['own_excluded_num_questions'])} whose answer another paragraph "
+          f"holds): a top-k paragraph holds it")
+    print(f"{'':46s} {header}")
+    for row in rows:
+      print(f"{'index of step ' + str(row['step']):46s} " +
+            " ".join(f"{row['own_excluded'][f'own_excluded_answer_recall@{k}']:5.1f}" for k in _KS))
   orqa = _realm_then_orqa(model_dir, work_dir)
   if orqa:
     print("\nall 20,963 paragraphs (bench/squad_open_orqa_bench.py)")
