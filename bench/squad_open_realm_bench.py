@@ -183,6 +183,30 @@ def _recall_of_index(rows: np.ndarray, questions, squad) -> Dict[str, float]:
   return evaluation.rankings_recall(rows[:, :max(_KS)], ks=_KS, **inputs)
 
 
+def _first_hits(rows: np.ndarray, questions, squad) -> List[int]:
+  """Per dev question the rank (1-based) of its first answer-bearing paragraph in rows, 0 if none: kept
+  per index step, so that two steps are compared question by question (_versus_start)."""
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
+  inputs = squad.recall_inputs()
+  return evaluation.first_hit_ranks(evaluation.answer_hits(
+      rows[:, :max(_KS)], inputs["texts"], [q.answers for q in questions], mode=inputs["mode"])).tolist()
+
+
+def _versus_start(row: Dict, start: Dict) -> Dict[str, Dict[str, float]]:
+  """Per k, the questions an index step finds in its top k that the start's index does not (gained) and
+  the reverse (lost), with the exact two-sided sign test of gained against lost (McNemar's test): the
+  chance of so uneven a split if the step changed nothing but which questions it finds."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top (tf-models-official's dependency)
+  now, before = np.asarray(row["answer_first_hits"]), np.asarray(start["answer_first_hits"])
+  result = {}
+  for k in _KS:
+    found_now, found_before = (now > 0) & (now <= k), (before > 0) & (before <= k)
+    gained, lost = int(np.sum(found_now & ~found_before)), int(np.sum(found_before & ~found_now))
+    p_value = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    result[f"@{k}"] = {"gained": gained, "lost": lost, "p_value": float(p_value)}
+  return result
+
+
 def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]:
   """The dev questions asked as REALM trains: their own (gold) paragraph dropped from the ranking. Of the
   questions whose answer some other paragraph holds too, the share (%) whose top k hold such a paragraph
@@ -324,12 +348,14 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
       rankings = _question_rankings(*opened, config, questions)
       recall = _recall_of_index(rankings, questions, squad)
       row = {"step": step, "recall": recall, "eval_seconds": time.time() - started,
-             "own_excluded": _own_excluded_recall(rankings, questions, squad)}
+             "own_excluded": _own_excluded_recall(rankings, questions, squad),
+             "answer_first_hits": _first_hits(rankings, questions, squad)}
       _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
-    if "own_excluded" not in row:  # a row cached before this measure existed
+    if "own_excluded" not in row or "answer_first_hits" not in row:  # cached before these existed
       opened = _open_index(index_path)
-      row["own_excluded"] = _own_excluded_recall(_question_rankings(*opened, config, questions), questions,
-                                                 squad)
+      rankings = _question_rankings(*opened, config, questions)
+      row["own_excluded"] = _own_excluded_recall(rankings, questions, squad)
+      row["answer_first_hits"] = _first_hits(rankings, questions, squad)
     _log(f"index step {step}, own paragraph excluded: " +
          ", ".join(f"{k} {v:.1f}" for k, v in row["own_excluded"].items() if "@" in k))
     if _CLOZE_QUERIES.value and row.get("cloze", {}).get("cloze_queries_requested") != _CLOZE_QUERIES.value:
@@ -344,6 +370,8 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
       os.makedirs(os.path.dirname(cache), exist_ok=True)
       io_utils.write_json_atomic(cache, row)
     rows.append(row)
+  for row in rows[1:]:
+    row["versus_start"] = _versus_start(row, rows[0])
   return rows
 
 
@@ -430,6 +458,14 @@ def main(argv):
     for row in rows:
       print(f"{'index of step ' + str(row['step']):46s} " +
             " ".join(f"{row['cloze'][f'cloze_recall@{k}']:5.1f}" for k in _KS))
+  if len(rows) > 1:
+    print("\nEach index against the start's, question by question: found in the top k now and not at the "
+          "start (+), the reverse (-), and the sign test's two-sided p")
+    print(f"{'':46s} " + " ".join(f"{'@' + str(k):>19}" for k in _KS))
+    for row in rows[1:]:
+      print(f"{'index of step ' + str(row['step']):46s} " + " ".join(
+          f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
+          for v in row["versus_start"].values()))
   if any("own_excluded" in row for row in rows):
     print(f"\nThe dev questions with their own paragraph excluded, as REALM trains "
           f"({int(rows[0]['own_excluded']['own_excluded_num_questions'])} whose answer another paragraph "
@@ -461,7 +497,9 @@ def main(argv):
           ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
           ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE),
           ("gradient_accumulation_steps", _ACCUMULATION))},
-      "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": rows,
+      "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": [
+          # The per-question ranks stay in work_dir/eval's cache; the comparisons they give are kept.
+          {k: v for k, v in row.items() if k != "answer_first_hits"} for row in rows],
       "realm_then_orqa": orqa,
       "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),
   }

@@ -144,6 +144,16 @@ def has_answer(text: str, answers: Iterable[str], is_regex: bool = False, mode: 
   return False
 
 
+def first_hit_ranks(retrieved_has_answer: Sequence[Sequence[bool]]) -> np.ndarray:
+  """int64 [num_questions]: per question the 1-based rank of its first answer-bearing passage, 0 if none.
+
+  The rank decides every recall@k cut-off at once, and two rankers can be compared question by question
+  (which questions one finds in its top k and the other does not).
+  """
+  return np.asarray([next((rank for rank, hit in enumerate(flags, start=1) if hit), 0)
+                     for flags in retrieved_has_answer], np.int64)
+
+
 def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
                 ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, float]:
   """Percentage of questions with an answer-bearing passage among their top k, for each k.
@@ -159,13 +169,17 @@ def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
     raise ValueError("recall_at_k: no questions; pass one list of has_answer flags per question")
   if any(k < 1 for k in ks):
     raise ValueError(f"recall_at_k: every k must be >= 1, got {list(ks)}")
-  # The rank of the first hit per question decides every cut-off at once.
-  first_hits = []
-  for flags in retrieved_has_answer:
-    first_hits.append(next((rank for rank, hit in enumerate(flags, start=1) if hit), None))
-  n = len(first_hits)
-  return {f"recall@{k}": 100.0 * sum(1 for r in first_hits if r is not None and r <= k) / n
-          for k in ks}
+  ranks = first_hit_ranks(retrieved_has_answer)
+  return {f"recall@{k}": 100.0 * float(np.mean((ranks > 0) & (ranks <= k))) for k in ks}
+
+
+def answer_hits(rows, texts: Sequence[str], answers: Sequence[Sequence[str]], mode: str = "raw",
+                     answers_are_regex: Optional[Sequence[bool]] = None) -> List[List[bool]]:
+  """has_answer of each ranked corpus row, per question: rows[i] are question i's rows of texts, best first
+  (rankings_recall's arguments; first_hit_ranks of the result gives each question's first hit)."""
+  regex = answers_are_regex or [False] * len(answers)
+  return [[has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked]
+          for ranked, question_answers, is_regex in zip(rows, answers, regex)]
 
 
 def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]],
@@ -186,11 +200,9 @@ def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]]
   if rows.shape[1] < min(max(ks), len(texts)):
     raise ValueError(f"rankings_recall: rankings of {rows.shape[1]} rows cannot give recall@{max(ks)}; "
                      "retrieve at least max(ks) documents per question")
-  regex = answers_are_regex or [False] * len(answers)
-  answer_hits = [[has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked]
-                 for ranked, question_answers, is_regex in zip(rows, answers, regex)]
+  hits = answer_hits(rows, texts, answers, mode=mode, answers_are_regex=answers_are_regex)
   results = {"num_questions": float(len(answers))}
-  for name, value in recall_at_k(answer_hits, ks).items():
+  for name, value in recall_at_k(hits, ks).items():
     results["answer_" + name] = value
   if gold_rows is not None:
     gold = np.asarray(gold_rows)

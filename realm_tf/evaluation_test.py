@@ -123,6 +123,7 @@ class RecallAtKTest(tf.test.TestCase):
                      {"recall@1": 20.0, "recall@2": 40.0, "recall@3": 60.0, "recall@100": 60.0})
     self.assertEqual(list(evaluation.recall_at_k(matrix)), ["recall@1", "recall@5", "recall@20",
                                                             "recall@100"])
+    self.assertEqual(evaluation.first_hit_ranks(matrix).tolist(), [1, 3, 0, 2, 0])
 
   def test_invalid(self):
     with self.assertRaises(ValueError):
