@@ -132,17 +132,22 @@ def training_dataset_fn(question_embedder, token_ids: Sequence[np.ndarray],
   return dataset_fn
 
 
-def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
-  """(recall dict, dev question embeddings, seconds): embed, exact search, score."""
+def _evaluate(question_embedder, index, full, label: str) -> Tuple[Dict, np.ndarray, float, List[int]]:
+  """(recall dict, dev question embeddings, seconds, first hits): embed, exact search, score. The first
+  hits (per question the rank of its first answer-bearing paragraph, 0 if none) let another run of the
+  same questions be compared with this one question by question (evaluation.paired_recall_change)."""
   start = time.perf_counter()
   queries = question_embedder.embed([q.question for q in full.questions], log=_log)
   rows, _ = index.search(queries, max(_KS))
-  recall = evaluation.rankings_recall(rows, ks=_KS, **full.recall_inputs())
+  inputs = full.recall_inputs()
+  recall = evaluation.rankings_recall(rows, ks=_KS, **inputs)
+  first_hits = evaluation.first_hit_ranks(evaluation.answer_hits(
+      rows, inputs["texts"], inputs["answers"], mode=inputs["mode"])).tolist()
   seconds = time.perf_counter() - start
   _log(f"{label}: answer recall@1/5/20/100 "
        + "/".join(f"{recall[f'answer_recall@{k}']:.1f}" for k in _KS) + ", gold "
        + "/".join(f"{recall[f'gold_recall@{k}']:.1f}" for k in _KS) + f" ({seconds:.0f} s)")
-  return recall, queries, seconds
+  return recall, queries, seconds, first_hits
 
 
 def _training_questions(train, answer_index, needed: int, seed: int
@@ -278,10 +283,10 @@ def main(argv):
   evaluations = []
   zero_shot_check = None
   if _ZERO_SHOT_EVAL.value:
-    recall, queries, seconds = _evaluate(question_embedder, index, full,
-                                         "step 0 (the retriever's start)" if start_checkpoint
-                                         else "step 0 (zero-shot)")
-    evaluations.append({"step": 0, "recall": recall, "seconds": seconds})
+    recall, queries, seconds, first_hits = _evaluate(question_embedder, index, full,
+                                                     "step 0 (the retriever's start)" if start_checkpoint
+                                                     else "step 0 (zero-shot)")
+    evaluations.append({"step": 0, "recall": recall, "seconds": seconds, "answer_first_hits": first_hits})
     reference = (None if start_checkpoint else
                  minilm_lib.cached_vectors(directory, "questions", [q.question for q in full.questions]))
     if reference is not None:
@@ -326,8 +331,10 @@ def main(argv):
        f"overall; median step {steady_s:.3f} s, {batch / steady_s:.1f} questions/s; slowest step "
        f"{max(step_seconds):.1f} s)")
 
-  recall, _, eval_s = _evaluate(question_embedder, index, full, f"step {_STEPS.value} (ORQA fine-tuned)")
-  evaluations.append({"step": _STEPS.value, "recall": recall, "seconds": eval_s})
+  recall, _, eval_s, first_hits = _evaluate(question_embedder, index, full,
+                                            f"step {_STEPS.value} (ORQA fine-tuned)")
+  evaluations.append({"step": _STEPS.value, "recall": recall, "seconds": eval_s,
+                      "answer_first_hits": first_hits})
 
   print(f"\nSQuAD-open, {len(full.questions)} dev questions, all {len(full.documents)} paragraphs")
   print(f"{'':48} {'':5}  {'answer string in top-k':^23}   {'gold paragraph in top-k':^23}")

@@ -185,26 +185,11 @@ def _recall_of_index(rows: np.ndarray, questions, squad) -> Dict[str, float]:
 
 def _first_hits(rows: np.ndarray, questions, squad) -> List[int]:
   """Per dev question the rank (1-based) of its first answer-bearing paragraph in rows, 0 if none: kept
-  per index step, so that two steps are compared question by question (_versus_start)."""
+  per index step, so that two steps are compared question by question (paired_recall_change)."""
   from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
   inputs = squad.recall_inputs()
   return evaluation.first_hit_ranks(evaluation.answer_hits(
       rows[:, :max(_KS)], inputs["texts"], [q.answers for q in questions], mode=inputs["mode"])).tolist()
-
-
-def _versus_start(row: Dict, start: Dict) -> Dict[str, Dict[str, float]]:
-  """Per k, the questions an index step finds in its top k that the start's index does not (gained) and
-  the reverse (lost), with the exact two-sided sign test of gained against lost (McNemar's test): the
-  chance of so uneven a split if the step changed nothing but which questions it finds."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top (tf-models-official's dependency)
-  now, before = np.asarray(row["answer_first_hits"]), np.asarray(start["answer_first_hits"])
-  result = {}
-  for k in _KS:
-    found_now, found_before = (now > 0) & (now <= k), (before > 0) & (before <= k)
-    gained, lost = int(np.sum(found_now & ~found_before)), int(np.sum(found_before & ~found_now))
-    p_value = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
-    result[f"@{k}"] = {"gained": gained, "lost": lost, "p_value": float(p_value)}
-  return result
 
 
 def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]:
@@ -309,15 +294,24 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
         raise RuntimeError(f"bench/squad_open_orqa_bench.py failed; see {log_path}")
   with open(output, encoding="utf-8") as f:
     result = json.load(f)
-  # The MiniLM + ORQA row to compare with: that bench's committed result, same steps and questions.
+  # The MiniLM + ORQA row to compare with: that bench's committed result, same steps and questions;
+  # question by question where both runs kept their first hits and trained as long.
+  versus = None
   minilm_orqa = os.path.join(_REPO, "bench", "results", "squad_open_orqa_bench.json")
   if os.path.exists(minilm_orqa):
     with open(minilm_orqa, encoding="utf-8") as f:
       last = json.load(f)["evaluations"][-1]
     result["reference_rows"].append({"method": f"MiniLM + ORQA ({last['step']} steps)",
                                      "recall": last["recall"]})
+    ours = result["evaluations"][-1]
+    if last["step"] == ours["step"] and "answer_first_hits" in last and "answer_first_hits" in ours:
+      from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
+      versus = evaluation.paired_recall_change(ours["answer_first_hits"], last["answer_first_hits"], _KS)
   return {"realm_checkpoint_step": step, "result": output, "steps": _ORQA_STEPS.value,
-          "evaluations": result["evaluations"], "reference_rows": result["reference_rows"]}
+          # The per-question ranks stay in the ORQA bench's own result file.
+          "evaluations": [{k: v for k, v in e.items() if k != "answer_first_hits"}
+                          for e in result["evaluations"]],
+          "reference_rows": result["reference_rows"], "versus_minilm_orqa": versus}
 
 
 def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
@@ -370,8 +364,10 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
       os.makedirs(os.path.dirname(cache), exist_ok=True)
       io_utils.write_json_atomic(cache, row)
     rows.append(row)
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
   for row in rows[1:]:
-    row["versus_start"] = _versus_start(row, rows[0])
+    row["versus_start"] = evaluation.paired_recall_change(row["answer_first_hits"],
+                                                          rows[0]["answer_first_hits"], _KS)
   return rows
 
 
@@ -483,6 +479,10 @@ def main(argv):
       label = f"REALM step {orqa['realm_checkpoint_step']}" + (
           f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)")
       print(minilm_lib.recall_row(label, evaluation["recall"], _KS, 46))
+    if orqa["versus_minilm_orqa"]:
+      print(f"{'against MiniLM + ORQA, question by question':46s} " + " ".join(
+          f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
+          for v in orqa["versus_minilm_orqa"].values()))
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)

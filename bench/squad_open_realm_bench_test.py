@@ -55,27 +55,5 @@ class OwnExcludedRecallTest(tf.test.TestCase):
     self.assertEqual(recall["answer_recall@1"], 50.0)
 
 
-class VersusStartTest(tf.test.TestCase):
-
-  @mock.patch.object(realm_bench, "_KS", (1, 5))
-  def test_counts_gains_and_losses_per_k(self):
-    start = {"answer_first_hits": [1, 0, 3, 6, 2] + [1] * 20}
-    later = {"answer_first_hits": [2, 1, 0, 5, 2] + [1] * 20}
-    versus = realm_bench._versus_start(later, start)
-    # @1: question 1 gained, question 0 lost; @5: questions 1 and 3 gained, question 2 lost.
-    self.assertEqual((versus["@1"]["gained"], versus["@1"]["lost"]), (1, 1))
-    self.assertEqual((versus["@5"]["gained"], versus["@5"]["lost"]), (2, 1))
-    self.assertEqual(versus["@1"]["p_value"], 1.0)
-    self.assertAlmostEqual(versus["@5"]["p_value"], 1.0)  # 2 of 3: P(|X - 1.5| >= 0.5) = 1
-
-  @mock.patch.object(realm_bench, "_KS", (1,))
-  def test_a_one_sided_split_is_unlikely(self):
-    versus = realm_bench._versus_start({"answer_first_hits": [1] * 12}, {"answer_first_hits": [0] * 12})
-    self.assertEqual(versus["@1"]["gained"], 12)
-    self.assertAlmostEqual(versus["@1"]["p_value"], 2 / 2 ** 12)
-    unchanged = realm_bench._versus_start({"answer_first_hits": [1, 0]}, {"answer_first_hits": [1, 0]})
-    self.assertEqual(unchanged["@1"], {"gained": 0, "lost": 0, "p_value": 1.0})
-
-
 if __name__ == "__main__":
   tf.test.main()

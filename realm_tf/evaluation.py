@@ -173,6 +173,27 @@ def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
   return {f"recall@{k}": 100.0 * float(np.mean((ranks > 0) & (ranks <= k))) for k in ks}
 
 
+def paired_recall_change(first_hits: Sequence[int], baseline_first_hits: Sequence[int],
+                         ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, Dict[str, float]]:
+  """Two rankers' recall compared question by question, from each one's first_hit_ranks of the same
+  questions: per k, the questions the first finds in its top k and the baseline does not ("gained"), the
+  reverse ("lost"), and the exact two-sided sign test of gained against lost (McNemar's test): "p_value",
+  the chance of a split at least that uneven if the two found any given question equally often.
+  """
+  from scipy import stats  # pylint: disable=g-import-not-at-top (only here; tf-models-official's dependency)
+  now, before = np.asarray(first_hits), np.asarray(baseline_first_hits)
+  if now.shape != before.shape:
+    raise ValueError(f"paired_recall_change: {now.shape[0]} questions against {before.shape[0]}; compare "
+                     "rankings of the same questions")
+  result = {}
+  for k in ks:
+    found_now, found_before = (now > 0) & (now <= k), (before > 0) & (before <= k)
+    gained, lost = int(np.sum(found_now & ~found_before)), int(np.sum(found_before & ~found_now))
+    p_value = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    result[f"@{k}"] = {"gained": gained, "lost": lost, "p_value": float(p_value)}
+  return result
+
+
 def answer_hits(rows, texts: Sequence[str], answers: Sequence[Sequence[str]], mode: str = "raw",
                      answers_are_regex: Optional[Sequence[bool]] = None) -> List[List[bool]]:
   """has_answer of each ranked corpus row, per question: rows[i] are question i's rows of texts, best first

@@ -132,6 +132,30 @@ class RecallAtKTest(tf.test.TestCase):
       evaluation.recall_at_k([[True]], ks=(0,))
 
 
+class PairedRecallChangeTest(tf.test.TestCase):
+
+  def test_counts_gains_and_losses_per_k(self):
+    baseline = [1, 0, 3, 6, 2] + [1] * 20
+    later = [2, 1, 0, 5, 2] + [1] * 20
+    change = evaluation.paired_recall_change(later, baseline, ks=(1, 5))
+    # @1: question 1 gained, question 0 lost; @5: questions 1 and 3 gained, question 2 lost.
+    self.assertEqual((change["@1"]["gained"], change["@1"]["lost"]), (1, 1))
+    self.assertEqual((change["@5"]["gained"], change["@5"]["lost"]), (2, 1))
+    self.assertEqual(change["@1"]["p_value"], 1.0)
+    self.assertAlmostEqual(change["@5"]["p_value"], 1.0)  # 2 of 3: as uneven as a split of 3 can be but one
+
+  def test_a_one_sided_split_is_unlikely(self):
+    change = evaluation.paired_recall_change([1] * 12, [0] * 12, ks=(1,))
+    self.assertEqual(change["@1"]["gained"], 12)
+    self.assertAlmostEqual(change["@1"]["p_value"], 2 / 2 ** 12)
+    self.assertEqual(evaluation.paired_recall_change([1, 0], [1, 0], ks=(1,))["@1"],
+                     {"gained": 0, "lost": 0, "p_value": 1.0})
+
+  def test_different_questions_are_refused(self):
+    with self.assertRaisesRegex(ValueError, "same questions"):
+      evaluation.paired_recall_change([1, 2], [1, 2, 3])
+
+
 class RankingsRecallTest(tf.test.TestCase):
 
   def test_answer_and_gold_recall_with_regex_answers_and_without_gold_rows(self):
