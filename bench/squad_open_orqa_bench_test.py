@@ -4,6 +4,7 @@ tower of an OrqaRetriever through loop.train (the curve recorded, the index unmo
 
 import os
 import sys
+from unittest import mock
 
 from absl.testing import flagsaver
 import numpy as np
@@ -29,6 +30,31 @@ _TEXTS = ["The city of New  York lies on the Hudson.",
           "In 1990 and in the 1990s, nothing happened.",
           "",
           "new\nyork, again: NEW YORK."]
+
+
+class RankedTest(tf.test.TestCase):
+
+  def test_dev_paragraphs_alone_keep_their_rows_and_first_hits(self):
+    from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top
+    from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+    from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
+    bodies = ["Tokyo train text.", "Paris train text.", "Paris is in France.", "Rome is in Italy."]
+    documents = [corpus.Document(f"t{i}", body, doc_id=str(i)) for i, body in enumerate(bodies)]
+    questions = [qa.QAExample("q0", ["Paris"], metadata={"doc_id": "2"}),
+                 qa.QAExample("q1", ["Rome"], metadata={"doc_id": "3"})]
+    full = squad_open.SquadOpen(documents, questions, num_train_paragraphs=2)
+    vectors = np.eye(4, dtype=np.float32)
+    # q0 is nearest the train paragraph holding "Paris", then its own; q1 nearest the Tokyo paragraph.
+    queries = np.array([[0.1, 1.0, 0.5, 0.0], [1.0, 0.0, 0.2, 0.6]], np.float32)
+    with mock.patch.object(orqa, "_KS", (1, 2)):
+      recall, first_hits = orqa._ranked(index_lib.build_index(vectors, implementation="brute_force"),
+                                        queries, full)
+      dev_recall, dev_first_hits = orqa._ranked(
+          index_lib.build_index(vectors[2:], implementation="brute_force"), queries, full.dev_corpus())
+    self.assertEqual(first_hits, [1, 2])  # answer strings: row 1 holds "Paris" too
+    self.assertEqual((recall["gold_recall@1"], recall["gold_recall@2"]), (0.0, 100.0))
+    self.assertEqual(dev_first_hits, [1, 1])  # without train rows each finds its own paragraph first
+    self.assertEqual(dev_recall["gold_recall@1"], 100.0)
 
 
 class TrainingQuestionsTest(tf.test.TestCase):

@@ -296,7 +296,10 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
     result = json.load(f)
   # The MiniLM + ORQA rows to compare with: that bench's committed result, same questions and settings;
   # question by question at each step (0: before ORQA) both runs evaluated and kept first hits at.
-  evaluations = [{k: v for k, v in e.items() if k != "answer_first_hits"} for e in result["evaluations"]]
+  def without_first_hits(record):
+    return {k: (without_first_hits(v) if isinstance(v, dict) else v) for k, v in record.items()
+            if k != "answer_first_hits"}
+  evaluations = [without_first_hits(e) for e in result["evaluations"]]
   minilm_orqa = os.path.join(_REPO, "bench", "results", "squad_open_orqa_bench.json")
   if os.path.exists(minilm_orqa):
     from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
@@ -310,6 +313,9 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
       if "answer_first_hits" in theirs and "answer_first_hits" in ours:
         kept["versus_minilm"] = evaluation.paired_recall_change(ours["answer_first_hits"],
                                                                 theirs["answer_first_hits"], _KS)
+      if "dev_paragraphs" in theirs and "dev_paragraphs" in ours:
+        kept["dev_paragraphs"]["versus_minilm"] = evaluation.paired_recall_change(
+            ours["dev_paragraphs"]["answer_first_hits"], theirs["dev_paragraphs"]["answer_first_hits"], _KS)
   # The per-question ranks stay in the ORQA bench's own result file.
   return {"realm_checkpoint_step": step, "result": output, "steps": _ORQA_STEPS.value,
           "evaluations": evaluations, "reference_rows": result["reference_rows"]}
@@ -484,6 +490,14 @@ def main(argv):
         print(f"{'  against MiniLM at that step, per question':46s} " + " ".join(
             f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
             for v in evaluation["versus_minilm"].values()))
+    for evaluation in orqa["evaluations"]:
+      if "dev_paragraphs" in evaluation:
+        print(minilm_lib.recall_row(f"  the 2,067 dev paragraphs alone, step {evaluation['step']}",
+                                    evaluation["dev_paragraphs"]["recall"], _KS, 46))
+        if "versus_minilm" in evaluation["dev_paragraphs"]:
+          print(f"{'  against MiniLM there, per question':46s} " + " ".join(
+              f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
+              for v in evaluation["dev_paragraphs"]["versus_minilm"].values()))
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
