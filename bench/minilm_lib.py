@@ -81,6 +81,15 @@ def reference_rows(corpus: str) -> List[Dict[str, Any]]:
     return []
 
 
+def merged_rows(previous: Sequence[Dict[str, Any]], new: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """squad_open_bench's result rows after a run of some corpora and methods: each new row replaces the
+  previous row of its corpus and method in place, and rows this run did not measure are kept (the other
+  benches read their anchors from that file; a run of one method must not erase the others)."""
+  fresh = {(r["corpus"], r["method"]): r for r in new}
+  rows = [fresh.pop((r["corpus"], r["method"]), r) for r in previous]
+  return rows + [r for r in new if (r["corpus"], r["method"]) in fresh]
+
+
 def recall_row(label: str, recall: Dict[str, float], ks: Sequence[int], width: int = 48) -> str:
   """One table row of the SQuAD-open benches: answer then gold recall@k (nan where a row has no gold)."""
   cells = lambda kind: " ".join(f"{recall.get(f'{kind}_recall@{k}', float('nan')):5.1f}" for k in ks)

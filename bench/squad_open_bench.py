@@ -28,6 +28,7 @@ into --cache_dir and unpacked there. Paragraph and question embeddings are cache
 real-embedding rows. Prints a table and writes JSON (with timings and the machine's load) to --output.
 """
 
+import json
 import os
 import platform
 import sys
@@ -209,6 +210,15 @@ def main(argv):
       rows.append(row)
       print(_format(row), flush=True)
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  previous = []
+  if os.path.exists(_OUTPUT.value):
+    try:
+      with open(_OUTPUT.value, encoding="utf-8") as f:
+        previous = json.load(f)["results"]
+    except (ValueError, KeyError) as e:
+      raise app.UsageError(f"{_OUTPUT.value} cannot be read as this bench's results ({e}); move it aside "
+                           "or pass another --output") from e
+  rows = minilm_lib.merged_rows(previous, rows)
   io_utils.write_json_atomic(_OUTPUT.value, {
       "benchmark": "squad_open_bench",
       "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
