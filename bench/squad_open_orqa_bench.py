@@ -136,10 +136,9 @@ def _ranked(index, queries, squad) -> Tuple[Dict, List[int]]:
   """(recall dict, first hits) of the questions' exact top max(_KS) rows of index over squad's corpus."""
   rows, _ = index.search(queries, max(_KS))
   inputs = squad.recall_inputs()
-  recall = evaluation.rankings_recall(rows, ks=_KS, **inputs)
-  first_hits = evaluation.first_hit_ranks(evaluation.answer_hits(
-      rows, inputs["texts"], inputs["answers"], mode=inputs["mode"])).tolist()
-  return recall, first_hits
+  first_hits = evaluation.answer_first_hits(rows, inputs["texts"], inputs["answers"], mode=inputs["mode"])
+  recall = evaluation.rankings_recall(rows, ks=_KS, first_hits=first_hits, **inputs)
+  return recall, first_hits.tolist()
 
 
 def _evaluate(question_embedder, index, dev_index, full, label: str) -> Tuple[Dict, np.ndarray, float]:
@@ -359,15 +358,13 @@ def main(argv):
   for row in minilm_lib.reference_rows("all"):
     print(_format(row["method_description"] + " (squad_open_bench)", row["recall"], 0))
   start_name = "REALM retriever" if start_checkpoint else "all-MiniLM-L6-v2"
-  for e in evaluations:
-    name = (f"{start_name} zero-shot (this script)" if e["step"] == 0
-            else f"{start_name} + ORQA question tower")
+  names = [f"{start_name} zero-shot (this script)" if e["step"] == 0 else f"{start_name} + ORQA question tower"
+           for e in evaluations]
+  for name, e in zip(names, evaluations):
     print(_format(name, e["recall"], e["step"]))
   print(f"\nthe same question towers and vectors, the {len(full.documents) - full.num_train_paragraphs} dev "
         "paragraphs alone")
-  for e in evaluations:
-    name = (f"{start_name} zero-shot (this script)" if e["step"] == 0
-            else f"{start_name} + ORQA question tower")
+  for name, e in zip(names, evaluations):
     print(_format(name, e["dev_paragraphs"]["recall"], e["step"]))
 
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)

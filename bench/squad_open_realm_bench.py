@@ -174,22 +174,29 @@ def _question_rankings(loaded, exact, config, questions) -> np.ndarray:
   return np.asarray(rows)
 
 
-def _recall_of_index(rows: np.ndarray, questions, squad) -> Dict[str, float]:
-  """Answer and gold recall of the dev questions from their rankings (_question_rankings)."""
+def _first_hits(rows: np.ndarray, questions, squad) -> List[int]:
+  """Per dev question the rank (1-based) of its first answer-bearing paragraph in rows' first max(_KS),
+  0 if none: kept per index step, so that two steps are compared question by question
+  (paired_recall_change)."""
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
+  inputs = squad.recall_inputs()
+  return evaluation.answer_first_hits(rows[:, :max(_KS)], inputs["texts"], [q.answers for q in questions],
+                                      mode=inputs["mode"]).tolist()
+
+
+def _recall_of_index(rows: np.ndarray, first_hits: List[int], questions, squad) -> Dict[str, float]:
+  """Answer and gold recall of the dev questions from their rankings (_question_rankings) and those
+  rankings' _first_hits."""
   from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
   inputs = squad.recall_inputs()
   inputs["answers"] = [q.answers for q in questions]
   inputs["gold_rows"] = inputs["gold_rows"][:len(questions)]
-  return evaluation.rankings_recall(rows[:, :max(_KS)], ks=_KS, **inputs)
+  return evaluation.rankings_recall(rows[:, :max(_KS)], ks=_KS, first_hits=first_hits, **inputs)
 
 
-def _first_hits(rows: np.ndarray, questions, squad) -> List[int]:
-  """Per dev question the rank (1-based) of its first answer-bearing paragraph in rows, 0 if none: kept
-  per index step, so that two steps are compared question by question (paired_recall_change)."""
-  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
-  inputs = squad.recall_inputs()
-  return evaluation.first_hit_ranks(evaluation.answer_hits(
-      rows[:, :max(_KS)], inputs["texts"], [q.answers for q in questions], mode=inputs["mode"])).tolist()
+def _change_cells(change: Dict[str, Dict[str, float]]) -> str:
+  """A paired_recall_change as table cells, one per k: +gained -lost and the sign test's p."""
+  return " ".join(f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}" for v in change.values())
 
 
 def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]:
@@ -340,6 +347,7 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
     index_path = os.path.join(published_index.index_root(model_dir), str(step))
     cache = os.path.join(work_dir, "eval", f"step_{step}_{len(questions)}.json")
     opened = None  # the index is loaded once per step, and only when something is not cached
+    rankings = None
     if os.path.exists(cache):
       with open(cache, encoding="utf-8") as f:
         row = json.load(f)
@@ -347,16 +355,18 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
       started = time.time()
       opened = _open_index(index_path)
       rankings = _question_rankings(*opened, config, questions)
-      recall = _recall_of_index(rankings, questions, squad)
+      first_hits = _first_hits(rankings, questions, squad)
+      recall = _recall_of_index(rankings, first_hits, questions, squad)
       row = {"step": step, "recall": recall, "eval_seconds": time.time() - started,
-             "own_excluded": _own_excluded_recall(rankings, questions, squad),
-             "answer_first_hits": _first_hits(rankings, questions, squad)}
+             "answer_first_hits": first_hits}
       _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
-    if "own_excluded" not in row or "answer_first_hits" not in row:  # cached before these existed
-      opened = _open_index(index_path)
-      rankings = _question_rankings(*opened, config, questions)
+    if "own_excluded" not in row or "answer_first_hits" not in row:  # new, or cached before these existed
+      if rankings is None:
+        opened = _open_index(index_path)
+        rankings = _question_rankings(*opened, config, questions)
       row["own_excluded"] = _own_excluded_recall(rankings, questions, squad)
-      row["answer_first_hits"] = _first_hits(rankings, questions, squad)
+      if "answer_first_hits" not in row:
+        row["answer_first_hits"] = _first_hits(rankings, questions, squad)
     _log(f"index step {step}, own paragraph excluded: " +
          ", ".join(f"{k} {v:.1f}" for k, v in row["own_excluded"].items() if "@" in k))
     if _CLOZE_QUERIES.value and row.get("cloze", {}).get("cloze_queries_requested") != _CLOZE_QUERIES.value:
@@ -466,9 +476,7 @@ def main(argv):
           "start (+), the reverse (-), and the sign test's two-sided p")
     print(f"{'':46s} " + " ".join(f"{'@' + str(k):>19}" for k in _KS))
     for row in rows[1:]:
-      print(f"{'index of step ' + str(row['step']):46s} " + " ".join(
-          f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
-          for v in row["versus_start"].values()))
+      print(f"{'index of step ' + str(row['step']):46s} " + _change_cells(row["versus_start"]))
   if any("own_excluded" in row for row in rows):
     print(f"\nThe dev questions with their own paragraph excluded, as REALM trains "
           f"({int(rows[0]['own_excluded']['own_excluded_num_questions'])} whose answer another paragraph "
@@ -487,17 +495,15 @@ def main(argv):
           f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)")
       print(minilm_lib.recall_row(label, evaluation["recall"], _KS, 46))
       if "versus_minilm" in evaluation:
-        print(f"{'  against MiniLM at that step, per question':46s} " + " ".join(
-            f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
-            for v in evaluation["versus_minilm"].values()))
+        print(f"{'  against MiniLM at that step, per question':46s} " +
+              _change_cells(evaluation["versus_minilm"]))
     for evaluation in orqa["evaluations"]:
       if "dev_paragraphs" in evaluation:
         print(minilm_lib.recall_row(f"  the 2,067 dev paragraphs alone, step {evaluation['step']}",
                                     evaluation["dev_paragraphs"]["recall"], _KS, 46))
         if "versus_minilm" in evaluation["dev_paragraphs"]:
-          print(f"{'  against MiniLM there, per question':46s} " + " ".join(
-              f"{'+%d -%d p %.2f' % (v['gained'], v['lost'], v['p_value']):>19}"
-              for v in evaluation["dev_paragraphs"]["versus_minilm"].values()))
+          print(f"{'  against MiniLM there, per question':46s} " +
+                _change_cells(evaluation["dev_paragraphs"]["versus_minilm"]))
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)

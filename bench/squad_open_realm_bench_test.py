@@ -50,7 +50,10 @@ class OwnExcludedRecallTest(tf.test.TestCase):
   @mock.patch.object(realm_bench, "_KS", (1, 2))
   def test_plain_recall_reads_the_first_rows_only(self):
     squad = _squad([(["paris"], 0), (["Berlin"], 2)])
-    recall = realm_bench._recall_of_index(np.array([[1, 3, 0], [3, 4, 2]]), squad.questions, squad)
+    rows = np.array([[1, 3, 0], [3, 4, 2]])
+    first_hits = realm_bench._first_hits(rows, squad.questions, squad)
+    self.assertEqual(first_hits, [1, 0])  # row 1 holds "PARIS"; Berlin's row 2 is beyond max(_KS)
+    recall = realm_bench._recall_of_index(rows, first_hits, squad.questions, squad)
     self.assertEqual(recall["gold_recall@2"], 0.0)  # both golds are third, beyond max(_KS)
     self.assertEqual(recall["answer_recall@1"], 50.0)
 

@@ -144,14 +144,24 @@ def has_answer(text: str, answers: Iterable[str], is_regex: bool = False, mode: 
   return False
 
 
-def first_hit_ranks(retrieved_has_answer: Sequence[Sequence[bool]]) -> np.ndarray:
+def first_hit_ranks(retrieved_has_answer: Iterable[Iterable[bool]]) -> np.ndarray:
   """int64 [num_questions]: per question the 1-based rank of its first answer-bearing passage, 0 if none.
 
   The rank decides every recall@k cut-off at once, and two rankers can be compared question by question
-  (which questions one finds in its top k and the other does not).
+  (which questions one finds in its top k and the other does not). Each question's flags are read only up
+  to its first hit, so they may be a lazy iterable.
   """
   return np.asarray([next((rank for rank, hit in enumerate(flags, start=1) if hit), 0)
                      for flags in retrieved_has_answer], np.int64)
+
+
+def _recall_of_ranks(ranks: np.ndarray, ks: Sequence[int]) -> Dict[str, float]:
+  """{"recall@K": percentage} of first_hit_ranks; recall_at_k's checks (its name in their messages)."""
+  if not len(ranks):  # pylint: disable=g-explicit-length-test (an array)
+    raise ValueError("recall_at_k: no questions; pass one list of has_answer flags per question")
+  if any(k < 1 for k in ks):
+    raise ValueError(f"recall_at_k: every k must be >= 1, got {list(ks)}")
+  return {f"recall@{k}": 100.0 * float(np.mean((ranks > 0) & (ranks <= k))) for k in ks}
 
 
 def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
@@ -165,12 +175,7 @@ def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
   Returns:
     {"recall@K": percentage} for each k in ks.
   """
-  if not retrieved_has_answer:
-    raise ValueError("recall_at_k: no questions; pass one list of has_answer flags per question")
-  if any(k < 1 for k in ks):
-    raise ValueError(f"recall_at_k: every k must be >= 1, got {list(ks)}")
-  ranks = first_hit_ranks(retrieved_has_answer)
-  return {f"recall@{k}": 100.0 * float(np.mean((ranks > 0) & (ranks <= k))) for k in ks}
+  return _recall_of_ranks(first_hit_ranks(retrieved_has_answer), ks)
 
 
 def paired_recall_change(first_hits: Sequence[int], baseline_first_hits: Sequence[int],
@@ -194,25 +199,27 @@ def paired_recall_change(first_hits: Sequence[int], baseline_first_hits: Sequenc
   return result
 
 
-def answer_hits(rows, texts: Sequence[str], answers: Sequence[Sequence[str]], mode: str = "raw",
-                     answers_are_regex: Optional[Sequence[bool]] = None) -> List[List[bool]]:
-  """has_answer of each ranked corpus row, per question: rows[i] are question i's rows of texts, best first
-  (rankings_recall's arguments; first_hit_ranks of the result gives each question's first hit)."""
+def answer_first_hits(rows, texts: Sequence[str], answers: Sequence[Sequence[str]], mode: str = "raw",
+                      answers_are_regex: Optional[Sequence[bool]] = None) -> np.ndarray:
+  """first_hit_ranks of ranked corpus rows: rows[i] are question i's rows of texts, best first, and a row
+  is a hit when has_answer finds some answers[i] in it (rankings_recall's arguments). Rows after a
+  question's first hit are not searched."""
   regex = answers_are_regex or [False] * len(answers)
-  return [[has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked]
-          for ranked, question_answers, is_regex in zip(rows, answers, regex)]
+  return first_hit_ranks((has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked)
+                         for ranked, question_answers, is_regex in zip(rows, answers, regex))
 
 
 def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]],
                     gold_rows: Optional[Sequence[int]] = None, ks: Sequence[int] = (1, 5, 20, 100),
-                    mode: str = "raw", answers_are_regex: Optional[Sequence[bool]] = None
-                    ) -> Dict[str, float]:
+                    mode: str = "raw", answers_are_regex: Optional[Sequence[bool]] = None,
+                    first_hits: Optional[Sequence[int]] = None) -> Dict[str, float]:
   """Recall percentages of ranked corpus rows: rows[i] are question i's rows of texts, best first.
 
   Returns "answer_recall@k" (some answers[i] in texts[row], by has_answer with mode, or as regexes where
   answers_are_regex[i]) and, given gold_rows (question i's gold row, -1 for none), "gold_recall@k", for
   each k in ks, and "num_questions". Raises if rows is not [len(answers), k] with k at least
-  min(max(ks), len(texts)): a truncated ranking would understate recall silently.
+  min(max(ks), len(texts)): a truncated ranking would understate recall silently. first_hits: these
+  rows' answer_first_hits with the same arguments, when the caller keeps them too (not searched again).
   """
   rows = np.asarray(rows)
   if rows.ndim != 2 or rows.shape[0] != len(answers):
@@ -221,9 +228,12 @@ def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]]
   if rows.shape[1] < min(max(ks), len(texts)):
     raise ValueError(f"rankings_recall: rankings of {rows.shape[1]} rows cannot give recall@{max(ks)}; "
                      "retrieve at least max(ks) documents per question")
-  hits = answer_hits(rows, texts, answers, mode=mode, answers_are_regex=answers_are_regex)
+  if first_hits is None:
+    first_hits = answer_first_hits(rows, texts, answers, mode=mode, answers_are_regex=answers_are_regex)
+  elif len(first_hits) != len(answers):
+    raise ValueError(f"rankings_recall: {len(first_hits)} first hits for {len(answers)} questions")
   results = {"num_questions": float(len(answers))}
-  for name, value in recall_at_k(hits, ks).items():
+  for name, value in _recall_of_ranks(np.asarray(first_hits), ks).items():
     results["answer_" + name] = value
   if gold_rows is not None:
     gold = np.asarray(gold_rows)

@@ -175,6 +175,16 @@ class RankingsRecallTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, "cannot give recall@3"):
       evaluation.rankings_recall([[0], [1]], texts, answers, ks=(1, 3))
 
+  def test_first_hits_given_by_the_caller_are_used_as_searched(self):
+    texts = ["Tallis was born in 1802.", "Rome lies on the Tiber.", "nothing here"]
+    rows, answers = [[2, 1, 0], [0, 2, 1]], [["Tiber"], ["1802"]]
+    first_hits = evaluation.answer_first_hits(rows, texts, answers)
+    self.assertEqual(first_hits.tolist(), [2, 1])
+    self.assertEqual(evaluation.rankings_recall(rows, texts, answers, ks=(1, 2), first_hits=first_hits),
+                     evaluation.rankings_recall(rows, texts, answers, ks=(1, 2)))
+    with self.assertRaisesRegex(ValueError, "1 first hits for 2 questions"):
+      evaluation.rankings_recall(rows, texts, answers, ks=(1,), first_hits=[2])
+
 
 class EvaluatePredictionsTest(tf.test.TestCase):
 
