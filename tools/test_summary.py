@@ -3,13 +3,24 @@
 Bazel reports targets; a user wants test cases. absltest writes one XML per target (to XML_OUTPUT_FILE),
 with a <testcase> per test method and <failure>/<error> children for the ones that failed. A target with
 shard_count = N writes one XML per shard instead, under shard_K_of_N/test.xml.
+
+With --build_events (Bazel's --build_event_json_file), it also reports each target's time as Bazel
+measured it (the test process's whole life, TensorFlow's import included): the slowest few on stdout,
+and every target in --times_output (JSON), which is how docs/testing.md's table is made.
 """
 
 import argparse
+import collections
 import glob
+import json
 import os
 import sys
 import xml.etree.ElementTree as ElementTree
+
+# tf.test.TestCase inherits a deprecated `test_session` context manager that unittest collects as a
+# test and skips ("Not a test."): one per TestCase class. It checks nothing of ours, so it is not
+# counted as a skipped test.
+_NOT_A_TEST = "test_session"
 
 
 def count_cases(xml_path):
@@ -20,7 +31,8 @@ def count_cases(xml_path):
     if case.find("failure") is not None or case.find("error") is not None:
       failed += 1
     elif case.find("skipped") is not None or case.get("result") == "suppressed":
-      skipped += 1
+      if case.get("name") != _NOT_A_TEST:
+        skipped += 1
     else:
       passed += 1
   return passed, failed, skipped
@@ -66,15 +78,57 @@ def count_target(testlogs, label):
   return tuple(totals)
 
 
+def target_times(build_events_path):
+  """{label: {"seconds": sum over shards, "slowest_shard": seconds, "shards": n, "cached": bool}}.
+
+  Read from the testResult events of Bazel's build event protocol (one JSON object a line). A cached
+  result carries the time of the run that produced it, so it is flagged.
+  """
+  shards = collections.defaultdict(dict)
+  cached = collections.defaultdict(bool)
+  with open(build_events_path) as f:
+    for line in f:
+      event = json.loads(line)
+      test_id = event.get("id", {}).get("testResult")
+      result = event.get("testResult")
+      if not test_id or not result:
+        continue
+      label = test_id["label"]
+      seconds = int(result.get("testAttemptDurationMillis", 0)) / 1000
+      # The last attempt of a shard counts (a flaky retry replaces the first).
+      shards[label][test_id.get("shard", 1)] = seconds
+      cached[label] |= bool(result.get("cachedLocally")) or bool(
+          result.get("executionInfo", {}).get("cachedRemotely"))
+  return {label: {"seconds": round(sum(times.values()), 1),
+                  "slowest_shard": round(max(times.values()), 1),
+                  "shards": len(times), "cached": cached[label]}
+          for label, times in shards.items()}
+
+
+def report_times(times, output_path, slowest=5):
+  if output_path:
+    with open(output_path + ".tmp", "w") as f:
+      json.dump(dict(sorted(times.items(), key=lambda item: -item[1]["seconds"])), f, indent=1)
+    os.replace(output_path + ".tmp", output_path)
+  ranked = sorted(times.items(), key=lambda item: -item[1]["seconds"])[:slowest]
+  total = sum(t["seconds"] for t in times.values())
+  print(f"targets' own times add up to {total:.0f} s; the slowest: " +
+        ", ".join(f"{label} {t['seconds']:.0f} s" for label, t in ranked))
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--testlogs", required=True, help="output of `bazel info bazel-testlogs`")
   parser.add_argument("--targets", required=True, help="space-separated test labels")
+  parser.add_argument("--build_events", help="Bazel's --build_event_json_file of the run")
+  parser.add_argument("--times_output", help="where to write every target's time (JSON)")
   args = parser.parse_args()
   totals = [0, 0, 0]
   for label in args.targets.split():
     counts = count_target(args.testlogs, label)
     totals = [t + c for t, c in zip(totals, counts)]
+  if args.build_events and os.path.exists(args.build_events):
+    report_times(target_times(args.build_events), args.times_output)
   passed, failed, skipped = totals
   print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
   return 1 if failed else 0

@@ -1,5 +1,6 @@
 """Tests tools/test_summary.py on JUnit XML trees laid out as Bazel writes them."""
 
+import json
 import os
 import subprocess
 import sys
@@ -21,11 +22,45 @@ def _write(path, cases):
 
 class TestSummaryTest(unittest.TestCase):
 
-  def _run(self, testlogs, targets):
+  def _run(self, testlogs, targets, *extra):
     result = subprocess.run(
-        [sys.executable, _SCRIPT, f"--testlogs={testlogs}", f"--targets={targets}"],
+        [sys.executable, _SCRIPT, f"--testlogs={testlogs}", f"--targets={targets}", *extra],
         capture_output=True, text=True, check=False)
     return result.returncode, result.stdout.strip(), result.stderr
+
+  def test_tf_test_sessions_are_not_counted_as_skipped(self):
+    with tempfile.TemporaryDirectory() as logs:
+      session = '<testcase name="test_session"><skipped message="Not a test."/></testcase>'
+      _write(os.path.join(logs, "pkg", "tf_test", "test.xml"), [_PASS, session, _SKIP])
+      rc, out, err = self._run(logs, "//pkg:tf_test")
+    self.assertEqual((rc, out), (0, "1 passed, 0 failed, 1 skipped"), err)
+
+  def test_target_times_from_build_events(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
+      for shard in (1, 2):
+        _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
+      events = os.path.join(logs, "events.json")
+      with open(events, "w") as f:
+        for label, shard, millis in (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000),
+                                     ("//pkg:b_test", 2, 6000)):
+          f.write(json.dumps({"id": {"testResult": {"label": label, "shard": shard, "run": 1,
+                                                    "attempt": 1}},
+                              "testResult": {"status": "PASSED",
+                                             "testAttemptDurationMillis": str(millis)}}) + "\n")
+        f.write(json.dumps({"id": {"progress": {}}, "progress": {}}) + "\n")
+      times_path = os.path.join(logs, "times.json")
+      rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
+                               f"--times_output={times_path}")
+      with open(times_path) as f:
+        times = json.load(f)
+    self.assertEqual(rc, 0, err)
+    lines = out.splitlines()
+    self.assertEqual(lines[-1], "3 passed, 0 failed")
+    self.assertIn("add up to 12 s; the slowest: //pkg:b_test 10 s, //pkg:a_test 2 s", lines[0])
+    self.assertEqual(list(times), ["//pkg:b_test", "//pkg:a_test"])
+    self.assertEqual(times["//pkg:b_test"], {"seconds": 10.0, "slowest_shard": 6.0, "shards": 2,
+                                             "cached": False})
 
   def test_single_and_sharded_targets_are_summed(self):
     with tempfile.TemporaryDirectory() as logs:
