@@ -15,14 +15,15 @@ _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 
 class StatementsTest(absltest.TestCase):
 
-  def setUp(self):
-    super().setUp()
-    self.tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
+  @classmethod
+  def setUpClass(cls):  # read-only for the cases: built once
+    super().setUpClass()
+    cls.tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
     docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
-    self.corpus = corpus_table.CorpusTable.from_texts(
-        self.tokenizer, [d["title"] for d in docs], [d["body"] for d in docs], [d["id"] for d in docs],
+    cls.corpus = corpus_table.CorpusTable.from_texts(
+        cls.tokenizer, [d["title"] for d in docs], [d["body"] for d in docs], [d["id"] for d in docs],
         "testdata/corpus.jsonl")
-    self.news = synthetic.all_news_items()[:20]
+    cls.news = synthetic.all_news_items()[:20]
 
   def test_each_sentence_masks_its_fact_and_points_at_its_subjects_article(self):
     statements = realm_reader_bench._statements(self.tokenizer, self.corpus, self.news)

@@ -44,6 +44,9 @@ _NUM_DOCS = 12
 _DIM = 32
 _DEADLINE_SECONDS = 240  # only turns a hang into a failure; never a speed assertion
 _ENOSPC = "No space left on device"
+# The corpus embedding's XLA programs (one per length bucket) are not what this file checks
+# (corpus_embedding_test and refresher_test's binary compile them): one traced shape instead.
+_NO_XLA_EMBEDDING = dict(embed_jit_compile=False, embed_length_buckets=1)
 
 
 def _config(**overrides) -> realm_config_lib.RealmConfig:
@@ -110,11 +113,13 @@ class _Fixture:
       tf_keras.utils.set_random_seed(3)
       cls.retriever = cls.config.build_retriever()
       cls.model_dir = os.path.join(cls.directory, "published")
-      cls.index_path = refresher.build_and_publish(
-          cls.config, cls.retriever, 5,
-          refresher.RefresherOptions(model_dir=cls.model_dir, corpus_prefix=cls.corpus_prefix,
-                                     index_implementation="brute_force", batch_size=4),
-          log=lambda message: None)
+      # The real retriever's query tower, published beside an index of placeholder document vectors:
+      # the users of the fixture read the query tower and the corpus, never the document vectors (the
+      # refresher's own embed-and-publish runs in StartOrderTest).
+      embeddings = np.random.default_rng(5).normal(size=(_NUM_DOCS, _DIM)).astype(np.float32)
+      cls.index_path = published_index.publish_index(
+          cls.model_dir, 5, index_lib.build_index(embeddings, implementation="brute_force"),
+          cls.retriever.query_embedder, keep=5, log=lambda message: None)
       cls.loaded = published_index.load_published(cls.index_path)
       cls.ready = True
     return cls
@@ -156,7 +161,7 @@ class StartOrderTest(tf.test.TestCase):
     thread = _RefresherThread(
         refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=fixture.corpus_prefix,
                                    index_implementation="brute_force", batch_size=4,
-                                   poll_seconds=0.2, max_refreshes=1),
+                                   poll_seconds=0.2, max_refreshes=1, **_NO_XLA_EMBEDDING),
         lambda message: "first checkpoint" in message and waiting.set())
     thread.start()
     self.assertTrue(waiting.wait(_DEADLINE_SECONDS), f"no waiting line: {thread.messages} "

@@ -8,8 +8,6 @@ The released weights and the float64 numpy reference of the original models are 
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -51,7 +49,10 @@ class ReleasedConversionTest(tf.test.TestCase):
 
   # --- conversion into realm_tf checkpoints --------------------------------------------------------
 
-  def test_convert_binary_embedder_restores_via_restore_retriever(self):
+  def test_convert_hub_module_embedder_restores_via_restore_retriever(self):
+    # What bin/convert_checkpoint does with a released hub module directory (convert, then print the
+    # summary with list_all), in this process: the binary's own process, exit status and printed report
+    # are bin/released_orqa_test's.
     params = fixtures._embedder_params()
     module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
     os.makedirs(os.path.join(module, "variables"))
@@ -59,18 +60,12 @@ class ReleasedConversionTest(tf.test.TestCase):
     testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), fixtures._with_optimizer(params))
     fixtures._write_vocab(os.path.join(module, "assets"))
     output_dir = os.path.join(self._dir, "converted")
-    repo = testing_utils.repo_root()
-    env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    result = subprocess.run(
-        [sys.executable, os.path.join(repo, "bin", "convert_checkpoint.py"),
-         f"--input_checkpoint={module}", f"--output_dir={output_dir}",
-         f"--num_attention_heads={fixtures._HEADS}"],
-        capture_output=True, text=True, env=env, timeout=300, check=False)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("layout realm_embedder", result.stdout)
-    self.assertIn(f"{len(params) - 5} variables mapped, 0 unmapped, 5 ignored", result.stdout)
-    self.assertIn("ignored: module/module/module/cls/predictions/output_bias", result.stdout)
-    self.assertIn("mapped: module/module/dense/kernel", result.stdout)
+    summary = released_conversion.convert(module, output_dir,
+                                          num_attention_heads=fixtures._HEADS).summary(list_all=True)
+    self.assertIn("layout realm_embedder", summary)
+    self.assertIn(f"{len(params) - 5} variables mapped, 0 unmapped, 5 ignored", summary)
+    self.assertIn("ignored: module/module/module/cls/predictions/output_bias", summary)
+    self.assertIn("mapped: module/module/dense/kernel", summary)
 
     config = realm_config_lib.RealmConfig.load(output_dir)
     self.assertEqual(config.retriever_bert, fixtures._CONFIG)

@@ -308,15 +308,32 @@ def _run_binary(*args):
 
 class GeneratePretrainingCorpusBinaryTest(PretrainingTestCase):
 
-  def test_writes_testdata(self):
+  def test_writes_testdata_skipping_invalid_with_a_plugin_annotator(self):
+    # One process for the binary's success path (a process start costs seconds of CPU): the testdata
+    # corpus in 3 shards, plus a document the plug-in annotator (loaded by its module path) annotates
+    # and two invalid ones that --skip_invalid skips and counts.
+    with open(os.path.join(_TESTDATA, "pretraining.jsonl"), encoding="utf-8") as f:
+      testdata = [line.rstrip("\n") for line in f]
+    path = self.write_records(testdata + [{"title": "T", "text": "Zorvel met Zorvel in 1854."},
+                                          "{broken", dict(BadInputTest.GOOD, spans=[[0, 99]])])
     prefix = os.path.join(self.create_tempdir().full_path, "pt")
-    result = _run_binary(f"--input_path={_TESTDATA}/pretraining.jsonl", f"--output_prefix={prefix}",
-                         "--num_output_shards=3")
+    result = _run_binary(f"--input_path={path}", f"--output_prefix={prefix}", "--num_output_shards=3",
+                         "--skip_invalid", "--annotator=realm_tf.data.salient_spans_test:FixedAnnotator")
     self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("wrote 444 documents (0 annotated here, 0 invalid skipped) in 3 shards", result.stdout)
+    self.assertIn("wrote 445 documents (1 annotated here, 2 invalid skipped) in 3 shards", result.stdout)
+    self.assertIn("2 invalid documents skipped", result.stderr)
+    self.assertIn("annotated 1 documents with realm_tf.data.salient_spans_test.FixedAnnotator",
+                  result.stderr)
     manifest = pretraining.read_manifest(prefix)
-    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [148, 148, 148])
-    self.assertLen(list(pretraining.read_pretraining_corpus(prefix)), 444)
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [148, 148, 149])
+    documents = list(pretraining.read_pretraining_corpus(prefix))
+    self.assertLen(documents, 445)
+    self.assertEqual([(d.title, d.spans) for d in documents if d.title == "T"],
+                     [("T", ((0, 6), (11, 17)))])
+    # The pre-annotated testdata documents keep their spans: the annotator only fills missing ones.
+    first = json.loads(testdata[0])
+    self.assertEqual(documents[0].title, first["title"])
+    self.assertEqual(documents[0].spans, tuple(tuple(span) for span in first["spans"]))
 
   def test_bad_offsets_fail_without_partial_shards(self):
     tmp = self.create_tempdir().full_path
@@ -327,20 +344,6 @@ class GeneratePretrainingCorpusBinaryTest(PretrainingTestCase):
     self.assertIn(f"{bad}:2: spans[0] = [0, 2]: the limit 2 falls inside a multi-byte", result.stderr)
     self.assertIn("--skip_invalid", result.stderr)
     self.assertFalse(os.path.exists(os.path.dirname(prefix)) and os.listdir(os.path.dirname(prefix)))
-
-  def test_skip_invalid_with_a_plugin_annotator(self):
-    tmp = self.create_tempdir().full_path
-    path = self.write_records([{"title": "T", "text": "Zorvel met Zorvel in 1854."}, "{broken",
-                               dict(BadInputTest.GOOD, spans=[[0, 99]])])
-    prefix = os.path.join(tmp, "pt")
-    result = _run_binary(f"--input_path={path}", f"--output_prefix={prefix}", "--skip_invalid",
-                         "--annotator=realm_tf.data.salient_spans_test:FixedAnnotator")
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("2 invalid documents skipped", result.stderr)
-    self.assertIn("annotated 1 documents with realm_tf.data.salient_spans_test.FixedAnnotator",
-                  result.stderr)
-    doc, = pretraining.read_pretraining_corpus(prefix)
-    self.assertEqual(doc.spans, ((0, 6), (11, 17)))
 
 
 if __name__ == "__main__":
