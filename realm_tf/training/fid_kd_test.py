@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -14,14 +15,16 @@ from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import fid_kd
+from realm_tf.training import fid_kd_testing
 
 _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
                                        projection_size=16, query_seq_len=16, candidate_seq_len=48)
+# answer_seq_len 4: greedy decoding traces the decoder once per answer position.
 _FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=96, answer_seq_len=8)
+                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=96, answer_seq_len=4)
 
 
 class BatchesTest(tf.test.TestCase):
@@ -55,8 +58,10 @@ class LoopTest(tf.test.TestCase):
     options = fid_kd.FidKdOptions(
         config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=paths["corpus"],
         train_path=paths["train"], dev_path=paths["dev"], initial_passages="bm25", iterations=2,
-        num_passages=3, reader_steps=4, retriever_steps=3, reader_batch_size=4, retriever_batch_size=4,
-        reader_single_passage_steps=2, reader_answer_substitution_rate=1.0,
+        # Each training phase traces its step; one step each, but the reader's 4 steps of 4 run into a
+        # second epoch of the 8 questions (answers substituted anew) through the shared loop.
+        num_passages=3, reader_steps=4, retriever_steps=1, reader_batch_size=4, retriever_batch_size=4,
+        reader_single_passage_steps=1, reader_answer_substitution_rate=1.0,
         retriever_learning_rate=1e-3, recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8)
     # A first run stops after iteration 0 ("crash"); the second resumes: it skips iteration 0 and starts
     # iteration 1 from iteration 0's distilled retriever.
@@ -134,11 +139,19 @@ class LoopTest(tf.test.TestCase):
     options = fid_kd.FidKdOptions(
         config=_CONFIG, fid=reader_config, model_dir=os.path.join(directory, "bert_run"),
         retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
-        iterations=2, num_passages=3, reader_steps=3, retriever_steps=2, reader_batch_size=4,
-        retriever_batch_size=4, reader_single_passage_steps=0, recall_ks=(1, 5), embed_batch_size=32,
+        iterations=2, num_passages=3, reader_steps=1, retriever_steps=1, reader_batch_size=4,
+        # A retriever batch of more than the 8 training questions: no round trains the retriever (this
+        # case needs only the readers; the loop test above distils).
+        retriever_batch_size=16, reader_single_passage_steps=0, recall_ks=(1, 5), embed_batch_size=32,
         predict_batch_size=8, reader_init_checkpoint=export, reader_learning_rate=1e-2)
     logs = []
-    metrics = fid_kd.run(options, log=logs.append)
+    # The corpus embeddings (which only pick the passages here) computed eagerly; the loop test above
+    # runs the real ones.
+    with mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()) as embed:
+      metrics = fid_kd.run(options, log=logs.append)
+    self.assertEqual(4, embed.calls)  # before and after each iteration's distillation
+    self.assertEqual([None, None], [m["retriever_training"] for m in metrics])
+    self.assertLen([line for line in logs if "the retriever is not trained this iteration" in line], 2)
     self.assertLen([line for line in logs if "reader encoder warm-started" in line], 2)
     # Each iteration (re-)loaded the export (the two log lines) and its reader trained the warm-started
     # encoder: the saved encoder is near the export, but not equal to it.

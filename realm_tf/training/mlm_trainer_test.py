@@ -3,6 +3,8 @@ from every format realm_tf reads (Model Garden, TF1 Google BERT, Hugging Face sa
 
 import json
 import os
+import shutil
+import tempfile
 
 import numpy as np
 from safetensors import numpy as safetensors_numpy
@@ -34,7 +36,26 @@ def _config():
 
 class MlmTrainerTest(tf.test.TestCase):
 
-  def _options(self, model_dir, steps, init=None, config=None):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+    # One 1-step run (a run's tracing and evaluation cost more than its steps) serves both cases: the
+    # learning case resumes it, the refusal case resumes a copy of it with other masking.
+    cls.model_dir = os.path.join(cls.directory, "mlm")
+    cls.first_logs = []
+    cls.before = mlm_trainer.train(cls._options(cls.model_dir, 1), tf.distribute.get_strategy(),
+                                   cls.first_logs.append)
+    cls.one_step_dir = os.path.join(cls.directory, "one_step")
+    shutil.copytree(cls.model_dir, cls.one_step_dir)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.directory, ignore_errors=True)
+    super().tearDownClass()
+
+  @staticmethod
+  def _options(model_dir, steps, init=None, config=None):
     return mlm_trainer.MlmTrainerOptions(
         bert_config=config or _config(), vocab_path=_VOCAB,
         input_path=os.path.join(_TESTDATA, "corpus.jsonl"),
@@ -44,9 +65,9 @@ class MlmTrainerTest(tf.test.TestCase):
         batch_size=16, learning_rate=3e-3, warmup_steps=0, init_checkpoint=init, eval_percent=5.0)
 
   def test_learns_resumes_and_exports_a_reader_warm_start(self):
-    model_dir = os.path.join(self.get_temp_dir(), "mlm")
-    logs = []
-    before = mlm_trainer.train(self._options(model_dir, 1), tf.distribute.get_strategy(), logs.append)
+    model_dir = self.model_dir
+    logs = list(self.first_logs)
+    before = self.before  # after 1 step
     mlm_trainer.train(self._options(model_dir, 40), tf.distribute.get_strategy(), logs.append)
     after = mlm_trainer.train(self._options(model_dir, 120), tf.distribute.get_strategy(), logs.append)
     resumed = [line for line in logs if line.startswith("resumed")]
@@ -70,8 +91,7 @@ class MlmTrainerTest(tf.test.TestCase):
     self.assertAllClose(reader(inputs), trained.encoder(inputs), atol=1e-5, rtol=1e-5)
 
   def test_resume_with_other_masking_is_refused(self):
-    model_dir = os.path.join(self.get_temp_dir(), "changed")
-    mlm_trainer.train(self._options(model_dir, 1), tf.distribute.get_strategy(), lambda _: None)
+    model_dir = self.one_step_dir  # trained 1 step with max_predictions 10
     options = self._options(model_dir, 2)
     changed = mlm_trainer.MlmTrainerOptions(**dict(
         vars(options), masking=mlm_data.MaskingOptions(max_seq_len=64, max_predictions=12)))
