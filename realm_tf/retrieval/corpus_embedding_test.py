@@ -158,33 +158,53 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     with self.assertRaisesRegex(ValueError, "num_length_buckets must be at least 1"):
       corpus_embedding.length_buckets(32, 0)
 
+  def _candidates(self, featurizer):
+    """Every document packed and padded to featurizer.candidate_seq_len, in one batch (row i = document
+    i), outside the embedding pipeline."""
+    inputs = featurizer.candidate_inputs(
+        tf.ragged.constant([d["title_token_ids"] for d in self.documents], tf.int64),
+        tf.ragged.constant([d["body_token_ids"] for d in self.documents], tf.int64))
+    return tuple(tf.cast(x, tf.int32) for x in (inputs.token_ids, inputs.mask, inputs.segment_ids))
+
+  def _towers(self, config, pooling, seed):
+    """The same retriever weights on one device and, unless the CPU could not be split, mirrored over two
+    replicas: [(strategy name, strategy, retriever)], and the padded path's rows (every document padded
+    to the full length, one direct call: the padded path equals it, test_retriever_embedder_rows_match_
+    direct_embedding and the mirrored tests)."""
+    tf_keras.utils.set_random_seed(seed)
+    single = embedder_lib.build_retriever(config, _D, pooling=pooling)
+    towers = [("default", tf.distribute.get_strategy(), single)]
+    if not _SPLIT_ERROR:
+      strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
+      with strategy.scope():
+        mirrored = embedder_lib.build_retriever(config, _D, pooling=pooling)
+      mirrored.set_weights(single.get_weights())
+      towers.append(("mirrored", strategy, mirrored))
+    return towers
+
   def test_length_buckets_embed_as_the_padded_path_for_both_poolings_and_replicas(self):
     # At 128 wordpieces the testdata documents (81 on average) fall in several buckets.
     featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=16,
                                                          candidate_seq_len=128, max_masks=4)
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2,
+    candidates = self._candidates(featurizer)
+    # One layer: the masking that makes buckets equal the padded path is each layer's own, and every
+    # bucket's XLA program is compiled per pooling and replica.
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
                               intermediate_size=64)
-    strategies = [("default", tf.distribute.get_strategy())]
-    if not _SPLIT_ERROR:
-      strategies.append(("mirrored", distribute.get_strategy("mirrored", num_cpu_devices=2)))
     for pooling in (embedder_lib.POOLER, "mean"):
-      for name, strategy in strategies:
+      towers = self._towers(config, pooling, seed=2)
+      padded = towers[0][2].embed_documents(candidates, training=False).numpy()
+      for name, strategy, retriever in towers:
         with self.subTest(pooling=pooling, strategy=name):
-          tf_keras.utils.set_random_seed(2)
-          with strategy.scope():
-            retriever = embedder_lib.build_retriever(config, _D, pooling=pooling)
           shapes = []
 
           def embed_fn(inputs, retriever=retriever, shapes=shapes):
             shapes.append(inputs[0].shape.as_list())  # at trace time
             return retriever.embed_documents(inputs, training=False)
 
-          run = lambda buckets, embed_fn=embed_fn, strategy=strategy: corpus_embedding.embed_corpus(
-              embed_fn, self.prefix, featurizer, batch_size=6, strategy=strategy,
-              log=lambda _: None, num_length_buckets=buckets)
-          padded = run(1)
-          shapes.clear()
-          bucketed = run(4)
+          bucketed = corpus_embedding.embed_corpus(
+              embed_fn, self.prefix, featurizer, batch_size=6, strategy=strategy, log=lambda _: None,
+              num_length_buckets=4)
           self.assertEqual(bucketed.shape, (_NUM_DOCS, _D))
           self.assertAllClose(bucketed, padded, atol=2e-5)
           lengths = sorted({s[1] for s in shapes})
@@ -202,14 +222,10 @@ class CorpusEmbeddingTest(tf.test.TestCase):
                               intermediate_size=64)
     self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=False), 16)
     self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=True), 4)
-    strategies = [("default", tf.distribute.get_strategy())]
-    if not _SPLIT_ERROR:
-      strategies.append(("mirrored", distribute.get_strategy("mirrored", num_cpu_devices=2)))
-    for name, strategy in strategies:
+    towers = self._towers(config, "mean", seed=5)
+    padded = towers[0][2].embed_documents(self._candidates(featurizer), training=False).numpy()
+    for name, strategy, retriever in towers:
       with self.subTest(strategy=name):
-        tf_keras.utils.set_random_seed(5)
-        with strategy.scope():
-          retriever = embedder_lib.build_retriever(config, _D, pooling="mean")
         run_shapes = []  # each replica batch's shape, recorded when it runs
 
         def record(token_ids, run_shapes=run_shapes):
@@ -220,10 +236,6 @@ class CorpusEmbeddingTest(tf.test.TestCase):
           with tf.control_dependencies([tf.py_function(record, [inputs[0]], tf.int32)]):
             return tf.identity(retriever.embed_documents(inputs, training=False))
 
-        padded = corpus_embedding.embed_corpus(embed_fn, self.prefix, featurizer, batch_size=6,
-                                               strategy=strategy, log=lambda _: None,
-                                               num_length_buckets=1, jit_compile=False)
-        run_shapes.clear()
         embedder = corpus_embedding.CorpusEmbedder(embed_fn, featurizer, batch_size=6, strategy=strategy,
                                                    jit_compile=False)
         got = embedder(self.prefix, log=lambda _: None)

@@ -21,7 +21,6 @@ from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
@@ -50,26 +49,48 @@ def _write_jsonl(path, records):
 
 class IndexUpdateTest(tf.test.TestCase):
 
+  @classmethod
+  def setUpClass(cls):
+    # The model dir and its published index are built once, at the path every test then works in; each
+    # test starts from a pristine copy put back at that same path (the absolute corpus and checkpoint
+    # paths that published.json records stay valid), so the tests do not see each other's updates.
+    super().setUpClass()
+    root = os.path.join(tf.compat.v1.test.get_temp_dir(), "index_update_test")
+    cls.dir = os.path.join(root, "work")
+    cls._pristine = os.path.join(root, "pristine")
+    shutil.rmtree(root, ignore_errors=True)
+    cls.corpus = os.path.join(cls.dir, "corpus", "blocks")
+    documents = list(corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")))[:_NUM_DOCS]
+    cls.documents = documents
+    corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=2)
+    cls.model_dir = os.path.join(cls.dir, "realm")
+    cls.config = _config()
+    cls.config.save(cls.model_dir)
+    tf_keras.utils.set_random_seed(0)
+    cls.retriever = cls.config.build_retriever()
+    root_checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=cls.retriever))
+    cls.checkpoint = tf.train.CheckpointManager(root_checkpoint, cls.model_dir, max_to_keep=3).save(
+        checkpoint_number=_STEP)
+    options = cls._refresher_options(cls.corpus)
+    # One embedder of the retriever for every refresh of the tests (as a refresher keeps one), without
+    # XLA: the refresher's XLA path is refresher_test's; here only the rows matter.
+    cls.embedder = refresher.corpus_embedder(cls.config, cls.retriever, options)
+    cls.base_index = refresher.build_and_publish(
+        cls.config, cls.retriever, _STEP, options, info={"checkpoint": cls.checkpoint},
+        log=lambda message: None, embedder=cls.embedder)
+    shutil.copytree(cls.dir, cls._pristine)
+
+  @classmethod
+  def _refresher_options(cls, corpus_prefix, **overrides):
+    return refresher.RefresherOptions(model_dir=cls.model_dir, corpus_prefix=corpus_prefix,
+                                      index_implementation="brute_force", batch_size=8,
+                                      embed_jit_compile=False, **overrides)
+
   def setUp(self):
     super().setUp()
-    self.dir = self.create_tempdir().full_path
-    self.corpus = os.path.join(self.dir, "corpus", "blocks")
-    documents = list(corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")))[:_NUM_DOCS]
-    self.documents = documents
-    corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB), self.corpus, num_shards=2)
-    self.model_dir = os.path.join(self.dir, "realm")
-    self.config = _config()
-    self.config.save(self.model_dir)
-    tf_keras.utils.set_random_seed(0)
-    self.retriever = self.config.build_retriever()
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever))
-    self.checkpoint = tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(
-        checkpoint_number=_STEP)
-    self.base_index = refresher.build_and_publish(
-        self.config, self.retriever, _STEP,
-        refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=self.corpus,
-                                   index_implementation="brute_force", batch_size=8),
-        info={"checkpoint": self.checkpoint}, log=lambda message: None)
+    shutil.rmtree(self.dir)
+    shutil.copytree(self._pristine, self.dir)
+    self.base_index = type(self).base_index
     self.messages = []
 
   def _update(self, change, **kwargs):
@@ -121,9 +142,7 @@ class IndexUpdateTest(tf.test.TestCase):
     # Only the changed documents were embedded, and the result is what a full refresh of the updated
     # corpus with the same checkpoint gives.
     loaded = published_index.load_published(path)
-    full = corpus_embedding.embed_corpus(
-        lambda inputs: self.retriever.embed_documents(inputs, training=False), updated,
-        self.config.featurizer(), batch_size=8, log=lambda message: None)
+    full = self.embedder(updated, log=lambda message: None)  # as a refresh of this checkpoint embeds it
     self.assertAllClose(np.asarray(loaded.mips.embeddings), full, atol=1e-4, rtol=1e-4)
 
     # The newest index is the update; watchers of the updated corpus take it, and so does a running
@@ -160,9 +179,8 @@ class IndexUpdateTest(tf.test.TestCase):
     tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(checkpoint_number=10)
     messages = []
     # Started with the base corpus, as it was before the update.
-    refreshes = refresher.run(refresher.RefresherOptions(
-        model_dir=self.model_dir, corpus_prefix=self.corpus, index_implementation="brute_force",
-        batch_size=8, poll_seconds=0.1, max_refreshes=1), log=messages.append)
+    refreshes = refresher.run(self._refresher_options(self.corpus, poll_seconds=0.1, max_refreshes=1),
+                              log=messages.append)
     self.assertEqual(refreshes, 1)
     record = published_index.verify_published(os.path.join(published_index.index_root(self.model_dir),
                                                             "10"))
@@ -181,11 +199,9 @@ class IndexUpdateTest(tf.test.TestCase):
     messages = []
 
     def refresh(step, corpus_prefix):
-      refresher.build_and_publish(
-          self.config, self.retriever, step,
-          refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=corpus_prefix,
-                                     index_implementation="brute_force", batch_size=8, keep=1),
-          log=messages.append)
+      refresher.build_and_publish(self.config, self.retriever, step,
+                                  self._refresher_options(corpus_prefix, keep=1), log=messages.append,
+                                  embedder=self.embedder)
 
     refresh(10, self.corpus)
     self.assertEqual(published_index.published_steps(self.model_dir), [_STEP + 1, 10])
@@ -243,9 +259,11 @@ class IndexUpdateTest(tf.test.TestCase):
     self._assert_untouched()
 
   def test_another_checkpoint_than_the_index_was_built_from(self):
-    for variable in self.retriever.trainable_variables:
+    moved = self.config.build_retriever()  # the shared retriever stays as the index was built
+    moved.set_weights(self.retriever.get_weights())
+    for variable in moved.trainable_variables:
       variable.assign_add(tf.random.normal(variable.shape, stddev=0.5, seed=1))
-    other = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)).write(
+    other = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=moved)).write(
         os.path.join(self.dir, "other", "ckpt"))
     change = index_update.read_change_set(
         _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))

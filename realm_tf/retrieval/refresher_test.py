@@ -123,8 +123,11 @@ class RefresherTest(tf.test.TestCase):
                            (inputs.token_ids, inputs.mask, inputs.segment_ids))
 
   def _options(self, model_dir, **overrides) -> refresher.RefresherOptions:
+    # Without XLA in this process (the shapes of the embedding are corpus_embedding_test's part); the
+    # bin/refresh_doc_embeds process of test_binary_beside_a_fake_trainer embeds with XLA, its default.
     values = dict(model_dir=model_dir, corpus_prefix=self.corpus_prefix,
-                  index_implementation="brute_force", batch_size=8, poll_seconds=0.2)
+                  index_implementation="brute_force", batch_size=8, poll_seconds=0.2,
+                  embed_jit_compile=False)
     values.update(overrides)
     return refresher.RefresherOptions(**values)
 
@@ -425,7 +428,8 @@ class CorpusBindingTest(tf.test.TestCase):
     retriever = trainer.retriever
     for step, corpus_prefix in ((10, ours), (20, shuffled)):
       options = refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=corpus_prefix,
-                                           index_implementation="brute_force", batch_size=8)
+                                           index_implementation="brute_force", batch_size=8,
+                                           embed_jit_compile=False)
       refresher.build_and_publish(trainer.config, retriever, step, options, log=lambda m: None)
     record = published_index.verify_published(os.path.join(published_index.index_root(model_dir), "20"))
     self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(shuffled))
