@@ -3,6 +3,7 @@ SQuAD data: the training paragraphs, the featurized batches under OrqaReader's l
 every gold span of both paragraphs, one softmax) and through loop.train, and how answers are picked
 across the first k paragraphs and sliced from the text."""
 
+import functools
 import os
 import sys
 
@@ -28,6 +29,20 @@ def _tokenizer():
   return tokenization.Tokenizer(os.path.join(_REPO, "testdata", "vocab.txt"))
 
 
+@functools.lru_cache(maxsize=None)
+def _featurizer():
+  """make_featurizer's function, traced once for all the tests.
+
+  Tracing the text featurizer (three tokenizer calls) and running its graph the first time cost seconds
+  of CPU, and make_featurizer's tf.function traces once per input shape: 2 questions x 2 paragraphs in
+  training, then 2 x 3 and 1 x 3 when answering. The same Python function under a signature with
+  unknown batch and paragraph dimensions is traced once for all of them."""
+  featurize = open_qa_lib.make_featurizer(_tokenizer(), _SEQ_LEN)
+  return tf.function(featurize.python_function, input_signature=[
+      tf.TensorSpec([None], tf.string), tf.TensorSpec([None, None], tf.string),
+      tf.RaggedTensorSpec([None, None], tf.string, ragged_rank=1, row_splits_dtype=tf.int64)])
+
+
 class TrainingParagraphsTest(tf.test.TestCase):
 
   def test_gold_then_best_other(self):
@@ -41,12 +56,11 @@ class ReaderTrainingTest(tf.test.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    # One featurizer for both tests: tracing it takes most of a test's time on a busy machine.
-    cls.featurize = staticmethod(open_qa_lib.make_featurizer(_tokenizer(), _SEQ_LEN))
+    cls.featurize = staticmethod(_featurizer())
 
   def _reader(self, tokenizer):
     config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0)
+                              attention_probs_dropout_prob=0.0, num_layers=1)
     return reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
 
   def test_loss_is_the_marginal_over_gold_spans_of_both_paragraphs(self):
@@ -106,7 +120,7 @@ class SaveRestoreTest(tf.test.TestCase):
   def _reader(self, seed):
     tf.keras.utils.set_random_seed(seed)
     tokenizer = _tokenizer()
-    config = bert.tiny_config(tokenizer.vocab_size)
+    config = bert.tiny_config(tokenizer.vocab_size, num_layers=1)
     reader = reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
     dummy = tf.zeros([1, 1, _SEQ_LEN], tf.int32)
     reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
@@ -156,8 +170,7 @@ class _FirstPieceReader:
 class AnswerQuestionsTest(tf.test.TestCase):
 
   def test_best_span_over_the_first_k_paragraphs(self):
-    tokenizer = _tokenizer()
-    featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN)
+    featurize = _featurizer()
     # Words of the test vocab, so that each is one wordpiece; paragraph 1 scores highest, then 0.
     bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
     questions = [qa.QAExample("what did the astronomer use?", ["telescope"]),

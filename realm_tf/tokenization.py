@@ -155,22 +155,26 @@ class Tokenizer(tf.Module):
     words, word_starts, word_limits = self._basic.tokenize_with_offsets(norm_text)  # [batch, (words)]
     ids, piece_starts, piece_limits = self._wordpiece.tokenize_with_offsets(words)  # [b, (w), (pieces)]
     # Piece offsets are relative to their word. An [UNK] stands for its whole word: WordPiece reports
-    # len("[UNK]") as its length, which is wrong for words over 100 bytes.
-    word_starts = tf.expand_dims(word_starts, -1)
-    norm_starts = (piece_starts + word_starts).merge_dims(1, 2)
-    norm_limits = tf.where(tf.equal(ids, self.unk_id), tf.expand_dims(word_limits, -1) + 0 * piece_limits,
-                           piece_limits + word_starts).merge_dims(1, 2)
+    # len("[UNK]") as its length, which is wrong for words over 100 bytes. On the flat values (each
+    # piece's word by index): ragged broadcasting would put thousands of shape checks into every graph
+    # that tokenizes (two thirds of its nodes: seconds of tracing and graph optimization each time).
+    piece_word = ids.values.value_rowids()  # [pieces]: the word (flat over the batch) of each piece
+    piece_word_starts = tf.gather(word_starts.flat_values, piece_word)
     ids = ids.merge_dims(1, 2)
+    flat_ids = ids.flat_values
+    norm_starts = piece_starts.flat_values + piece_word_starts
+    norm_limits = tf.where(tf.equal(flat_ids, self.unk_id), tf.gather(word_limits.flat_values, piece_word),
+                           piece_limits.flat_values + piece_word_starts)
 
     # Map each normalized byte offset to the original character holding it, for all rows at once: one
     # sorted flat array where row r's offsets are shifted by r * _ROW_STRIDE.
     char_row_base = tf.cast(norm_ends.value_rowids(), tf.int64) * _ROW_STRIDE
     flat_ends = norm_ends.flat_values + char_row_base
     piece_row_base = tf.cast(ids.value_rowids(), tf.int64) * _ROW_STRIDE
-    first_char = tf.searchsorted(flat_ends, norm_starts.flat_values + piece_row_base, side="right")
+    first_char = tf.searchsorted(flat_ends, norm_starts + piece_row_base, side="right")
     # The last character whose normalized bytes end at or before the piece's limit; this includes marks
     # that normalize to nothing (a combining accent after the word's last letter).
-    last_char = tf.searchsorted(flat_ends, norm_limits.flat_values + piece_row_base, side="right") - 1
+    last_char = tf.searchsorted(flat_ends, norm_limits + piece_row_base, side="right") - 1
     starts = ids.with_flat_values(tf.gather(char_starts.flat_values, first_char))
     limits = ids.with_flat_values(tf.gather(char_limits.flat_values, last_char))
     return tf.cast(ids, tf.int64), starts, limits

@@ -53,18 +53,36 @@ class RealmInputTest(tf.test.TestCase):
         model_dir=cls.model_dir, corpus_prefix=cls.corpus_prefix,
         index_implementation="brute_force"), log=lambda _: None)
     cls.table = corpus_table.CorpusTable.load(cls.corpus_prefix)
+    cls._uninterrupted_batches = None
 
-  def _batches(self, count: int, skip: int, seed: int = 5):
+  def _dataset(self, skip: int, seed: int, **state_options):
+    """A pipeline of batches of 3 (each one traces the tokenizer and featurizer into tf.data: seconds),
+    and its RetrievalState."""
     state = realm_input.RetrievalState(
         published_index.IndexWatcher(self.model_dir, log=lambda _: None), self.table,
-        self.config.num_candidates, log=lambda _: None, expected_dim=self.config.projection_size)
+        self.config.num_candidates, log=lambda _: None, expected_dim=self.config.projection_size,
+        **state_options)
     dataset = realm_input.realm_dataset(
         pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer,
         self.config.featurizer(self.tokenizer), state, batch_size=3, seed=seed, skip_batches=skip)
-    return [{k: v.numpy() for k, v in batch.items()} for batch in dataset.take(count)]
+    return dataset, state
+
+  @staticmethod
+  def _numpy(batch):
+    return {k: v.numpy() for k, v in batch.items()}
+
+  def _batches(self, count: int, skip: int, seed: int = 5):
+    dataset, _ = self._dataset(skip, seed)
+    return [self._numpy(batch) for batch in dataset.take(count)]
+
+  def _uninterrupted(self):
+    """The first 4 batches of seed 5's stream, made once for the tests that read them."""
+    if RealmInputTest._uninterrupted_batches is None:
+      RealmInputTest._uninterrupted_batches = self._batches(4, 0)
+    return RealmInputTest._uninterrupted_batches
 
   def test_features_have_static_shapes_and_the_null_document_first(self):
-    batch = self._batches(1, 0)[0]
+    batch = self._uninterrupted()[0]
     n, q, c = self.config.num_candidates, self.config.query_seq_len, self.config.candidate_seq_len
     self.assertEqual(batch[realm_model.QUERY + "_token_ids"].shape, (3, q))
     self.assertEqual(batch[realm_model.CANDIDATE + "_token_ids"].shape, (3, n, c))
@@ -82,39 +100,38 @@ class RealmInputTest(tf.test.TestCase):
           self.assertEqual(query_ids[b, p], self.tokenizer.mask_id)
 
   def test_resumed_stream_continues_the_uninterrupted_one(self):
-    uninterrupted = self._batches(4, 0)
+    uninterrupted = self._uninterrupted()
     resumed = self._batches(2, 2)
     for expected, actual in zip(uninterrupted[2:], resumed):
       self.assertEqual(set(expected), set(actual))
       for key in expected:
         self.assertAllEqual(expected[key], actual[key], msg=key)
-    # Another seed is another stream (the test could fail if the seed were ignored).
-    other = self._batches(1, 0, seed=6)[0]
-    self.assertFalse(np.array_equal(other[realm_model.QUERY + "_token_ids"],
-                                    uninterrupted[0][realm_model.QUERY + "_token_ids"]))
+    # Another seed is another stream: test_close_ends_a_pipeline_waiting_for_a_fresher_index's pipeline.
 
   def test_close_ends_a_pipeline_waiting_for_a_fresher_index(self):
-    """A trainer that finished while the pipeline prepared a batch ahead, waiting for an index within
+    """A trainer that finished while the pipeline prepared batches ahead, waiting for an index within
     the staleness bound, closes the state: the wait ends (in the real trainer a waiting pipeline thread
-    kept the finished process from exiting)."""
-    state = realm_input.RetrievalState(
-        published_index.IndexWatcher(self.model_dir, log=lambda _: None), self.table,
-        self.config.num_candidates, max_staleness_steps=0, log=lambda _: None)
-    state.trainer_step = 5  # the only index is step 0's: every batch waits for a newer one
-    dataset = realm_input.realm_dataset(
-        pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer,
-        self.config.featurizer(self.tokenizer), state, batch_size=3, seed=5)
+    kept the finished process from exiting).
+
+    The pipeline is seed 6's: its first batch, made while the index is fresh enough, also shows that
+    another seed is another stream (the resume test could pass if the seed were ignored)."""
+    dataset, state = self._dataset(0, seed=6, max_staleness_steps=0)
+    batches = iter(dataset)
+    other = self._numpy(next(batches))
+    self.assertFalse(np.array_equal(other[realm_model.QUERY + "_token_ids"],
+                                    self._uninterrupted()[0][realm_model.QUERY + "_token_ids"]))
     outcome = []
 
     def consume():
       try:
-        next(iter(dataset))
-        outcome.append("a batch")
+        for _ in batches:  # batches made before the trainer's step moved on, then a wait
+          outcome.append("a batch")
       except tf.errors.OpError as e:
         outcome.append(e.message)
 
     # A refresher "runs" (holds the lock), so without close() the wait would never end.
     with process_lock.exclusive(os.path.join(self.model_dir, process_lock.LOCK_NAME), "refresher"):
+      state.trainer_step = 5  # the only index is step 0's: every batch from now on waits for a newer one
       thread = threading.Thread(target=consume, daemon=True)
       thread.start()
       thread.join(2.0)
@@ -122,8 +139,9 @@ class RealmInputTest(tf.test.TestCase):
       state.close()
       thread.join(120)  # a hang guard only
     self.assertFalse(thread.is_alive())
-    self.assertLen(outcome, 1)
-    self.assertIn("training finished", outcome[0])
+    self.assertNotEmpty(outcome)
+    self.assertEqual(["a batch"] * (len(outcome) - 1), outcome[:-1])
+    self.assertIn("training finished", outcome[-1])
 
 
 class LiveIndexUpdateTest(tf.test.TestCase):
