@@ -1,15 +1,25 @@
-"""Runs bin/update_index as a user would, as separate processes on testdata: on a REALM run's published
-index (then bin/train_orqa --index_dir takes the updated index), on the ORQA run's frozen index (then
-bin/eval_orqa and bin/export_saved_model read the updated corpus: a replaced document's new text is what
-the exported open-QA model returns), and with bad change sets, which stop with a message and leave the
-published index as it was. And on a converted index (bin/convert_checkpoint --layout=block_emb from a TF1
-checkpoint in the released layout): the update writes a new converted index that bin/train_orqa
---index_dir, bin/eval_orqa and bin/export_saved_model take.
+"""Runs bin/update_index as a user would on testdata: on a REALM run's published index (then bin/train_orqa
+--index_dir takes the updated index), on the ORQA run's frozen index (then bin/eval_orqa and
+bin/export_saved_model read the updated corpus: a replaced document's new text is what the exported
+open-QA model returns), and with bad change sets, which stop with a message and leave the published index
+as it was. And on a converted index (bin/convert_checkpoint --layout=block_emb from a TF1 checkpoint in
+the released layout): the update writes a new converted index that bin/train_orqa --index_dir and
+bin/eval_orqa take, and that a converted ORQA's exported open-QA model serves.
+
+Each binary runs once as a separate process on the happy path (the REALM -> ORQA chain of
+test_realm_index_then_orqa_frozen_index), and bin/update_index once more as a failing process (exit
+status, the message on stderr, nothing written). The other runs call the binary's main() in this process
+(_main_in_process, through bin/in_process: the module loaded afresh, its flags parsed from the same
+command line, its stdout and absl log captured; a data error ends main with sys.exit(message)), or, for
+the open-QA models of the converted indexes, the library calls bin/export_saved_model makes, without a
+process start each.
 
 The corpus has as many documents as the reader reads (reader_beam_size 5), so the exported model returns
 the text of every block whatever its untrained retriever ranks first.
 """
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -21,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bin import in_process
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
@@ -34,16 +45,50 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.training import orqa_model
 
 _REPO = testing_utils.repo_root()
 _VOCAB = os.path.join(_REPO, "testdata", "vocab.txt")
 _NEW_BODY = "Ostrel Vanquine built the copper lighthouse of Merrowdale in the year of the long frost."
+_UNCHANGED = "The published index is unchanged"
+# One layer of width 32 (tiny_config's is 2 x 64): every model of the test, REALM's, the trained ORQA's
+# (bin/train_orqa --bert_config=<its bert_config.json>) and the converted towers. Tracing and saving the
+# models is most of the test's time; no check depends on the size.
+_BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
 
 
 def _run(script, *args, timeout=400):
   env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
                         capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+class _InProcess:
+  """What bin/<script>'s main() did in this process: exit (sys.exit's message, None if main returned),
+  stdout, and log (its absl log lines)."""
+
+  def __init__(self, exit_message, stdout, log):
+    self.exit = exit_message
+    self.stdout = stdout
+    self.log = log
+
+
+def _main_in_process(script, *args):
+  """Runs bin/<script>'s main with the command line args in this process (bin/in_process: loaded
+  afresh, its flags parsed as app.run parses them and removed afterwards). A data error ends
+  bin/update_index's main with sys.exit(message), which a process turns into exit status 1 and the
+  message on stderr; any other exception fails the test with main's traceback."""
+  stdout = io.StringIO()
+  with contextlib.redirect_stdout(stdout):
+    try:
+      result = in_process.run_main(script, *args)
+    except SystemExit as e:
+      return _InProcess(str(e.code), stdout.getvalue(), "")
+  if isinstance(result.error, SystemExit):
+    return _InProcess(str(result.error.code), stdout.getvalue(), result.log)
+  if result.error is not None:
+    raise AssertionError(f"bin/{script} failed:\n{result.traceback}")
+  return _InProcess(None, stdout.getvalue(), result.log)
 
 
 def _write_jsonl(path, records):
@@ -71,37 +116,64 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     paths = testing_utils.testdata_qa_slice(cls.tmp, num_train=3, num_dev=1, num_docs=5)
     cls.corpus, cls.train, cls.dev = paths["corpus"], paths["train"], paths["dev"]
     cls.documents = list(corpus_lib.read_corpus(cls.corpus))
-    # A REALM run as bin/train_realm and bin/refresh_doc_embeds leave it, in the configuration
-    # bin/train_orqa's flags below build.
-    cls.realm_dir = os.path.join(cls.tmp, "realm")
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285), vocab_path=_VOCAB,
-        projection_size=32, query_seq_len=32, candidate_seq_len=128)
-    config.save(cls.realm_dir)
-    tf_keras.utils.set_random_seed(0)
-    retriever = config.build_retriever()
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever))
-    cls.checkpoint = tf.train.CheckpointManager(root, cls.realm_dir, max_to_keep=3).save(
-        checkpoint_number=3)
-    refresher.build_and_publish(
-        config, retriever, 3, refresher.RefresherOptions(
-            model_dir=cls.realm_dir, corpus_prefix=cls.corpus, index_implementation="brute_force"),
-        info={"checkpoint": cls.checkpoint}, log=lambda message: None)
+    # _BERT as a Google bert_config.json, for bin/train_orqa --bert_config.
+    cls.bert_config = os.path.join(cls.tmp, "bert_config.json")
+    with open(cls.bert_config, "w") as f:
+      json.dump({"vocab_size": _BERT.vocab_size, "hidden_size": _BERT.hidden_size,
+                 "num_hidden_layers": _BERT.num_layers, "num_attention_heads": _BERT.num_attention_heads,
+                 "intermediate_size": _BERT.intermediate_size, "hidden_act": "gelu",
+                 "max_position_embeddings": _BERT.max_position_embeddings}, f)
+    assert bert.BertConfig.from_json_file(cls.bert_config) == _BERT, cls.bert_config
+    cls._realm = None
+
+  @classmethod
+  def _realm_run(cls):
+    """A REALM run as bin/train_realm and bin/refresh_doc_embeds leave it, in the configuration
+    bin/train_orqa's flags below build: (model dir, checkpoint). Made on first use, once (a shard whose
+    tests need none does not pay for it)."""
+    if cls._realm is None:
+      realm_dir = os.path.join(cls.tmp, "realm")
+      config = realm_config_lib.RealmConfig(
+          retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB, projection_size=32,
+          query_seq_len=32, candidate_seq_len=128)
+      config.save(realm_dir)
+      tf_keras.utils.set_random_seed(0)
+      retriever = config.build_retriever()
+      root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever))
+      checkpoint = tf.train.CheckpointManager(root, realm_dir, max_to_keep=3).save(checkpoint_number=3)
+      # Without XLA: the index's rows are what matter here (refresher_test runs the refresher's XLA
+      # path).
+      refresher.build_and_publish(
+          config, retriever, 3, refresher.RefresherOptions(
+              model_dir=realm_dir, corpus_prefix=cls.corpus, index_implementation="brute_force",
+              embed_jit_compile=False),
+          info={"checkpoint": checkpoint}, log=lambda message: None)
+      cls._realm = (realm_dir, checkpoint)
+    return cls._realm
 
   def _assert_failed_untouched(self, result, directory, before, *parts):
+    """A failed process: exit status, message on stderr, nothing written under directory."""
     self.assertNotEqual(result.returncode, 0, result.stdout)
-    for part in parts + ("The published index is unchanged",):
+    for part in parts + (_UNCHANGED,):
       self.assertIn(part, result.stderr)
     self.assertEqual(_snapshot(directory), before)
 
+  def _assert_refused(self, result, directory, before, *parts, unchanged=_UNCHANGED):
+    """main() in this process stopped with sys.exit(message) and wrote nothing under directory."""
+    self.assertIsNotNone(result.exit, f"main returned: {result.stdout}")
+    for part in parts + (unchanged,):
+      self.assertIn(part, result.exit)
+    self.assertEqual(_snapshot(directory), before)
+
   def test_realm_index_then_orqa_frozen_index(self):
+    realm_dir, checkpoint = self._realm_run()
     # 1. A REALM run's newest index: one document added, one removed.
     added = {"id": "added-1", "title": "Ostrel Vanquine", "body": "Ostrel Vanquine keeps bees."}
     removed = self.documents[4]["doc_id"]
-    result = _run("update_index.py", f"--index={self.realm_dir}", f"--remove_ids={removed}",
+    result = _run("update_index.py", f"--index={realm_dir}", f"--remove_ids={removed}",
                   "--documents=" + _write_jsonl(os.path.join(self.tmp, "add.jsonl"), [added]))
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    updated_index = os.path.join(published_index.index_root(self.realm_dir), "4")
+    updated_index = os.path.join(published_index.index_root(realm_dir), "4")
     self.assertIn(f"published {updated_index}", result.stdout)
     updated_corpus = self.corpus + "-v1"
     self.assertEqual(published_index.verify_published(updated_index)["corpus_prefix"], updated_corpus)
@@ -110,8 +182,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     orqa_dir = os.path.join(self.tmp, "orqa")
     result = _run("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
                   f"--retrieval_corpus_path={self.corpus}", f"--index_dir={updated_index}",
-                  f"--retriever_checkpoint={self.checkpoint}", f"--vocab_path={_VOCAB}",
-                  "--bert_config=tiny", "--projection_size=32", "--query_seq_len=32",
+                  f"--retriever_checkpoint={checkpoint}", f"--vocab_path={_VOCAB}",
+                  f"--bert_config={self.bert_config}", "--projection_size=32", "--query_seq_len=32",
                   "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32",
                   "--batch_size=2", "--num_train_steps=2", "--save_checkpoints_steps=2",
                   "--nojit_compile")
@@ -120,23 +192,26 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     frozen = os.path.join(orqa_dir, "frozen_index")
     self.assertEqual(index_lib.read_manifest(frozen)["extra"]["corpus_prefix"], updated_corpus)
 
-    # 3. Bad change sets on the ORQA run: a clear error, the frozen index untouched.
+    # 3. Bad change sets on the ORQA run (main() in this process): a clear error, the frozen index
+    # untouched.
     before = _snapshot(frozen)
-    result = _run("update_index.py", f"--index={orqa_dir}", "--remove_ids=no-such-id")
-    self._assert_failed_untouched(result, frozen, before, "does not hold: 'no-such-id'")
+    result = _main_in_process("update_index.py", f"--index={orqa_dir}", "--remove_ids=no-such-id")
+    self._assert_refused(result, frozen, before, "does not hold: 'no-such-id'")
     existing = self.documents[0]
     change = _write_jsonl(os.path.join(self.tmp, "replace.jsonl"), [
         {"id": existing["doc_id"], "title": existing["title"], "body": _NEW_BODY}])
-    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}")
-    self._assert_failed_untouched(result, frozen, before, "--on_existing=replace")
-    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
-                  f"--remove_ids={existing['doc_id']}")
-    self._assert_failed_untouched(result, frozen, before, "both removed")
+    result = _main_in_process("update_index.py", f"--index={orqa_dir}", f"--documents={change}")
+    self._assert_refused(result, frozen, before, "--on_existing=replace")
+    result = _main_in_process("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
+                              f"--remove_ids={existing['doc_id']}")
+    self._assert_refused(result, frozen, before, "both removed")
 
-    # 4. Replace a document's text in the ORQA run; eval and export read the updated corpus.
-    result = _run("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
-                  "--on_existing=replace")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    # 4. Replace a document's text in the ORQA run (main() in this process); eval and export, as
+    # processes, read the updated corpus.
+    result = _main_in_process("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
+                              "--on_existing=replace")
+    self.assertIsNone(result.exit)
+    self.assertIn(f"updated {frozen}", result.stdout)
     self.assertNotEqual(_snapshot(frozen), before)
     result = _run("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}", "--recall_ks=1,5")
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -153,15 +228,17 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertNotIn(self.documents[4]["body"], texts)
 
   def test_bad_change_sets_leave_the_realm_index_untouched(self):
+    realm_dir, _ = self._realm_run()
     model_dir = os.path.join(self.tmp, "realm_bad")
     tf.io.gfile.makedirs(model_dir)
-    for name in os.listdir(self.realm_dir):  # its own copy: the other test publishes into realm/
-      source = os.path.join(self.realm_dir, name)
+    for name in os.listdir(realm_dir):  # its own copy: the other test publishes into realm/
+      source = os.path.join(realm_dir, name)
       if name != "index" and os.path.isfile(source):
         tf.io.gfile.copy(source, os.path.join(model_dir, name), overwrite=True)
-    shutil.copytree(os.path.join(published_index.index_root(self.realm_dir), "3"),
+    shutil.copytree(os.path.join(published_index.index_root(realm_dir), "3"),
                     os.path.join(published_index.index_root(model_dir), "3"))
     before = _snapshot(model_dir)
+    # The one failing process: exit status, the message on stderr, nothing written.
     duplicate = _write_jsonl(os.path.join(self.tmp, "dup.jsonl"), [
         {"id": "x", "title": "a", "body": "b"}, {"id": "x", "title": "c", "body": "d"}])
     result = _run("update_index.py", f"--index={model_dir}", f"--documents={duplicate}")
@@ -169,8 +246,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     wrong_format = os.path.join(self.tmp, "docs.csv")
     with open(wrong_format, "w") as f:
       f.write("id,title,body\n")
-    result = _run("update_index.py", f"--index={model_dir}", f"--documents={wrong_format}")
-    self._assert_failed_untouched(result, model_dir, before, "unknown corpus format")
+    result = _main_in_process("update_index.py", f"--index={model_dir}", f"--documents={wrong_format}")
+    self._assert_refused(result, model_dir, before, "unknown corpus format")
 
   def _converted(self, name):
     """A converted index of the corpus under tmp/name and the converted embedder that computed it.
@@ -182,8 +259,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     Returns (converted dir, embedder dir, config, retriever, block_emb)."""
     embedder_dir = os.path.join(self.tmp, name, "conv_embedder")
     config = realm_config_lib.RealmConfig(
-        retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285), vocab_path=_VOCAB,
-        projection_size=32, query_seq_len=32, candidate_seq_len=128, embedder_pooling="mean")
+        retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB, projection_size=32,
+        query_seq_len=32, candidate_seq_len=128, embedder_pooling="mean")
     config.save(embedder_dir)
     tf_keras.utils.set_random_seed(1)
     retriever = config.build_retriever()
@@ -191,7 +268,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
                                checkpoint_name="ckpt").save(checkpoint_number=0)
     block_emb = corpus_embedding.embed_corpus(
         lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
-        config.featurizer(), batch_size=8, log=lambda message: None)
+        config.featurizer(), batch_size=8, log=lambda message: None, jit_compile=False)
     released = os.path.join(self.tmp, name, "released")
     os.makedirs(released)
     encoded = testing_utils.write_tf1_checkpoint(os.path.join(released, "encoded.ckpt"),
@@ -207,6 +284,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     return converted, embedder_dir, config, retriever, block_emb
 
   def test_converted_index(self):
+    # The binaries' main() in this process: test_realm_index_then_orqa_frozen_index runs each as a process.
     converted, embedder_dir, config, retriever, block_emb = self._converted("conv")
     before = _snapshot(converted)
 
@@ -214,14 +292,14 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     added = {"id": "added-1", "title": "Quorvath Zelindra",
              "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
     documents = _write_jsonl(os.path.join(self.tmp, "conv", "add.jsonl"), [added])
-    result = _run("update_index.py", f"--index={converted}/mips", f"--documents={documents}",
-                  "--remove_ids=4")
-    self.assertNotEqual(result.returncode, 0)  # the tower is not part of a block_emb conversion
-    self.assertIn("--checkpoint", result.stderr)
-    self.assertIn(f"The converted index {converted} is unchanged", result.stderr)
-    result = _run("update_index.py", f"--index={converted}", f"--checkpoint={embedder_dir}",
-                  f"--documents={documents}", "--remove_ids=4")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    result = _main_in_process("update_index.py", f"--index={converted}/mips",
+                              f"--documents={documents}", "--remove_ids=4")
+    # The tower is not part of a block_emb conversion.
+    self._assert_refused(result, converted, before, "--checkpoint",
+                         unchanged=f"The converted index {converted} is unchanged")
+    result = _main_in_process("update_index.py", f"--index={converted}", f"--checkpoint={embedder_dir}",
+                              f"--documents={documents}", "--remove_ids=4")
+    self.assertIsNone(result.exit)
     updated = converted + "-v1"
     self.assertIn(f"wrote {updated}", result.stdout)
     self.assertEqual(_snapshot(converted), before)
@@ -247,9 +325,10 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
       self.assertNotIn("4", top(document["body"]))
 
     # Bad input: an unknown id; a second update derives from the first and takes its tower.
-    result = _run("update_index.py", f"--index={updated}", "--remove_ids=no-such-id")
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn("does not hold: 'no-such-id'", result.stderr)
+    updated_before = _snapshot(updated)
+    result = _main_in_process("update_index.py", f"--index={updated}", "--remove_ids=no-such-id")
+    self._assert_refused(result, updated, updated_before, "does not hold: 'no-such-id'",
+                         unchanged=f"The converted index {updated} is unchanged")
     self.assertFalse(os.path.exists(converted + "-v2"))
 
     # bin/train_orqa --index_dir takes the updated index with the corpus of its blocks.jsonl; bin/eval_orqa
@@ -258,31 +337,29 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     corpus_lib.write_corpus(lambda: corpus_lib.read_documents(os.path.join(updated, "blocks.jsonl")),
                             tokenizer, corpus, num_shards=1)
     orqa_dir = os.path.join(self.tmp, "conv", "orqa")
-    result = _run("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
-                  f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
-                  f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
-                  "--bert_config=tiny", "--projection_size=32", "--query_seq_len=32",
-                  "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32",
-                  "--embedder_pooling=mean", "--batch_size=2", "--num_train_steps=1",
-                  "--save_checkpoints_steps=1", "--nojit_compile")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    self.assertIn(f"frozen index from {updated}/mips", result.stderr)
-    result = _run("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}", "--recall_ks=1,5")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    result = _main_in_process(
+        "train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
+        f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
+        f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
+        f"--bert_config={self.bert_config}",
+        "--projection_size=32", "--query_seq_len=32", "--candidate_seq_len=128", "--reader_seq_len=128",
+        "--span_hidden_size=32", "--embedder_pooling=mean", "--batch_size=2", "--num_train_steps=1",
+        "--save_checkpoints_steps=1", "--nojit_compile")
+    self.assertIsNone(result.exit)
+    self.assertIn(f"frozen index from {updated}/mips", result.log)
+    result = _main_in_process("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}",
+                              "--recall_ks=1,5")
+    self.assertIsNone(result.exit)
     with open(os.path.join(orqa_dir, "eval", "qa.dev.predictions.jsonl")) as f:
       retrieved = [i for line in f for i in json.loads(line)["retrieved_ids"]]
     self.assertIn("added-1", retrieved)
     self.assertNotIn("4", retrieved)
-    export_dir = os.path.join(self.tmp, "conv", "export")
-    result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--output_dir={export_dir}",
-                  "--notoken_ids")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    open_qa = saved_models.load_saved_model(os.path.join(export_dir, "open_qa"))
-    outputs = open_qa.signatures["serving_default"](questions=tf.constant(["Who was Quorvath Zelindra?"]))
-    texts = [t.decode("utf-8") for t in np.asarray(outputs["block_texts"])[0]]
-    self.assertIn(added["body"], texts)
-    self.assertNotIn(self.documents[4]["body"], texts)
-
+    # What bin/export_saved_model's open-QA model of that run serves: the blocks of
+    # orqa_model.load_trained (export_all hands them to export_open_qa as they are; the binary writes
+    # and serves them as a process in test_realm_index_then_orqa_frozen_index).
+    bodies = list(orqa_model.load_trained(orqa_dir).blocks.bodies)
+    self.assertIn(added["body"], bodies)
+    self.assertNotIn(self.documents[4]["body"], bodies)
 
   def test_converted_index_update_killed_before_its_rename(self):
     converted, embedder_dir, config, _, _ = self._converted("conv_killed")
@@ -316,14 +393,13 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertEqual([b["id"] for b in released_conversion.load_block_texts(
         os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
 
-
   def test_converted_orqa_served_from_the_updated_index(self):
     # Google's released ORQA as bin/convert_checkpoint converts it (a TF1 checkpoint in the original
     # layout), and a block_emb computed by its document tower.
     release = os.path.join(self.tmp, "served", "release")
     os.makedirs(release)
     positions = 64
-    bert_config = bert.BertConfig(vocab_size=285, hidden_size=32, num_layers=2, num_attention_heads=2,
+    bert_config = bert.BertConfig(vocab_size=285, hidden_size=32, num_layers=1, num_attention_heads=2,
                                   intermediate_size=64, max_position_embeddings=positions)
     checkpoint = testing_utils.write_tf1_checkpoint(
         os.path.join(release, "model.ckpt-300000"),
@@ -335,7 +411,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     training_state.restore_retriever(retriever, orqa_dir)
     block_emb = corpus_embedding.embed_corpus(
         lambda inputs: retriever.embed_documents(inputs, training=False), self.corpus,
-        config.featurizer(), batch_size=8, log=lambda message: None)
+        config.featurizer(), batch_size=8, log=lambda message: None,
+        jit_compile=False)
     encoded = testing_utils.write_tf1_checkpoint(os.path.join(release, "encoded.ckpt"),
                                                  {"block_emb": block_emb})
     # The titles too: the tower embedded "[CLS] title [SEP] body [SEP]", and blocks without them would
@@ -349,14 +426,20 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
                                 titles_path=os.path.join(release, "titles.tfr"),
                                 index_implementation="brute_force")
 
+    # bin/update_index's main() in this process (it runs as a process in
+    # test_realm_index_then_orqa_frozen_index).
     added = {"id": "added-1", "title": "Ostrel Vanquine", "body": _NEW_BODY}
-    result = _run("update_index.py", f"--index={index_dir}", f"--checkpoint={orqa_dir}", "--remove_ids=4",
-                  "--documents=" + _write_jsonl(os.path.join(self.tmp, "served", "add.jsonl"), [added]))
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    result = _main_in_process(
+        "update_index.py", f"--index={index_dir}", f"--checkpoint={orqa_dir}", "--remove_ids=4",
+        "--documents=" + _write_jsonl(os.path.join(self.tmp, "served", "add.jsonl"), [added]))
+    self.assertIsNone(result.exit)
+    self.assertIn(f"wrote {index_dir}-v1", result.stdout)
+    # The open-QA model bin/export_saved_model --model_dir=<converted ORQA> --index_dir=<updated index>
+    # writes (export_all's load_converted and export_open_qa; bin/released_orqa_test runs that binary
+    # command as a process, with its query_embedder).
     export_dir = os.path.join(self.tmp, "served", "export")
-    result = _run("export_saved_model.py", f"--model_dir={orqa_dir}", f"--index_dir={index_dir}-v1",
-                  f"--output_dir={export_dir}", "--notoken_ids")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    saved_models.export_open_qa(orqa_model.load_converted(orqa_dir, f"{index_dir}-v1"),
+                                os.path.join(export_dir, "open_qa"))
     outputs = saved_models.answer_questions(
         saved_models.load_open_qa(os.path.join(export_dir, "open_qa")), ["Who built a lighthouse?"])
     # The reader reads 5 blocks, all the updated index holds: the added one (by its id) and no removed one.
