@@ -1,4 +1,8 @@
-"""Runs the bin/ programs as a user would: separate processes, flags, exit codes and messages."""
+"""Runs the bin/ programs as a user would: separate processes, flags, exit codes and messages.
+
+A process start costs seconds of CPU: every program here runs at least once as a real process (a failing
+one for the exit status and the message on stderr), and the further misconfigurations it must refuse
+run its main() in this process (bin/in_process: the program's own flags and wiring)."""
 
 import json
 import os
@@ -6,6 +10,8 @@ import subprocess
 import sys
 
 import tensorflow as tf
+
+from bin import in_process
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -23,15 +29,7 @@ class GenerateRetrievalCorpusTest(tf.test.TestCase):
     return _run("generate_retrieval_corpus.py", f"--input_path={input_path}",
                 f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_prefix={prefix}", *extra)
 
-  def test_writes_testdata_corpus(self):
-    prefix = os.path.join(self.create_tempdir().full_path, "blocks")
-    result = self._generate(os.path.join(_TESTDATA, "corpus.jsonl"), prefix, "--num_output_shards=3")
-    self.assertEqual(result.returncode, 0, result.stderr)
-    with open(prefix + ".manifest.json") as f:
-      manifest = json.load(f)
-    self.assertEqual(manifest["num_documents"], 300)
-    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [100, 100, 100])
-    self.assertIn("wrote 300 documents into 3 shards", result.stderr)
+  # The testdata corpus, written by a real process: ReadmeCommandsTest's real command.
 
   def test_bad_line_fails_without_partial_shards(self):
     tmp = self.create_tempdir().full_path
@@ -52,9 +50,11 @@ class GenerateRetrievalCorpusTest(tf.test.TestCase):
       f.write(b"id\ttext\ttitle\n1\tgood text\tT1\n2\tonly two columns\n3\t\xff\xfe bad\tT3\n"
               b"4\tmore text\tT4\n5\t\t\n")
     prefix = os.path.join(tmp, "blocks")
-    result = self._generate(bad, prefix, "--skip_invalid", "--num_output_shards=1")
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertIn("3 invalid documents skipped", result.stderr)
+    result = in_process.run_main("generate_retrieval_corpus.py", f"--input_path={bad}",
+                                 f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_prefix={prefix}",
+                                 "--skip_invalid", "--num_output_shards=1")
+    self.assertIsNone(result.error, result.traceback)
+    self.assertIn("3 invalid documents skipped", result.log)
     with open(prefix + ".manifest.json") as f:
       manifest = json.load(f)
     self.assertEqual(manifest["num_documents"], 2)
@@ -62,21 +62,26 @@ class GenerateRetrievalCorpusTest(tf.test.TestCase):
 
   def test_missing_vocab_is_a_clear_error(self):
     tmp = self.create_tempdir().full_path
-    result = _run("generate_retrieval_corpus.py", f"--input_path={_TESTDATA}/corpus.jsonl",
-                  f"--vocab_path={tmp}/nope.txt", f"--output_prefix={tmp}/blocks")
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn(f"vocab file {tmp}/nope.txt does not exist", result.stderr)
+    result = in_process.run_main("generate_retrieval_corpus.py",
+                                 f"--input_path={_TESTDATA}/corpus.jsonl",
+                                 f"--vocab_path={tmp}/nope.txt", f"--output_prefix={tmp}/blocks")
+    self.assertIsNotNone(result.error)
+    self.assertIn(f"vocab file {tmp}/nope.txt does not exist", str(result.error))
+    self.assertFalse(os.path.exists(f"{tmp}/blocks.manifest.json"))
 
 
 class TrainRealmFlagsTest(tf.test.TestCase):
 
   def test_staleness_below_the_checkpoint_interval_is_refused_before_any_work(self):
+    # In this process; VocabChecksTest runs bin/train_realm as a failing process.
     tmp = self.create_tempdir().full_path
-    result = _run("train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
-                  f"--pretraining_corpus_path={tmp}/none", f"--retrieval_corpus_path={tmp}/none",
-                  "--bert_config=tiny", "--save_checkpoints_steps=250", "--max_index_staleness_steps=100")
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn("--max_index_staleness_steps=100 is below --save_checkpoints_steps=250", result.stderr)
+    result = in_process.run_main(
+        "train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
+        f"--pretraining_corpus_path={tmp}/none", f"--retrieval_corpus_path={tmp}/none",
+        "--bert_config=tiny", "--save_checkpoints_steps=250", "--max_index_staleness_steps=100")
+    self.assertIsNotNone(result.error)
+    self.assertIn("--max_index_staleness_steps=100 is below --save_checkpoints_steps=250",
+                  str(result.error))
     self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
 
 
@@ -96,11 +101,15 @@ class TrainFidKdFlagsTest(tf.test.TestCase):
     self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
 
   def test_bad_reader_shape_names_the_flags(self):
+    # In this process; the case above runs bin/train_fid_kd as a failing process.
     tmp = self.create_tempdir().full_path
-    result = self._run(tmp, "--reader_hidden_size=30", "--reader_num_heads=4")
-    self.assertNotEqual(result.returncode, 0)
+    result = in_process.run_main(
+        "train_fid_kd.py", f"--model_dir={tmp}/fid", f"--vocab_path={_TESTDATA}/vocab.txt",
+        f"--retrieval_corpus_path={tmp}/none", f"--train_path={tmp}/none", f"--dev_path={tmp}/none",
+        "--bert_config=tiny", "--reader_hidden_size=30", "--reader_num_heads=4")
+    self.assertIsNotNone(result.error)
     self.assertIn("the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): FidConfig: "
-                  "hidden_size 30 is not a multiple of num_heads 4", result.stderr)
+                  "hidden_size 30 is not a multiple of num_heads 4", str(result.error))
     self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
 
 
@@ -120,14 +129,20 @@ class TrainMlmSeedTest(tf.test.TestCase):
 
   def test_one_seed_trains_the_same_bert_in_two_processes(self):
     # --seed covers the weights' initialization and dropout, not only the data order: two runs of one
-    # seed write the same checkpoint bytes (on one machine; other CPUs round differently).
+    # seed write the same checkpoint bytes (on one machine; other CPUs round differently). No held-out
+    # evaluation (it comes after the checkpoint; GradientAccumulationFlagTest's run has one).
+    # A one-layer BERT from a bert_config.json (GradientAccumulationFlagTest's run takes the tiny preset).
+    bert_config = os.path.join(self.create_tempdir().full_path, "bert_config.json")
+    with open(bert_config, "w") as f:
+      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                 "intermediate_size": 64, "max_position_embeddings": 64}, f)
     weights = []
     for run in ("first", "second"):
       model_dir = os.path.join(self.create_tempdir().full_path, run)
       result = _run("train_mlm.py", f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
-                    f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",
+                    f"--vocab_path={_TESTDATA}/vocab.txt", f"--bert_config={bert_config}", "--batch_size=4",
                     "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=3",
-                    "--save_checkpoints_steps=3", "--jit_compile=false", "--seed=7")
+                    "--save_checkpoints_steps=3", "--jit_compile=false", "--seed=7", "--eval_percent=0")
       self.assertEqual(result.returncode, 0, result.stderr[-3000:])
       with open(os.path.join(model_dir, "ckpt-3.data-00000-of-00001"), "rb") as f:
         weights.append(f.read())
@@ -137,18 +152,20 @@ class TrainMlmSeedTest(tf.test.TestCase):
 class GradientAccumulationFlagTest(tf.test.TestCase):
 
   def test_the_trainers_take_it_and_name_it_when_it_does_not_divide_the_batch(self):
+    # bin/train_mlm's main in this process (TrainMlmSeedTest runs it as processes).
     model_dir = os.path.join(self.create_tempdir().full_path, "mlm")
     flags = [f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
              f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",
              "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=2",
              "--save_checkpoints_steps=2", "--jit_compile=false"]
-    result = _run("train_mlm.py", *flags, "--gradient_accumulation_steps=3")
-    self.assertNotEqual(result.returncode, 0)
+    result = in_process.run_main("train_mlm.py", *flags, "--gradient_accumulation_steps=3")
+    self.assertIsNotNone(result.error)
     self.assertIn("--gradient_accumulation_steps=3 must divide the batch of each replica (4;",
-                  result.stderr)
-    result = _run("train_mlm.py", *flags, "--gradient_accumulation_steps=2")
-    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+                  str(result.error))
+    result = in_process.run_main("train_mlm.py", *flags, "--gradient_accumulation_steps=2")
+    self.assertIsNone(result.error, result.traceback)
     self.assertTrue(os.path.exists(os.path.join(model_dir, "ckpt-2.index")))
+    self.assertIn("held-out masked-token accuracy", result.log)
 
 
 class VocabChecksTest(tf.test.TestCase):
@@ -168,9 +185,9 @@ class VocabChecksTest(tf.test.TestCase):
     swapped = f"{tmp}/vocab_swapped.txt"  # the same size, two tokens swapped
     with open(swapped, "w", encoding="utf-8") as f:
       f.write("\n".join(tokens[:-2] + [tokens[-1], tokens[-2]]) + "\n")
-    corpus = f"{tmp}/corpus/blocks"
-    corpus_lib.write_corpus(lambda: corpus_lib.read_documents(f"{_TESTDATA}/corpus.jsonl"),
-                            tokenization.Tokenizer(vocab), corpus, num_shards=1)
+    corpus = f"{tmp}/corpus/blocks"  # the first 10 documents: both runs stop at its manifest
+    documents = list(corpus_lib.read_documents(f"{_TESTDATA}/corpus.jsonl"))[:10]
+    corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(vocab), corpus, num_shards=1)
 
     result = _run("train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={swapped}",
                   f"--pretraining_corpus_path={_TESTDATA}/pretraining.jsonl",
@@ -203,27 +220,36 @@ def _run_as_readme(args, cwd):
 class ReadmeCommandsTest(tf.test.TestCase):
 
   def test_help_lists_own_and_shared_flags_only(self):
+    # One README command as a process (absl's --help and nothing of TensorFlow's start-up); what the
+    # others list is absl's help of their module, computed in this process (in_process.help_text).
     for binary, own in (("train_ict.py", "--pretraining_corpus_path"),
                         ("train_realm.py", "--retrieval_corpus_path"),
                         ("train_orqa.py", "--train_path"), ("train_mlm.py", "--input_path")):
-      result = _run_as_readme([os.path.join(_REPO, "bin", binary), "--help"], self.get_temp_dir())
-      listed = result.stdout
-      self.assertIn("Try --helpfull", listed, result.stderr)  # absl's help ran (it exits with 1)
+      if binary == "train_ict.py":
+        result = _run_as_readme([os.path.join(_REPO, "bin", binary), "--help"], self.get_temp_dir())
+        listed = result.stdout
+        self.assertIn("Try --helpfull", listed, result.stderr)  # absl's help ran (it exits with 1)
+        self.assertNotIn("cuda", result.stderr.lower())  # no TensorFlow start-up lines
+      else:
+        listed = in_process.help_text(binary)
       for flag in (own, "--model_dir", "--batch_size", "--num_train_steps", "--strategy", "--tpu",
                    "--mixed_precision"):
         self.assertIn(f"  {flag}:", listed, f"{binary} --help does not list {flag}")
       for flag in ("logtostderr", "verbosity", "test_srcdir"):  # absl's own: --helpfull only
         self.assertNotRegex(listed, rf"--(\[no\])?{flag}:", f"{binary} --help lists absl's --{flag}")
-      self.assertNotIn("cuda", result.stderr.lower())  # no TensorFlow start-up lines
 
   def test_a_real_command_runs_without_pythonpath(self):
+    # Also bin/generate_retrieval_corpus's run on the testdata corpus (GenerateRetrievalCorpusTest).
     out = self.create_tempdir().full_path
     result = _run_as_readme([os.path.join(_REPO, "bin", "generate_retrieval_corpus.py"),
                              f"--input_path={_TESTDATA}/corpus.jsonl", f"--vocab_path={_TESTDATA}/vocab.txt",
-                             f"--output_prefix={out}/blocks", "--num_output_shards=2"], out)
+                             f"--output_prefix={out}/blocks", "--num_output_shards=3"], out)
     self.assertEqual(result.returncode, 0, result.stderr)
     with open(os.path.join(out, "blocks.manifest.json")) as f:
-      self.assertEqual(json.load(f)["num_documents"], 300)
+      manifest = json.load(f)
+    self.assertEqual(manifest["num_documents"], 300)
+    self.assertEqual([s["num_documents"] for s in manifest["shards"]], [100, 100, 100])
+    self.assertIn("wrote 300 documents into 3 shards", result.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Runs the ORQA binaries as a user would, as separate processes on testdata: bin/train_orqa (a short run
-from an untrained retriever), bin/eval_orqa (metrics JSON, predictions JSONL, the printed table), and a
-run whose retriever checkpoint has the wrong hidden size, which must stop with a message that says what
-to pass."""
+from an untrained retriever), bin/eval_orqa (metrics JSON, predictions JSONL, the printed table),
+bin/export_saved_model and bin/answer, and a run whose retriever checkpoint has the wrong hidden size,
+which must stop with a message that says what to pass.
+
+The misconfigurations that stop bin/train_orqa before any work run its main() in this process
+(bin/in_process: the binary's own flags and wiring, no process start each); one of them runs as a real
+process for the exit status and the message on stderr."""
 
 import json
 import os
@@ -10,6 +14,7 @@ import sys
 
 import tensorflow as tf
 
+from bin import in_process
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
@@ -19,6 +24,7 @@ from realm_tf.modeling import realm_config as realm_config_lib
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")
+_NUM_DEV = 20  # the first dev questions bin/eval_orqa evaluates
 
 
 def _run(script, *args, timeout=300):
@@ -36,6 +42,17 @@ def _train_flags(model_dir, corpus_prefix, *extra):
           *extra)
 
 
+def _documents():
+  return corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl"))
+
+
+def _write_small_corpus(prefix, vocab=_VOCAB, num_docs=10):
+  """The first documents of testdata's corpus: enough for the runs that stop before any embedding."""
+  documents = list(_documents())[:num_docs]
+  corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(vocab), prefix, num_shards=1)
+  return prefix
+
+
 class OrqaBinariesTest(tf.test.TestCase):
 
   @classmethod
@@ -43,39 +60,51 @@ class OrqaBinariesTest(tf.test.TestCase):
     super().setUpClass()
     cls.tmp = tf.compat.v1.test.get_temp_dir()
     cls.corpus = os.path.join(cls.tmp, "corpus", "blocks")
-    documents = lambda: corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl"))
-    corpus_lib.write_corpus(documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=2)
+    corpus_lib.write_corpus(_documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=2)
+    # A one-layer BERT from a bert_config.json (the presets: ErrorsBeforeWorkTest's runs): bin/train_orqa,
+    # bin/export_saved_model and bin/answer trace and load it faster than the tiny preset's two layers.
+    bert_config = os.path.join(cls.tmp, "bert_config.json")
+    with open(bert_config, "w") as f:
+      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                 "intermediate_size": 64, "max_position_embeddings": 128}, f)
     cls.model_dir = os.path.join(cls.tmp, "orqa")
     cls.train = _run("train_orqa.py", *_train_flags(
-        cls.model_dir, cls.corpus, "--num_train_steps=12", "--eval_every_steps=6",
-        "--save_checkpoints_steps=6", "--max_eval_examples=20"))
+        cls.model_dir, cls.corpus, f"--bert_config={bert_config}", "--candidate_seq_len=64",
+        "--reader_seq_len=96", "--num_train_steps=4", "--eval_every_steps=2",
+        "--save_checkpoints_steps=2", "--max_eval_examples=8"))
 
   def test_train_then_eval(self):
     self.assertEqual(self.train.returncode, 0, self.train.stderr[-3000:])
     self.assertIn("embedded 300 blocks with the document tower", self.train.stderr)
-    self.assertIn("trained to step 12", self.train.stderr)
+    self.assertIn("trained to step 4", self.train.stderr)
     with open(os.path.join(self.model_dir, "best_metric.json")) as f:
       best = json.load(f)
-    self.assertIn(best["step"], (6, 12))
-    self.assertEqual(best["metrics"]["num_examples"], 20)
+    self.assertIn(best["step"], (2, 4))
+    self.assertEqual(best["metrics"]["num_examples"], 8)
 
+    # The first _NUM_DEV dev questions, as a file of their own: bin/eval_orqa evaluates all of it.
+    qa_path = os.path.join(self.tmp, "qa.dev_head.jsonl")
+    with open(os.path.join(_TESTDATA, "qa.dev.jsonl"), encoding="utf-8") as f:
+      head = f.readlines()[:_NUM_DEV]
+    with open(qa_path, "w", encoding="utf-8") as f:
+      f.writelines(head)
     out = os.path.join(self.tmp, "eval_out")
-    result = _run("eval_orqa.py", f"--model_dir={self.model_dir}", f"--qa_path={_TESTDATA}/qa.dev.jsonl",
-                  f"--output_dir={out}", "--batch_size=20")
+    result = _run("eval_orqa.py", f"--model_dir={self.model_dir}", f"--qa_path={qa_path}",
+                  f"--output_dir={out}", "--batch_size=8")
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-    with open(os.path.join(out, "qa.dev.metrics.json")) as f:
+    with open(os.path.join(out, "qa.dev_head.metrics.json")) as f:
       metrics = json.load(f)
     for key in ("accuracy", "exact_match", "f1", "recall@1", "recall@5", "recall@20", "recall@100",
                 "num_examples", "checkpoint"):
       self.assertIn(key, metrics)
-    self.assertEqual(metrics["num_examples"], 100)
+    self.assertEqual(metrics["num_examples"], _NUM_DEV)
     self.assertEqual(metrics["checkpoint"], os.path.join(self.model_dir, best["checkpoint"]))
     # Recall cannot shrink as k grows.
     self.assertLessEqual(metrics["recall@1"], metrics["recall@5"])
     self.assertLessEqual(metrics["recall@20"], metrics["recall@100"])
-    with open(os.path.join(out, "qa.dev.predictions.jsonl"), encoding="utf-8") as f:
+    with open(os.path.join(out, "qa.dev_head.predictions.jsonl"), encoding="utf-8") as f:
       records = [json.loads(line) for line in f]
-    self.assertLen(records, 100)
+    self.assertLen(records, _NUM_DEV)
     self.assertEqual(records[0]["question"], "Where was Savix Lunene born?")
     self.assertLen(records[0]["retrieved_ids"], 5)
     self.assertIn("recall@100", result.stdout)
@@ -84,7 +113,10 @@ class OrqaBinariesTest(tf.test.TestCase):
   def test_export_then_answer(self):
     self.assertEqual(self.train.returncode, 0, self.train.stderr[-3000:])
     export_dir = os.path.join(self.tmp, "export")
-    result = _run("export_saved_model.py", f"--model_dir={self.model_dir}", f"--output_dir={export_dir}")
+    # Less the token-id twins, which take as long again (realm_tf/export/saved_models_test exports and
+    # runs them from a bin/train_orqa-style model dir).
+    result = _run("export_saved_model.py", f"--model_dir={self.model_dir}", f"--output_dir={export_dir}",
+                  "--notoken_ids")
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     for kind in ("query_embedder", "document_embedder", "open_qa"):
       self.assertIn(f"{kind}: {os.path.join(export_dir, kind)}", result.stdout)
@@ -108,20 +140,23 @@ class OrqaBinariesTest(tf.test.TestCase):
     small = embedder_lib.build_retriever(bert.tiny_config(285, hidden_size=32, num_layers=1), 32)
     checkpoint = tf.train.Checkpoint(retriever=small).write(os.path.join(self.tmp, "small", "ckpt-0"))
     model_dir = os.path.join(self.tmp, "wrong")
-    result = _run("train_orqa.py", *_train_flags(model_dir, self.corpus, "--num_train_steps=2",
-                                                 f"--retriever_checkpoint={checkpoint}"))
-    self.assertNotEqual(result.returncode, 0)
+    # bin/train_orqa's main in this process; ErrorsBeforeWorkTest runs such a run as a process.
+    result = in_process.run_main("train_orqa.py", *_train_flags(
+        model_dir, self.corpus, "--num_train_steps=2", f"--retriever_checkpoint={checkpoint}"))
+    self.assertIsInstance(result.error, ValueError)
     self.assertIn(f"--retriever_checkpoint={checkpoint} does not fit this run's retriever (hidden_size 64",
-                  result.stderr)
+                  str(result.error))
     self.assertIn("Pass the --bert_config and --projection_size the checkpoint was trained with",
-                  result.stderr)
+                  str(result.error))
+    self.assertNotIn("Value in checkpoint could not be found", result.log)
     # Nothing written: a corrected rerun into the same model dir must not meet a stale configuration.
     self.assertFalse(os.path.exists(model_dir) and os.listdir(model_dir))
 
 
 class ErrorsBeforeWorkTest(tf.test.TestCase):
-  """Misconfigurations stop bin/train_orqa before anything is built or written, with
-  the error as the last thing printed, naming the flag or file and the fix."""
+  """Misconfigurations stop bin/train_orqa before anything is built or written, with an error naming
+  the flag or file and the fix: bin/train_orqa's main in this process (in_process.run_main), and one
+  real process that must end with that error as the last thing printed."""
 
   @classmethod
   def setUpClass(cls):
@@ -138,29 +173,32 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
     for path, lines in ((cls.swapped_vocab, swapped), (cls.bigger_vocab, bigger)):
       with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    documents = lambda: corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl"))
-    cls.corpus = os.path.join(cls.tmp, "corpus", "blocks")
-    corpus_lib.write_corpus(documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=1)
-    cls.swapped_corpus = os.path.join(cls.tmp, "corpus_swapped", "blocks")
-    corpus_lib.write_corpus(documents, tokenization.Tokenizer(cls.swapped_vocab), cls.swapped_corpus,
-                            num_shards=1)
-    cls.bigger_corpus = os.path.join(cls.tmp, "corpus_290", "blocks")
-    corpus_lib.write_corpus(documents, tokenization.Tokenizer(cls.bigger_vocab), cls.bigger_corpus,
-                            num_shards=1)
+    cls.corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus", "blocks"))
+    cls.swapped_corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus_swapped", "blocks"),
+                                             cls.swapped_vocab)
+    cls.bigger_corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus_290", "blocks"),
+                                            cls.bigger_vocab)
+    # A checkpoint holding more than the retriever (as a REALM or ORQA run's does: reader, optimizer):
+    # a failed restore used to bury the error under a warning per unmatched value.
+    retriever = embedder_lib.build_retriever(bert.tiny_config(285), 32, share_embedders=False)
+    extra = [tf.Variable(tf.zeros([3])) for _ in range(20)]
+    cls.full_checkpoint = tf.train.Checkpoint(
+        model=tf.train.Checkpoint(retriever=retriever, extra=extra),
+        optimizer=tf.train.Checkpoint(slots=extra)).write(os.path.join(cls.tmp, "full", "ckpt-3"))
 
   def _fails_before_work(self, result, model_dir, *parts):
-    self.assertNotEqual(result.returncode, 0)
-    last = result.stderr.strip().splitlines()[-1]
+    self.assertIsNotNone(result.error, result.log[-3000:])
+    message = str(result.error)
     for part in parts:
-      self.assertIn(part, last)
-    self.assertNotIn("Value in checkpoint could not be found", result.stderr)
+      self.assertIn(part, message)
+    self.assertNotIn("Value in checkpoint could not be found", result.log)
     self.assertFalse(os.path.exists(model_dir) and os.listdir(model_dir))
-    return last
+    return message
 
-  def _train(self, name, *flags):
+  def _train(self, name, *flags, corpus=None):
     model_dir = os.path.join(self.tmp, name)
-    flags = _train_flags(model_dir, self.corpus, "--num_train_steps=1") + flags
-    return model_dir, _run("train_orqa.py", *flags)
+    flags = _train_flags(model_dir, corpus or self.corpus, "--num_train_steps=1") + flags
+    return model_dir, in_process.run_main("train_orqa.py", *flags)
 
   def test_unknown_bert_config_preset(self):
     model_dir, result = self._train("preset", "--bert_config=bert_large")
@@ -179,6 +217,7 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
 
   def test_vocab_other_than_the_corpus_manifest(self):
     model_dir, result = self._train("other_vocab", f"--vocab_path={self.swapped_vocab}")
+    self.assertIsInstance(result.error, corpus_lib.VocabMismatchError)
     self._fails_before_work(result, model_dir, f"the vocab {self.swapped_vocab} (--vocab_path",
                             f"{self.corpus}.manifest.json records vocab_sha256",
                             "regenerate the corpus with bin/generate_retrieval_corpus")
@@ -190,29 +229,25 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
                                  vocab_path=_VOCAB, vocab_sha256=sha).save(model_dir)
     flags = _train_flags(model_dir, self.swapped_corpus, "--num_train_steps=1",
                          f"--vocab_path={self.swapped_vocab}")
-    result = _run("train_orqa.py", *flags)
-    self.assertNotEqual(result.returncode, 0)
-    last = result.stderr.strip().splitlines()[-1]
+    result = in_process.run_main("train_orqa.py", *flags)
+    self.assertIsInstance(result.error, corpus_lib.VocabMismatchError)
     self.assertIn(f"is not the vocab this run was started with ({model_dir}/realm_config.json records "
-                  f"vocab_sha256 {sha[:16]}", last)
+                  f"vocab_sha256 {sha[:16]}", str(result.error))
     self.assertEqual(os.listdir(model_dir), ["realm_config.json"])
 
   def test_vocab_of_another_size_than_a_full_retriever_checkpoint(self):
-    # A checkpoint holding more than the retriever (as a REALM or ORQA run's does: reader, optimizer):
-    # a failed restore used to bury the error under a warning per unmatched value.
-    retriever = embedder_lib.build_retriever(bert.tiny_config(285), 32, share_embedders=False)
-    extra = [tf.Variable(tf.zeros([3])) for _ in range(20)]
-    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever, extra=extra),
-                                     optimizer=tf.train.Checkpoint(slots=extra)).write(
-                                         os.path.join(self.tmp, "full", "ckpt-3"))
-    flags = (f"--retriever_checkpoint={checkpoint}", f"--vocab_path={self.bigger_vocab}")
-    model_dir = os.path.join(self.tmp, "bigger_vocab")
-    result = _run("train_orqa.py", *_train_flags(model_dir, self.bigger_corpus, "--num_train_steps=1"),
-                  *flags)
+    checkpoint = self.full_checkpoint
+    model_dir, result = self._train("bigger_vocab", f"--retriever_checkpoint={checkpoint}",
+                                    f"--vocab_path={self.bigger_vocab}", corpus=self.bigger_corpus)
     self._fails_before_work(result, model_dir, f"--retriever_checkpoint={checkpoint} has 285 word "
                             "embeddings but this run's retriever BERT has vocab_size 290",
                             "pass the --vocab_path and --bert_config the checkpoint was trained with")
-    # Another misfit found only by the restore itself (hidden size): still the last line, no warnings.
+
+  def test_hidden_size_other_than_a_full_retriever_checkpoint_in_a_process(self):
+    # A misfit found only by the restore itself (hidden size), as a real process: it exits non-zero with
+    # the error as the last line of stderr, no warning per unmatched checkpoint value after it, and
+    # nothing written.
+    checkpoint = self.full_checkpoint
     path = os.path.join(self.tmp, "bc_h32.json")
     with open(path, "w") as f:
       json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -220,8 +255,12 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
     model_dir = os.path.join(self.tmp, "hidden_32")
     result = _run("train_orqa.py", *_train_flags(model_dir, self.corpus, "--num_train_steps=1"),
                   f"--retriever_checkpoint={checkpoint}", f"--bert_config={path}")
-    self._fails_before_work(result, model_dir, f"--retriever_checkpoint={checkpoint} does not fit this "
-                            "run's retriever (hidden_size 32")
+    self.assertNotEqual(result.returncode, 0)
+    last = result.stderr.strip().splitlines()[-1]
+    self.assertIn(f"--retriever_checkpoint={checkpoint} does not fit this run's retriever (hidden_size 32",
+                  last)
+    self.assertNotIn("Value in checkpoint could not be found", result.stderr)
+    self.assertFalse(os.path.exists(model_dir) and os.listdir(model_dir))
 
 
 if __name__ == "__main__":

@@ -4,17 +4,25 @@ table, smaller than the original lengths 64/288/320 need): bin/convert_checkpoin
 checkpoint and the block_emb with its blocks.tfr / titles.tfr, bin/export_saved_model.py writes the
 open-QA SavedModel from the two, and its answers (as bin/answer.py and bin/serve.py get them) must be
 spans of retrieved blocks, which must be the converted index's exact top-k for the exported query
-tower's embedding."""
+tower's embedding.
 
+The block_emb conversion and bin/answer.py run their main() in this process (bin/in_process; the ORQA
+checkpoint's conversion and the export are real processes), and the exported models are loaded here
+once for all cases."""
+
+import contextlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 
+from bin import in_process
 from realm_tf import testing_utils
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
@@ -75,14 +83,31 @@ class ReleasedOrqaTest(tf.test.TestCase):
     cls.convert_orqa = _run("convert_checkpoint.py", f"--input_checkpoint={cls.checkpoint}",
                             f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_dir={cls.orqa_dir}",
                             "--num_attention_heads=2")
-    cls.convert_index = _run("convert_checkpoint.py", "--layout=block_emb",
-                             f"--input_checkpoint={encoded}", f"--blocks_path={blocks_path}",
-                             f"--titles_path={titles_path}", "--index_implementation=brute_force",
-                             f"--output_dir={cls.index_dir}")
+    with contextlib.redirect_stdout(io.StringIO()):  # its conversion report
+      cls.convert_index = in_process.run_main(
+          "convert_checkpoint.py", "--layout=block_emb", f"--input_checkpoint={encoded}",
+          f"--blocks_path={blocks_path}", f"--titles_path={titles_path}",
+          "--index_implementation=brute_force", f"--output_dir={cls.index_dir}")
     # README's command (less the token-id twins, which take time and are tested elsewhere).
     cls.export = _run("export_saved_model.py", f"--model_dir={cls.orqa_dir}",
                       f"--index_dir={cls.index_dir}", f"--output_dir={cls.export_dir}",
                       "--notoken_ids")
+    cls._query_embedder = cls._open_qa = None
+
+  @classmethod
+  def _open_qa_model(cls):
+    """The exported open-QA model, loaded once for all cases."""
+    if cls._open_qa is None:
+      cls._open_qa = saved_models.load_open_qa(os.path.join(cls.export_dir, "open_qa"))
+    return cls._open_qa
+
+  @classmethod
+  def _embed_queries(cls, questions):
+    """The exported query tower's embeddings (the SavedModel loaded once, for all cases)."""
+    if cls._query_embedder is None:
+      cls._query_embedder = saved_models.load_saved_model(os.path.join(cls.export_dir, "query_embedder"))
+    return cls._query_embedder.signatures["serving_default"](
+        questions=tf.constant(questions))["embeddings"].numpy()
 
   def test_converted_lengths_fit_the_position_table(self):
     self.assertEqual(self.convert_orqa.returncode, 0, self.convert_orqa.stderr[-3000:])
@@ -93,7 +118,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
                   self.convert_orqa.stdout)
 
   def test_export_answers_from_the_converted_index(self):
-    self.assertEqual(self.convert_index.returncode, 0, self.convert_index.stderr[-3000:])
+    self.assertIsNone(self.convert_index.error, self.convert_index.traceback)
     self.assertEqual(self.export.returncode, 0, self.export.stderr[-3000:])
     for kind in ("query_embedder", "open_qa"):
       self.assertIn(f"{kind}: {os.path.join(self.export_dir, kind)}", self.export.stdout)
@@ -101,11 +126,8 @@ class ReleasedOrqaTest(tf.test.TestCase):
     self.assertNotIn("document_embedder", self.export.stdout)
 
     # What bin/answer.py and bin/serve.py call (bin/orqa_binaries_test and bin/serve_test run them).
-    outputs = saved_models.answer_questions(
-        saved_models.load_open_qa(os.path.join(self.export_dir, "open_qa")), _QUESTIONS)
-    query_embedder = saved_models.load_saved_model(os.path.join(self.export_dir, "query_embedder"))
-    queries = query_embedder.signatures["serving_default"](
-        questions=tf.constant(_QUESTIONS))["embeddings"].numpy()
+    outputs = saved_models.answer_questions(self._open_qa_model(), _QUESTIONS)
+    queries = self._embed_queries(_QUESTIONS)
     mips = index_lib.load_index(os.path.join(self.index_dir, "mips"))
     top_ids, top_scores = mips.search(queries, k=_READER_BEAM)
     exact = np.argsort(-(queries.astype(np.float64) @ self.block_emb.T.astype(np.float64)), axis=1)
@@ -125,21 +147,34 @@ class ReleasedOrqaTest(tf.test.TestCase):
       self.assertEqual(self.texts[row].encode("utf-8")[start:limit], answer, question)
 
   def test_answer_binary_answers_from_the_export(self):
-    """README's last step as a user runs it: bin/answer.py prints the answer (a span of one of the
-    retrieved blocks) and the blocks, titled as in titles.tfr, in the converted index's exact order."""
+    """README's last step: bin/answer.py prints the answer (a span of one of the retrieved blocks) and
+    the blocks, titled as in titles.tfr, in the converted index's exact order.
+
+    Its main runs in this process on the model loaded once here (its load_open_qa of that path returns
+    it): loading the export in a fresh process is realm_tf/export/saved_models_test's and
+    bin/serve_test's, bin/answer.py as a process bin/orqa_binaries_test's."""
     self.assertEqual(self.export.returncode, 0, self.export.stderr[-3000:])
     question = _QUESTIONS[0]
-    answered = _run("answer.py", question, f"--saved_model={os.path.join(self.export_dir, 'open_qa')}",
-                    f"--num_passages={_READER_BEAM}")
-    self.assertEqual(answered.returncode, 0, answered.stderr[-3000:])
-    lines = answered.stdout.splitlines()
+    path = os.path.join(self.export_dir, "open_qa")
+    model, loaded = self._open_qa_model(), []
+
+    def load_open_qa(saved_model):
+      loaded.append(saved_model)
+      return model
+
+    stdout = io.StringIO()
+    with mock.patch.object(saved_models, "load_open_qa", load_open_qa), \
+        contextlib.redirect_stdout(stdout):
+      answered = in_process.run_main("answer.py", question, f"--saved_model={path}",
+                                     f"--num_passages={_READER_BEAM}")
+    self.assertIsNone(answered.error, answered.traceback)
+    self.assertEqual(loaded, [path])
+    lines = stdout.getvalue().splitlines()
     self.assertEqual(f"Q: {question}", lines[0])
     answer = re.fullmatch(r"A: (.*)    \(score -?[0-9.]+\)", lines[1]).group(1)
     passages = [re.match(r"  \d+\. \[(\d+)\] (.*) \(retriever", line) for line in lines[2:]]
     ranked = [(int(m.group(1)), m.group(2)) for m in passages if m]
-    query_embedder = saved_models.load_saved_model(os.path.join(self.export_dir, "query_embedder"))
-    query = query_embedder.signatures["serving_default"](
-        questions=tf.constant([question]))["embeddings"].numpy()[0]
+    query = self._embed_queries([question])[0]
     exact = np.argsort(-(self.block_emb.astype(np.float64) @ query.astype(np.float64)))
     self.assertEqual([j for j, _ in ranked], list(exact[:_READER_BEAM]))
     self.assertEqual([title for _, title in ranked], [self.titles[j] for j, _ in ranked])

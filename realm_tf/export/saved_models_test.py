@@ -2,7 +2,14 @@
 after the original vocab file is gone, they give the Python model's answers, retrieved blocks and
 embeddings, for a batch holding an empty, a 2000-character and a non-ASCII question: the raw-text models
 with plain TensorFlow (+ tensorflow_text, + scann for a ScaNN index) and with saved_model_cli run after
-registering those ops; the token-id models with the stock saved_model_cli script."""
+registering those ops; the token-id models with the stock saved_model_cli script.
+
+One fresh process (started once, shared by the cases) loads every model: first the token-id embedders
+with saved_model_cli's own run (its TF1 session loader) before any op library is imported (core ops
+only), then, after `import tensorflow_text` (and `import scann`), the raw-text models with
+tf.saved_model.load and open_qa with saved_model_cli's run again. Two more processes run the command
+lines themselves: the stock saved_model_cli script on open_qa_token_ids, and the documented
+register-the-ops-first command on open_qa_scann."""
 
 import json
 import os
@@ -29,9 +36,19 @@ _LOADER = r"""
 import json, sys
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.tools import saved_model_cli
+paths, questions, titles, bodies, core_cli_runs, cli_runs = json.loads(sys.stdin.read())
+
+def cli_run(path, signature, exprs, outdir):  # what `saved_model_cli run --input_exprs` does
+  feed = saved_model_cli.load_inputs_from_input_arg_string("", exprs, "")
+  saved_model_cli.run_saved_model_with_feed_dict(path, "serve", signature, feed, outdir, False)
+
+for run in core_cli_runs:  # no op library imported yet: core TensorFlow ops only
+  cli_run(*run)
+out = {"core_ops_only": not any(name in sys.modules for name in ("tensorflow_text", "scann"))}
 import tensorflow_text  # registers the tokenizer's ops
-paths, questions, titles, bodies = json.loads(sys.stdin.read())
-out = {}
+for run in cli_runs:
+  cli_run(*run)
 for kind, path in paths.items():
   if kind == "open_qa_scann":
     import scann  # registers ScaNN's ops
@@ -61,6 +78,22 @@ def _packed(rows, type_ids=None):
   return out
 
 
+def _exprs(inputs):
+  """saved_model_cli's --input_exprs for {input key: Python value}."""
+  return ";".join(f"{k}={v!r}" for k, v in inputs.items())
+
+
+def _read_outdir(outdir):
+  """The outputs saved_model_cli run wrote to --outdir, as Python values (strings decoded)."""
+  out = {}
+  for name in os.listdir(outdir):
+    value = np.load(os.path.join(outdir, name), allow_pickle=True)
+    if value.dtype == object:
+      value = np.vectorize(lambda x: x.decode("utf-8"), otypes=[object])(value)
+    out[name[:-len(".npy")]] = value.tolist()
+  return out
+
+
 # The documented way to run the raw-text exports with the stock saved_model_cli: register the ops first.
 _CLI_WITH_OPS = ("import sys, tensorflow_text, scann; "
                  "from tensorflow.python.tools import saved_model_cli; "
@@ -68,6 +101,8 @@ _CLI_WITH_OPS = ("import sys, tensorflow_text, scann; "
 
 
 class ExportTest(tf.test.TestCase):
+
+  _loaded = None  # the shared fresh process's outputs (_fresh_process)
 
   @classmethod
   def setUpClass(cls):
@@ -128,24 +163,43 @@ class ExportTest(tf.test.TestCase):
       self.assertEqual(body[start:limit].decode("utf-8") if start >= 0 else "", answer)
       self.assertEqual(start < 0, limit < 0)
 
+  @classmethod
+  def _fresh_process(cls):
+    """The shared fresh process's outputs: {kind: outputs} of tf.saved_model.load, and under "cli" the
+    saved_model_cli runs' {kind: outputs} (its core-ops part's flag under "core_ops_only")."""
+    if cls._loaded is None:
+      paths = {kind: path for kind, path in cls.paths.items() if not kind.endswith("_token_ids")}
+      outdirs = {kind: tempfile.mkdtemp(dir=cls.tmp) for kind in
+                 ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa")}
+      core_cli_runs = [
+          [cls.paths["query_embedder_token_ids"], "serving_token_ids", _exprs(cls.question_ids),
+           outdirs["query_embedder_token_ids"]],
+          [cls.paths["document_embedder_token_ids"], "serving_default", _exprs(cls.document_ids),
+           outdirs["document_embedder_token_ids"]]]
+      cli_runs = [[cls.paths["open_qa"], "serving_default", _exprs({"questions": _QUESTIONS}),
+                   outdirs["open_qa"]]]
+      loaded = subprocess.run(
+          [sys.executable, "-c", _LOADER],
+          input=json.dumps([paths, _QUESTIONS, cls.titles, cls.bodies, core_cli_runs, cli_runs]),
+          capture_output=True, text=True, timeout=300, check=False,
+          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""), cwd=cls.tmp)
+      if loaded.returncode != 0:
+        raise AssertionError(f"the fresh process failed: {loaded.stderr[-3000:]}")
+      cls._loaded = json.loads(loaded.stdout.strip().splitlines()[-1])
+      cls._loaded["cli"] = {kind: _read_outdir(outdir) for kind, outdir in outdirs.items()}
+    return cls._loaded
+
   def _stock_cli(self, command, path, signature, inputs):
     """Runs `saved_model_cli run` (command: the stock script, or a python -c prefix) in a fresh process
     and returns its outputs (read back from --outdir) as Python values."""
     outdir = tempfile.mkdtemp(dir=self.tmp)
-    exprs = ";".join(f"{k}={v!r}" for k, v in inputs.items())
     run = subprocess.run(
         command + ["run", "--dir", path, "--tag_set", "serve", "--signature_def", signature,
-                   "--input_exprs", exprs, "--outdir", outdir],
+                   "--input_exprs", _exprs(inputs), "--outdir", outdir],
         capture_output=True, text=True, timeout=300, check=False, cwd=self.tmp,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
     self.assertEqual(run.returncode, 0, run.stderr[-3000:])
-    out = {}
-    for name in os.listdir(outdir):
-      value = np.load(os.path.join(outdir, name), allow_pickle=True)
-      if value.dtype == object:
-        value = np.vectorize(lambda x: x.decode("utf-8"), otypes=[object])(value)
-      out[name[:-len(".npy")]] = value.tolist()
-    return out
+    return _read_outdir(outdir)
 
   def test_fresh_process_matches_python_model(self):
     paths, trained = dict(self.paths), self.trained
@@ -157,16 +211,8 @@ class ExportTest(tf.test.TestCase):
     self.assertEqual(saved_models.export_info(paths["open_qa"])["checkpoint"], trained.checkpoint)
     with self.assertRaises(FileExistsError):
       saved_models.export_open_qa(trained, paths["open_qa"])
-    for kind in ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa_token_ids"):
-      del paths[kind]
 
-    loaded = subprocess.run(
-        [sys.executable, "-c", _LOADER],
-        input=json.dumps([paths, _QUESTIONS, self.titles, self.bodies]),
-        capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""), cwd=self.tmp)
-    self.assertEqual(loaded.returncode, 0, loaded.stderr[-3000:])
-    out = json.loads(loaded.stdout.strip().splitlines()[-1])
+    out = self._fresh_process()
 
     for kind in ("open_qa", "open_qa_scann"):
       self._check_open_qa(out[kind], kind)
@@ -180,14 +226,16 @@ class ExportTest(tf.test.TestCase):
                            trained.model.retriever.embed_queries(tuple(self.candidate_inputs)).numpy())
 
   def test_stock_saved_model_cli_runs_token_id_exports(self):
-    cli = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
-    queries = self._stock_cli(cli, self.paths["query_embedder_token_ids"], "serving_token_ids",
-                              self.question_ids)
+    # The embedders: saved_model_cli's run in the fresh process, before any op library was imported.
+    cli_runs = self._fresh_process()
+    self.assertTrue(cli_runs["core_ops_only"])
+    queries = cli_runs["cli"]["query_embedder_token_ids"]
     self.assertAllClose(queries["embeddings"], self.expected_queries, atol=1e-5)
-    documents = self._stock_cli(cli, self.paths["document_embedder_token_ids"], "serving_default",
-                                self.document_ids)
+    documents = cli_runs["cli"]["document_embedder_token_ids"]
     self.assertAllClose(documents["embeddings"], self.expected_documents, atol=1e-5)
 
+    # open_qa_token_ids (the module docstring's command) with the stock script itself.
+    cli = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
     qa = self._stock_cli(cli, self.paths["open_qa_token_ids"], "serving_token_ids", self.question_ids)
     self._check_open_qa(qa, "open_qa_token_ids")
     self._check_answer_spans(qa)
@@ -204,10 +252,12 @@ class ExportTest(tf.test.TestCase):
     self.assertTrue(os.path.exists(os.path.join(self.paths["open_qa_token_ids"], info["vocab"])))
 
   def test_raw_text_exports_run_with_saved_model_cli_after_registering_ops(self):
-    for kind in ("open_qa", "open_qa_scann"):
-      qa = self._stock_cli([sys.executable, "-c", _CLI_WITH_OPS], self.paths[kind], "serving_default",
-                           {"questions": _QUESTIONS})
-      self._check_open_qa(qa, kind)
+    # open_qa: saved_model_cli's run in the fresh process after `import tensorflow_text`; open_qa_scann
+    # (both op libraries) with the documented command line.
+    self._check_open_qa(self._fresh_process()["cli"]["open_qa"], "open_qa")
+    qa = self._stock_cli([sys.executable, "-c", _CLI_WITH_OPS], self.paths["open_qa_scann"],
+                         "serving_default", {"questions": _QUESTIONS})
+    self._check_open_qa(qa, "open_qa_scann")
 
 
 if __name__ == "__main__":
