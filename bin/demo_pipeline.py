@@ -58,6 +58,10 @@ class PipelineOptions:
   # documents (measured: recall@5 46.0 -> 23.0, the null document taking 83% of the posterior).
   mlm_input_path: Optional[str] = None
   realm_steps: int = 300
+  # BERT of bin/train_realm's retriever and reader: a preset or a bert_config.json path (the tests run a
+  # smaller one than the demo's tiny preset); and XLA for its train step.
+  realm_bert_config: str = "tiny"
+  realm_jit_compile: bool = True
   save_checkpoints_steps: int = 50
   keep_checkpoint_max: int = 5
   # REALM's pre-training examples per step (the paper's: 512). At 8 the questions' recall@5 fell on one
@@ -248,7 +252,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
   return run_realm_processes(
       os.path.join(options.output_dir, "realm"), options.output_dir,
       dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
+           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
+           bert_config=options.realm_bert_config, jit_compile=options.realm_jit_compile,
            projection_size=options.projection_size,
            embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
            embedder_pooling=options.embedder_pooling,

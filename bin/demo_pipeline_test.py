@@ -1,7 +1,10 @@
 """Tests of bin/demo_pipeline end to end: the real refresher process beside the real trainer process.
 
-Slow by nature (separate processes, each importing TensorFlow), so one short run covers the pipeline and
-one kill-and-resume run covers recovery.
+Slow by nature (separate processes, each importing TensorFlow), so the corpora are written once for the
+class (by the real bin/generate_* processes), one short run (and its continuation) covers the pipeline and
+one kill-and-resume run covers recovery. What is tested is the processes, not the model: they train a
+BERT smaller than the demo's tiny preset (one layer, hidden 32) on short sequences without XLA (XLA of
+REALM's train step: realm_tf/modeling/realm_test.py and realm_tf/training/train_lib_test.py).
 """
 
 import json
@@ -22,21 +25,57 @@ from realm_tf.data import synthetic
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import corpus_embedding
 
+# The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.
+_SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
 
-def _short_options(output_dir: str, **overrides) -> demo_pipeline.PipelineOptions:
+
+def _write_small_bert_config(directory: str) -> str:
+  """A one-layer, hidden-32 BERT as a Google bert_config.json (--bert_config takes its path)."""
+  with open(os.path.join(demo_pipeline.PipelineOptions.testdata_dir, "vocab.txt")) as f:
+    vocab_size = len(f.read().splitlines())
+  path = os.path.join(directory, "bert_config.json")
+  with open(path, "w") as f:
+    json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128}, f)
+  return path
+
+
+def _logs_tail(out: str) -> str:
+  """What a failed run_realm check shows: the end of the refresher's and the trainer's logs."""
+  tails = []
+  for name in ("refresh_doc_embeds.log", "train_realm.log"):
+    with open(os.path.join(out, name), errors="replace") as f:
+      lines = [line for line in f if "] " in line and "controller.py" not in line]
+    tails.append(f"{name}:\n" + "".join(lines[-15:]))
+  return "\n".join(tails)
+
+
+def _short_options(output_dir: str, bert_config: str, **overrides) -> demo_pipeline.PipelineOptions:
   values = dict(output_dir=output_dir, realm_steps=60, save_checkpoints_steps=20, realm_batch_size=4,
                 max_index_staleness_steps=40, realm_learning_rate=1e-3,
-                index_implementation="brute_force")
+                index_implementation="brute_force", realm_bert_config=bert_config,
+                realm_jit_compile=False, **_SIZES)
   values.update(overrides)
   return demo_pipeline.PipelineOptions(**values)
 
 
 class PipelineTest(tf.test.TestCase):
 
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # The corpora of every run here (prepare_corpora's bin/generate_* processes, once): the runs only
+    # read them.
+    cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "demo_pipeline")
+    os.makedirs(cls.out, exist_ok=True)
+    cls.bert_config = _write_small_bert_config(cls.out)
+    cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config),
+                                              echo=lambda _: None)
+
   def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):
     out = self.create_tempdir().full_path
-    options = _short_options(out)
-    paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
+    options = _short_options(out, self.bert_config)
+    paths = self.paths
     summary = demo_pipeline.run_realm(options, paths, init_retriever=None, echo=lambda _: None)
     # The bootstrap index (step 0) and at least one index the refresher published from a checkpoint.
     self.assertGreaterEqual(len(summary["indexes_used"]), 2, summary)
@@ -75,11 +114,11 @@ class PipelineTest(tf.test.TestCase):
 
     # The finished run continued to more steps: the refresher started beside it must not take the first
     # run's done marker for the end of this one, so the new final checkpoint gets its index.
-    more = demo_pipeline.run_realm(_short_options(out, realm_steps=80), paths, init_retriever=None,
-                                   echo=lambda _: None)
+    more = demo_pipeline.run_realm(_short_options(out, self.bert_config, realm_steps=80), paths,
+                                   init_retriever=None, echo=lambda _: None)
     self.assertEqual(training_state.latest_step(model_dir), 80)
     self.assertEqual(more["refresher_exit_code"], 0)
-    self.assertIn("80", os.listdir(index_dir))
+    self.assertIn("80", os.listdir(index_dir), _logs_tail(out))
 
   def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
     out = self.create_tempdir().full_path
@@ -88,40 +127,40 @@ class PipelineTest(tf.test.TestCase):
         open(news, "w") as w:
       records = [line for line in f if json.loads(line)["title"] == synthetic.NEWS_TITLE][:7]
       w.writelines(records)
-    paths = demo_pipeline.prepare_corpora(_short_options(out, realm_pretraining_path=news),
-                                          echo=lambda _: None)
+    paths = demo_pipeline.prepare_corpora(
+        _short_options(out, self.bert_config, realm_pretraining_path=news), echo=lambda _: None)
     self.assertEqual(pretraining.read_manifest(paths["realm_pretraining"])["num_documents"], 7)
     self.assertEqual(pretraining.read_manifest(paths["pretraining"])["num_documents"], 444)  # ICT's
 
   def test_a_rerun_appends_to_its_log(self):
     # A resumed benchmark reruns its binaries with the same log paths; what the first run printed stays.
+    # The first run: setUpClass's bin/generate_retrieval_corpus (prepare_corpora); the rerun fails.
     out = self.create_tempdir().full_path
-    log_path = os.path.join(out, "logs", "corpus.log")
-    for attempt in ("first", "second"):
-      with self.assertRaisesRegex(RuntimeError, log_path):
-        demo_pipeline.run_binary("generate_retrieval_corpus", log_path,
-                                 input_path=os.path.join(out, f"{attempt}.jsonl"),
-                                 vocab_path=os.path.join(demo_pipeline.REPO, "testdata", "vocab.txt"),
-                                 output_prefix=os.path.join(out, "blocks"))
+    log_path = os.path.join(self.out, "data", "generate_retrieval_corpus.log")
+    with self.assertRaisesRegex(RuntimeError, log_path):
+      demo_pipeline.run_binary("generate_retrieval_corpus", log_path,
+                               input_path=os.path.join(out, "second.jsonl"),
+                               vocab_path=os.path.join(demo_pipeline.REPO, "testdata", "vocab.txt"),
+                               output_prefix=os.path.join(out, "blocks"))
     with open(log_path) as f:
       lines = f.read().splitlines()
     headers = [i for i, line in enumerate(lines) if line.startswith("===== ")]
     self.assertLen(headers, 2, lines)
     self.assertEqual(headers[0], 0)
     first, second = lines[:headers[1]], lines[headers[1]:]
-    self.assertIn("first.jsonl does not exist", "\n".join(first))
+    self.assertIn("wrote 300 documents into 2 shards", "\n".join(first))
+    self.assertNotIn("does not exist", "\n".join(first))
     self.assertIn("second.jsonl does not exist", "\n".join(second))
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
-    options = _short_options(out)
-    paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
+    paths = self.paths
     model_dir = os.path.join(out, "kill")
     flags = dict(model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
                  retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
-                 bert_config="tiny", projection_size=32, query_seq_len=32, candidate_seq_len=128,
-                 max_masks=8, num_candidates=4, batch_size=4, save_checkpoints_steps=10,
-                 log_every_steps=5, bootstrap_index=True, index_implementation="brute_force")
+                 bert_config=self.bert_config, jit_compile=False, **_SIZES, batch_size=4,
+                 save_checkpoints_steps=10, log_every_steps=5, bootstrap_index=True,
+                 index_implementation="brute_force")
     log_path = os.path.join(out, "first.log")
     with open(log_path, "w") as log_file:
       trainer = subprocess.Popen(
