@@ -80,10 +80,7 @@ def _main_in_process(script, *args):
   message on stderr; any other exception fails the test with main's traceback."""
   stdout = io.StringIO()
   with contextlib.redirect_stdout(stdout):
-    try:
-      result = in_process.run_main(script, *args)
-    except SystemExit as e:
-      return _InProcess(str(e.code), stdout.getvalue(), "")
+    result = in_process.run_main(script, *args)  # returns main's SystemExit in result.error
   if isinstance(result.error, SystemExit):
     return _InProcess(str(result.error.code), stdout.getvalue(), result.log)
   if result.error is not None:
