@@ -267,7 +267,7 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
            index_implementation=options.index_implementation, check_index_every_batches=2,
            max_index_staleness_steps=options.max_index_staleness_steps),
       dict(retrieval_corpus_path=paths["retrieval"], index_implementation=options.index_implementation,
-           poll_seconds=1, keep=3),
+           embed_jit_compile=options.realm_jit_compile, poll_seconds=1, keep=3),
       echo)
 
 

@@ -105,6 +105,30 @@ def target_times(build_events_path):
           for label, times in shards.items()}
 
 
+def bazel_phases(build_events_path):
+  """(seconds from Bazel's start to its first test, seconds from there to the end), or None.
+
+  The first part is what a fresh clone pays before testing (server start, loading and analysis of the
+  workspace and its external repositories, building); from the started, testResult and finished events.
+  """
+  start = finish = None
+  first_test = None
+  with open(build_events_path) as f:
+    for line in f:
+      event = json.loads(line)
+      if "started" in event:
+        start = int(event["started"].get("startTimeMillis", 0)) or None
+      elif "finished" in event:
+        finish = int(event["finished"].get("finishTimeMillis", 0)) or None
+      elif "testResult" in event and not event["testResult"].get("cachedLocally"):
+        attempt = int(event["testResult"].get("testAttemptStartMillisEpoch", 0))
+        if attempt:
+          first_test = attempt if first_test is None else min(first_test, attempt)
+  if start is None or finish is None or first_test is None:
+    return None
+  return (first_test - start) / 1000, (finish - first_test) / 1000
+
+
 def report_times(times, output_path, slowest=5):
   if output_path:
     with open(output_path + ".tmp", "w") as f:
@@ -129,6 +153,10 @@ def main():
     totals = [t + c for t, c in zip(totals, counts)]
   if args.build_events and os.path.exists(args.build_events):
     report_times(target_times(args.build_events), args.times_output)
+    phases = bazel_phases(args.build_events)
+    if phases:
+      print(f"Bazel: {phases[0]:.0f} s before the first test (start, analysis, build), "
+            f"{phases[1]:.0f} s from there to the end")
   passed, failed, skipped = totals
   print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
   return 1 if failed else 0

@@ -62,6 +62,25 @@ class TestSummaryTest(unittest.TestCase):
     self.assertEqual(times["//pkg:b_test"], {"seconds": 10.0, "slowest_shard": 6.0, "shards": 2,
                                              "cached": False})
 
+  def test_bazel_phases_from_build_events(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
+      events = os.path.join(logs, "events.json")
+      with open(events, "w") as f:
+        f.write(json.dumps({"id": {"started": {}}, "started": {"startTimeMillis": "1000000"}}) + "\n")
+        # A cached result's attempt started in an earlier run: it does not move the first test.
+        for start, cached in ((1030000, False), (900000, True), (1045000, False)):
+          f.write(json.dumps({"id": {"testResult": {"label": "//pkg:a_test", "shard": 1}},
+                              "testResult": {"testAttemptStartMillisEpoch": str(start),
+                                             "testAttemptDurationMillis": "1000",
+                                             "cachedLocally": cached}}) + "\n")
+        f.write(json.dumps({"id": {"buildFinished": {}},
+                            "finished": {"finishTimeMillis": "1100000"}}) + "\n")
+      rc, out, err = self._run(logs, "//pkg:a_test", f"--build_events={events}")
+    self.assertEqual(rc, 0, err)
+    self.assertIn("Bazel: 30 s before the first test (start, analysis, build), 70 s from there to the end",
+                  out.splitlines())
+
   def test_single_and_sharded_targets_are_summed(self):
     with tempfile.TemporaryDirectory() as logs:
       _write(os.path.join(logs, "pkg", "plain_test", "test.xml"), [_PASS, _SKIP])

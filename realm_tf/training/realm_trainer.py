@@ -122,9 +122,12 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
       log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
       refresher.build_and_publish(
           config, model.retriever, 0,
+          # The trainer's one XLA switch covers its bootstrap embedding too (XLA compiles the embedder
+          # once per length bucket: seconds a --nojit_compile run on a CPU does not want to pay).
           refresher.RefresherOptions(model_dir=model_dir,
                                      corpus_prefix=options.retrieval_corpus_path,
-                                     index_implementation=options.index_implementation),
+                                     index_implementation=options.index_implementation,
+                                     embed_jit_compile=options.loop.jit_compile),
           strategy, {"bootstrap": True}, log)
 
   # After bin/update_index the indexes embed a corpus derived from --retrieval_corpus_path; a (re)started
