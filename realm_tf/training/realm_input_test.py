@@ -203,10 +203,25 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     state = realm_input.RetrievalState(
         watcher, corpus_table.CorpusTable.load(self.corpus_prefix), self.config.num_candidates,
         check_every_batches=1, log=self.messages.append, expected_dim=self.config.projection_size)
+    # Each of the pipeline's retrievals in order (batch i is retrieval i's): the index it used and whether
+    # it began after the update was published. tf.data makes batches ahead of the consumer, how many
+    # depends on the machine's load, so the check below follows retrievals, not a count of batches.
+    published = threading.Event()
+    retrievals = []
+
+    def recording_retrieve(*args, retrieve=state.retrieve):
+      began_after = published.is_set()
+      result = retrieve(*args)
+      retrievals.append((state.index.step, began_after))  # the pipeline retrieves one batch at a time
+      return result
+
+    state.retrieve = recording_retrieve  # what realm_dataset's py_function calls
     batches = iter(realm_input.realm_dataset(
         pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer, self.featurizer,
         state, batch_size=2, seed=1))
-    next(batches)
+    del state.retrieve  # this test's own retrievals below are not the pipeline's
+    batch = next(batches)
+    consumed = 1
     self.assertEqual(state.index.step, 5)
 
     # While the pipeline runs: replace a document (its new text keeps the old one), remove one, add one.
@@ -222,17 +237,18 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     updated_index = index_update.update_published_index(
         self.base_index, index_update.read_change_set(change_path, remove_ids=[removed.doc_id]),
         on_existing="replace", batch_size=8, log=lambda _: None)
+    published.set()
     updated = self.corpus_prefix + "-v1"
 
-    # Within a few batches (tf.data computed some ahead, before the update) the pipeline uses the update;
-    # the batches after those ahead are retrieved from it.
-    for _ in range(20):
-      next(batches)
-      if state.index.path == updated_index:
-        break
-    self.assertEqual(state.index.path, updated_index, "\n".join(self.messages))
-    for _ in range(8):
+    # The pipeline checks for a newer index before every retrieval: the first retrieval that began after
+    # the update was published uses it. The batches tf.data made ahead before that (how many varies
+    # with the load) come first; batch i is retrieval i's.
+    while not retrievals[consumed - 1][1]:
       batch = next(batches)
+      consumed += 1
+    self.assertEqual(retrievals[0][0], 5)
+    self.assertEqual(retrievals[consumed - 1][0], 6, retrievals)
+    self.assertEqual(state.index.path, updated_index, "\n".join(self.messages))
     self.assertEqual(state.corpus.prefix, updated)
     self.assertEqual(watcher.corpus_prefix, updated)
     self.assertEqual(state.indexes_used, [5, 6])
