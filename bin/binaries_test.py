@@ -132,18 +132,26 @@ class TrainMlmSeedTest(tf.test.TestCase):
     # seed write the same checkpoint bytes (on one machine; other CPUs round differently). No held-out
     # evaluation (it comes after the checkpoint; GradientAccumulationFlagTest's run has one).
     # A one-layer BERT from a bert_config.json (GradientAccumulationFlagTest's run takes the tiny preset).
+    # The first run is a fresh process, the second bin/train_mlm's main in this test's process, which has
+    # another hash seed and has already built and run other models: a process start fewer, and no less
+    # strict than two fresh processes.
     bert_config = os.path.join(self.create_tempdir().full_path, "bert_config.json")
     with open(bert_config, "w") as f:
       json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
                  "intermediate_size": 64, "max_position_embeddings": 64}, f)
     weights = []
-    for run in ("first", "second"):
+    for run in ("process", "in_process"):
       model_dir = os.path.join(self.create_tempdir().full_path, run)
-      result = _run("train_mlm.py", f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
-                    f"--vocab_path={_TESTDATA}/vocab.txt", f"--bert_config={bert_config}", "--batch_size=4",
-                    "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=3",
-                    "--save_checkpoints_steps=3", "--jit_compile=false", "--seed=7", "--eval_percent=0")
-      self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      flags = (f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
+               f"--vocab_path={_TESTDATA}/vocab.txt", f"--bert_config={bert_config}", "--batch_size=4",
+               "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=3",
+               "--save_checkpoints_steps=3", "--jit_compile=false", "--seed=7", "--eval_percent=0")
+      if run == "process":
+        result = _run("train_mlm.py", *flags)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+      else:
+        result = in_process.run_main("train_mlm.py", *flags)
+        self.assertIsNone(result.error, result.traceback)
       with open(os.path.join(model_dir, "ckpt-3.data-00000-of-00001"), "rb") as f:
         weights.append(f.read())
     self.assertEqual(weights[0], weights[1])
@@ -152,7 +160,7 @@ class TrainMlmSeedTest(tf.test.TestCase):
 class GradientAccumulationFlagTest(tf.test.TestCase):
 
   def test_the_trainers_take_it_and_name_it_when_it_does_not_divide_the_batch(self):
-    # bin/train_mlm's main in this process (TrainMlmSeedTest runs it as processes).
+    # bin/train_mlm's main in this process (TrainMlmSeedTest runs it as a process).
     model_dir = os.path.join(self.create_tempdir().full_path, "mlm")
     flags = [f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
              f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",

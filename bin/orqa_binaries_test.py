@@ -1,7 +1,7 @@
 """Runs the ORQA binaries as a user would, as separate processes on testdata: bin/train_orqa (a short run
 from an untrained retriever), bin/eval_orqa (metrics JSON, predictions JSONL, the printed table),
-bin/export_saved_model and bin/answer, and a run whose retriever checkpoint has the wrong hidden size,
-which must stop with a message that says what to pass.
+bin/export_saved_model and bin/answer (its usage error in this process), and a run whose retriever
+checkpoint has the wrong hidden size, which must stop with a message that says what to pass.
 
 The misconfigurations that stop bin/train_orqa before any work run its main() in this process
 (bin/in_process: the binary's own flags and wiring, no process start each); one of them runs as a real
@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+from absl import app
 import tensorflow as tf
 
 from bin import in_process
@@ -132,9 +133,11 @@ class OrqaBinariesTest(tf.test.TestCase):
     self.assertRegex(lines[4], r"^  2\. \[")
     self.assertIn("Q: Où est né Zoë?", result.stdout)
 
-    result = _run("answer.py", f"--saved_model={export_dir}/open_qa")
-    self.assertNotEqual(result.returncode, 0)
-    self.assertIn("pass the question(s) after the flags", result.stderr)
+    # No question: a usage error before the model is loaded, through bin/answer's main in this process
+    # (the process above is bin/answer's real run; app.run prints such an error and exits non-zero).
+    result = in_process.run_main("answer.py", f"--saved_model={export_dir}/open_qa")
+    self.assertIsInstance(result.error, app.UsageError)
+    self.assertIn("pass the question(s) after the flags", str(result.error))
 
   def test_wrong_hidden_size_retriever_is_a_clear_error(self):
     small = embedder_lib.build_retriever(bert.tiny_config(285, hidden_size=32, num_layers=1), 32)

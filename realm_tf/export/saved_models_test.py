@@ -6,10 +6,10 @@ registering those ops; the token-id models with the stock saved_model_cli script
 
 One fresh process (started once, shared by the cases) loads every model: first the token-id embedders
 with saved_model_cli's own run (its TF1 session loader) before any op library is imported (core ops
-only), then, after `import tensorflow_text` (and `import scann`), the raw-text models with
-tf.saved_model.load and open_qa with saved_model_cli's run again. Two more processes run the command
-lines themselves: the stock saved_model_cli script on open_qa_token_ids, and the documented
-register-the-ops-first command on open_qa_scann."""
+only), then, after `import tensorflow_text, scann` (what the documented register-the-ops-first command
+line does before it calls saved_model_cli's main), open_qa_scann with saved_model_cli's run and the
+raw-text models with tf.saved_model.load. One more process runs a command line itself: the stock
+saved_model_cli script on open_qa_token_ids."""
 
 import json
 import os
@@ -46,12 +46,10 @@ def cli_run(path, signature, exprs, outdir):  # what `saved_model_cli run --inpu
 for run in core_cli_runs:  # no op library imported yet: core TensorFlow ops only
   cli_run(*run)
 out = {"core_ops_only": not any(name in sys.modules for name in ("tensorflow_text", "scann"))}
-import tensorflow_text  # registers the tokenizer's ops
+import tensorflow_text, scann  # register the tokenizer's and ScaNN's ops
 for run in cli_runs:
   cli_run(*run)
 for kind, path in paths.items():
-  if kind == "open_qa_scann":
-    import scann  # registers ScaNN's ops
   model = tf.saved_model.load(path)
   serve = model.signatures["serving_default"]
   if kind.startswith("open_qa"):
@@ -93,11 +91,6 @@ def _read_outdir(outdir):
     out[name[:-len(".npy")]] = value.tolist()
   return out
 
-
-# The documented way to run the raw-text exports with the stock saved_model_cli: register the ops first.
-_CLI_WITH_OPS = ("import sys, tensorflow_text, scann; "
-                 "from tensorflow.python.tools import saved_model_cli; "
-                 "sys.argv[0] = 'saved_model_cli'; sys.exit(saved_model_cli.main())")
 
 
 class ExportTest(tf.test.TestCase):
@@ -170,14 +163,16 @@ class ExportTest(tf.test.TestCase):
     if cls._loaded is None:
       paths = {kind: path for kind, path in cls.paths.items() if not kind.endswith("_token_ids")}
       outdirs = {kind: tempfile.mkdtemp(dir=cls.tmp) for kind in
-                 ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa")}
+                 ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa_scann")}
       core_cli_runs = [
           [cls.paths["query_embedder_token_ids"], "serving_token_ids", _exprs(cls.question_ids),
            outdirs["query_embedder_token_ids"]],
           [cls.paths["document_embedder_token_ids"], "serving_default", _exprs(cls.document_ids),
            outdirs["document_embedder_token_ids"]]]
-      cli_runs = [[cls.paths["open_qa"], "serving_default", _exprs({"questions": _QUESTIONS}),
-                   outdirs["open_qa"]]]
+      # The raw-text model that needs both op libraries (open_qa, tokenizer ops only, loads with
+      # tf.saved_model.load below).
+      cli_runs = [[cls.paths["open_qa_scann"], "serving_default", _exprs({"questions": _QUESTIONS}),
+                   outdirs["open_qa_scann"]]]
       loaded = subprocess.run(
           [sys.executable, "-c", _LOADER],
           input=json.dumps([paths, _QUESTIONS, cls.titles, cls.bodies, core_cli_runs, cli_runs]),
@@ -190,8 +185,8 @@ class ExportTest(tf.test.TestCase):
     return cls._loaded
 
   def _stock_cli(self, command, path, signature, inputs):
-    """Runs `saved_model_cli run` (command: the stock script, or a python -c prefix) in a fresh process
-    and returns its outputs (read back from --outdir) as Python values."""
+    """Runs `saved_model_cli run` (command: the stock script) in a fresh process and returns its outputs
+    (read back from --outdir) as Python values."""
     outdir = tempfile.mkdtemp(dir=self.tmp)
     run = subprocess.run(
         command + ["run", "--dir", path, "--tag_set", "serve", "--signature_def", signature,
@@ -252,12 +247,12 @@ class ExportTest(tf.test.TestCase):
     self.assertTrue(os.path.exists(os.path.join(self.paths["open_qa_token_ids"], info["vocab"])))
 
   def test_raw_text_exports_run_with_saved_model_cli_after_registering_ops(self):
-    # open_qa: saved_model_cli's run in the fresh process after `import tensorflow_text`; open_qa_scann
-    # (both op libraries) with the documented command line.
-    self._check_open_qa(self._fresh_process()["cli"]["open_qa"], "open_qa")
-    qa = self._stock_cli([sys.executable, "-c", _CLI_WITH_OPS], self.paths["open_qa_scann"],
-                         "serving_default", {"questions": _QUESTIONS})
+    # open_qa_scann (both op libraries) with saved_model_cli's run in the fresh process, after the
+    # imports the documented command line makes (its entry point, saved_model_cli's main, runs as the
+    # stock script in test_stock_saved_model_cli_runs_token_id_exports).
+    qa = self._fresh_process()["cli"]["open_qa_scann"]
     self._check_open_qa(qa, "open_qa_scann")
+    self._check_answer_spans(qa)
 
 
 if __name__ == "__main__":
