@@ -79,7 +79,8 @@ def _updated_corpus_of(index_dir: str, corpus_prefix: str) -> Optional[str]:
 def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, projection_size: int,
                          strategy: tf.distribute.Strategy, retriever_fn: Callable[[], object],
                          index_dir: Optional[str] = None, retriever_checkpoint: Optional[str] = None,
-                         embed_batch_size: int = 128, log: Callable[[str], None] = print) -> np.ndarray:
+                         embed_batch_size: int = 128, log: Callable[[str], None] = print,
+                         jit_compile: bool = True) -> np.ndarray:
   """The run's block embeddings float32 [N, D]: reused from MODEL_DIR/frozen_index/ when a restarted run
   made them already, else taken from index_dir (--index_dir) or embedded with the document tower of
   retriever_fn() (an embedder.Retriever, called only then), then saved there.
@@ -91,6 +92,7 @@ def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, project
     projection_size: the retriever's embedding size D.
     strategy: the strategy the document tower was built under.
     retriever_checkpoint: --retriever_checkpoint, recorded in the index's provenance.
+    jit_compile: embed with XLA (the run's --jit_compile: a run without XLA does not pay its compiles).
   """
   directory = frozen_index_dir(model_dir)
   base_corpus = corpus_prefix
@@ -115,7 +117,7 @@ def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, project
     retriever = retriever_fn()
     embeddings = corpus_embedding.embed_corpus(
         lambda inputs: retriever.embed_documents(inputs, training=False), corpus_prefix,
-        featurizer, batch_size=embed_batch_size, strategy=strategy, log=log)
+        featurizer, batch_size=embed_batch_size, strategy=strategy, jit_compile=jit_compile, log=log)
     provenance = {"retriever_checkpoint": retriever_checkpoint,
                   "embed_seconds": time.time() - started}
     log(f"embedded {embeddings.shape[0]} blocks with the document tower in "

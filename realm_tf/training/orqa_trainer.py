@@ -122,7 +122,8 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
 
   embeddings = frozen_index.prepare_frozen_index(
       model_dir, options.orqa.retrieval_corpus_path, featurizer, config.embedding_dim, strategy,
-      retriever_fn, options.index_dir, options.retriever_checkpoint, options.embed_batch_size, log)
+      retriever_fn, options.index_dir, options.retriever_checkpoint, options.embed_batch_size, log,
+      jit_compile=options.loop.jit_compile)
   blocks = corpus_table.CorpusTable.load(
       frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))
   with strategy.scope():
