@@ -124,13 +124,15 @@ class RefresherKillTest(tf.test.TestCase):
     corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB), cls.corpus_prefix,
                             num_shards=2)
 
-  def _start(self, model_dir: str, log_path: str, batch_size: int) -> subprocess.Popen:
+  def _start(self, model_dir: str, log_path: str, batch_size: int, xla: bool) -> subprocess.Popen:
+    # xla False: the document tower uncompiled, every document padded to one length (one trace, no
+    # compile: the refresher's XLA embedding runs in refresher_test's bin/refresh_doc_embeds process).
     with open(log_path, "w") as log_file:
       return subprocess.Popen(
           demo_pipeline.binary_command(
               "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
               index_implementation="brute_force", batch_size=batch_size, poll_seconds=0.5,
-              max_refreshes=1),
+              max_refreshes=1, embed_jit_compile=xla, embed_length_buckets=None if xla else 1),
           stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
 
   def _wait_until(self, condition, what: str, process: subprocess.Popen, log_path: str) -> None:
@@ -168,10 +170,11 @@ class RefresherKillTest(tf.test.TestCase):
     watcher.start()
     processes = []
     try:
-      # 1. Killed while embedding: one document per batch keeps it there for seconds; kill after it
-      #    found the checkpoint and spent one more CPU second (restoring takes a fraction of that).
+      # 1. Killed while embedding: one document per batch, compiled per length bucket with XLA, keeps it
+      #    there for seconds; kill after it found the checkpoint and spent one more CPU second
+      #    (restoring takes a fraction of that).
       log1 = os.path.join(out, "first.log")
-      first = self._start(model_dir, log1, batch_size=1)
+      first = self._start(model_dir, log1, batch_size=1, xla=True)
       processes.append(first)
       self._wait_until(lambda: "found new checkpoint" in self._read(log1), "finding the checkpoint",
                        first, log1)
@@ -185,7 +188,7 @@ class RefresherKillTest(tf.test.TestCase):
 
       # 2. Killed while writing the index: right after its temporary directory appears.
       log2 = os.path.join(out, "second.log")
-      second = self._start(model_dir, log2, batch_size=64)
+      second = self._start(model_dir, log2, batch_size=64, xla=False)
       processes.append(second)
       self._wait_until(lambda: os.path.isdir(root) and any(
           io_utils.is_temporary(n) for n in os.listdir(root)), "a temporary index directory", second,
@@ -201,7 +204,7 @@ class RefresherKillTest(tf.test.TestCase):
 
       # 3. Restarted: removes the leftover and publishes the index of the same checkpoint.
       log3 = os.path.join(out, "third.log")
-      third = self._start(model_dir, log3, batch_size=64)
+      third = self._start(model_dir, log3, batch_size=64, xla=False)
       processes.append(third)
       returncode = third.wait(timeout=_DEADLINE_SECONDS)
       log = self._read(log3)

@@ -5,10 +5,12 @@ bin/test passes their location to Bazel tests as REALM_TF_SHARED_DATA. Tests tha
 shared_data_dir() and skip when it returns None.
 """
 
+import contextlib
+import functools
 import json
 import os
 import string
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -207,3 +209,30 @@ def with_optimizer_slots(params: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]
     variables[name + "/adam_v"] = np.ones_like(value)
   variables["global_step"] = np.array(1000, np.int64)
   return variables
+
+
+@contextlib.contextmanager
+def functions_run_eagerly():
+  """Inside, every tf.function (training steps, decoding, scores) runs its Python eagerly: no tracing.
+
+  Tracing a training step costs several CPU seconds even on the tests' tiny models, one eager step a
+  fraction of a second. For a run of a path that the same test traced already (or whose checks do not
+  depend on graph execution), e.g. a restart or a second round; XLA (jit_compile) does not apply inside.
+  """
+  previous = tf.config.functions_run_eagerly()
+  tf.config.run_functions_eagerly(True)
+  try:
+    yield
+  finally:
+    tf.config.run_functions_eagerly(previous)
+
+
+def eagerly(function: Callable) -> Callable:
+  """function, run inside functions_run_eagerly() (for mock.patch.object of one phase of a run)."""
+
+  @functools.wraps(function)
+  def wrapper(*args, **kwargs):
+    with functions_run_eagerly():
+      return function(*args, **kwargs)
+
+  return wrapper

@@ -6,7 +6,10 @@ scores), so the runs are few and short: one 2-round run with the flag on, read b
 resumed (after its first round) by the resume case, and one with it off; one training step per phase
 (what a round trains does not matter here, only which weights it starts from and keeps). The recall is
 a stand-in (below), so the corpus embeddings only pick round 1's passages: they are computed eagerly
-(fid_kd_testing.EagerCorpusEmbedding); fid_kd_test's loop test runs the real embedding.
+(fid_kd_testing.EagerCorpusEmbedding); fid_kd_test's loop test runs the real embedding. The runs'
+tf.functions run eagerly too (testing_utils.functions_run_eagerly): every round builds new models and
+would trace their steps, decoding and scores anew, most of a round's CPU time; fid_kd_test's loop test
+runs them traced.
 """
 
 import hashlib
@@ -94,7 +97,8 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
   def _run(options, recall):
     logs = []
     with mock.patch.object(fid_kd.retriever_eval, "retriever_recall", recall), \
-         mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()):
+         mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()), \
+         testing_utils.functions_run_eagerly():
       return fid_kd.run(options, log=logs.append), logs
 
   def test_worse_round_is_rejected_and_the_next_starts_from_the_previous_retriever(self):

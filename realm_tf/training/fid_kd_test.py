@@ -63,14 +63,37 @@ class LoopTest(tf.test.TestCase):
         num_passages=3, reader_steps=4, retriever_steps=1, reader_batch_size=4, retriever_batch_size=4,
         reader_single_passage_steps=1, reader_answer_substitution_rate=1.0,
         retriever_learning_rate=1e-3, recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8)
+    # The real corpus embedding (tf.data pipeline, length buckets) runs once, for round 0's first index,
+    # and the eager stand-in must give the same rows; the other three calls take the stand-in. Its
+    # document tower runs eagerly: compiled with XLA (anew per call, 4 length buckets) it costs about 4 s
+    # of CPU, and corpus_embedding_test compiles the same tower.
+    eager_embed = fid_kd_testing.EagerCorpusEmbedding()
+    real_embed = testing_utils.eagerly(fid_kd.embed_corpus)
+
+    def embed_corpus(retriever, run_options):
+      if eager_embed.calls:
+        return eager_embed(retriever, run_options)
+      embeddings = real_embed(retriever, run_options)
+      self.assertEqual((20, 16), embeddings.shape)
+      self.assertAllClose(embeddings, eager_embed(retriever, run_options), atol=1e-5, rtol=1e-5)
+      return embeddings
+
     # A first run stops after iteration 0 ("crash"); the second resumes: it skips iteration 0 and starts
     # iteration 1 from iteration 0's distilled retriever.
     logs = []
-    first = fid_kd.run(dataclasses.replace(options, iterations=1), log=logs.append)
-    self.assertLen(first, 1)
-    self.assertEqual([], [line for line in logs if "skipped" in line])
-    logs.clear()
-    metrics = fid_kd.run(options, log=logs.append)
+    # The single-passage phase trains the reader eagerly: the 3-passage phase traces the same step.
+    with mock.patch.object(fid_kd, "embed_corpus", embed_corpus), \
+         mock.patch.object(fid_kd, "_train_reader_on_single_passages",
+                           testing_utils.eagerly(fid_kd._train_reader_on_single_passages)):
+      first = fid_kd.run(dataclasses.replace(options, iterations=1), log=logs.append)
+      self.assertLen(first, 1)
+      self.assertEqual([], [line for line in logs if "skipped" in line])
+      logs.clear()
+      # Round 1 runs eagerly: round 0 traced the same steps, decoding and scores (round 1 trains no
+      # single-passage reader and no retriever: its dense passages hold too few answers).
+      with testing_utils.functions_run_eagerly():
+        metrics = fid_kd.run(options, log=logs.append)
+    self.assertEqual(4, eager_embed.calls)  # the real embedding's check, then 3 rounds' indexes
     self.assertLen([line for line in logs if "skipped" in line], 1)
     self.assertLen(metrics, 2)
     self.assertEqual(first[0], metrics[0])
@@ -145,9 +168,18 @@ class LoopTest(tf.test.TestCase):
         retriever_batch_size=16, reader_single_passage_steps=0, recall_ks=(1, 5), embed_batch_size=32,
         predict_batch_size=8, reader_init_checkpoint=export, reader_learning_rate=1e-2)
     logs = []
+    real_iteration = fid_kd._run_iteration
+
+    def run_iteration(options, data, retriever, iteration, start, log):
+      # Iteration 0 traces the BERT reader's training step, decoding and scores; iteration 1 runs them
+      # eagerly (the same functions again), warm-started as iteration 0.
+      run = real_iteration if iteration == 0 else testing_utils.eagerly(real_iteration)
+      return run(options, data, retriever, iteration, start, log)
+
     # The corpus embeddings (which only pick the passages here) computed eagerly; the loop test above
     # runs the real ones.
-    with mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()) as embed:
+    with mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()) as embed, \
+         mock.patch.object(fid_kd, "_run_iteration", run_iteration):
       metrics = fid_kd.run(options, log=logs.append)
     self.assertEqual(4, embed.calls)  # before and after each iteration's distillation
     self.assertEqual([None, None], [m["retriever_training"] for m in metrics])

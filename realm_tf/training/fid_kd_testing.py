@@ -14,8 +14,8 @@ class EagerCorpusEmbedding:
   The same embeddings up to float rounding (the real one buckets documents by length and compiles with
   XLA; BERT masks its padding), without building a tf.data pipeline and compiling per call: about 2-3 s
   of CPU per call on a testdata slice, two calls a round. For tests whose checks do not depend on the
-  index (fid_kd_test's loop test runs the real one). Patch it in with
-  mock.patch.object(fid_kd, "embed_corpus", EagerCorpusEmbedding()).
+  index (fid_kd_test's loop test runs the real one once and checks this one against it). Patch it in
+  with mock.patch.object(fid_kd, "embed_corpus", EagerCorpusEmbedding()).
   """
 
   def __init__(self):
@@ -30,3 +30,4 @@ class EagerCorpusEmbedding:
           *corpus.ragged_token_ids())]
     self.calls += 1
     return np.asarray(retriever.embed_documents(tuple(self._candidates[prefix]), training=False), np.float32)
+

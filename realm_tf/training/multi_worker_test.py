@@ -4,6 +4,12 @@ Each worker process runs this file with --as_worker: it builds a tiny RealmPretr
 MultiWorkerMirroredStrategy (realm_tf.training.distribute), takes its half of each global batch, and runs
 two TrainSteps. Both workers must report the same all-reduced losses, equal to one process training on the
 same global batches (the loss is the mean over the masked tokens of the GLOBAL batch).
+
+Cheap as the behaviour allows: two worker processes (the test process does not join the cluster, so
+that other tests in it see no collective runtime), a 1-layer hidden-32 BERT, and no XLA: the workers'
+step compiles nothing (train_lib_test compiles the same per-replica pass inside MirroredStrategy, the
+all-reduce staying outside the compiled function under any strategy), and the one-process reference
+runs eagerly while the workers start.
 """
 
 import json
@@ -44,7 +50,8 @@ def _batches():
 
 
 def _train(strategy, dataset) -> list:
-  config = bert.tiny_config(60, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  config = bert.tiny_config(60, hidden_size=32, num_layers=1, intermediate_size=32, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
   with strategy.scope():
     tf_keras.utils.set_random_seed(3)
     model = realm_model.RealmPretrainer(config, projection_size=16)
@@ -54,7 +61,7 @@ def _train(strategy, dataset) -> list:
     rng = np.random.default_rng(11)
     model.set_weights([rng.normal(0, 0.02, w.shape).astype(np.float32) for w in model.get_weights()])
     optimizer = tf_keras.optimizers.SGD(0.5)
-    step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=True)
+    step = train_lib.TrainStep(model, optimizer, strategy, jit_compile=False)
   return [float(step(batch)["loss"]) for batch in dataset]
 
 
@@ -92,17 +99,29 @@ class MultiWorkerTest(tf.test.TestCase):
       workers.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--as_worker"],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       env=env))
-    outputs = []
-    for worker in workers:
-      output, _ = worker.communicate(timeout=300)
-      self.assertEqual(worker.returncode, 0, output[-3000:])
-      outputs.append(output)
+    try:
+      # The reference: one process, the global batches, no strategy; eager (no tracing) while the
+      # workers start.
+      tf.config.run_functions_eagerly(True)
+      try:
+        single = _train(tf.distribute.get_strategy(),
+                        tf.data.Dataset.from_tensor_slices(_batches()).batch(_GLOBAL_BATCH))
+      finally:
+        tf.config.run_functions_eagerly(False)
+      outputs = []
+      for worker in workers:
+        output, _ = worker.communicate(timeout=300)
+        self.assertEqual(worker.returncode, 0, output[-3000:])
+        outputs.append(output)
+    finally:
+      for worker in workers:
+        if worker.poll() is None:
+          worker.kill()
+          worker.wait()
     losses = [json.loads(next(line for line in out.splitlines() if line.startswith("LOSSES "))[7:])
               for out in outputs]
     self.assertLen(losses[0], _STEPS)
     self.assertAllClose(losses[0], losses[1])
-    single = _train(tf.distribute.get_strategy(),
-                    tf.data.Dataset.from_tensor_slices(_batches()).batch(_GLOBAL_BATCH))
     self.assertAllClose(losses[0], single, rtol=1e-4)
     # The second step saw updated weights: training happened, identically everywhere.
     self.assertNotAllClose(single[0], single[1])

@@ -80,8 +80,10 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     self.assertFalse({t for t in tags["train"] if t.startswith("dev_")},
                      tags["train"])
 
-    # bin/eval_orqa's path: the best checkpoint, the same dev metrics, and the files it promises.
-    result = orqa_evaluation.evaluate_model_dir(model_dir, paths["dev"], batch_size=4, log=logs.append)
+    # bin/eval_orqa's path: the best checkpoint, the same dev metrics, and the files it promises. Its
+    # predictor's functions run eagerly: the run's dev evaluations traced the same OrqaPredictor.
+    with testing_utils.functions_run_eagerly():
+      result = orqa_evaluation.evaluate_model_dir(model_dir, paths["dev"], batch_size=4, log=logs.append)
     self.assertEqual(result["checkpoint"], os.path.join(model_dir, best["checkpoint"]))
     for key, value in best["metrics"].items():
       self.assertAllClose(result[key], value, msg=key)
@@ -95,10 +97,12 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     with open(result["metrics_path"]) as f:
       self.assertEqual(json.load(f)["num_examples"], 8)
 
-    # A restart continues from ckpt-4 with the same frozen index.
+    # A restart continues from ckpt-4 with the same frozen index. Its one step runs eagerly: the first
+    # run traced the same training step (a trace costs about 5 s of CPU, the step a fraction of one).
     before = np.array(frozen.embeddings)
-    orqa_trainer.train(_options(model_dir, paths, steps=5, dev_path=None),
-                       tf.distribute.get_strategy(), log=logs.append)
+    with testing_utils.functions_run_eagerly():
+      orqa_trainer.train(_options(model_dir, paths, steps=5, dev_path=None),
+                         tf.distribute.get_strategy(), log=logs.append)
     self.assertTrue(any("reusing the frozen index" in line for line in logs))
     self.assertTrue(any("resumed from" in line and "ckpt-4" in line for line in logs))
     self.assertAllEqual(index_lib.load_index(frozen_index.frozen_index_dir(model_dir)).embeddings,
