@@ -147,10 +147,12 @@ def check_selection_metric(options: "FidKdOptions") -> None:
 
 
 def embed_corpus(retriever: embedder_lib.Retriever, options: FidKdOptions) -> np.ndarray:
-  """float32 [num_docs, D], the document tower over the corpus (the refreshed index's rows)."""
+  """float32 [num_docs, D], the document tower over the corpus (the refreshed index's rows); with XLA
+  when the run's steps use it (--jit_compile), as the other trainers embed their corpora."""
   return corpus_embedding.embed_corpus(
       lambda inputs: retriever.embed_documents(inputs, training=False), options.retrieval_corpus_path,
-      options.config.featurizer(), batch_size=options.embed_batch_size, log=lambda _: None)
+      options.config.featurizer(), batch_size=options.embed_batch_size,
+      jit_compile=options.jit_compile, log=lambda _: None)
 
 
 def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings: np.ndarray,

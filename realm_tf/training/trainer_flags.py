@@ -137,7 +137,8 @@ def define_device_flags(mixed_precision_help: str = "Keras precision policy.") -
 def define_jit_compile_flag(default: bool = True) -> flags.FlagHolder:
   return flags.DEFINE_bool("jit_compile", default,
                            "Compile the train steps with XLA, and a trainer's own corpus embedding "
-                           "(bin/train_realm's bootstrap index, bin/train_orqa's frozen index).")
+                           "(bin/train_realm's bootstrap index, bin/train_orqa's frozen index, "
+                           "bin/train_fid_kd's refreshed indexes).")
 
 
 @dataclasses.dataclass(frozen=True)
