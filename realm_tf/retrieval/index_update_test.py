@@ -6,6 +6,7 @@ mean-pools a random tiny BERT, under which a query made of a document's own word
 so retrieval of an added document is observable without training.
 """
 
+import gc
 import json
 import os
 import shutil
@@ -55,6 +56,9 @@ class IndexUpdateTest(tf.test.TestCase):
     # test starts from a pristine copy put back at that same path (the absolute corpus and checkpoint
     # paths that published.json records stay valid), so the tests do not see each other's updates.
     super().setUpClass()
+    # The imports' objects (TensorFlow's millions) out of the garbage collector's full passes, which
+    # otherwise walk all of them again and again; they live as long as the process anyway.
+    gc.freeze()
     root = os.path.join(tf.compat.v1.test.get_temp_dir(), "index_update_test")
     cls.dir = os.path.join(root, "work")
     cls._pristine = os.path.join(root, "pristine")
@@ -72,19 +76,33 @@ class IndexUpdateTest(tf.test.TestCase):
     cls.checkpoint = tf.train.CheckpointManager(root_checkpoint, cls.model_dir, max_to_keep=3).save(
         checkpoint_number=_STEP)
     options = cls._refresher_options(cls.corpus)
-    # One embedder of the retriever for every refresh of the tests (as a refresher keeps one), without
-    # XLA: the refresher's XLA path is refresher_test's; here only the rows matter.
-    cls.embedder = refresher.corpus_embedder(cls.config, cls.retriever, options)
+    # The tests' refreshes embed their corpus eagerly (_embed_eagerly): here only the rows matter, and
+    # the refresher's embedding pipeline is refresher_test's (the updates embed through it; their probes
+    # must reproduce these rows, and test_add_replace_remove_publishes_a_new_version_of_the_updated_corpus
+    # compares an update with a refresher's run).
+    cls.embedder = cls._embed_eagerly
     cls.base_index = refresher.build_and_publish(
         cls.config, cls.retriever, _STEP, options, info={"checkpoint": cls.checkpoint},
         log=lambda message: None, embedder=cls.embedder)
     shutil.copytree(cls.dir, cls._pristine)
 
   @classmethod
+  def _embed_eagerly(cls, corpus_prefix, **unused):
+    """The retriever's document embeddings of the corpus [num_docs, D] in one eager batch, for
+    refresher.build_and_publish's embedder."""
+    rows = list(corpus_lib.read_corpus(corpus_prefix))
+    inputs = cls.config.featurizer().candidate_inputs(
+        tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+        tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+    return cls.retriever.embed_documents(tuple(inputs), training=False).numpy()
+
+  @classmethod
   def _refresher_options(cls, corpus_prefix, **overrides):
+    # One length bucket: a refresher traces its embedding once (the shapes are corpus_embedding_test's
+    # part).
     return refresher.RefresherOptions(model_dir=cls.model_dir, corpus_prefix=corpus_prefix,
                                       index_implementation="brute_force", batch_size=8,
-                                      embed_jit_compile=False, **overrides)
+                                      embed_jit_compile=False, embed_length_buckets=1, **overrides)
 
   def setUp(self):
     super().setUp()
@@ -97,14 +115,15 @@ class IndexUpdateTest(tf.test.TestCase):
     return index_update.update_published_index(self.base_index, change, log=self.messages.append,
                                                batch_size=8, **kwargs)
 
-  def _query(self, loaded, text):
+  def _query(self, loaded, texts):
+    """The index's rows by score for each text, [len(texts), num_docs] (one batch of questions)."""
     tokenizer = self.config.tokenizer()
     featurizer = self.config.featurizer(tokenizer)
-    ids = tokenizer.tokenize([text.encode("utf-8")])
+    ids = tokenizer.tokenize([text.encode("utf-8") for text in texts])
     inputs = featurizer.query_inputs(ids)
     query = loaded.embed_queries(*(np.asarray(x, np.int32) for x in inputs))
     rows, _ = loaded.mips.search(query, k=loaded.mips.num_docs)
-    return rows[0]
+    return rows
 
   def _assert_untouched(self):
     """Only the base index is published and no updated corpus exists."""
@@ -139,12 +158,7 @@ class IndexUpdateTest(tf.test.TestCase):
     self.assertLen(list(corpus_lib.read_corpus(self.corpus)), _NUM_DOCS)
     published_index.verify_published(self.base_index)
 
-    # Only the changed documents were embedded, and the result is what a full refresh of the updated
-    # corpus with the same checkpoint gives.
     loaded = published_index.load_published(path)
-    full = self.embedder(updated, log=lambda message: None)  # as a refresh of this checkpoint embeds it
-    self.assertAllClose(np.asarray(loaded.mips.embeddings), full, atol=1e-4, rtol=1e-4)
-
     # The newest index is the update; watchers of the updated corpus take it, and so does a running
     # trainer's watcher of the base corpus (the trainer swaps in the derived corpus with it:
     # realm_input_test), and a restarted process follows it.
@@ -155,10 +169,30 @@ class IndexUpdateTest(tf.test.TestCase):
     self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None), updated)
 
     # The added document is retrieved by a question about it; the removed one never is.
-    top = self._query(loaded, "Where was Quorvath Zelindra born? Yxmoor beside the river Plessa")
-    self.assertEqual(ids[top[0]], "new-1")
-    for doc in self.documents[:10] + [removed]:
-      self.assertNotIn(removed.doc_id, [ids[r] for r in self._query(loaded, doc.body)])
+    questions = ["Where was Quorvath Zelindra born? Yxmoor beside the river Plessa"] + [
+        doc.body for doc in self.documents[:10] + [removed]]
+    found = self._query(loaded, questions)
+    self.assertEqual(ids[found[0][0]], "new-1")
+    for rows in found[1:]:
+      self.assertNotIn(removed.doc_id, [ids[r] for r in rows])
+
+    # The next full refresh, by a refresher started with the base corpus as it was before the update,
+    # embeds the updated corpus; with the same weights (a checkpoint of the same retriever) it gives the
+    # update's rows: only the changed documents were embedded, and they are what a refresh embeds.
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever))
+    tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(checkpoint_number=10)
+    messages = []
+    refreshes = refresher.run(self._refresher_options(self.corpus, poll_seconds=0.1, max_refreshes=1),
+                              log=messages.append)
+    self.assertEqual(refreshes, 1)
+    refreshed = os.path.join(published_index.index_root(self.model_dir), "10")
+    record = published_index.verify_published(refreshed)
+    self.assertEqual(record["corpus_prefix"], updated)
+    self.assertEqual(record["num_docs"], _NUM_DOCS)
+    self.assertTrue(any("using that corpus" in m for m in messages), messages)
+    self.assertAllClose(np.asarray(loaded.mips.embeddings),
+                        np.asarray(published_index.load_published(refreshed).mips.embeddings),
+                        atol=1e-4, rtol=1e-4)
 
   def test_a_second_update_derives_from_the_first_and_is_followed(self):
     first = self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
@@ -170,26 +204,6 @@ class IndexUpdateTest(tf.test.TestCase):
                      self.corpus + "-v2")
     # A removal needs no tower: nothing was embedded.
     self.assertEqual(published_index.verify_published(second)["update"]["embedded"], 0)
-
-  def test_the_next_full_refresh_embeds_the_updated_corpus(self):
-    removed = self.documents[4].doc_id
-    self._update(index_update.read_change_set(
-        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]), remove_ids=[removed]))
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever))
-    tf.train.CheckpointManager(root, self.model_dir, max_to_keep=3).save(checkpoint_number=10)
-    messages = []
-    # Started with the base corpus, as it was before the update.
-    refreshes = refresher.run(self._refresher_options(self.corpus, poll_seconds=0.1, max_refreshes=1),
-                              log=messages.append)
-    self.assertEqual(refreshes, 1)
-    record = published_index.verify_published(os.path.join(published_index.index_root(self.model_dir),
-                                                            "10"))
-    self.assertEqual(record["corpus_prefix"], self.corpus + "-v1")
-    self.assertEqual(record["num_docs"], _NUM_DOCS)
-    self.assertTrue(any("using that corpus" in m for m in messages), messages)
-    ids = [r["doc_id"] for r in corpus_lib.read_corpus(record["corpus_prefix"])]
-    self.assertNotIn(removed, ids)
-    self.assertIn("new-1", ids)
 
   def test_a_refresh_of_the_old_corpus_with_keep_1_keeps_the_update(self):
     # A refresh that began before the update publishes the base corpus's index after it, with --keep=1:
@@ -277,8 +291,8 @@ class IndexUpdateTest(tf.test.TestCase):
       self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
 
   def test_failure_before_the_publish_rename_leaves_the_previous_index_in_use(self):
-    change = index_update.read_change_set(
-        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))
+    # A removal: no tower to rebuild, and the update still writes its corpus version before publishing.
+    change = index_update.read_change_set(remove_ids=[self.documents[5].doc_id])
     real_rename = os.rename
 
     def killed(source, target):

@@ -1,11 +1,16 @@
 """Tests of realm_tf.retrieval.refresher and bin/refresh_doc_embeds beside a fake trainer.
 
+All in this process: the refresher runs in a thread beside the fake trainer, and bin/refresh_doc_embeds's
+main() through bin/in_process (a process start would pay for Python and TensorFlow again; the binary runs
+as a process in reliability_processes_test, demo_pipeline_test and binaries_test).
+
 The fake trainer is this process: it writes realm_config.json and checkpoints in the REALM trainer's
 layout (tf.train.Checkpoint(model=<model with .retriever>) saved by a CheckpointManager, so ckpt-<step>)
 with different weights per step. Each published index must hold the document embeddings of exactly the
 weights of its step, which proves the refresher restored the checkpoint it names.
 """
 
+import gc
 import glob
 import os
 import subprocess
@@ -13,11 +18,12 @@ import threading
 import time
 from unittest import mock
 
+from absl import app
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bin import demo_pipeline
+from bin import in_process
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
@@ -104,6 +110,9 @@ class RefresherTest(tf.test.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
+    # The imports' objects (TensorFlow's millions) out of the garbage collector's full passes, which
+    # otherwise walk all of them again and again; they live as long as the process anyway.
+    gc.freeze()
     directory = os.path.join(tf.compat.v1.test.get_temp_dir(), "refresher_test")
     tf.io.gfile.makedirs(directory)
     documents = []
@@ -123,25 +132,23 @@ class RefresherTest(tf.test.TestCase):
                            (inputs.token_ids, inputs.mask, inputs.segment_ids))
 
   def _options(self, model_dir, **overrides) -> refresher.RefresherOptions:
-    # Without XLA in this process (the shapes of the embedding are corpus_embedding_test's part); the
-    # bin/refresh_doc_embeds process of test_binary_beside_a_fake_trainer embeds with XLA, its default.
+    # Without XLA in this process, and one length bucket (each refresher traces its embedding once: the
+    # shapes of the embedding are corpus_embedding_test's part); the bin/refresh_doc_embeds process of
+    # test_binary_beside_a_fake_trainer embeds with XLA, its default.
     values = dict(model_dir=model_dir, corpus_prefix=self.corpus_prefix,
                   index_implementation="brute_force", batch_size=8, poll_seconds=0.2,
-                  embed_jit_compile=False)
+                  embed_jit_compile=False, embed_length_buckets=1)
     values.update(overrides)
     return refresher.RefresherOptions(**values)
 
-  def _wait_for(self, condition, what: str, thread=None, log_path=None, process=None):
+  def _wait_for(self, condition, what: str, thread):
     deadline = time.time() + _DEADLINE_SECONDS
     while not condition():
-      details = ""
-      if thread is not None and not thread.is_alive():
-        details = f"the refresher returned {thread.result} ({thread.error}): {thread.messages}"
-      if process is not None and process.poll() is not None:
-        with open(log_path) as f:
-          details = f"the refresher exited with {process.returncode}:\n{f.read()[-4000:]}"
-      if details or time.time() > deadline:
-        self.fail(f"{what} did not happen; {details or 'deadline passed'}")
+      if not thread.is_alive():
+        self.fail(f"{what} did not happen; the refresher returned {thread.result} ({thread.error}): "
+                  f"{list(thread.messages)}")
+      if time.time() > deadline:
+        self.fail(f"{what} did not happen; deadline passed")
       time.sleep(0.1)
 
   def _published(self, model_dir, step):
@@ -158,47 +165,72 @@ class RefresherTest(tf.test.TestCase):
                         atol=atol)
     return record
 
-  def test_publishes_the_index_of_each_checkpoint(self):
-    model_dir = self.get_temp_dir()
-    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
-    trainer.write_config()
-    first = trainer.save(10)
-    thread = _RefresherThread(self._options(model_dir, max_refreshes=2, keep=5))
-    thread.start()
-    self._wait_for(self._published(model_dir, 10), "publishing the index of step 10", thread)
-    second = trainer.save(20)
-    thread.join(_DEADLINE_SECONDS)
-    self.assertFalse(thread.is_alive(), "the refresher did not stop after --max_refreshes")
-    self.assertIsNone(thread.error)
-    self.assertEqual(thread.result, 2)
-    self.assertEqual(published_index.published_steps(model_dir), [10, 20])
-    # Different weights per step, so equality below identifies the step restored.
-    self.assertNotAllClose(trainer.doc_embeddings[10], trainer.doc_embeddings[20], atol=1e-3)
-    self.assertEqual(self.assertIndexOf(model_dir, 10, trainer)["checkpoint"], first)
-    self.assertEqual(self.assertIndexOf(model_dir, 20, trainer)["checkpoint"], second)
-    self.assertTrue(any("--max_refreshes" in m for m in thread.messages), thread.messages)
-    self.assertTrue(any(m.startswith("published index of step 20") for m in thread.messages))
-
-  def test_waits_for_the_config_and_exits_on_the_done_marker(self):
+  def test_beside_a_trainer_publishes_the_index_of_each_checkpoint(self):
+    # The refresher as bin/refresh_doc_embeds runs it beside a trainer (here this process's thread):
+    # started before the trainer wrote anything, it waits for the config, publishes the index of each
+    # checkpoint, refuses a second refresher, and exits on the done marker after publishing the final
+    # checkpoint's index. With XLA, the binary's default, in this case only: the compiled embedding must
+    # use the weights each refresh restores in place.
     model_dir = self.get_temp_dir()
     trainer = _FakeTrainer(model_dir, _config(), self.candidates)
     waiting = threading.Event()
-    thread = _RefresherThread(self._options(model_dir))
+    thread = _RefresherThread(self._options(model_dir, embed_jit_compile=True))
     thread.messages = _Notifying(waiting, "waiting for the trainer to write")
     thread.start()
     self.assertTrue(waiting.wait(_DEADLINE_SECONDS), "the refresher did not wait for the config")
     self.assertTrue(thread.is_alive())
     self.assertEqual(published_index.published_steps(model_dir), [])
     trainer.write_config()
-    trainer.save(5)
+    first = trainer.save(10)
+    self._wait_for(self._published(model_dir, 10), "publishing the index of step 10", thread)
+
+    # bin/refresh_doc_embeds on the same model dir stops at once, naming the holder; nothing published.
+    # Its main() in this process (bin/in_process), without a second TensorFlow start: the lock is an
+    # flock of the file, refused to any other open of it while the holder lives. The binary turns the
+    # LockedError into app.UsageError, which app.run prints without a traceback.
+    second = in_process.run_main(
+        "refresh_doc_embeds.py", f"--model_dir={model_dir}", f"--retrieval_corpus_path={self.corpus_prefix}",
+        "--index_implementation=brute_force", "--batch_size=8", "--poll_seconds=0.2")
+    self.assertIsInstance(second.error, app.UsageError, second.traceback)
+    self.assertIn(f"held by pid {os.getpid()}", str(second.error))
+    self.assertIn("only one bin/refresh_doc_embeds may run per model dir", str(second.error))
+    self.assertEqual(published_index.published_steps(model_dir), [10])
+
+    last = trainer.save(20)
     trainer.finish()  # at once: the final checkpoint must still be published before exiting
     thread.join(_DEADLINE_SECONDS)
     self.assertFalse(thread.is_alive(), "the refresher did not exit on the done marker")
     self.assertIsNone(thread.error)
-    self.assertEqual(thread.result, 1)
-    self.assertEqual(published_index.published_steps(model_dir), [5])
-    self.assertIndexOf(model_dir, 5, trainer)
+    self.assertEqual(thread.result, 2)
+    self.assertEqual(published_index.published_steps(model_dir), [10, 20])
+    # Different weights per step, so equality below identifies the step restored.
+    self.assertNotAllClose(trainer.doc_embeddings[10], trainer.doc_embeddings[20], atol=1e-3)
+    self.assertEqual(self.assertIndexOf(model_dir, 10, trainer, atol=1e-4)["checkpoint"], first)
+    self.assertEqual(self.assertIndexOf(model_dir, 20, trainer, atol=1e-4)["checkpoint"], last)
+    self.assertTrue(any(m.startswith("published index of step 20") for m in thread.messages))
     self.assertTrue(any("training is done" in m for m in thread.messages), list(thread.messages))
+
+  def test_stops_after_max_refreshes(self):
+    model_dir = self.get_temp_dir()
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(5)
+    published = []
+
+    def training_done(directory):
+      del directory
+      # No done marker: only --max_refreshes ends this refresher; a look after the refresh is a failure,
+      # not a wait for a marker that never comes.
+      raise AssertionError(f"polled again after --max_refreshes=1 (published {published})")
+
+    # The refresh itself is the other cases' part: here only the loop's count.
+    with mock.patch.object(refresher, "build_and_publish",
+                           lambda config, retriever, step, *args: published.append(step)), \
+        mock.patch.object(refresher.training_state, "training_done", training_done):
+      messages = []
+      self.assertEqual(refresher.run(self._options(model_dir, max_refreshes=1), log=messages.append), 1)
+    self.assertEqual(published, [5])
+    self.assertIn("published 1 indexes (--max_refreshes); exiting", messages)
 
   def test_done_marker_without_config_exits_at_once(self):
     model_dir = self.get_temp_dir()
@@ -273,9 +305,14 @@ class RefresherTest(tf.test.TestCase):
       return len(looks) >= 21
 
     messages = []
-    with mock.patch.object(refresher.training_state, "training_done", training_done):
+    published = []
+    # The refresh between the waits is the other cases' part: here only what the loop says.
+    with mock.patch.object(refresher.training_state, "training_done", training_done), \
+        mock.patch.object(refresher, "build_and_publish",
+                          lambda config, retriever, step, *args: published.append(step)):
       self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.01),
                                      log=messages.append), 1)
+    self.assertEqual(published, [5])
     waits = [m for m in messages if m.startswith("waiting")]
     self.assertEqual(waits, [f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}",
                              f"waiting for a checkpoint newer than ckpt-5 in {model_dir}"])
@@ -328,68 +365,28 @@ class RefresherTest(tf.test.TestCase):
                         ict_embedder(tuple(tf.constant(x) for x in query_inputs), training=False),
                         atol=1e-5)
 
-  def test_binary_beside_a_fake_trainer(self):
-    model_dir = os.path.join(self.get_temp_dir(), "realm")
-    log_path = os.path.join(self.get_temp_dir(), "refresh_doc_embeds.log")
-    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
-    trainer.write_config()
-    trainer.save(10)
-    with open(log_path, "w") as log_file:
-      process = subprocess.Popen(
-          demo_pipeline.binary_command(
-              "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
-              poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
-          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
-      try:
-        self._wait_for(self._published(model_dir, 10), "publishing the index of step 10",
-                       log_path=log_path, process=process)
-        # A second refresher on the same model dir stops at once, naming the first; nothing published.
-        second = subprocess.run(
-            demo_pipeline.binary_command(
-                "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
-                poll_seconds=0.5, index_implementation="brute_force", batch_size=8),
-            capture_output=True, text=True, env=demo_pipeline.binary_env(),
-            timeout=_DEADLINE_SECONDS, check=False)
-        self.assertNotEqual(second.returncode, 0, second.stderr[-2000:])
-        self.assertIn(f"held by pid {process.pid}", second.stderr)
-        self.assertIn("only one bin/refresh_doc_embeds may run per model dir", second.stderr)
-        self.assertNotIn("Traceback", second.stderr)
-        trainer.save(20)
-        self._wait_for(self._published(model_dir, 20), "publishing the index of step 20",
-                       log_path=log_path, process=process)
-        trainer.finish()
-        returncode = process.wait(timeout=_DEADLINE_SECONDS)
-      finally:
-        if process.poll() is None:
-          process.kill()
-          process.wait()
-    with open(log_path) as f:
-      log = f.read()
-    self.assertEqual(returncode, 0, log[-4000:])
-    self.assertIn("training is done", log)
-    self.assertEqual(published_index.published_steps(model_dir), [10, 20])
-    self.assertIndexOf(model_dir, 10, trainer, atol=1e-4)
-    self.assertIndexOf(model_dir, 20, trainer, atol=1e-4)
-
-
   def test_binary_publishes_a_compressed_index_embedded_in_bfloat16(self):
     model_dir = os.path.join(self.get_temp_dir(), "realm_bf16")
-    log_path = os.path.join(self.get_temp_dir(), "refresh_doc_embeds_bf16.log")
     trainer = _FakeTrainer(model_dir, _config(), self.candidates)
     trainer.write_config()
     trainer.save(10)
     trainer.finish()
-    with open(log_path, "w") as log_file:
-      returncode = subprocess.run(
-          demo_pipeline.binary_command(
-              "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
-              poll_seconds=0.5, index_implementation="scann", index_rescoring="int8",
-              mixed_precision="mixed_bfloat16", embed_jit_compile=False, batch_size=8),
-          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env(),
-          timeout=_DEADLINE_SECONDS, check=False).returncode
-    with open(log_path) as f:
-      log = f.read()
-    self.assertEqual(returncode, 0, log[-4000:])
+    # The binary's main() in this process (bin/in_process), without a second TensorFlow start: its flags,
+    # parsed as a process parses them, set the precision and the index options, and it returns (exit
+    # status 0) once training is done. bin/refresh_doc_embeds runs as a process in
+    # reliability_processes_test, demo_pipeline_test and binaries_test.
+    try:
+      result = in_process.run_main(
+          "refresh_doc_embeds.py", f"--model_dir={model_dir}",
+          f"--retrieval_corpus_path={self.corpus_prefix}", "--poll_seconds=0.01",
+          "--index_implementation=scann", "--index_rescoring=int8", "--mixed_precision=mixed_bfloat16",
+          "--noembed_jit_compile", "--batch_size=8", "--embed_length_buckets=1")
+    finally:
+      # --mixed_precision set Keras's global policy, which a process would drop at its exit: the models
+      # of the next tests are float32.
+      tf_keras.mixed_precision.set_global_policy("float32")
+    self.assertIsNone(result.error, result.traceback)
+    self.assertIn("training is done", result.log)
     path = os.path.join(published_index.index_root(model_dir), "10")
     loaded = published_index.load_published(path)
     self.assertEqual(loaded.mips.parameters["rescoring"], "int8")
@@ -426,11 +423,26 @@ class CorpusBindingTest(tf.test.TestCase):
     trainer = _FakeTrainer(model_dir, _config(), None)
     trainer.write_config()
     retriever = trainer.retriever
+
+    def options(corpus_prefix):
+      return refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=corpus_prefix,
+                                        index_implementation="brute_force", batch_size=8,
+                                        embed_jit_compile=False)
+
+    # The rows embedded eagerly: what is checked is the corpus each index records, not its rows (the
+    # refresher's embedding is RefresherTest's part).
+    featurizer = trainer.config.featurizer(tokenizer)
+
+    def embedder(corpus_prefix, **unused):
+      rows = list(corpus_lib.read_corpus(corpus_prefix))
+      inputs = featurizer.candidate_inputs(
+          tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+          tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+      return retriever.embed_documents(tuple(inputs), training=False).numpy()
+
     for step, corpus_prefix in ((10, ours), (20, shuffled)):
-      options = refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=corpus_prefix,
-                                           index_implementation="brute_force", batch_size=8,
-                                           embed_jit_compile=False)
-      refresher.build_and_publish(trainer.config, retriever, step, options, log=lambda m: None)
+      refresher.build_and_publish(trainer.config, retriever, step, options(corpus_prefix),
+                                  log=lambda m: None, embedder=embedder)
     record = published_index.verify_published(os.path.join(published_index.index_root(model_dir), "20"))
     self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(shuffled))
     self.assertNotEqual(corpus_lib.fingerprint(ours), corpus_lib.fingerprint(shuffled))
