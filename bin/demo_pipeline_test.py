@@ -2,7 +2,8 @@
 
 Slow by nature (separate processes, each importing TensorFlow), so the corpora are written once for the
 class (by the real bin/generate_* processes) and one short run (and its continuation) covers the
-pipeline; a SIGKILLed trainer's recovery is bin/train_realm_sigkill_test's. What is tested is the
+pipeline; a SIGKILLed trainer's recovery is bin/train_realm_sigkill_test's, a given REALM corpus and
+the logs of a rerun bin/demo_pipeline_corpora_test's. What is tested is the
 processes, not the model: they train a BERT smaller than the demo's tiny preset (one layer, hidden 32)
 on short sequences without XLA, in the train step and in the index embedding (XLA of REALM's train step:
 realm_tf/modeling/realm_test.py and realm_tf/training/train_lib_test.py; of the embedding:
@@ -18,9 +19,7 @@ from bin import demo_pipeline
 from realm_tf import retriever_eval
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
-from realm_tf.data import pretraining
 from realm_tf.data import qa as qa_lib
-from realm_tf.data import synthetic
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import corpus_embedding
 
@@ -120,38 +119,6 @@ class PipelineTest(tf.test.TestCase):
     # directory is left behind.
     self.assertEmpty([n for n in names if n.startswith(".tmp")], names)
     self.assertLessEqual(len(names), 3, names)
-
-  def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
-    out = self.create_tempdir().full_path
-    news = os.path.join(out, "news.jsonl")
-    with open(os.path.join(demo_pipeline.PipelineOptions.testdata_dir, "pretraining.jsonl")) as f, \
-        open(news, "w") as w:
-      records = [line for line in f if json.loads(line)["title"] == synthetic.NEWS_TITLE][:7]
-      w.writelines(records)
-    paths = demo_pipeline.prepare_corpora(
-        _short_options(out, self.bert_config, realm_pretraining_path=news), echo=lambda _: None)
-    self.assertEqual(pretraining.read_manifest(paths["realm_pretraining"])["num_documents"], 7)
-    self.assertEqual(pretraining.read_manifest(paths["pretraining"])["num_documents"], 444)  # ICT's
-
-  def test_a_rerun_appends_to_its_log(self):
-    # A resumed benchmark reruns its binaries with the same log paths; what the first run printed stays.
-    # The first run: setUpClass's bin/generate_retrieval_corpus (prepare_corpora); the rerun fails.
-    out = self.create_tempdir().full_path
-    log_path = os.path.join(self.out, "data", "generate_retrieval_corpus.log")
-    with self.assertRaisesRegex(RuntimeError, log_path):
-      demo_pipeline.run_binary("generate_retrieval_corpus", log_path,
-                               input_path=os.path.join(out, "second.jsonl"),
-                               vocab_path=os.path.join(demo_pipeline.REPO, "testdata", "vocab.txt"),
-                               output_prefix=os.path.join(out, "blocks"))
-    with open(log_path) as f:
-      lines = f.read().splitlines()
-    headers = [i for i, line in enumerate(lines) if line.startswith("===== ")]
-    self.assertLen(headers, 2, lines)
-    self.assertEqual(headers[0], 0)
-    first, second = lines[:headers[1]], lines[headers[1]:]
-    self.assertIn("wrote 300 documents into 2 shards", "\n".join(first))
-    self.assertNotIn("does not exist", "\n".join(first))
-    self.assertIn("second.jsonl does not exist", "\n".join(second))
 
 
 if __name__ == "__main__":
