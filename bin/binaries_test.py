@@ -12,6 +12,7 @@ import sys
 import tensorflow as tf
 
 from bin import in_process
+from realm_tf import testing_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -135,10 +136,8 @@ class TrainMlmSeedTest(tf.test.TestCase):
     # The first run is a fresh process, the second bin/train_mlm's main in this test's process, which has
     # another hash seed and has already built and run other models: a process start fewer, and no less
     # strict than two fresh processes.
-    bert_config = os.path.join(self.create_tempdir().full_path, "bert_config.json")
-    with open(bert_config, "w") as f:
-      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                 "intermediate_size": 64, "max_position_embeddings": 64}, f)
+    bert_config = testing_utils.write_small_bert_config(self.create_tempdir().full_path,
+                                                        max_position_embeddings=64)
     weights = []
     for run in ("process", "in_process"):
       model_dir = os.path.join(self.create_tempdir().full_path, run)

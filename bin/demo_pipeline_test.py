@@ -10,13 +10,13 @@ realm_tf/modeling/realm_test.py and realm_tf/training/train_lib_test.py; of the 
 realm_tf/retrieval/corpus_embedding_test.py).
 """
 
-import json
 import os
 
 import tensorflow as tf
 
 from bin import demo_pipeline
 from realm_tf import retriever_eval
+from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.data import qa as qa_lib
@@ -25,17 +25,6 @@ from realm_tf.retrieval import corpus_embedding
 
 # The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
-
-
-def _write_small_bert_config(directory: str) -> str:
-  """A one-layer, hidden-32 BERT as a Google bert_config.json (--bert_config takes its path)."""
-  with open(os.path.join(demo_pipeline.PipelineOptions.testdata_dir, "vocab.txt")) as f:
-    vocab_size = len(f.read().splitlines())
-  path = os.path.join(directory, "bert_config.json")
-  with open(path, "w") as f:
-    json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
-               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128}, f)
-  return path
 
 
 def _logs_tail(out: str) -> str:
@@ -66,7 +55,7 @@ class PipelineTest(tf.test.TestCase):
     # read them.
     cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "demo_pipeline")
     os.makedirs(cls.out, exist_ok=True)
-    cls.bert_config = _write_small_bert_config(cls.out)
+    cls.bert_config = testing_utils.write_small_bert_config(cls.out)
     cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config),
                                               echo=lambda _: None)
 

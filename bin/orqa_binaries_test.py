@@ -16,6 +16,7 @@ from absl import app
 import tensorflow as tf
 
 from bin import in_process
+from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
@@ -64,10 +65,7 @@ class OrqaBinariesTest(tf.test.TestCase):
     corpus_lib.write_corpus(_documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=2)
     # A one-layer BERT from a bert_config.json (the presets: ErrorsBeforeWorkTest's runs): bin/train_orqa,
     # bin/export_saved_model and bin/answer trace and load it faster than the tiny preset's two layers.
-    bert_config = os.path.join(cls.tmp, "bert_config.json")
-    with open(bert_config, "w") as f:
-      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                 "intermediate_size": 64, "max_position_embeddings": 128}, f)
+    bert_config = testing_utils.write_small_bert_config(cls.tmp)
     cls.model_dir = os.path.join(cls.tmp, "orqa")
     cls.train = _run("train_orqa.py", *_train_flags(
         cls.model_dir, cls.corpus, f"--bert_config={bert_config}", "--candidate_seq_len=64",

@@ -16,6 +16,7 @@ import time
 import tensorflow as tf
 
 from bin import demo_pipeline
+from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
@@ -39,12 +40,7 @@ class SigkillTest(tf.test.TestCase):
     pretraining.write_pretraining_corpus(
         lambda: pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")),
         self.pretraining, num_shards=2)
-    self.bert_config = os.path.join(out, "bert_config.json")
-    with open(self.vocab) as f:
-      vocab_size = len(f.read().splitlines())
-    with open(self.bert_config, "w") as f:
-      json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
-                 "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128}, f)
+    self.bert_config = testing_utils.write_small_bert_config(out)
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path

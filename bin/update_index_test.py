@@ -139,6 +139,14 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     assert bert.BertConfig.from_json_file(cls.bert_config) == _BERT, cls.bert_config
     cls._realm = None
 
+  def _dev_retrieved_ids(self, orqa_dir):
+    """The block ids bin/eval_orqa (main in-process) retrieves for the dev questions of an ORQA run."""
+    result = _main_in_process("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}",
+                              "--recall_ks=1,5")
+    self.assertIsNone(result.exit)
+    with open(os.path.join(orqa_dir, "eval", "qa.dev.predictions.jsonl")) as f:
+      return [i for line in f for i in json.loads(line)["retrieved_ids"]]
+
   @classmethod
   def _realm_run(cls):
     """A REALM run as bin/train_realm and bin/refresh_doc_embeds leave it, in the configuration
@@ -228,11 +236,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertIsNone(result.exit)
     self.assertIn(f"updated {frozen}", result.stdout)
     self.assertNotEqual(_snapshot(frozen), before)
-    result = _main_in_process("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}",
-                              "--recall_ks=1,5")
-    self.assertIsNone(result.exit)
-    with open(os.path.join(orqa_dir, "eval", "qa.dev.predictions.jsonl")) as f:
-      retrieved = [i for line in f for i in json.loads(line)["retrieved_ids"]]
+    retrieved = self._dev_retrieved_ids(orqa_dir)
     self.assertIn("added-1", retrieved)
     self.assertNotIn(removed, retrieved)
     # What bin/export_saved_model's open-QA model of that run serves: the blocks of
@@ -363,16 +367,12 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         "--save_checkpoints_steps=1", "--nojit_compile")
     self.assertIsNone(result.exit)
     self.assertIn(f"frozen index from {updated}/mips", result.log)
-    result = _main_in_process("eval_orqa.py", f"--model_dir={orqa_dir}", f"--qa_path={self.dev}",
-                              "--recall_ks=1,5")
-    self.assertIsNone(result.exit)
-    with open(os.path.join(orqa_dir, "eval", "qa.dev.predictions.jsonl")) as f:
-      retrieved = [i for line in f for i in json.loads(line)["retrieved_ids"]]
+    retrieved = self._dev_retrieved_ids(orqa_dir)
     self.assertIn("added-1", retrieved)
     self.assertNotIn("4", retrieved)
     # What bin/export_saved_model's open-QA model of that run serves: the blocks of
-    # orqa_model.load_trained (export_all hands them to export_open_qa as they are; the binary writes
-    # and serves them as a process in test_realm_index_then_orqa_frozen_index).
+    # orqa_model.load_trained (export_all hands them to export_open_qa as they are; orqa_binaries_test
+    # runs the binary as a process).
     bodies = list(orqa_model.load_trained(orqa_dir).blocks.bodies)
     self.assertIn(added["body"], bodies)
     self.assertNotIn(self.documents[4]["body"], bodies)

@@ -39,6 +39,22 @@ def shared_data_path(*parts: str) -> Optional[str]:
   return path if os.path.exists(path) else None
 
 
+def write_small_bert_config(directory: str, max_position_embeddings: int = 128) -> str:
+  """A one-layer, hidden-32 BERT over testdata/vocab.txt as a Google bert_config.json; returns its path.
+
+  For tests of the processes and flags around a model (a binary's --bert_config), not of the model: it
+  traces, trains and saves in a fraction of the tiny preset's time.
+  """
+  with open(os.path.join(repo_root(), "testdata", "vocab.txt"), encoding="utf-8") as f:
+    vocab_size = len(f.read().splitlines())
+  path = os.path.join(directory, "bert_config.json")
+  with open(path, "w") as f:
+    json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
+               "num_attention_heads": 2, "intermediate_size": 64,
+               "max_position_embeddings": max_position_embeddings}, f)
+  return path
+
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
