@@ -358,7 +358,8 @@ def read_shard_records(path: str, feature_spec: dict, fix: str,
   boundary can read as a clean end of file, so a shard that ends early is reported as truncated too.
   """
   iterator = tf.data.TFRecordDataset(path, compression_type="GZIP").map(
-      lambda r: tf.io.parse_single_example(r, feature_spec)).as_numpy_iterator()
+      tf.autograph.experimental.do_not_convert(lambda r: tf.io.parse_single_example(r, feature_spec))
+  ).as_numpy_iterator()
   index = 0
   while True:
     try:

@@ -64,12 +64,17 @@ def ict_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.T
   examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
                                                    reshuffle_each_iteration=True).enumerate()
 
+  # No autograph: nothing here branches on tensors in Python, and converting the featurizer costs
+  # seconds at each pipeline build.
+  @tf.autograph.experimental.do_not_convert
   def build(index, example):
     return _ict_example(example, index, tokenizer, featurizer, block_seq_len, mask_rate, seed)
 
+  @tf.autograph.experimental.do_not_convert
   def kept(unused_features, keep):
     return keep
 
+  @tf.autograph.experimental.do_not_convert
   def features_only(features, unused_keep):
     return features
 

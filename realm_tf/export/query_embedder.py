@@ -20,6 +20,7 @@ import tensorflow as tf
 from realm_tf import featurization
 from realm_tf import tokenization
 from realm_tf.export import bert_inputs
+from realm_tf.export import untracked
 
 TEXT = "text"
 TOKEN_IDS = "token_ids"
@@ -49,7 +50,8 @@ class QueryEmbedderModule(tf.Module):
       raise ValueError(f"inputs={inputs!r} packs questions: pass the run's featurizer")
     if inputs == TEXT and tokenizer is None:
       raise ValueError("inputs='text' tokenizes inside the graph: pass the run's tokenizer")
-    self.query_embedder = query_embedder
+    self.query_embedder = untracked.Untracked(query_embedder)
+    self.query_embedder_variables = untracked.variables_of(query_embedder)
     self.tokenizer = tokenizer if inputs == TEXT else None
     self._featurizer = featurizer
     if inputs == TEXT:

@@ -66,6 +66,7 @@ from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.export import bert_inputs
 from realm_tf.export import query_embedder as query_embedder_lib
+from realm_tf.export import untracked
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_model
@@ -87,7 +88,8 @@ class DocumentEmbedderModule(tf.Module):
                doc_embedder):
     super().__init__(name="document_embedder_module")
     self.tokenizer = tokenizer
-    self.doc_embedder = doc_embedder
+    self.doc_embedder = untracked.Untracked(doc_embedder)
+    self.doc_embedder_variables = untracked.variables_of(doc_embedder)
     self._featurizer = featurizer
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="titles"),
@@ -105,7 +107,8 @@ class DocumentEmbedderTokenIdsModule(tf.Module):
 
   def __init__(self, featurizer: featurization.Featurizer, doc_embedder):
     super().__init__(name="document_embedder_token_ids_module")
-    self.doc_embedder = doc_embedder
+    self.doc_embedder = untracked.Untracked(doc_embedder)
+    self.doc_embedder_variables = untracked.variables_of(doc_embedder)
     self._featurizer = featurizer
 
   @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
@@ -137,15 +140,16 @@ class OpenQaModule(tf.Module):
     if index not in INDEX_CHOICES:
       raise ValueError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
     self.tokenizer = tokenizer
-    self.query_embedder = model.retriever.query_embedder
-    self.reader = model.reader
+    # What `answer` reads: the query tower, the reader and (below) the frozen corpus; not the document
+    # tower.
+    self.model_variables = untracked.variables_of(model.retriever.query_embedder, model.reader)
     self.block_embeddings = model.corpus.embeddings
     self.block_token_ids = model.corpus.token_ids
     self.block_lengths = model.corpus.lengths
     self.block_titles = tf.Variable(list(titles), dtype=tf.string, trainable=False)
     self.block_texts = tf.Variable(list(bodies), dtype=tf.string, trainable=False)
     self.block_doc_ids = tf.Variable(list(doc_ids), dtype=tf.string, trainable=False)
-    self._model = model
+    self._model = untracked.Untracked(model)
     self._featurizer = featurizer
     self.index = index
     self.scann_parameters = None
@@ -183,7 +187,7 @@ class OpenQaModule(tf.Module):
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
   def answer(self, questions):
-    model = self._model
+    model = self._model.model
     features = orqa_features.question_features(self.tokenizer, self._featurizer, questions,
                                                model.orqa.reader_seq_len)
     outputs = model.predict_answers(features, training=False, candidate_fn=self._candidate_fn)
@@ -253,8 +257,9 @@ class OpenQaTokenIdsModule(tf.Module):
   def __init__(self, model, featurizer: featurization.Featurizer, blocks: corpus_table.CorpusTable,
                piece_starts: np.ndarray, piece_limits: np.ndarray):
     super().__init__(name="open_qa_token_ids_module")
-    self.query_embedder = model.retriever.query_embedder
-    self.reader = model.reader
+    # What `answer` reads: the query tower, the reader and (below) the frozen corpus; not the document
+    # tower.
+    self.model_variables = untracked.variables_of(model.retriever.query_embedder, model.reader)
     self.block_embeddings = model.corpus.embeddings
     self.block_token_ids = model.corpus.token_ids
     self.block_lengths = model.corpus.lengths
@@ -263,14 +268,14 @@ class OpenQaTokenIdsModule(tf.Module):
     self.block_doc_ids = tf.Variable(list(blocks.doc_ids), dtype=tf.string, trainable=False)
     self.block_piece_starts = tf.Variable(piece_starts, dtype=tf.int32, trainable=False)
     self.block_piece_limits = tf.Variable(piece_limits, dtype=tf.int32, trainable=False)
-    self._model = model
+    self._model = untracked.Untracked(model)
     self._featurizer = featurizer
 
   @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
                                 bert_inputs.ids_spec("input_mask")],
                autograph=False)
   def answer(self, input_word_ids, input_mask):
-    model = self._model
+    model = self._model.model
     question, _ = bert_inputs.unpack_segments(input_word_ids, input_mask)
     # pylint: disable-next=protected-access  (the raw-text path's packing, minus its tokenizer call)
     features = orqa_features._question_features(self._featurizer, question, model.orqa.reader_seq_len)

@@ -72,6 +72,7 @@ def candidate_dataset(corpus_prefix: str, featurizer: featurization.Featurizer,
   if rows is not None:
     dataset = dataset.skip(rows.start).take(len(rows))
 
+  @tf.autograph.experimental.do_not_convert
   def featurize(batch):
     inputs = featurizer.candidate_inputs(batch["title_token_ids"], batch["body_token_ids"])
     return inputs._asdict()
@@ -133,12 +134,14 @@ class CorpusEmbedder:
     # TrainStep). A plain function in between: handed to strategy.run itself, the compiled function
     # would run on the first replica's device with another replica's variables. XLA compiles once per
     # bucket length.
-    compiled = tf.function(embed, jit_compile=True) if jit_compile else embed
+    compiled = tf.function(embed, jit_compile=True, autograph=False) if jit_compile else embed
     strategy = self._strategy
 
+    # autograph=False here and in the dataset functions: nothing branches on tensors in Python, and
+    # converting the tower's code would double each trace.
     # Without XLA the shapes vary with the bucket: reduce_retracing traces a shape-generic step after
     # the second shape instead of one per bucket.
-    @tf.function(reduce_retracing=not jit_compile)
+    @tf.function(reduce_retracing=not jit_compile, autograph=False)
     def step(batch):
       per_replica = strategy.run(lambda b: compiled(b), args=(batch,))  # pylint: disable=unnecessary-lambda
       return strategy.experimental_local_results(per_replica)
@@ -163,14 +166,16 @@ class CorpusEmbedder:
     static_batch = fill_to == batch_size
     lengths = tf.constant(self._lengths, tf.int64)
 
+    @tf.autograph.experimental.do_not_convert
     def bucket_of(row, features):
       del row
       # The first (shortest) padded length that holds the document.
       return tf.argmax(tf.cast(lengths >= tf.reduce_sum(tf.cast(features["mask"], tf.int64)), tf.int64))
 
+    @tf.autograph.experimental.do_not_convert
     def batches_of(bucket, window):
-      return window.batch(batch_size).map(
-          lambda row, features: _fill_batch(row, features, lengths[bucket], fill_to, static_batch))
+      return window.batch(batch_size).map(tf.autograph.experimental.do_not_convert(
+          lambda row, features: _fill_batch(row, features, lengths[bucket], fill_to, static_batch)))
 
     # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus
     # rows it holds (-1 for the padding that fills a bucket's last batch with copies of its first
@@ -257,6 +262,7 @@ def _per_replica_batches(dataset: tf.data.Dataset,
     sizes += [d if d is not None else tf.shape(value)[i + 1] for i, d in enumerate(static[1:])]
     return tf.reshape(value, tf.stack(sizes))
 
+  @tf.autograph.experimental.do_not_convert
   def parts(batch):
     return tf.data.Dataset.from_tensor_slices({k: split(v) for k, v in batch.items()})
 

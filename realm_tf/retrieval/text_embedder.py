@@ -53,7 +53,8 @@ class TextEmbedder:
     self.length_bucket = length_bucket
     # One trace for every shape; XLA still compiles one program per (batch, bucket length).
     spec = tf.TensorSpec([None, None], tf.int32)
-    self._forward = tf.function(self._embed_batch, jit_compile=jit_compile, input_signature=[spec, spec])
+    self._forward = tf.function(self._embed_batch, jit_compile=jit_compile, input_signature=[spec, spec],
+                                autograph=False)
 
   def _embed_batch(self, token_ids, mask):
     # The empty rows that pad a partial batch come out as zeros (and are dropped by embed).

@@ -230,7 +230,8 @@ def train_model(model, features: Union[Features, Callable[[int], Features]], ste
 def reader_passage_scores(reader: fid_reader.FidReader, features: fid_features.ReaderFeatures, start_id: int,
                           batch_size: int, aggregation: str = "pre_softmax") -> np.ndarray:
   """float32 [Q, n]: the reader's cross-attention score of every retrieved passage."""
-  scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id, aggregation))
+  scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id, aggregation),
+                          autograph=False)
   out = [scores_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
          for s in range(0, len(features.passage_ids), batch_size)]
   return np.concatenate(out).astype(np.float32)
@@ -239,7 +240,7 @@ def reader_passage_scores(reader: fid_reader.FidReader, features: fid_features.R
 def reader_predictions(reader: fid_reader.FidReader, features: fid_features.ReaderFeatures, start_id: int,
                        batch_size: int) -> np.ndarray:
   """int32 [Q, T]: greedy answer ids."""
-  decode_fn = tf.function(lambda ids, mask: reader.greedy_decode(ids, mask, start_id))
+  decode_fn = tf.function(lambda ids, mask: reader.greedy_decode(ids, mask, start_id), autograph=False)
   out = [decode_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
          for s in range(0, len(features.passage_ids), batch_size)]
   return np.concatenate(out)

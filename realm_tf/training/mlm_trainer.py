@@ -106,7 +106,7 @@ def evaluate(model: masked_lm_lib.MaskedLmPretrainer, examples: Dict[str, np.nda
   """Masked-token accuracy and mean loss over a fixed set of examples."""
   total_loss = total_correct = total_count = 0.0
   num = len(examples[mlm_data.TOKEN_IDS])
-  compute = tf.function(lambda batch: model.compute_loss(batch, training=False))
+  compute = tf.function(lambda batch: model.compute_loss(batch, training=False), autograph=False)
   for start in range(0, num, batch_size):
     batch = {k: tf.constant(v[start:start + batch_size]) for k, v in examples.items()}
     output = compute(batch)

@@ -235,10 +235,14 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
   num_candidates = state.num_candidates
   examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
                                                    reshuffle_each_iteration=True)
+  # No autograph in this file's dataset functions: none branches on tensors in Python, and converting
+  # the tokenizer and featurizer costs seconds at each pipeline build.
+  no_autograph = tf.autograph.experimental.do_not_convert
   examples = examples.enumerate().map(
-      lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4])
-  examples = examples.filter(lambda title, text, sentence, s, e, ok: ok)
+      no_autograph(lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4]))
+  examples = examples.filter(no_autograph(lambda title, text, sentence, s, e, ok: ok))
 
+  @no_autograph
   def mask(titles, texts, sentences, span_starts, span_limits, _):
     ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
     masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
@@ -255,9 +259,10 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     }
 
   queries = examples.batch(64).map(mask).unbatch().filter(
-      lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK)))
+      no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
   batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
 
+  @no_autograph
   def retrieve(features):
     rows, title_values, title_lengths, body_values, body_lengths = tf.py_function(
         state.retrieve,
@@ -273,6 +278,7 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
     return features, titles, bodies
 
+  @no_autograph
   def assemble(features, titles, bodies):
     candidates = featurizer.candidate_inputs(titles, bodies)
     null = featurizer.null_candidate_inputs(batch_size)

@@ -95,11 +95,19 @@ class TrainStep:
     self.optimizer = optimizer
     self.strategy = strategy or tf.distribute.get_strategy()
     self.jit_compile = _uses_compiler(model, self.strategy, jit_compile)
-    # A nested tf.function only when compiling: an uncompiled nested function would still be a
-    # separate graph, where a cross-replica loss (ICT) cannot synchronize.
-    self._gradients = (tf.function(self._loss_and_gradients, jit_compile=True) if self.jit_compile
-                       else self._loss_and_gradients)
-    self._step = tf.function(self._distributed_step)
+    # The forward and backward pass in a nested tf.function: the step's first trace creates the
+    # optimizer's slots, after which tf.function traces the step again, and that second trace reuses
+    # the nested function's graph (most of the tracing) instead of building it anew. Inlined instead
+    # where a cross-replica loss (ICT) runs on several replicas without XLA: a separate uncompiled graph
+    # cannot synchronize the replicas.
+    cross_replica = (getattr(model, "cross_replica_loss", False)
+                     and self.strategy.num_replicas_in_sync > 1)
+    self._gradients = (self._loss_and_gradients if cross_replica and not self.jit_compile else
+                       tf.function(self._loss_and_gradients, jit_compile=self.jit_compile,
+                                   autograph=False))
+    # autograph=False (here and in make_eval_step): the step and the models branch on Python values
+    # only, and converting their code took two thirds of each trace.
+    self._step = tf.function(self._distributed_step, autograph=False)
 
   def _loss_and_gradients(self, features: Dict[str, tf.Tensor]):
     """This replica's LossOutput and the gradients of its loss SUM (no cross-replica op unless the
@@ -174,7 +182,7 @@ def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
   def replica_outputs(features):
     return model.compute_loss(features, training=False)
 
-  outputs_fn = tf.function(replica_outputs, jit_compile=True) if compiled else replica_outputs
+  outputs_fn = tf.function(replica_outputs, jit_compile=True, autograph=False) if compiled else replica_outputs
 
   def replica_eval(features):
     output = outputs_fn(features)
@@ -182,7 +190,7 @@ def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
     loss = _all_reduce_sum(tf.cast(output.loss_sum, tf.float32)) / weight
     return dict(_global_metrics(output), loss=loss)
 
-  @tf.function
+  @tf.function(autograph=False)
   def step(features):
     per_replica = strategy.run(replica_eval, args=(features,))
     return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
