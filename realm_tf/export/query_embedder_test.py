@@ -4,6 +4,7 @@ published index's form (BERT_INPUTS) keeps its signature through a save and load
 import os
 
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 import tf_keras
 
 from realm_tf import testing_utils
@@ -49,6 +50,15 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
     loaded = tf.saved_model.load(path)
     token_ids, mask, segment_ids = (tf.cast(x, tf.int32) for x in self.inputs)
     self.assertAllClose(loaded.embed(token_ids, mask, segment_ids)["embeddings"], self.expected, atol=1e-6)
+    # The tower's variables without the tower as a Keras object (realm_tf/export/untracked.py): Keras's
+    # own serialization would trace and later restore every layer's functions.
+    self.assertLen(loaded.query_embedder_variables, len(self.tower.variables))
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+      saved.ParseFromString(f.read())
+    identifiers = {node.user_object.identifier for node in saved.meta_graphs[0].object_graph_def.nodes
+                   if node.HasField("user_object")}
+    self.assertEmpty({i for i in identifiers if "keras" in i}, identifiers)
 
   def test_missing_pieces_are_named(self):
     with self.assertRaisesRegex(ValueError, "pass the run's featurizer"):
