@@ -5,7 +5,7 @@ tests; `bazel test //...` on 2 cores spent about a fifth of its time on it. A pa
 therefore also grouped into one py_test (e.g. //realm_tf/data:medium_tests) whose main is this file,
 while each file stays a target of its own, tagged manual, for a focused `bazel test //pkg:x_test`.
 
-Usage (the py_test's args): test_group.py PACKAGE_DIR FILE... with the files the target's srcs list (a
+Usage (the py_test's args): run_test_group.py PACKAGE_DIR FILE... with the files the target's srcs list (a
 BUILD variable gives both). Each file's test classes run as they do alone: tf.test.TestCase reseeds every
 test, and no grouped file changes a process-wide setting it does not restore (the logical CPU split
 keeps distribute_test and optimization_test alone).
@@ -16,13 +16,13 @@ import sys
 import unittest
 
 
-def test_modules(package_dir: str, files):
+def import_test_files(package_dir: str, files):
   """Imports package_dir's test files (names relative to it) as modules, in the order given."""
   package = package_dir.strip("/").replace("/", ".")
   modules = []
   for name in files:
     if not name.endswith("_test.py") or "/" in name:
-      raise SystemExit(f"test_group: {name!r} is not a *_test.py file of {package_dir}; list the "
+      raise SystemExit(f"run_test_group: {name!r} is not a *_test.py file of {package_dir}; list the "
                        "package's test files after its path")
     modules.append(importlib.import_module(f"{package}.{name[:-len('.py')]}"))
   return modules
@@ -44,10 +44,10 @@ def main():
   args = sys.argv[1:]
   files = [a for a in args[1:] if not a.startswith("-")]
   if not args or args[0].startswith("-") or not files:
-    raise SystemExit("usage: test_group.py PACKAGE_DIR FILE_test.py... [test runner flags]")
+    raise SystemExit("usage: run_test_group.py PACKAGE_DIR FILE_test.py... [test runner flags]")
   sys.argv[1:] = [a for a in args[1:] if a.startswith("-")]
-  collect(test_modules(args[0], files), sys.modules["__main__"].__dict__)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (test_group_test imports this module without it)
+  collect(import_test_files(args[0], files), sys.modules["__main__"].__dict__)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (run_test_group_test imports this module without it)
   tf.test.main()
 
 

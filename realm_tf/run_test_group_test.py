@@ -1,4 +1,4 @@
-"""Tests of test_group: a group runs the test classes of exactly the files it lists, each once."""
+"""Tests of run_test_group: a group runs the test classes of exactly the files it lists, each once."""
 
 import sys
 import types
@@ -6,7 +6,7 @@ import unittest
 
 from absl.testing import absltest
 
-from realm_tf import test_group
+from realm_tf import run_test_group
 
 
 class TestGroupTest(absltest.TestCase):
@@ -25,23 +25,23 @@ class TestGroupTest(absltest.TestCase):
     second = types.ModuleType("pkg.second_test")
     second.Shared, second.Own = Shared, type("Own", (unittest.TestCase,), {"test_c": lambda self: None})
     namespace = {}
-    self.assertEqual(test_group.collect([first, second], namespace), 3)
+    self.assertEqual(run_test_group.collect([first, second], namespace), 3)
     self.assertCountEqual(namespace, ["pkg_first_test__Shared", "pkg_first_test__Own",
                                       "pkg_second_test__Own"])
     self.assertIs(namespace["pkg_second_test__Own"], second.Own)
 
   def test_modules_are_the_listed_files(self):
-    modules = test_group.test_modules("realm_tf", ["test_group_test.py"])
-    self.assertEqual([m.__name__ for m in modules], ["realm_tf.test_group_test"])
+    modules = run_test_group.import_test_files("realm_tf", ["run_test_group_test.py"])
+    self.assertEqual([m.__name__ for m in modules], ["realm_tf.run_test_group_test"])
     with self.assertRaisesRegex(SystemExit, "'json_config.py' is not a \\*_test.py file of realm_tf"):
-      test_group.test_modules("realm_tf", ["json_config.py"])
+      run_test_group.import_test_files("realm_tf", ["json_config.py"])
 
   def test_usage_without_files(self):
     argv = sys.argv
     try:
-      sys.argv = ["test_group.py", "realm_tf"]
-      with self.assertRaisesRegex(SystemExit, "usage: test_group.py PACKAGE_DIR FILE_test.py"):
-        test_group.main()
+      sys.argv = ["run_test_group.py", "realm_tf"]
+      with self.assertRaisesRegex(SystemExit, "usage: run_test_group.py PACKAGE_DIR FILE_test.py"):
+        run_test_group.main()
     finally:
       sys.argv = argv
 
