@@ -34,6 +34,7 @@ from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-im
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.export import random_orqa  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.export import loader  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.export import saved_models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.serving import process  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -94,14 +95,14 @@ def _summary(latencies: np.ndarray, seconds: float) -> Dict:
 
 def _in_process(path: str, questions: List[str], seconds: float) -> Dict:
   """The open_qa signature called in this process, one question at a time, for seconds."""
-  model = saved_models.load_open_qa(path)
+  model = loader.load_open_qa(path)
   for question in questions[:3]:  # the first calls build kernels
-    saved_models.answer_questions(model, [question])
+    loader.answer_questions(model, [question])
   latencies, n = [], 0
   end = time.monotonic() + seconds
   while time.monotonic() < end:
     sent = time.monotonic()
-    saved_models.answer_questions(model, [questions[n % len(questions)]])
+    loader.answer_questions(model, [questions[n % len(questions)]])
     latencies.append(time.monotonic() - sent)
     n += 1
   return dict(_summary(np.array(latencies), seconds), clients=1, mode="in_process")
@@ -157,7 +158,7 @@ def main(argv):
              "model_dir": _MODEL_DIR.value or "random weights",
              "questions": "testdata/qa.test.jsonl", "warmup_seconds": _WARMUP.value, "runs": []}
   for index, path in paths.items():
-    info = saved_models.export_info(path)
+    info = loader.export_info(path)
     details = dict(index=index, num_blocks=info["num_blocks"], reader_beam=info["reader_beam"],
                    scann_parameters=info.get("scann_parameters"))
     if _IN_PROCESS.value > 0:

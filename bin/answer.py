@@ -10,7 +10,7 @@ import textwrap
 from absl import app
 from absl import flags
 
-from realm_tf.export import saved_models
+from realm_tf.export import loader
 
 _SAVED_MODEL = flags.DEFINE_string("saved_model", None, "An open_qa SavedModel directory "
                                    "(bin/export_saved_model's OUTPUT_DIR/open_qa).", required=True)
@@ -28,10 +28,10 @@ def main(argv):
     raise app.UsageError('pass the question(s) after the flags: bin/answer.py "who wrote the iliad" '
                          "--saved_model=DIR")
   try:
-    model = saved_models.load_open_qa(_SAVED_MODEL.value)
+    model = loader.load_open_qa(_SAVED_MODEL.value)
   except ValueError as e:
     raise app.UsageError(f"--saved_model: {e}") from e
-  outputs = saved_models.answer_questions(model, questions)
+  outputs = loader.answer_questions(model, questions)
   for i, question in enumerate(questions):
     print(f"Q: {question}")
     print(f"A: {_text(outputs['answers'][i])}    (score {outputs['scores'][i]:.3f})")

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from bin import in_process
 from realm_tf import testing_utils
+from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
 from realm_tf.retrieval import index as index_lib
@@ -104,14 +105,14 @@ class ReleasedOrqaTest(tf.test.TestCase):
   def _open_qa_model(cls):
     """The exported open-QA model, loaded once for all cases."""
     if cls._open_qa is None:
-      cls._open_qa = saved_models.load_open_qa(os.path.join(cls.export_dir, "open_qa"))
+      cls._open_qa = loader.load_open_qa(os.path.join(cls.export_dir, "open_qa"))
     return cls._open_qa
 
   @classmethod
   def _embed_queries(cls, questions):
     """The exported query tower's embeddings (the SavedModel loaded once, for all cases)."""
     if cls._query_embedder is None:
-      cls._query_embedder = saved_models.load_saved_model(os.path.join(cls.export_dir, "query_embedder"))
+      cls._query_embedder = loader.load_saved_model(os.path.join(cls.export_dir, "query_embedder"))
     return cls._query_embedder.signatures["serving_default"](
         questions=tf.constant(questions))["embeddings"].numpy()
 
@@ -133,7 +134,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
     self.assertNotIn("document_embedder", printed)
 
     # What bin/answer.py and bin/serve.py call (bin/orqa_binaries_test and bin/serve_test run them).
-    outputs = saved_models.answer_questions(self._open_qa_model(), _QUESTIONS)
+    outputs = loader.answer_questions(self._open_qa_model(), _QUESTIONS)
     queries = self._embed_queries(_QUESTIONS)
     mips = index_lib.load_index(os.path.join(self.index_dir, "mips"))
     top_ids, top_scores = mips.search(queries, k=_READER_BEAM)
@@ -170,7 +171,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
       return model
 
     stdout = io.StringIO()
-    with mock.patch.object(saved_models, "load_open_qa", load_open_qa), \
+    with mock.patch.object(loader, "load_open_qa", load_open_qa), \
         contextlib.redirect_stdout(stdout):
       answered = in_process.run_main("answer.py", question, f"--saved_model={path}",
                                      f"--num_passages={_READER_BEAM}")

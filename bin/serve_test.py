@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.export import random_orqa
+from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.serving import browser
 from realm_tf.serving import process
@@ -38,7 +39,7 @@ class ServeTest(tf.test.TestCase):
     cls.saved_model = saved_models.export_open_qa(orqa_model.load_trained(made.model_dir),
                                                   os.path.join(cls.tmp, "export", "open_qa"))
     # What bin/answer.py prints comes from this call on the same export.
-    cls.expected = saved_models.answer_questions(saved_models.load_open_qa(cls.saved_model), _QUESTIONS)
+    cls.expected = loader.answer_questions(loader.load_open_qa(cls.saved_model), _QUESTIONS)
     cls.server = process.ServeProcess(cls.saved_model, f"--request_timeout_s={_TIMEOUT_S}",
                                       "--noaccess_log")
     cls.port = cls.server.port

@@ -38,6 +38,7 @@ from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -453,8 +454,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     export_dir = os.path.join(self.tmp, "served", "export")
     saved_models.export_open_qa(orqa_model.load_converted(orqa_dir, f"{index_dir}-v1"),
                                 os.path.join(export_dir, "open_qa"))
-    outputs = saved_models.answer_questions(
-        saved_models.load_open_qa(os.path.join(export_dir, "open_qa")), ["Who built a lighthouse?"])
+    outputs = loader.answer_questions(
+        loader.load_open_qa(os.path.join(export_dir, "open_qa")), ["Who built a lighthouse?"])
     # The reader reads 5 blocks, all the updated index holds: the added one (by its id) and no removed one.
     self.assertCountEqual([d.decode() for d in outputs["doc_ids"][0]], ["0", "1", "2", "3", "added-1"])
     texts = [t.decode("utf-8") for t in outputs["block_texts"][0]]

@@ -41,7 +41,8 @@ again exactly as the raw-text signatures pack them (truncated to the run's seque
 that does not truncate gets the raw-text model's outputs. open_qa_token_ids slices answers with the byte
 offsets of every block wordpiece, computed when exporting (two int32 [N, C] arrays more than open_qa).
 
-`load_saved_model` registers what a model needs, reading which from assets.extra/realm_tf_export.json.
+`realm_tf.export.loader.load_saved_model` registers what a model needs, reading which from
+assets.extra/realm_tf_export.json.
 Exports are written into a temporary sibling directory and renamed into place, so a reader sees no model
 or a complete one.
 """
@@ -65,18 +66,16 @@ from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.export import bert_inputs
+from realm_tf.export import loader
 from realm_tf.export import query_embedder as query_embedder_lib
 from realm_tf.export import untracked
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_model
 
-EXPORT_INFO = os.path.join("assets.extra", "realm_tf_export.json")
 QUERY_EMBEDDER = "query_embedder"
 DOCUMENT_EMBEDDER = "document_embedder"
-OPEN_QA = "open_qa"
 INDEX_CHOICES = ("brute_force", "scann")
-TOKEN_IDS_SUFFIX = "_token_ids"  # query_embedder_token_ids/ etc.
 TOKEN_IDS_SIGNATURE = "serving_token_ids"
 VOCAB_COPY = os.path.join("assets.extra", "vocab.txt")
 
@@ -317,8 +316,8 @@ def _save(module: tf.Module, signature, path: str, info: Dict,
   tmp = io_utils.temporary_path(path)
   try:
     tf.saved_model.save(module, tmp, signatures={key: signature for key in signature_keys})
-    os.makedirs(os.path.join(tmp, os.path.dirname(EXPORT_INFO)), exist_ok=True)
-    io_utils.write_json_atomic(os.path.join(tmp, EXPORT_INFO), info)
+    os.makedirs(os.path.join(tmp, os.path.dirname(loader.EXPORT_INFO)), exist_ok=True)
+    io_utils.write_json_atomic(os.path.join(tmp, loader.EXPORT_INFO), info)
     if vocab_path:
       tf.io.gfile.copy(vocab_path, os.path.join(tmp, VOCAB_COPY))
     for directory, _, files in os.walk(tmp):
@@ -334,7 +333,7 @@ def _save(module: tf.Module, signature, path: str, info: Dict,
 
 def _token_ids_info(info: Optional[Dict], kind: str, tokenizer: tokenization.Tokenizer,
                     inputs: str) -> Dict:
-  return dict(info or {}, kind=kind + TOKEN_IDS_SUFFIX, inputs=inputs, vocab=VOCAB_COPY,
+  return dict(info or {}, kind=kind + loader.TOKEN_IDS_SUFFIX, inputs=inputs, vocab=VOCAB_COPY,
               vocab_size=tokenizer.vocab_size, vocab_sha256=corpus_lib.vocab_sha256(tokenizer.vocab_path),
               do_lower_case=tokenizer.do_lower_case, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
               sep_id=tokenizer.sep_id, signatures=["serving_default", TOKEN_IDS_SIGNATURE])
@@ -397,7 +396,7 @@ def export_open_qa(trained, path: str, index: str = "brute_force",
   module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles,
                         blocks.bodies, blocks.doc_ids, index, scann_options)
   return _save(module, module.answer, path, dict(
-      info or {}, kind=OPEN_QA, index=index, scann_parameters=module.scann_parameters,
+      info or {}, kind=loader.OPEN_QA, index=index, scann_parameters=module.scann_parameters,
       num_blocks=trained.model.num_blocks, reader_beam=trained.model.reader_beam,
       checkpoint=trained.checkpoint))
 
@@ -408,7 +407,7 @@ def export_open_qa_token_ids(trained, path: str, info: Optional[Dict] = None,
   starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, trained.orqa.max_block_len, log=log)
   module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits)
   return _save(module, module.answer, path, dict(
-      _token_ids_info(info, OPEN_QA, trained.tokenizer, _QUESTION_INPUTS), index="brute_force",
+      _token_ids_info(info, loader.OPEN_QA, trained.tokenizer, _QUESTION_INPUTS), index="brute_force",
       num_blocks=trained.model.num_blocks, reader_beam=trained.model.reader_beam,
       max_span_width=trained.orqa.max_span_width, checkpoint=trained.checkpoint),
                _TOKEN_ID_KEYS, trained.tokenizer.vocab_path)
@@ -452,15 +451,15 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
         continue
       paths[kind] = export(config, embedder, out(output_dir, kind), info)
       if token_ids:
-        paths[kind + TOKEN_IDS_SUFFIX] = export_twin(config, embedder,
-                                                     out(output_dir, kind + TOKEN_IDS_SUFFIX), info)
+        twin = kind + loader.TOKEN_IDS_SUFFIX
+        paths[twin] = export_twin(config, embedder, out(output_dir, twin), info)
 
   def open_qa(trained, info):
-    paths[OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, OPEN_QA), index, scann_options,
-                                    info)
+    paths[loader.OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, loader.OPEN_QA), index,
+                                           scann_options, info)
     if token_ids:
-      paths[OPEN_QA + TOKEN_IDS_SUFFIX] = export_open_qa_token_ids(
-          trained, os.path.join(output_dir, OPEN_QA + TOKEN_IDS_SUFFIX), info, log)
+      twin = loader.OPEN_QA + loader.TOKEN_IDS_SUFFIX
+      paths[twin] = export_open_qa_token_ids(trained, os.path.join(output_dir, twin), info, log)
 
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
     trained = orqa_model.load_trained(model_dir, checkpoint)
@@ -493,42 +492,3 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
   return paths
 
 
-def export_info(path: str) -> Dict:
-  """The realm_tf_export.json of an exported SavedModel ({} for another SavedModel)."""
-  info_path = os.path.join(path, EXPORT_INFO)
-  if not tf.io.gfile.exists(info_path):
-    return {}
-  with tf.io.gfile.GFile(info_path) as f:
-    return json.load(f)
-
-
-def load_saved_model(path: str):
-  """tf.saved_model.load after registering the ops the model needs (tensorflow_text for a raw-text model,
-  and ScaNN for an index="scann" export)."""
-  if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-    raise FileNotFoundError(f"{path} holds no saved_model.pb; pass a directory written by "
-                            "bin/export_saved_model (e.g. EXPORT_DIR/open_qa)")
-  info = export_info(path)
-  if not info.get("kind", "").endswith(TOKEN_IDS_SUFFIX):  # the token-id models need core ops only
-    import tensorflow_text  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
-  if info.get("index") == "scann":
-    import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
-  return tf.saved_model.load(path)
-
-
-
-def load_open_qa(path: str):
-  """load_saved_model for a raw-text open_qa export; ValueError naming the path when it is another kind
-  of model (an embedder, or a token-id twin that takes wordpiece ids instead of questions)."""
-  kind = export_info(path).get("kind", OPEN_QA)
-  if kind != OPEN_QA:
-    raise ValueError(f"{path} is a {kind} model; pass a raw-text open_qa SavedModel "
-                     "(bin/export_saved_model's OUTPUT_DIR/open_qa)")
-  return load_saved_model(path)
-
-
-def answer_questions(model, questions: Sequence[str]) -> Dict[str, np.ndarray]:
-  """The outputs of a loaded open_qa model's serving_default signature for questions, as numpy arrays
-  (strings as bytes)."""
-  outputs = model.signatures["serving_default"](questions=tf.constant(list(questions), tf.string))
-  return {key: value.numpy() for key, value in outputs.items()}

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.export import random_orqa
+from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_evaluation
@@ -201,9 +202,9 @@ class ExportTest(tf.test.TestCase):
     self.assertEqual(set(paths) - {"open_qa_scann"},
                      {"query_embedder", "document_embedder", "open_qa", "query_embedder_token_ids",
                       "document_embedder_token_ids", "open_qa_token_ids"})
-    self.assertEqual(saved_models.export_info(paths["open_qa_scann"])["scann_parameters"]["mode"],
+    self.assertEqual(loader.export_info(paths["open_qa_scann"])["scann_parameters"]["mode"],
                      "tree_ah")
-    self.assertEqual(saved_models.export_info(paths["open_qa"])["checkpoint"], trained.checkpoint)
+    self.assertEqual(loader.export_info(paths["open_qa"])["checkpoint"], trained.checkpoint)
     with self.assertRaises(FileExistsError):
       saved_models.export_open_qa(trained, paths["open_qa"])
 
@@ -242,7 +243,7 @@ class ExportTest(tf.test.TestCase):
           expected["predicted_row"][i]]
       self.assertEqual(qa["answer_token_ids"][i][:width], block[first:last + 1].tolist())
       self.assertFalse(any(qa["answer_token_ids"][i][width:]))
-    info = saved_models.export_info(self.paths["open_qa_token_ids"])
+    info = loader.export_info(self.paths["open_qa_token_ids"])
     self.assertEqual(info["kind"], "open_qa_token_ids")
     self.assertTrue(os.path.exists(os.path.join(self.paths["open_qa_token_ids"], info["vocab"])))
 

@@ -28,7 +28,7 @@ from urllib import parse
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export import saved_models
+from realm_tf.export import loader
 from realm_tf.serving import page
 from realm_tf.serving import rest_api
 
@@ -78,18 +78,18 @@ class OpenQaService:
     model_name: the NAME in /v1/models/NAME.
   """
 
-  def __init__(self, saved_model: str, model_name: str = saved_models.OPEN_QA):
+  def __init__(self, saved_model: str, model_name: str = loader.OPEN_QA):
     if not _MODEL_NAME.match(model_name):
       raise ValueError(f"model name {model_name!r} must be letters, digits, '_', '.' or '-' (it is "
                        "part of the URL /v1/models/NAME)")
     self.model_name = model_name
     self.saved_model = saved_model
-    self.info = saved_models.export_info(saved_model)
-    self._model = saved_models.load_open_qa(saved_model)
+    self.info = loader.export_info(saved_model)
+    self._model = loader.load_open_qa(saved_model)
     self._signature = self._model.signatures[rest_api.SIGNATURE_NAME]
 
   def predict(self, questions) -> Dict[str, np.ndarray]:
-    return saved_models.answer_questions(self._model, questions)
+    return loader.answer_questions(self._model, questions)
 
   def metadata(self) -> Dict[str, Any]:
     """TF Serving's GET .../metadata answer, from the signature's own input and output specs."""
