@@ -2,11 +2,11 @@
 
 Importing TensorFlow takes about 3.5 s of CPU, more than many of the project's test files need for their
 tests; `bazel test //...` on 2 cores spent about a fifth of its time on it. A package's quick files are
-therefore also grouped into one py_test (e.g. //realm_tf/data:medium_tests) whose main is this file,
-while each file stays a target of its own, tagged manual, for a focused `bazel test //pkg:x_test`.
+therefore also grouped into one py_test (realm_tf/test_group.bzl's py_test_group, e.g.
+//realm_tf/data:medium_tests) whose main is this file, while each file stays a target of its own, tagged
+manual, for a focused `bazel test //pkg:x_test`.
 
-Usage (the py_test's args): run_test_group.py PACKAGE_DIR FILE... with the files the target's srcs list (a
-BUILD variable gives both). Each file's test classes run as they do alone: tf.test.TestCase reseeds every
+Usage (the py_test's args, which the macro writes): run_test_group.py PACKAGE_DIR FILE... Each file's test classes run as they do alone: tf.test.TestCase reseeds every
 test, and no grouped file changes a process-wide setting it does not restore (the logical CPU split
 keeps distribute_test and optimization_test alone).
 """

@@ -35,7 +35,12 @@ def _targets_of(build_path):
 
   namespace = {kind: rule(kind) for kind in ("py_library", "py_binary", "py_test", "filegroup",
                                              "sh_binary", "sh_test")}
-  namespace.update(glob=glob, package=lambda **_: None, exports_files=lambda *_, **__: None)
+
+  def py_test_group(**kwargs):  # realm_tf/test_group.bzl's macro: a py_test of the listed files
+    rules["py_test"].append(list(kwargs.get("tests", [])))
+
+  namespace.update(glob=glob, package=lambda **_: None, exports_files=lambda *_, **__: None,
+                   load=lambda *_, **__: None, py_test_group=py_test_group)
   with open(build_path) as f:
     exec(compile(f.read(), build_path, "exec"), namespace)  # pylint: disable=exec-used
   return rules
