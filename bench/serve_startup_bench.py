@@ -52,14 +52,14 @@ def _run(command: List[str], env: Dict[str, str]) -> Dict[str, float]:
 
 # Runs a script through runpy, then prints the process's own peak RSS (ru_maxrss of RUSAGE_CHILDREN
 # would be the largest child so far, not this one).
+_PRINT_PEAK_RSS = "print('PEAK_RSS_KIB=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
 _WRAPPER = (
     "import resource, runpy, sys\n"
     "sys.argv = sys.argv[1:]\n"
     "try:\n"
     "  runpy.run_path(sys.argv[0], run_name='__main__')\n"
     "except SystemExit as e:\n"
-    "  if e.code not in (0, None): raise\n"
-    "print('PEAK_RSS_KIB=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    "  if e.code not in (0, None): raise\n" + _PRINT_PEAK_RSS)
 
 
 def _median(values: List[float]) -> float:
@@ -75,13 +75,13 @@ def main(argv):
     raise app.UsageError(f"--repo_root={repo} has no bin/answer.py")
   env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   commands = {
-      "import tensorflow": [sys.executable, "-c", "import resource, tensorflow\n"
-                            "print('PEAK_RSS_KIB=%d' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+      "import tensorflow": [sys.executable, "-c", "import resource, tensorflow\n" + _PRINT_PEAK_RSS],
       "bin/answer.py": [sys.executable, "-c", _WRAPPER, answer, _QUESTION.value,
                         f"--saved_model={os.path.abspath(_SAVED_MODEL.value)}"],
   }
   results = {"command": " ".join(sys.argv), "repo_root": repo, "saved_model": _SAVED_MODEL.value,
-             "machine": dict(throughput_lib.machine(), load_average_at_start=throughput_lib.load_average()),
+             "machine": dict(throughput_lib.machine(),
+                             load_average_at_start=throughput_lib.load_average()),
              "runs": {}}
   print(f"{'command':20s} {'median s':>9s} {'median peak RSS MiB':>20s}")
   for name, command in commands.items():

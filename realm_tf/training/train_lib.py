@@ -103,7 +103,9 @@ class TrainStep:
     cross_replica = (getattr(model, "cross_replica_loss", False)
                      and self.strategy.num_replicas_in_sync > 1)
     self._gradients = (self._loss_and_gradients if cross_replica and not self.jit_compile else
-                       tf.function(self._loss_and_gradients, jit_compile=self.jit_compile,
+                       # None, not False, without XLA: whatever compiles the enclosing step (a TPU's
+                       # compiler) compiles this function with it, as it did the inlined code.
+                       tf.function(self._loss_and_gradients, jit_compile=self.jit_compile or None,
                                    autograph=False))
     # autograph=False (here and in make_eval_step): the step and the models branch on Python values
     # only, and converting their code took two thirds of each trace.
@@ -182,7 +184,8 @@ def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
   def replica_outputs(features):
     return model.compute_loss(features, training=False)
 
-  outputs_fn = tf.function(replica_outputs, jit_compile=True, autograph=False) if compiled else replica_outputs
+  outputs_fn = (tf.function(replica_outputs, jit_compile=True, autograph=False) if compiled
+                else replica_outputs)
 
   def replica_eval(features):
     output = outputs_fn(features)
