@@ -12,7 +12,6 @@ command, the machine and its load) to --output.
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time

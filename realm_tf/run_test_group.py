@@ -47,7 +47,8 @@ def main():
     raise SystemExit("usage: run_test_group.py PACKAGE_DIR FILE_test.py... [test runner flags]")
   sys.argv[1:] = [a for a in args[1:] if a.startswith("-")]
   collect(import_test_files(args[0], files), sys.modules["__main__"].__dict__)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (run_test_group_test imports this module without it)
+  # Imported here: run_test_group_test imports this module without TensorFlow.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   tf.test.main()
 
 

@@ -47,7 +47,6 @@ Exports are written into a temporary sibling directory and renamed into place, s
 or a complete one.
 """
 
-import json
 import os
 import shutil
 from typing import Callable, Dict, Optional, Sequence, Tuple
