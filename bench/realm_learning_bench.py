@@ -55,9 +55,8 @@ def _options(seed: int, output_dir: str) -> demo_pipeline.PipelineOptions:
   fields = {f.name: f for f in dataclasses.fields(demo_pipeline.PipelineOptions)}
   values = dict(output_dir=output_dir, seed=seed, realm_steps=_REALM_STEPS.value,
                 save_checkpoints_steps=_EVAL_EVERY.value, orqa_steps=0, keep_checkpoint_max=1000,
-                # Every checkpoint is measured, so keep them all.
-                max_index_staleness_steps=max(_EVAL_EVERY.value,
-                                              demo_pipeline.PipelineOptions.max_index_staleness_steps))
+                # Every checkpoint is measured, so keep them all; an index swap at each.
+                index_swap_steps=_EVAL_EVERY.value)
   for item in _SET.value:
     name, _, value = item.partition("=")
     if name not in fields:

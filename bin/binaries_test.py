@@ -85,6 +85,19 @@ class TrainRealmFlagsTest(tf.test.TestCase):
                   str(result.error))
     self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
 
+  def test_index_swaps_off_the_checkpoint_steps_are_refused_before_any_work(self):
+    tmp = self.create_tempdir().full_path
+    common = (f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
+              f"--pretraining_corpus_path={tmp}/none", f"--retrieval_corpus_path={tmp}/none",
+              "--bert_config=tiny", "--save_checkpoints_steps=20")
+    result = in_process.run_main("train_realm.py", *common, "--index_swap_steps=30")
+    self.assertIn("--index_swap_steps=30 must be a positive multiple of --save_checkpoints_steps=20",
+                  str(result.error))
+    result = in_process.run_main("train_realm.py", *common, "--index_swap_steps=40",
+                                 "--max_index_staleness_steps=40")
+    self.assertIn("--index_swap_steps and --max_index_staleness_steps are alternatives", str(result.error))
+    self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
+
 
 class TrainFidKdFlagsTest(tf.test.TestCase):
 

@@ -95,7 +95,12 @@ class PipelineOptions:
   candidate_seq_len: int = 128
   max_masks: int = 8
   num_candidates: int = 8
-  max_index_staleness_steps: int = 100
+  # Fixed index swaps (bin/train_realm --index_swap_steps): each step trains on the index of the
+  # checkpoint its number fixes, so two demos print the same recall (with the newest index instead, the
+  # demo's recall@5 varied by up to 3 points run to run with the refresher's timing). A bench that wants
+  # the newest index sets this to None and max_index_staleness_steps to its bound.
+  index_swap_steps: Optional[int] = 50
+  max_index_staleness_steps: Optional[int] = None
   # The reader BERT pre-trained on restated facts needs more than 200 steps to extract spans: test
   # exact match 32.0 at 200 and 72.0 at 400 from a fresh-clone demo's REALM retriever (docs/benchmarks.md,
   # 2026-11-26 (batch)).
@@ -265,7 +270,8 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
            log_every_steps=25, init_retriever_checkpoint=init_retriever,
            init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
            index_implementation=options.index_implementation, check_index_every_batches=2,
-           max_index_staleness_steps=options.max_index_staleness_steps),
+           max_index_staleness_steps=options.max_index_staleness_steps,
+           index_swap_steps=options.index_swap_steps),
       dict(retrieval_corpus_path=paths["retrieval"], index_implementation=options.index_implementation,
            embed_jit_compile=options.realm_jit_compile, poll_seconds=1, keep=3),
       echo)

@@ -36,6 +36,12 @@ _STALENESS = flags.DEFINE_integer(
     "once per --steps_per_loop and batches are prepared a few ahead, so a batch may train on an index up "
     "to this + --steps_per_loop + the prefetched batches older.")
 _CHECK_EVERY = flags.DEFINE_integer("check_index_every_batches", 10, "Look for a newer index this often.")
+_SWAP = flags.DEFINE_integer(
+    "index_swap_steps", None,
+    "Fixed index swaps instead of the newest index: step s trains on the index of the checkpoint of step "
+    "K * floor((s - 1) / K) for K this flag, waiting for it, so two runs of one seed train on the same "
+    "indexes. A multiple of --save_checkpoints_steps; replaces --max_index_staleness_steps and "
+    "--check_index_every_batches.")
 _WAIT = flags.DEFINE_float("wait_for_index_seconds", None, "Give up waiting for an index after this.")
 
 
@@ -60,7 +66,7 @@ def main(argv):
       init_retriever_checkpoint=_INIT_RETRIEVER.value, init_reader_checkpoint=_INIT_READER.value,
       bootstrap_index=_BOOTSTRAP.value, index_implementation=_INDEX.value,
       max_index_staleness_steps=_STALENESS.value, check_index_every_batches=_CHECK_EVERY.value,
-      wait_for_index_seconds=_WAIT.value, seed=_FLAGS.seed.value)
+      wait_for_index_seconds=_WAIT.value, index_swap_steps=_SWAP.value, seed=_FLAGS.seed.value)
   realm_trainer.train(options, strategy, log=logging.info)
 
 

@@ -322,11 +322,11 @@ class IndexWatcher:
               f"delete {path}; training goes on with the newest index of this corpus")
     return None
 
-  def newest_step(self) -> Optional[int]:
+  def newest_step(self, at_most: Optional[int] = None) -> Optional[int]:
     """The step of the newest complete, uncorrupted published index of the trainer's corpus (or of one
-    derived from it), or None."""
+    derived from it), or None; at_most: only indexes of that step or older count."""
     for step in reversed(published_steps(self.model_dir)):
-      if step in self._bad:
+      if step in self._bad or (at_most is not None and step > at_most):
         continue
       path = os.path.join(index_root(self.model_dir), str(step))
       record = self._verified.get(step)
@@ -348,9 +348,11 @@ class IndexWatcher:
       return step
     return None
 
-  def load_newer(self, current_step: Optional[int]) -> Optional[LoadedIndex]:
-    """Loads the newest index if it is newer than current_step, else returns None."""
-    step = self.newest_step()
+  def load_newer(self, current_step: Optional[int],
+                 at_most: Optional[int] = None) -> Optional[LoadedIndex]:
+    """Loads the newest index (of step at_most or older, when given) if it is newer than current_step,
+    else returns None."""
+    step = self.newest_step(at_most)
     if step is None or (current_step is not None and step <= current_step):
       return None
     path = os.path.join(index_root(self.model_dir), str(step))
@@ -407,7 +409,9 @@ class IndexWatcher:
         self._log(f"waiting for bin/refresh_doc_embeds to publish {what} under "
                   f"{index_root(self.model_dir)}{': ' + reason if reason else ''}")
         announced = True
+      # Not past the deadline: a short timeout ends when it says, not a poll later.
+      pause = poll_seconds if deadline is None else max(0.0, min(poll_seconds, deadline - now))
       if stop is not None:
-        stop.wait(poll_seconds)
+        stop.wait(pause)
       else:
-        time.sleep(poll_seconds)
+        time.sleep(pause)

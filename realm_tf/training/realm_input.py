@@ -14,7 +14,8 @@ Step 3 runs in Python (tf.py_function) because the index changes under a running
 bin/update_index changed the documents; RetrievalState), and the candidates' token ids are read from the
 corpus in the same call. The trainer reports its step; when the index in use is more than
 `max_staleness_steps` behind, retrieval waits for the refresher (the REALM paper found a much staler index
-costs about a quarter of the accuracy).
+costs about a quarter of the accuracy). Or, with fixed swaps (swap_every_steps), each step trains on the
+index of a checkpoint step its number fixes, so which index chose a batch does not depend on timing.
 
 The query's own document is recognized by a 64-bit fingerprint of "title <sep> text" computed in-graph on
 both sides (realm_tf.data.corpus_table.document_fingerprint; the corpus stores the original's sha1 uid,
@@ -55,14 +56,25 @@ class RetrievalState:
     log: logger.
     expected_dim: the model's retriever projection size; an index of another dimension (built by
       another run's configuration) is an error (None: not checked).
+    swap_every_steps: fixed index swaps instead of the newest index (check_every_batches and
+      max_staleness_steps then do not apply): the batch of step s retrieves with the index published
+      from the checkpoint of step swap_every_steps * floor((s - 1) / swap_every_steps), waiting for it,
+      whatever else is published. Which index a step trains on then no longer depends on how fast the
+      refresher was, so two runs of one seed train on the same indexes (the demo's numbers repeat, and a
+      run under faults compares with a clean one). When that index can no longer come (the refresher
+      published a newer one instead: after a restart its newest checkpoint was a later one), the newer
+      one is used and a warning says so.
   """
 
   def __init__(self, watcher: published_index.IndexWatcher, corpus: corpus_table.CorpusTable,
                num_candidates: int, check_every_batches: int = 10,
                max_staleness_steps: Optional[int] = None,
                wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print,
-               expected_dim: Optional[int] = None):
+               expected_dim: Optional[int] = None, swap_every_steps: Optional[int] = None):
     self._check_size(corpus, num_candidates)
+    if swap_every_steps is not None and swap_every_steps < 1:
+      raise ValueError(f"swap_every_steps must be at least 1, got {swap_every_steps}")
+    self.swap_every_steps = swap_every_steps
     self.watcher = watcher
     self.corpus = corpus
     self.num_candidates = num_candidates
@@ -160,16 +172,49 @@ class RetrievalState:
           raise TimeoutError("the refresher published no newer index in time")
         self._swap(newer)
 
+  def _fixed_index(self, step: int) -> None:
+    """Makes the index of step `step`'s fixed swap the one in use (swap_every_steps), waiting for it."""
+    target = self.swap_every_steps * ((step - 1) // self.swap_every_steps)
+    while self.index is None or self.index.step < target:
+      loaded = self.watcher.load_newer(self.index.step if self.index else None, at_most=target)
+      if loaded is not None and loaded.step == target:
+        self._swap(loaded)
+        continue
+      newest = self.watcher.newest_step()
+      if newest is not None and newest > target:
+        self._log(f"WARNING: the index of step {target}, which step {step} trains on under "
+                  f"--index_swap_steps={self.swap_every_steps}, was not published (the refresher "
+                  f"embedded a later checkpoint, as after a restart); using the index of step {newest}: "
+                  "from here this run's indexes differ from those of an uninterrupted run")
+        loaded = self.watcher.load_newer(self.index.step if self.index else None)
+        if loaded is not None:  # else it failed to load and is skipped from now on: look again
+          self._swap(loaded)
+        continue
+      known = self.watcher.newest_step(at_most=target)
+      if self.watcher.wait_for_newer(
+          known, timeout_seconds=self.wait_timeout_seconds, stop=self._closed,
+          reason=f"step {step} trains on the index of step {target} (--index_swap_steps="
+                 f"{self.swap_every_steps})") is None:
+        raise TimeoutError(f"the refresher published no index of step {target} in time")
+
   def retrieve(self, token_ids: np.ndarray, mask: np.ndarray, segment_ids: np.ndarray,
-               own_fingerprints: np.ndarray):
+               own_fingerprints: np.ndarray, step: Optional[int] = None):
     """Candidate rows int32 [B, N-1] (the top of the current index, own document and duplicates
     dropped) and their token ids from the same corpus version: title values, title lengths, body
-    values, body lengths (int64, B * (N-1) rows)."""
+    values, body lengths (int64, B * (N-1) rows). step: the trainer step the batch trains (needed for
+    swap_every_steps)."""
     token_ids, mask, segment_ids, own_fingerprints = (
         np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
-    self.ensure_index()
+    if self.swap_every_steps is not None:
+      if step is None:
+        raise ValueError("retrieve() needs the batch's step under swap_every_steps")
+      with self._lock:
+        self._fixed_index(int(step))
+    else:
+      self.ensure_index()
     with self._lock:
-      self._maybe_refresh()
+      if self.swap_every_steps is None:
+        self._maybe_refresh()
       index, corpus = self.index, self.corpus
     queries = index.embed_queries(token_ids, mask, segment_ids)
     wanted = self.num_candidates - 1
@@ -260,14 +305,16 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
 
   queries = examples.batch(64).map(mask).unbatch().filter(
       no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
-  batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
+  # Numbered by the trainer step that will train on each batch (state.swap_every_steps needs it).
+  batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches).enumerate(
+      start=skip_batches + 1)
 
   @no_autograph
-  def retrieve(features):
+  def retrieve(step, features):
     rows, title_values, title_lengths, body_values, body_lengths = tf.py_function(
         state.retrieve,
         [features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
-         features["own_fingerprint"]], [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64])
+         features["own_fingerprint"], step], [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64])
     rows.set_shape([batch_size, num_candidates - 1])
     lengths_shape = [batch_size * (num_candidates - 1)]
     title_lengths.set_shape(lengths_shape)

@@ -8,6 +8,7 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -108,6 +109,19 @@ class RealmInputTest(tf.test.TestCase):
         self.assertAllEqual(expected[key], actual[key], msg=key)
     # Another seed is another stream: test_close_ends_a_pipeline_waiting_for_a_fresher_index's pipeline.
 
+  def test_fixed_swaps_number_batches_by_the_step_that_trains_them(self):
+    """Under swap_every_steps=2, a stream resumed after 1 batch makes the batch of step 2 with the step-0
+    index (the only one), the same batch as the uninterrupted stream's second; step 3's index (step 2's)
+    never comes."""
+    dataset, state = self._dataset(1, seed=5, swap_every_steps=2, wait_timeout_seconds=0.1)
+    batches = iter(dataset)
+    second = self._numpy(next(batches))
+    self.assertEqual(state.indexes_used, [0])
+    self.assertAllEqual(self._uninterrupted()[1][realm_model.CANDIDATE + "_token_ids"],
+                        second[realm_model.CANDIDATE + "_token_ids"])
+    with self.assertRaisesRegex(tf.errors.OpError, "no index of step 2 in time"):
+      next(batches)
+
   def test_close_ends_a_pipeline_waiting_for_a_fresher_index(self):
     """A trainer that finished while the pipeline prepared batches ahead, waiting for an index within
     the staleness bound, closes the state: the wait ends (in the real trainer a waiting pipeline thread
@@ -183,11 +197,11 @@ class LiveIndexUpdateTest(tf.test.TestCase):
                                                   info={"checkpoint": checkpoint}, log=lambda _: None)
     self.messages = []
 
-  def _retrieve(self, state, text, own_fingerprint=0):
-    """The bodies (token id lists) retrieve() returns for a query made of `text`."""
+  def _retrieve(self, state, text, own_fingerprint=0, step=None):
+    """The bodies (token id lists) retrieve() returns for a query made of `text` (for step `step`)."""
     inputs = self.featurizer.query_inputs(self.tokenizer.tokenize([text.encode("utf-8")]))
     rows, _, _, body_values, body_lengths = state.retrieve(
-        *(np.asarray(x) for x in inputs), np.array([own_fingerprint], np.int64))
+        *(np.asarray(x) for x in inputs), np.array([own_fingerprint], np.int64), step=step)
     bodies = np.split(body_values, np.cumsum(body_lengths)[:-1])
     # Rows and token ids come from one corpus version: the version now in use.
     for row, body in zip(rows[0], bodies):
@@ -196,6 +210,39 @@ class LiveIndexUpdateTest(tf.test.TestCase):
 
   def _body_ids(self, text):
     return self.tokenizer.tokenize([text.encode("utf-8")]).to_list()[0]
+
+  def test_fixed_swaps_train_each_step_on_the_index_its_number_fixes(self):
+    publish = lambda step: refresher.build_and_publish(self.config, self.retriever, step, self.options,
+                                                       log=lambda _: None)
+    for step in (0, 10):
+      publish(step)  # and setUp's 5: an index between two swaps, as a shorter checkpoint interval makes
+    state = realm_input.RetrievalState(
+        published_index.IndexWatcher(self.model_dir, self.messages.append),
+        corpus_table.CorpusTable.load(self.corpus_prefix), self.config.num_candidates,
+        log=self.messages.append, swap_every_steps=10, wait_timeout_seconds=60)
+
+    def index_of(step):
+      self._retrieve(state, self.documents[0].body, step=step)
+      return state.index.step
+
+    self.assertEqual([index_of(s) for s in (1, 10, 11, 20)], [0, 0, 10, 10])
+    # Step 21 waits for the index of step 20; one of step 15, published first, is passed over.
+    lock = os.path.join(self.model_dir, process_lock.LOCK_NAME)
+    with process_lock.exclusive(lock, "refresher"):
+      late = threading.Thread(target=lambda: [time.sleep(0.5), publish(15), time.sleep(0.5), publish(20)])
+      late.start()
+      self.assertEqual(index_of(21), 20)
+      late.join()
+    # A restarted refresher published step 35's index, never 30's: step 31 uses it, and says so.
+    publish(35)
+    self.assertEqual(index_of(31), 35)
+    self.assertTrue(any("index of step 30" in m and "using the index of step 35" in m
+                        for m in self.messages), self.messages)
+    self.assertEqual(state.indexes_used, [0, 10, 20, 35])
+    # An index that never comes ends the wait with an error naming it.
+    state.wait_timeout_seconds = 0.1
+    with self.assertRaisesRegex(TimeoutError, "no index of step 40"):
+      index_of(41)
 
   def test_running_pipeline_swaps_in_an_updated_corpus(self):
     watcher = published_index.IndexWatcher(self.model_dir, self.messages.append,

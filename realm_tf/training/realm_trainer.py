@@ -12,6 +12,11 @@ loops (after_step), once per --steps_per_loop steps, and the pipeline prepares b
 that trains on them. So a batch trains on an index at most max_index_staleness_steps + steps_per_loop +
 (the batches prefetched ahead: realm_input's 2 and the distributed dataset's per replica) steps older
 than the step that trains on it.
+
+Fixed index swaps (--index_swap_steps=K) replace that: the batch of step s trains on the index of the
+checkpoint of step K * floor((s - 1) / K), and the pipeline waits for exactly that one, so a run's indexes
+do not depend on how fast the refresher was (realm_input.RetrievalState's swap_every_steps). The trainer
+then waits for each refresh, which a fast refresher beside a slow trainer makes short.
 """
 
 import dataclasses
@@ -58,6 +63,7 @@ class RealmTrainerOptions:
   max_index_staleness_steps: Optional[int] = None
   check_index_every_batches: int = 10
   wait_for_index_seconds: Optional[float] = None
+  index_swap_steps: Optional[int] = None
   seed: int = 0
 
 
@@ -92,6 +98,17 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
     raise ValueError(f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
                      "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
                      "make --max_index_staleness_steps at least --save_checkpoints_steps")
+  swap = options.index_swap_steps
+  if swap is not None:
+    if staleness is not None:
+      raise ValueError("--index_swap_steps and --max_index_staleness_steps are alternatives (fixed swaps "
+                       "bound the staleness by --index_swap_steps already): give one of them")
+    if swap < 1 or swap % every:
+      # The refresher can only publish indexes of saved checkpoints: a swap step without a checkpoint
+      # would wait forever.
+      raise ValueError(f"--index_swap_steps={swap} must be a positive multiple of "
+                       f"--save_checkpoints_steps={every}: each swap trains on the index of the "
+                       "checkpoint saved at that step")
   # Before anything is built: the corpus and a resumed run must have been made with this vocab.
   config = dataclasses.replace(config, vocab_sha256=corpus_lib.check_vocab(
       config.vocab_path, options.retrieval_corpus_path,
@@ -139,7 +156,7 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   state = realm_input.RetrievalState(
       watcher, corpus, config.num_candidates, options.check_index_every_batches,
       options.max_index_staleness_steps, options.wait_for_index_seconds, log,
-      expected_dim=config.embedding_dim)
+      expected_dim=config.embedding_dim, swap_every_steps=swap)
 
   def dataset_fn(batches_done: int) -> tf.data.Dataset:
     return realm_input.realm_dataset(
