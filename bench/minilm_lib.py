@@ -33,7 +33,9 @@ import numpy as np
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SQUAD_DIR = flags.DEFINE_string(
     "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
-    "Directory with train-v1.1.rebuilt.json and dev-v1.1.rebuilt.json.")
+    "Directory with SQuAD v1.1's train-v1.1.json and dev-v1.1.json (or the shared mirror's "
+    "*.rebuilt.json) and squad-v1.1-paragraphs.tsv: bin/download_data.py writes them to "
+    "<data_dir>/squad.")
 CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
                                 "Where the fetched MiniLM model and the embeddings (embeddings/) are "
                                 "cached; squad_open_bench fills it, the other SQuAD benches read it.")
@@ -52,12 +54,11 @@ HYBRID_DEPTH = 1000
 def squad_paths(me: str) -> Tuple[str, str]:
   """(train, dev) SQuAD v1.1 files under --squad_dir; a UsageError naming the bench if one is missing."""
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
-  paths = tuple(os.path.join(SQUAD_DIR.value, n) for n in (squad_open.TRAIN_FILE, squad_open.DEV_FILE))
-  missing = [p for p in paths if not os.path.exists(p)]
-  if missing:
-    raise app.UsageError(f"{me}: {missing} not found; point --squad_dir at the SQuAD v1.1 directory "
-                         "(../shared/data/squad)")
-  return paths
+  try:
+    return squad_open.find_squad_files(SQUAD_DIR.value)
+  except FileNotFoundError as e:
+    raise app.UsageError(f"{me}: --squad_dir: {e}; then pass --squad_dir=DIR/squad (or "
+                         "../shared/data/squad)") from None
 
 
 def load_squad(me: str):

@@ -74,7 +74,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   tsv = os.path.join(minilm_lib.SQUAD_DIR.value, "squad-v1.1-paragraphs.tsv")
   if not os.path.exists(tsv):
-    raise app.UsageError(f"{tsv} not found; point --squad_dir at ../shared/data/squad")
+    raise app.UsageError(f"{tsv} not found; point --squad_dir at ../shared/data/squad or at the "
+                         "squad/ folder `python bin/download_data.py --datasets=squad` writes")
   vocab = os.path.join(minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value),
                        "vocab.txt")
   documents = list(corpus_lib.read_documents(tsv))[:_NUM_PARAGRAPHS.value]

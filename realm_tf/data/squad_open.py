@@ -13,15 +13,38 @@ the title is not part of SQuAD's context.
 """
 
 import dataclasses
-from typing import Dict, List
+import os
+from typing import Dict, List, Tuple
 
 import numpy as np
+import tensorflow as tf
 
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import qa
 
-TRAIN_FILE = "train-v1.1.rebuilt.json"
-DEV_FILE = "dev-v1.1.rebuilt.json"
+# Each split's file names, looked for in this order: the official ones (what bin/download_data.py
+# fetches), then ../shared/data/squad's rebuilt copies (the same paragraphs and questions).
+TRAIN_FILES = ("train-v1.1.json", "train-v1.1.rebuilt.json")
+DEV_FILES = ("dev-v1.1.json", "dev-v1.1.rebuilt.json")
+PARAGRAPHS_FILE = "squad-v1.1-paragraphs.tsv"
+
+
+def find_squad_files(directory: str) -> Tuple[str, str]:
+  """(train, dev): the paths of SQuAD v1.1's two files in directory, each under its first name in
+  TRAIN_FILES / DEV_FILES that exists. Raises FileNotFoundError naming the directory and the
+  names."""
+  found, missing = [], []
+  for names in (TRAIN_FILES, DEV_FILES):
+    paths = [p for p in (os.path.join(directory, n) for n in names) if tf.io.gfile.exists(p)]
+    if paths:
+      found.append(paths[0])
+    else:
+      missing.append(" or ".join(names))
+  if missing:
+    raise FileNotFoundError(f"{directory}: no {' and no '.join(missing)}; fetch SQuAD v1.1 with "
+                            "`python bin/download_data.py --datasets=squad --data_dir=DIR`, which "
+                            "writes DIR/squad")
+  return found[0], found[1]
 
 
 @dataclasses.dataclass

@@ -81,6 +81,23 @@ class SquadOpenTest(tf.test.TestCase):
     with self.assertRaisesRegex(qa.InputError, r"1 articles also occur in .*train.json \(e.g. 'Beta'\)"):
       squad_open.load_squad_open(self.train, overlapping)
 
+  def test_find_squad_files(self):
+    directory = self.create_tempdir().full_path
+    with self.assertRaisesRegex(FileNotFoundError, r"no train-v1\.1\.json or train-v1\.1\.rebuilt"
+                                r"\.json and no dev-v1\.1\.json or .*bin/download_data\.py"):
+      squad_open.find_squad_files(directory)
+    # The shared mirror's rebuilt names, then the official names (bin/download_data's), which win.
+    for name in ("train-v1.1.rebuilt.json", "dev-v1.1.rebuilt.json"):
+      _write_squad(os.path.join(directory, name), [])
+    rebuilt = squad_open.find_squad_files(directory)
+    self.assertEqual(rebuilt, (os.path.join(directory, "train-v1.1.rebuilt.json"),
+                               os.path.join(directory, "dev-v1.1.rebuilt.json")))
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+      _write_squad(os.path.join(directory, name), [])
+    self.assertEqual(squad_open.find_squad_files(directory),
+                     (os.path.join(directory, "train-v1.1.json"),
+                      os.path.join(directory, "dev-v1.1.json")))
+
 
 class SharedDataTest(tf.test.TestCase):
   """The real SQuAD v1.1 files in ../shared/data/squad."""
@@ -93,8 +110,7 @@ class SharedDataTest(tf.test.TestCase):
                     "<repo>/../shared/data/squad")
 
   def test_squad_open(self):
-    data = squad_open.load_squad_open(os.path.join(self.directory, squad_open.TRAIN_FILE),
-                                      os.path.join(self.directory, squad_open.DEV_FILE))
+    data = squad_open.load_squad_open(*squad_open.find_squad_files(self.directory))
     self.assertLen(data.documents, 20963)
     self.assertEqual(data.num_train_paragraphs, 18896)
     self.assertLen(data.questions, 10570)
@@ -106,7 +122,7 @@ class SharedDataTest(tf.test.TestCase):
     self.assertTrue(all(isinstance(d, corpus.Document) for d in data.documents))
     # Ids, texts and titles are the paragraphs TSV's (id, text, title, split).
     csv.field_size_limit(sys.maxsize)
-    with open(os.path.join(self.directory, "squad-v1.1-paragraphs.tsv"), encoding="utf-8",
+    with open(os.path.join(self.directory, squad_open.PARAGRAPHS_FILE), encoding="utf-8",
               newline="") as f:
       rows = list(csv.reader(f, delimiter="\t"))
     self.assertEqual(rows[0], ["id", "text", "title", "split"])
