@@ -34,6 +34,13 @@ from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import realm_trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The demo's reader BERT and ICT start, shipped so that bin/demo need not train them (about 11 minutes on
+# 2 cores); bin/generate_testdata.py --models writes them (write_models) and `bin/demo --from_scratch`
+# trains its own.
+SHIPPED_MODELS = os.path.join(REPO, "testdata", "models")
+MODELS_MANIFEST = "models.json"
+READER_BERT = "reader_bert"
+ICT_START = "ict"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +74,8 @@ class PipelineOptions:
   # REALM's pre-training examples per step (the paper's: 512). At 8 the questions' recall@5 fell on one
   # of three seeds (-8.0) while REALM's own statements rose; at 32 it rose on all three (+3.0 to +5.0),
   # at 64 by 5.5 to 11.5 points (docs/benchmarks.md, 2026-11-26 (batch)). A step costs about batch / 8
-  # times more.
-  realm_batch_size: int = 64
+  # times more: 32 keeps the demo within 12 minutes on 2 cores (64 took 705 s of REALM alone).
+  realm_batch_size: int = 32
   orqa_batch_size: int = 8
   ict_batch_size: int = 32
   ict_learning_rate: float = 1e-3
@@ -110,6 +117,9 @@ class PipelineOptions:
   # Mean pooling: the tiny BERT learns name matches through it far sooner (realm_tf.modeling.embedder).
   embedder_pooling: str = "mean"
   seed: int = 0
+  # A directory write_models wrote (reader_bert/, ict/, models.json): the pipeline starts from its
+  # reader BERT and ICT start instead of training them (None: it trains them).
+  models_dir: Optional[str] = None
 
 
 def binary_env() -> Dict[str, str]:
@@ -186,9 +196,10 @@ def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = prin
   return paths
 
 
-def run_mlm(options: PipelineOptions, paths: Dict[str, str],
-            echo: Callable[[str], None] = print) -> str:
-  """Pre-trains the tiny BERT by masked LM; returns its export (MODEL_DIR/bert)."""
+def run_mlm(options: PipelineOptions, paths: Dict[str, str], echo: Callable[[str], None] = print,
+            init_checkpoint: Optional[str] = None) -> str:
+  """Pre-trains the tiny BERT by masked LM (from init_checkpoint when given; options.mlm_steps 0 only
+  evaluates it); returns its export (MODEL_DIR/bert, with eval.json)."""
   model_dir = os.path.join(options.output_dir, "mlm")
   show = lambda line: _progress_line(line) or "held-out masked-token accuracy" in line
   run_binary("train_mlm", os.path.join(options.output_dir, "train_mlm.log"), show, echo,
@@ -200,8 +211,9 @@ def run_mlm(options: PipelineOptions, paths: Dict[str, str],
              batch_size=options.mlm_batch_size, learning_rate=options.mlm_learning_rate,
              whole_word_masking=options.mlm_whole_word_masking,
              random_next_rate=options.mlm_random_next_rate,
-             num_train_steps=options.mlm_steps, save_checkpoints_steps=options.mlm_steps,
-             log_every_steps=max(1, options.mlm_steps // 4), seed=options.seed)
+             num_train_steps=options.mlm_steps, save_checkpoints_steps=max(1, options.mlm_steps),
+             log_every_steps=max(1, options.mlm_steps // 4), seed=options.seed,
+             init_checkpoint=init_checkpoint)
   return os.path.join(model_dir, "bert")
 
 
@@ -349,6 +361,62 @@ def question_paths(testdata_dir: str) -> List[str]:
   return [os.path.join(testdata_dir, f"qa.{split}.jsonl") for split in ("dev", "test")]
 
 
+def load_models_manifest(models_dir: str) -> Dict:
+  """models_dir's models.json (what write_models trained and measured); a clear error when absent."""
+  path = os.path.join(models_dir, MODELS_MANIFEST)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist: write the models with `python "
+                            "bin/generate_testdata.py --output_dir=testdata --models`, or train them in "
+                            "the run (bin/demo --from_scratch)")
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_models(options: PipelineOptions, models_dir: str, echo: Callable[[str], None] = print) -> Dict:
+  """Trains the reader BERT and the ICT start as run() does (in options.output_dir) and writes them to
+  models_dir, replacing it in one rename: reader_bert/ (bin/train_mlm's export), ict/ (the retriever's
+  weights alone, `retriever/` layout) and models.json (steps, the BERT's held-out masked-token accuracy,
+  the ICT start's recall of the testdata questions, and the retriever's configuration)."""
+  # pylint: disable=g-import-not-at-top (TF-heavy)
+  import shutil
+  import tensorflow as tf
+  from realm_tf import io_utils
+  # pylint: enable=g-import-not-at-top
+  paths = prepare_corpora(options, echo)
+  reader = run_mlm(options, paths, echo)
+  ict_dir = run_ict(options, paths, reader if options.ict_from_bert else None, echo)
+  recall = retriever_recall(ict_dir, ict_dir, paths["retrieval"], question_paths(options.testdata_dir))
+  config = realm_config_lib.RealmConfig.load(ict_dir)
+  retriever = config.build_retriever()
+  training_state.restore_retriever(retriever, ict_dir)
+  tmp = io_utils.temporary_path(os.path.abspath(models_dir))
+  shutil.copytree(reader, os.path.join(tmp, READER_BERT))
+  checkpoint = f"ckpt-{options.ict_steps}"
+  tf.train.Checkpoint(retriever=retriever).write(os.path.join(tmp, ICT_START, checkpoint))
+  with open(os.path.join(tmp, ICT_START, "checkpoint"), "w") as f:
+    f.write(f'model_checkpoint_path: "{checkpoint}"\nall_model_checkpoint_paths: "{checkpoint}"\n')
+  with open(os.path.join(reader, "eval.json")) as f:
+    reader_eval = {k: v for k, v in json.load(f).items() if k != "seconds"}
+  retriever_config = {k: v for k, v in dataclasses.asdict(config).items()
+                      if k not in realm_config_lib.RealmConfig.NOT_COMPARED}
+  manifest = {"written_by": "python bin/generate_testdata.py --output_dir=testdata --models",
+              "reader_bert": dict(reader_eval, steps=options.mlm_steps),
+              "ict": {"steps": options.ict_steps, "recall": recall, "realm_config": retriever_config},
+              "seed": options.seed}
+  io_utils.write_json_atomic(os.path.join(tmp, MODELS_MANIFEST), manifest)
+  old = None
+  if os.path.exists(models_dir):
+    old = io_utils.temporary_path(os.path.abspath(models_dir))
+    os.rename(models_dir, old)
+  os.rename(tmp, models_dir)
+  if old:
+    shutil.rmtree(old)
+  echo(f"wrote the reader BERT ({options.mlm_steps} steps, held-out masked-token accuracy "
+       f"{100 * reader_eval['masked_lm_accuracy']:.1f}%) and the ICT start ({options.ict_steps} steps, "
+       f"questions' gold recall@5 {recall['gold_recall@5']:.1f}) to {models_dir}")
+  return manifest
+
+
 def run(options: PipelineOptions, skip_ict: bool = False,
         echo: Callable[[str], None] = print) -> Dict:
   """The whole pipeline; returns what the demo summarizes."""
@@ -367,13 +435,21 @@ def run(options: PipelineOptions, skip_ict: bool = False,
   qa_paths = question_paths(options.testdata_dir)
   result: Dict = {"stage_seconds": stage_seconds}
   init = reader = None
-  if options.mlm_steps > 0:
+  if options.models_dir:
+    manifest = load_models_manifest(options.models_dir)
+    reader = os.path.join(options.models_dir, READER_BERT)
+    result["mlm"] = dict(manifest["reader_bert"], shipped=True)
+    if not skip_ict:
+      init = os.path.join(options.models_dir, ICT_START)
+    echo(f"reader BERT and ICT start from {options.models_dir} ({manifest['reader_bert']['steps']} and "
+         f"{manifest['ict']['steps']} steps; written by {manifest['written_by']})")
+  elif options.mlm_steps > 0:
     echo(f"BERT pre-training of the reader (masked LM on bert_pretraining.jsonl): {options.mlm_steps} steps")
     reader = run_mlm(options, paths, echo)
     with open(os.path.join(reader, "eval.json")) as f:
-      result["mlm"] = json.load(f)
+      result["mlm"] = dict(json.load(f), steps=options.mlm_steps)
     stage_done("reader BERT")
-  if not skip_ict:
+  if not skip_ict and not options.models_dir:
     echo(f"ICT warm start: {options.ict_steps} steps")
     init = run_ict(options, paths, reader if options.ict_from_bert else None, echo)
     stage_done("ICT")

@@ -4,10 +4,12 @@ On testdata with a tiny BERT, in a few minutes on 2 cores:
   1. regenerates the synthetic testdata and checks it matches the committed files byte for byte;
   2. writes the retrieval corpus and shows how REALM featurizes a pre-training sentence (one salient
      span masked; query, null document, candidate and joint BERT inputs);
-  3. runs REALM pre-training as separate processes (bin/demo_pipeline.py): ICT warm start, then
-     bin/refresh_doc_embeds in the background and bin/train_realm, which bootstraps the first index,
-     trains and swaps in the refresher's newer indexes; then prints loss, retrieval utility, the
-     indexes trained on, and the retriever's recall@5 on the testdata questions before and after;
+  3. runs REALM pre-training as separate processes (bin/demo_pipeline.py): bin/refresh_doc_embeds in the
+     background and bin/train_realm, which bootstraps the first index from the ICT start, trains and
+     swaps in the refresher's newer indexes at fixed steps; then prints loss, retrieval utility, the
+     indexes trained on, and the retriever's recall@5 on the testdata questions before and after. The
+     reader BERT and the ICT start come from testdata/models/ (bin/generate_testdata.py --models wrote
+     them); --from_scratch trains them first (bin/train_mlm, bin/train_ict), about 11 minutes more;
   4. fine-tunes ORQA-style from the REALM retriever, evaluates the test questions (exact match,
      recall@k), exports the SavedModels and answers one test question through the exported model.
 """
@@ -34,9 +36,15 @@ _QUERY_SEQ_LEN = flags.DEFINE_integer("query_seq_len", 32, "Q: packed query leng
 _CANDIDATE_SEQ_LEN = flags.DEFINE_integer("candidate_seq_len", 80, "C: packed candidate length.")
 _MAX_MASKS = flags.DEFINE_integer("max_masks", 6, "M: predicted positions per query.")
 _SKIP_ICT = flags.DEFINE_bool("skip_ict", False, "Start REALM from an untrained retriever.")
+_FROM_SCRATCH = flags.DEFINE_bool(
+    "from_scratch", False,
+    "Train the reader BERT and the ICT start too (about 11 minutes more on 2 cores) instead of starting "
+    "from those shipped in testdata/models/.")
 _MLM_STEPS = flags.DEFINE_integer("mlm_steps", demo_pipeline.PipelineOptions.mlm_steps,
-                                  "BERT pre-training steps of the reader (0: a reader from random weights).")
-_ICT_STEPS = flags.DEFINE_integer("ict_steps", demo_pipeline.PipelineOptions.ict_steps, "ICT steps.")
+                                  "With --from_scratch: BERT pre-training steps of the reader (0: a reader "
+                                  "from random weights).")
+_ICT_STEPS = flags.DEFINE_integer("ict_steps", demo_pipeline.PipelineOptions.ict_steps,
+                                  "With --from_scratch: ICT steps.")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
 _ORQA_STEPS = flags.DEFINE_integer("orqa_steps", demo_pipeline.PipelineOptions.orqa_steps,
@@ -72,6 +80,11 @@ def _stderr_to(path: str):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  for flag in (_MLM_STEPS, _ICT_STEPS):
+    if flag.present and not _FROM_SCRATCH.value:
+      raise app.UsageError(f"--{flag.name} sets how the reader BERT and ICT start are trained, which "
+                           "only --from_scratch does (otherwise they come from testdata/models/); add "
+                           "--from_scratch")
   with _stderr_to(os.path.join(_OUTPUT_DIR.value, "demo_stderr.log")):
     _demo()
 
@@ -149,7 +162,8 @@ def _demo():
         "refresher beside the trainer)")
   options = demo_pipeline.PipelineOptions(
       output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value, ict_steps=_ICT_STEPS.value,
-      realm_steps=_REALM_STEPS.value, orqa_steps=_ORQA_STEPS.value)
+      realm_steps=_REALM_STEPS.value, orqa_steps=_ORQA_STEPS.value,
+      models_dir=None if _FROM_SCRATCH.value else demo_pipeline.SHIPPED_MODELS)
   result = demo_pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
   realm = result["realm"]
   final = realm["final"]
@@ -157,8 +171,9 @@ def _demo():
   start = "ICT warm start" if not _SKIP_ICT.value else "untrained retriever"
   print("== summary")
   if "mlm" in result:
-    print(f"  reader BERT (bin/train_mlm, {options.mlm_steps} steps): held-out masked-token accuracy "
-          f"{100 * result['mlm']['masked_lm_accuracy']:.1f}%")
+    where = "testdata/models, " if result["mlm"].get("shipped") else ""
+    print(f"  reader BERT ({where}bin/train_mlm, {result['mlm']['steps']} steps): held-out masked-token "
+          f"accuracy {100 * result['mlm']['masked_lm_accuracy']:.1f}%")
   print(f"  REALM loss: {realm['first_loss']:.3f} at the first step -> {final['loss']:.3f} at step "
         f"{options.realm_steps}")
   print(f"  retrieval_utility (last step): {final['retrieval_utility']:.4f}; null document share "

@@ -179,9 +179,15 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
   # --seed covers the weights' initialization and dropout too, not only the data order: two runs of one
   # seed then start from the same BERT.
   tf_keras.utils.set_random_seed(options.seed)
+  # 0 steps evaluates --init_checkpoint as it is (the held-out accuracy of a given BERT, as the test of
+  # the demo's shipped reader measures it) and exports it.
+  evaluate_only = options.loop.num_train_steps == 0
+  if evaluate_only and not options.init_checkpoint:
+    raise ValueError("--num_train_steps=0 evaluates and exports --init_checkpoint without training; "
+                     "give --init_checkpoint, or a positive --num_train_steps")
   with strategy.scope():
     model = build_model(options.bert_config)
-    optimizer = optimization.create_optimizer(
+    optimizer = None if evaluate_only else optimization.create_optimizer(
         options.learning_rate, options.loop.num_train_steps, num_warmup_steps=options.warmup_steps,
         bias_correction=options.adam_bias_correction)
 
@@ -194,8 +200,12 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
                                 seed=options.seed, skip_examples=batches_done * options.batch_size)
 
   started = time.time()
-  loop.train(model, optimizer, strategy, dataset_fn, options.loop, start, log=log)
-  step = int(optimizer.iterations.numpy())
+  if evaluate_only:
+    start()
+    step = 0
+  else:
+    loop.train(model, optimizer, strategy, dataset_fn, options.loop, start, log=log)
+    step = int(optimizer.iterations.numpy())
   if held_out:
     metrics = evaluate(model, mlm_data.eval_examples(held_out, tokenizer, options.masking, options.seed),
                        options.eval_batch_size)
