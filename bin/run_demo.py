@@ -158,8 +158,9 @@ def _demo():
     print("demo done.")
     return
 
-  print("== 4. REALM pre-training (BERT pre-training of the reader, ICT warm start of the retriever, "
-        "refresher beside the trainer)")
+  starts = ("BERT pre-training of the reader, ICT warm start of the retriever" if _FROM_SCRATCH.value
+            else "the reader BERT and ICT start of testdata/models")
+  print(f"== 4. REALM pre-training ({starts}; the refresher beside the trainer)")
   options = demo_pipeline.PipelineOptions(
       output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value, ict_steps=_ICT_STEPS.value,
       realm_steps=_REALM_STEPS.value, orqa_steps=_ORQA_STEPS.value,
@@ -202,7 +203,7 @@ def _demo():
     # Last, so it is on screen when the demo ends: the command that serves the export.
     serve = (f"{sys.executable} {os.path.join(_REPO, 'bin', 'serve.py')} "
              f"--saved_model={os.path.join(result['orqa']['export_dir'], 'open_qa')}")
-    print(f"Ask it in a browser: run\n  {serve}\nand open http://127.0.0.1:8501/ (bin/serve.py in README)")
+    print(f"Ask it in a browser: run\n  {serve}\nand open http://127.0.0.1:8501/ (docs/open_qa.md: serving)")
 
 
 if __name__ == "__main__":
