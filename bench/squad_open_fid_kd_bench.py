@@ -70,9 +70,10 @@ _FID_KD_DEFAULTS = {
     "passage_seq_len": 160, "answer_seq_len": 16,
     # The encoder reads from the first step; the decoder (2 layers at MiniLM's width) emits through
     # MiniLM's word embeddings and copies through its last cross-attention. Measured on this data
-    # (docs/benchmarks.md): a 128-wide decoder with its own embeddings, or shared embeddings without the
-    # copy path, stayed at 6-8.5 nats a token; with the copy path the loss was ~3 by step 110. Answer
-    # substitution (testdata's device for a reader from scratch) changed nothing here, so it is off.
+    # (docs/experiments/benchmarks_notebook.md): a 128-wide decoder with its own embeddings, or shared
+    # embeddings without the copy path, stayed at 6-8.5 nats a token; with the copy path the loss was
+    # ~3 by step 110. Answer substitution (testdata's device for a reader from scratch) changed nothing
+    # here, so it is off.
     "reader_hidden_size": 384, "reader_num_heads": 6, "reader_decoder_layers": 2,
     "reader_intermediate_size": 1024, "reader_share_embeddings": True, "reader_copy_attention": True,
     "reader_answer_substitution_rate": 0, "reader_single_passage_steps": 300, "reader_steps": 100,

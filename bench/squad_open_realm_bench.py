@@ -60,7 +60,8 @@ _PARAGRAPHS_TSV = flags.DEFINE_string(
     "squad-v1.1-paragraphs.tsv beside --squad_dir's files, train + dev paragraphs, no questions).")
 _MLM_STEPS = flags.DEFINE_integer("mlm_steps", 2000, "bin/train_mlm steps of batch 32 x 128 for the reader.")
 # MiniLM's masked-LM head starts untrained: at bin/train_mlm's default 1e-4 held-out accuracy was 26% after
-# 300 steps; 2e-4 with a short warm-up adapts faster (measured in docs/benchmarks.md).
+# 300 steps; 2e-4 with a short warm-up adapts faster (measured in
+# docs/experiments/benchmarks_notebook.md).
 _MLM_LR = flags.DEFINE_float("mlm_learning_rate", 2e-4, "bin/train_mlm's peak learning rate.")
 _MLM_WARMUP = flags.DEFINE_integer("mlm_warmup_steps", 100, "bin/train_mlm's warm-up steps.")
 _READER_INIT = flags.DEFINE_string("reader_init_checkpoint", None,

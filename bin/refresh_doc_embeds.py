@@ -31,7 +31,7 @@ _INDEX = trainer_flags.define_index_implementation_flag("MIPS implementation of 
 _RESCORING = flags.DEFINE_enum(
     "index_rescoring", "float32", ["float32", "int8"],
     "Vectors the ScaNN index re-scores its candidates with: float32, or int8 (a compressed index: 132 "
-    "instead of 512 bytes per document at D=128, recall@10 in docs/benchmarks.md).")
+    "instead of 512 bytes per document at D=128, recall@10 in docs/results.md).")
 _KEEP = trainer_flags.define_indexes_kept_flag()
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
 _LENGTH_BUCKETS = flags.DEFINE_integer(

@@ -61,15 +61,15 @@ _READER_DROPOUT = flags.DEFINE_float("reader_dropout_rate", 0.0, "FiD reader dro
 _L = flags.DEFINE_integer("passage_seq_len", 96, "Reader wordpieces per (question, passage) pair L.")
 _T = flags.DEFINE_integer("answer_seq_len", 12, "Reader answer length T (with [SEP]).")
 _ITERATIONS = flags.DEFINE_integer("iterations", 2, "Reader / retriever rounds.")
-# Defaults: 10 passages (the paper reads 100 with T5; issue 19 asks for at least 10 on testdata) at a CPU
-# cost (bench/fid_kd_learning_bench.py, docs/benchmarks.md): a reader step on 10 passages of 96 wordpieces
-# at batch 16 takes ~1 s on 2 loaded cores, 10x a single-passage step, so the reader learns to read on
-# single passages (cheap) before choosing among 10. With the MLM-pre-trained tiny BERT encoder, 200 and
-# 500 steps on 10 passages were too few (dev exact match 0 and 1; its attention ranked the gold passage
-# first for 14% and 28% of the questions) and 1,500 enough (exact match 29, 94%; the distilled retriever
-# 10 -> 78 gold recall@5 in round 0). passage_seq_len
-# stays 96: on testdata's letter-level vocab 64 wordpieces cut the answer out of 40% of the answer-bearing
-# BM25 passages, 96 of none.
+# Defaults: 10 passages (the paper reads 100 with T5; issue 19 asks for at least 10 on testdata) at a
+# CPU cost (bench/fid_kd_learning_bench.py, docs/experiments/benchmarks_notebook.md): a reader step on
+# 10 passages of 96 wordpieces at batch 16 takes ~1 s on 2 loaded cores, 10x a single-passage step, so
+# the reader learns to read on single passages (cheap) before choosing among 10. With the
+# MLM-pre-trained tiny BERT encoder, 200 and 500 steps on 10 passages were too few (dev exact match 0
+# and 1; its attention ranked the gold passage first for 14% and 28% of the questions) and 1,500 enough
+# (exact match 29, 94%; the distilled retriever 10 -> 78 gold recall@5 in round 0). passage_seq_len
+# stays 96: on testdata's letter-level vocab 64 wordpieces cut the answer out of 40% of the
+# answer-bearing BM25 passages, 96 of none.
 _N = flags.DEFINE_integer("num_passages", 10, "Passages per question n (reader and KD loss).")
 _READER_STEPS = flags.DEFINE_integer("reader_steps", 1500, "Reader steps on n passages per iteration.")
 _SINGLE_STEPS = flags.DEFINE_integer(

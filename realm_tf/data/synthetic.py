@@ -267,7 +267,7 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
   # rewards copying a fact from elsewhere in the pair, which is what REALM's reader does with a retrieved
   # document; with every fact stated once (the articles alone), the BERT predicted the news items'
   # masked facts no better from their own article than from the null document, and REALM's retriever
-  # followed noise (docs/benchmarks.md, 2026-11-26).
+  # followed noise (docs/experiments/benchmarks_notebook.md, 2026-11-26).
   other = _world(random.Random(f"bert-{seed}"), num_people, num_villages)
 
   assembled = [_assemble(d) for d in docs]
