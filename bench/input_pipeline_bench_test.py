@@ -1,0 +1,55 @@
+"""A smoke test of bench/input_pipeline_bench.py at toy sizes: both configurations run through
+the real pipeline pieces, and the JSON holds every component, positive rates and the scaled index
+size."""
+
+import json
+import os
+import tempfile
+
+from absl.testing import absltest
+
+from bench import input_pipeline_bench
+
+
+class InputPipelineBenchTest(absltest.TestCase):
+
+  def test_both_configs_report_every_component_and_positive_rates(self):
+    out = tempfile.mkdtemp(prefix="input_pipeline_bench_test_")
+    options = input_pipeline_bench.Options(
+        configs=("demo", "paper"), paper_index_rows=(3000, 6000), queries=8, demo_queries=64,
+        demo_e2e_batches=2, paper_batch_size=8, max_resident_rows=3000, scann_max_build_rows=3000,
+        paper_corpus_stored_rows=1000, paper_bert="tiny", demo_jit_compile=False, train_steps=1,
+        paper_train_batch_size=1, paper_train_steps=1, min_seconds=0.2,
+        output_json=os.path.join(out, "bench.json"), output_png=os.path.join(out, "bench.png"))
+    input_pipeline_bench.run_bench(options, "input_pipeline_bench_test")
+    with open(options.output_json) as f:
+      results = json.load(f)
+    self.assertTrue(os.path.getsize(options.output_png) > 0)
+    for key in ("command", "date", "machine", "accelerator_anchor", "table"):
+      self.assertIn(key, results)
+    self.assertLen(results["machine"]["load_average_at_start"], 3)
+    self.assertLen(results["machine"]["load_average_at_end"], 3)
+    demo, paper = results["configs"]["demo"], results["configs"]["paper"]
+    self.assertGreater(demo["end_to_end"]["examples_per_second"], 0)
+    self.assertGreater(demo["train_step"]["median_step_s"], 0)
+    self.assertGreater(paper["train_step"]["scaled_step_s"], 0)
+    end_to_end = [r for r in demo["pipelines"] if r.get("end_to_end")]
+    self.assertLen(end_to_end, 1)
+    self.assertGreater(end_to_end[0]["examples_per_second_per_core"], 0)
+    rows = [r for r in demo["pipelines"] + paper["pipelines"] if not r.get("end_to_end")]
+    # demo: brute force and ScaNN; paper: both at 3000 rows measured, and at 6000 scaled.
+    self.assertLen(rows, 6)
+    for row in rows:
+      for component in input_pipeline_bench.COMPONENTS:
+        self.assertGreater(row["cpu_s_per_example"][component], 0, (row["config"], component))
+        self.assertGreater(row["wall_s_per_example"][component], 0, (row["config"], component))
+      self.assertGreater(row["examples_per_second"], 0)
+      self.assertGreater(row["examples_per_second_per_core"], 0)
+      self.assertBetween(row["train"]["input_share_of_step"], 0, 1)
+    scaled = [r for r in paper["pipelines"] if r["index_rows"] == 6000]
+    self.assertTrue(all(r["search_source"].startswith("scaled") for r in scaled))
+    self.assertTrue(all(r["host_cores_per_accelerator"] > 0 for r in paper["pipelines"]))
+
+
+if __name__ == "__main__":
+  absltest.main()
