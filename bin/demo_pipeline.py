@@ -54,7 +54,8 @@ class PipelineOptions:
   # 6,000 steps with whole-word masking: the BERT then predicts a masked fact better from the article
   # that states it than from no document (84% of REALM's news statements) and than from other articles
   # (74%); 3,000 steps: 74% and 59%; 2,000 without whole-word masking on text stating each fact once
-  # (the earlier default): 0% and 64% (bench/realm_reader_bench.py, docs/benchmarks.md).
+  # (the earlier default): 0% and 64% (bench/realm_reader_bench.py,
+  # docs/experiments/benchmarks_notebook.md).
   mlm_steps: int = 6000
   mlm_batch_size: int = 32
   mlm_learning_rate: float = 1e-3
@@ -73,8 +74,9 @@ class PipelineOptions:
   keep_checkpoint_max: int = 5
   # REALM's pre-training examples per step (the paper's: 512). At 8 the questions' recall@5 fell on one
   # of three seeds (-8.0) while REALM's own statements rose; at 32 it rose on all three (+3.0 to +5.0),
-  # at 64 by 5.5 to 11.5 points (docs/benchmarks.md, 2026-11-26 (batch)). A step costs about batch / 8
-  # times more: 32 keeps the demo within 12 minutes on 2 cores (64 took 705 s of REALM alone).
+  # at 64 by 5.5 to 11.5 points (docs/experiments/benchmarks_notebook.md, 2026-11-26 (batch)). A step
+  # costs about batch / 8 times more: 32 keeps the demo within 12 minutes on 2 cores (at 64 REALM alone
+  # took 705 s); from the shipped ICT start it raised recall@5 19.5 -> 21.0 (README).
   realm_batch_size: int = 32
   orqa_batch_size: int = 8
   ict_batch_size: int = 32
@@ -87,7 +89,7 @@ class PipelineOptions:
   # The paper's 3e-5. At batch 64 it raised the questions' recall@5 on every draw measured (three bench
   # seeds +5.5 to +11.5, fresh-clone demos +2.0, +8.5, +1.5). 1e-4 gained more on the bench's seeds
   # (+9.5 to +25.5) but lost 2.0 on the fresh-clone demo's own draw, and at batch 8 lost on every seed
-  # (docs/benchmarks.md, 2026-11-27).
+  # (docs/experiments/benchmarks_notebook.md, 2026-11-27).
   realm_learning_rate: float = 3e-5
   # What REALM pre-trains on (ICT always uses all of testdata's pretraining.jsonl): "news", its news
   # items alone (facts only their subject's article holds, about subjects no dev or test question asks
@@ -109,8 +111,8 @@ class PipelineOptions:
   index_swap_steps: Optional[int] = 50
   max_index_staleness_steps: Optional[int] = None
   # The reader BERT pre-trained on restated facts needs more than 200 steps to extract spans: test
-  # exact match 32.0 at 200 and 72.0 at 400 from a fresh-clone demo's REALM retriever (docs/benchmarks.md,
-  # 2026-11-26 (batch)).
+  # exact match 32.0 at 200 and 72.0 at 400 from a fresh-clone demo's REALM retriever
+  # (docs/experiments/benchmarks_notebook.md, 2026-11-26 (batch)).
   orqa_steps: int = 400
   orqa_learning_rate: float = 3e-4
   index_implementation: str = "scann"
