@@ -255,7 +255,7 @@ def load_webquestions(path: str, *, require_answers: bool = True,
 
   - Berant et al.'s original: `{"url", "targetValue": "(list (description ...) ...)", "utterance"}`;
     metadata keeps url.
-  - the `qText` repackaging (trainmodel/val/devtest/test.json, as in ../shared/data/webquestions):
+  - the `qText` repackaging (trainmodel/val/devtest/test.json, as bin/download_data.py fetches it):
     `{"qId", "qText", "answers": [...]}`; metadata keeps qId.
   """
   examples = []
@@ -372,7 +372,7 @@ def load_squad_paragraphs(path: str, *, first_paragraph_id: int = 0) -> List[cor
 
   Document i has title = the article title with spaces for underscores, body = the context, and
   doc_id = str(first_paragraph_id + i), the same id load_squad gives its questions' gold paragraph.
-  ../shared/data/squad/squad-v1.1-paragraphs.tsv numbers train paragraphs 1..18,896 and dev paragraphs
+  bin/download_data.py's squad-v1.1-paragraphs.tsv numbers train paragraphs 1..18,896 and dev paragraphs
   18,897..20,963 in this order, so first_paragraph_id=1 (train) or 18897 (dev) yields its ids.
   """
   documents = []

@@ -1,7 +1,7 @@
 """SQuAD-open: the SQuAD v1.1 dev questions answered against a paragraph corpus, no gold paragraph given.
 
-The corpus is every paragraph of train and dev (20,963), numbered as ../shared/data/squad/
-squad-v1.1-paragraphs.tsv numbers them: train 1..18,896 in file order, then dev. The questions are the
+The corpus is every paragraph of train and dev (20,963), numbered as the squad-v1.1-paragraphs.tsv that
+bin/download_data.py derives numbers them: train 1..18,896 in file order, then dev. The questions are the
 10,570 dev questions, each with its gold paragraph's doc_id. The dev articles do not occur in train, so
 a dev question's answer-bearing paragraphs are (nearly always) dev paragraphs; the dev-only corpus
 (2,067 paragraphs) is the easier setting some papers report beside the full one.
@@ -23,7 +23,7 @@ from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import qa
 
 # Each split's file names, looked for in this order: the official ones (what bin/download_data.py
-# fetches), then ../shared/data/squad's rebuilt copies (the same paragraphs and questions).
+# fetches), then the `.rebuilt` copies of a local mirror (the same paragraphs and questions).
 TRAIN_FILES = ("train-v1.1.json", "train-v1.1.rebuilt.json")
 DEV_FILES = ("dev-v1.1.json", "dev-v1.1.rebuilt.json")
 PARAGRAPHS_FILE = "squad-v1.1-paragraphs.tsv"
