@@ -32,10 +32,10 @@ import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SQUAD_DIR = flags.DEFINE_string(
-    "squad_dir", os.path.join(os.path.dirname(_REPO), "shared", "data", "squad"),
-    "Directory with SQuAD v1.1's train-v1.1.json and dev-v1.1.json (or the shared mirror's "
-    "*.rebuilt.json) and squad-v1.1-paragraphs.tsv: bin/download_data.py writes them to "
-    "<data_dir>/squad.")
+    "squad_dir", os.path.join(_REPO, "data", "squad"),
+    "Directory with SQuAD v1.1's train-v1.1.json and dev-v1.1.json (or a mirror's *.rebuilt.json) "
+    "and squad-v1.1-paragraphs.tsv. Default: data/squad in this checkout, where `python "
+    "bin/download_data.py --datasets=squad` run from its root writes them.")
 CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
                                 "Where the fetched MiniLM model and the embeddings (embeddings/) are "
                                 "cached; squad_open_bench fills it, the other SQuAD benches read it.")
@@ -57,8 +57,8 @@ def squad_paths(me: str) -> Tuple[str, str]:
   try:
     return squad_open.find_squad_files(SQUAD_DIR.value)
   except FileNotFoundError as e:
-    raise app.UsageError(f"{me}: --squad_dir: {e}; then pass --squad_dir=DIR/squad (or "
-                         "../shared/data/squad)") from None
+    raise app.UsageError(f"{me}: --squad_dir: {e}; then pass --squad_dir=DIR/squad "
+                         "(DIR as bin/download_data.py's --data_dir)") from None
 
 
 def load_squad(me: str):

