@@ -742,7 +742,7 @@ def run_paper(options: Options, work_dir: str) -> Dict:
 # Totals, scaling and the report.
 
 
-def _search_timing(config_result: Dict, name: str, rows: int, options: Options) -> Optional[Dict]:
+def _search_timing(config_result: Dict, name: str, rows: int) -> Optional[Dict]:
   """The search timing of `name` at `rows`: measured there, or scaled linearly in rows from the
   largest measured size below (None when nothing was measured)."""
   indexes = config_result.get("indexes")
@@ -772,7 +772,7 @@ def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
   out = []
   for rows in rows_list:
     for implementation in options.implementations:
-      search = _search_timing(result, implementation, rows, options)
+      search = _search_timing(result, implementation, rows)
       if search is None:
         continue
       # Lookup and candidate featurization as measured with this index size where it was built.
@@ -825,7 +825,11 @@ def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
   return out
 
 
-def markdown_table(rows: List[Dict], options: Options) -> str:
+def _rate(value: float) -> str:
+  return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def markdown_table(rows: List[Dict]) -> str:
   ms = lambda s: f"{s * 1e3:.3g}"
   header = ("| config | index rows | search | ex/s (host) | ex/s per core | "
             "CPU ms/ex: query feat | embed | search | lookup | cand feat | trainer step | "
@@ -836,8 +840,8 @@ def markdown_table(rows: List[Dict], options: Options) -> str:
     if r.get("end_to_end"):
       lines.append(
           f"| {r['config']} | {r['index_rows']:,d} | realm_dataset end to end "
-          f"({r['implementation']}) | {r['examples_per_second']:.3g} | "
-          f"{r['examples_per_second_per_core']:.3g} | {ms(r['total_cpu_s_per_example'])} in all "
+          f"({r['implementation']}) | {_rate(r['examples_per_second'])} | "
+          f"{_rate(r['examples_per_second_per_core'])} | {ms(r['total_cpu_s_per_example'])} in all "
           f"| | | | | {train['step_s']:.2f} s (B={train['batch_size']}) | "
           f"{train['input_share_of_step']:.0%} | - |")
       continue
@@ -851,7 +855,7 @@ def markdown_table(rows: List[Dict], options: Options) -> str:
     scaled = "" if r["search_source"] == "measured" else " (scaled)"
     lines.append(
         f"| {r['config']} | {r['index_rows']:,d} | {r['implementation']}{scaled} | "
-        f"{r['examples_per_second']:.3g} | {r['examples_per_second_per_core']:.3g} | "
+        f"{_rate(r['examples_per_second'])} | {_rate(r['examples_per_second_per_core'])} | "
         f"{ms(cpu['query_featurization'])} | {ms(cpu['query_embedding'])} | {ms(cpu['search'])} | "
         f"{ms(cpu['candidate_lookup'])} | {ms(cpu['candidate_featurization'])} | {step} | "
         f"{train['input_share_of_step']:.0%} | {cores} |")
@@ -939,7 +943,7 @@ def run_bench(options: Options, command: str) -> Dict:
   machine["load_average_at_end"] = throughput_lib.load_average()
   machine["peak_rss_mib"] = _peak_rss_mib()
   results["seconds"] = time.time() - _START
-  table = markdown_table(table_rows, options)
+  table = markdown_table(table_rows)
   results["table"] = table
   anchor = results["accelerator_anchor"]
   print(f"\nREALM input pipeline on {machine['processor']} ({machine['usable_cpus']} usable cores; "

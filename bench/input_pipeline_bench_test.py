@@ -4,7 +4,6 @@ size."""
 
 import json
 import os
-import tempfile
 
 from absl.testing import absltest
 
@@ -14,7 +13,7 @@ from bench import input_pipeline_bench
 class InputPipelineBenchTest(absltest.TestCase):
 
   def test_both_configs_report_every_component_and_positive_rates(self):
-    out = tempfile.mkdtemp(prefix="input_pipeline_bench_test_")
+    out = self.create_tempdir().full_path
     options = input_pipeline_bench.Options(
         configs=("demo", "paper"), paper_index_rows=(3000, 6000), queries=8, demo_queries=64,
         demo_e2e_batches=2, paper_batch_size=8, max_resident_rows=3000, scann_max_build_rows=3000,
