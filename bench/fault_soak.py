@@ -1,0 +1,637 @@
+"""Fault soak of REALM pre-training: the real bin/train_realm and bin/refresh_doc_embeds processes under a
+seeded random schedule of faults, restarted as an operator would, then checked against a fault-free run.
+
+  PYTHONPATH=. TF_USE_LEGACY_KERAS=1 .venv/bin/python bench/fault_soak.py --seed=0 --max_faults=20
+
+Both processes are started as bin/demo_pipeline starts them (binary_command, binary_env, the corpora of
+prepare_corpora and run_realm's trainer and refresher flags) on a one-layer, hidden-32 BERT
+(testing_utils.write_small_bert_config, the sizes of bin/demo_pipeline_test), the brute-force index, no
+XLA and fixed index swaps (--index_swap_steps = --save_checkpoints_steps), so that a run is
+deterministic and a minute or two long. First a fault-free run of the same seed (MODEL_DIR clean/), then
+the faulted run (faulted/) under a schedule drawn from --seed:
+
+  sigkill, sigterm     of the trainer or the refresher at a random moment;
+  sigstop              of either, SIGCONT after a random pause;
+  damage_checkpoint    deletion or truncation of the newest checkpoint's ckpt-N.data-* file;
+  damage_index         deletion or truncation of a file of the newest published index (index/<step>/...);
+  second_refresher     a second bin/refresh_doc_embeds on the same model dir, which must exit non-zero
+                       naming the first's pid (MODEL_DIR/.refresher.lock).
+
+A process that stops is restarted with the same command (at most --max_restarts times each). Every fault
+is recorded (time, kind, target, the processes' last log lines). The invariants at the end, each a number
+or a boolean in --output_json (and printed as a table):
+
+  1. reached_step: training_state.latest_step == --num_train_steps and TRAINING_DONE exists;
+  2. weights: max |faulted - clean| over every variable of the final checkpoints (<= --tolerance), or the
+     difference explained by the trainer's "was not published" warnings (fixed swaps fell back to a
+     later index) or by a replay that is not deterministic (reported, not hidden);
+  3. every checkpoint the `checkpoint` file lists restores (tf.train.load_checkpoint reads every
+     variable), except those the soak itself damaged and nothing rewrote (counted apart);
+  4. every published index verifies (published_index.verify_published) and its published.json names its
+     step and corpus, except those the soak damaged (counted apart);
+  5. no `.tmp-*` or `*_temp` leftovers under the model dir;
+  6. no hang: progress (a checkpoint saved, an index published) within --hang_seconds of every restart
+     and throughout; each process exited within --exit_seconds of its stop condition;
+  7. no traceback in the logs but the documented named errors (docs/reliability.md).
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from bin import demo_pipeline
+from realm_tf import io_utils
+from realm_tf import testing_utils
+from realm_tf.checkpoints import training_state
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+FAULT_KINDS = ("sigkill", "sigterm", "sigstop", "damage_checkpoint", "damage_index", "second_refresher")
+# The named errors docs/reliability.md documents: a traceback ending in one of them is a documented stop.
+DOCUMENTED_ERRORS = ("LockedError", "CheckpointWriteError", "ResumeError", "NoRefresherError",
+                     "IndexWriteError", "CorruptIndexError", "InputError", "TimeoutError")
+# The sizes of bin/demo_pipeline_test (its _SIZES and _short_options).
+SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
+NOT_PUBLISHED_WARNING = "was not published (the refresher embedded a later checkpoint"
+
+
+def options_for(args, output_dir: str, bert_config: str) -> demo_pipeline.PipelineOptions:
+  return demo_pipeline.PipelineOptions(
+      output_dir=output_dir, realm_steps=args.num_train_steps,
+      save_checkpoints_steps=args.save_checkpoints_steps, realm_batch_size=args.batch_size,
+      index_swap_steps=args.save_checkpoints_steps, realm_learning_rate=1e-3,
+      index_implementation="brute_force", realm_bert_config=bert_config, realm_jit_compile=False,
+      seed=args.seed, **SIZES)
+
+
+def process_flags(options: demo_pipeline.PipelineOptions, paths: Dict[str, str]):
+  """run_realm's trainer and refresher flags (bin/demo_pipeline.run_realm, no warm start)."""
+  trainer = dict(
+      pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
+      retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
+      bert_config=options.realm_bert_config, jit_compile=options.realm_jit_compile,
+      projection_size=options.projection_size, embedder_layer_norm_epsilon=1e-12,
+      embedder_pooling=options.embedder_pooling,
+      query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
+      max_masks=options.max_masks, num_candidates=options.num_candidates,
+      batch_size=options.realm_batch_size, learning_rate=options.realm_learning_rate,
+      num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
+      keep_checkpoint_max=options.keep_checkpoint_max, log_every_steps=25, bootstrap_index=True,
+      seed=options.seed, index_implementation=options.index_implementation,
+      check_index_every_batches=2, max_index_staleness_steps=options.max_index_staleness_steps,
+      index_swap_steps=options.index_swap_steps)
+  refresher = dict(retrieval_corpus_path=paths["retrieval"],
+                   index_implementation=options.index_implementation,
+                   embed_jit_compile=options.realm_jit_compile, poll_seconds=1, keep=3)
+  return trainer, refresher
+
+
+def tail(path: str, n: int = 4) -> List[str]:
+  """The last n meaningful lines of a log (absl lines without their prefix)."""
+  if not os.path.exists(path):
+    return []
+  with open(path, errors="replace") as f:
+    lines = [line.rstrip() for line in f if line.strip() and "controller.py" not in line]
+  return [line.split("] ", 1)[-1][:300] for line in lines[-n:]]
+
+
+def checkpoint_mtime(model_dir: str) -> Optional[float]:
+  path = os.path.join(model_dir, "checkpoint")
+  try:
+    return os.stat(path).st_mtime_ns
+  except OSError:
+    return None
+
+
+def index_steps(model_dir: str) -> List[int]:
+  root = os.path.join(model_dir, "index")
+  if not os.path.isdir(root):
+    return []
+  return sorted(int(n) for n in os.listdir(root) if n.isdigit())
+
+
+class Process:
+  """One bin/ program run under the soak: the same command on every (re)start, one appended log."""
+
+  def __init__(self, name: str, command: List[str], log_path: str):
+    self.name, self.command, self.log_path = name, command, log_path
+    self.popen: Optional[subprocess.Popen] = None
+    self.starts: List[Dict] = []
+    self.stopped_until: Optional[float] = None  # SIGSTOPped: SIGCONT due then
+    self.exit_codes: List[int] = []
+    self.stop_sent: Optional[Dict] = None  # the sigkill/sigterm fault this process has not exited on yet
+
+  def start(self, state: Dict) -> None:
+    log_file = demo_pipeline._open_log(self.log_path, self.command)  # pylint: disable=protected-access
+    self.popen = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
+                                  env=demo_pipeline.binary_env())
+    log_file.close()
+    if self.starts:
+      self.starts[-1]["lived_seconds"] = round(time.time() - self.starts[-1]["time"], 2)
+    self.starts.append(dict(time=time.time(), pid=self.popen.pid, state=state, progress_seconds=None))
+
+  def alive(self) -> bool:
+    return self.popen is not None and self.popen.poll() is None
+
+  def signal(self, sig) -> None:
+    if self.alive():
+      self.popen.send_signal(sig)
+
+
+def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_dir: str,
+        faults: bool) -> Dict:
+  """One run of both processes; with faults, under the seeded schedule. Returns its record."""
+  rng = random.Random(args.seed)
+  os.makedirs(log_dir, exist_ok=True)
+  refresher = Process("refresher", demo_pipeline.binary_command(
+      "refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
+                      os.path.join(log_dir, "refresh_doc_embeds.log"))
+  trainer = Process("trainer", demo_pipeline.binary_command(
+      "train_realm", model_dir=model_dir, **trainer_flags), os.path.join(log_dir, "train_realm.log"))
+  procs = {"trainer": trainer, "refresher": refresher}
+  started = time.time()
+  record: Dict = {"model_dir": model_dir, "faults": [], "unexpected_exits": [], "hang": None,
+                  "damaged": {"checkpoints": [], "indexes": []}}
+
+  def state():
+    return dict(checkpoint_mtime=checkpoint_mtime(model_dir), indexes=index_steps(model_dir),
+                latest_step=training_state.latest_step(model_dir) if os.path.isdir(model_dir) else None)
+
+  def note(msg):
+    print(f"[{time.time() - started:7.1f}s] {msg}", flush=True)
+
+  refresher.start(state())
+  trainer.start(state())
+  last = state()
+  last_progress = time.time()
+  next_fault = time.time() + rng.uniform(args.min_gap_seconds, args.max_gap_seconds)
+  trainer_done_at = refresher_exit_at = trainer_exit_at = None
+  deadline = started + 60 * args.max_minutes
+
+  def inject(kind: str, target: str) -> Dict:
+    fault = {"time_s": round(time.time() - started, 2), "kind": kind, "target": target,
+             "latest_step": training_state.latest_step(model_dir), "indexes": index_steps(model_dir)}
+    proc = procs.get(target)
+    if kind in ("sigkill", "sigterm"):
+      fault["pid"] = proc.popen.pid
+      proc.signal(signal.SIGKILL if kind == "sigkill" else signal.SIGTERM)
+      fault["sent_unix_time"] = time.time()
+      proc.stop_sent = fault
+    elif kind == "sigstop":
+      pause = rng.uniform(0.5, args.max_pause_seconds)
+      fault.update(pid=proc.popen.pid, pause_s=round(pause, 2))
+      proc.signal(signal.SIGSTOP)
+      proc.stopped_until = time.time() + pause
+    elif kind == "damage_checkpoint":
+      step = fault["latest_step"]
+      files = sorted(glob.glob(os.path.join(model_dir, f"ckpt-{step}.data-*")))
+      if step is None or not files or step >= args.num_train_steps:
+        fault["skipped"] = "no checkpoint to damage (or the final one)"
+      else:
+        fault.update(_damage(rng, files[0]))
+        record["damaged"]["checkpoints"].append(
+            dict(path=os.path.join(model_dir, f"ckpt-{step}"), file=files[0], time=time.time()))
+    elif kind == "damage_index":
+      steps = fault["indexes"]
+      files = []
+      if steps:
+        root = os.path.join(model_dir, "index", str(steps[-1]))
+        files = sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
+      if not files:
+        fault["skipped"] = "no published index"
+      else:
+        fault.update(_damage(rng, rng.choice(files)))
+        record["damaged"]["indexes"].append(dict(step=steps[-1], file=fault["file"]))
+    elif kind == "second_refresher":
+      first_pid = refresher.popen.pid
+      log_path = os.path.join(log_dir, "second_refresher.log")
+      with open(log_path, "a") as log_file:
+        second = subprocess.run(refresher.command, stdout=log_file, stderr=subprocess.STDOUT,
+                                env=demo_pipeline.binary_env(), timeout=args.exit_seconds, check=False)
+      with open(log_path, errors="replace") as f:
+        text = f.read()
+      fault.update(first_pid=first_pid, exit_code=second.returncode,
+                   names_first=f"is held by pid {first_pid}" in text,
+                   message=next((line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines())
+                                 if "is held by" in line), None))
+      fault["ok"] = second.returncode != 0 and fault["names_first"]
+    fault["log_tails"] = {name: tail(p.log_path) for name, p in procs.items()}
+    return fault
+
+  while True:
+    now = time.time()
+    # Pauses end.
+    for proc in procs.values():
+      if proc.stopped_until is not None and now >= proc.stopped_until:
+        proc.signal(signal.SIGCONT)
+        proc.stopped_until = None
+    # Progress: a checkpoint saved (the `checkpoint` file rewritten), an index published, the end.
+    current = state()
+    if current["checkpoint_mtime"] != last["checkpoint_mtime"] or \
+        set(current["indexes"]) - set(last["indexes"]):
+      last_progress = now
+      for proc, changed in ((trainer, current["checkpoint_mtime"] != last["checkpoint_mtime"]),
+                            (refresher, bool(set(current["indexes"]) - set(last["indexes"])))):
+        if changed and proc.starts and proc.starts[-1]["progress_seconds"] is None:
+          proc.starts[-1]["progress_seconds"] = round(now - proc.starts[-1]["time"], 2)
+    last = current
+    done = training_state.training_done(model_dir)
+    if done and trainer_done_at is None:
+      trainer_done_at = now
+    # Exits and restarts.
+    if trainer_exit_at is None and not trainer.alive():
+      code = trainer.popen.returncode
+      trainer.exit_codes.append(code)
+      if code == 0 and done:
+        trainer_exit_at = now
+        note(f"trainer finished (step {training_state.latest_step(model_dir)})")
+      elif len(trainer.starts) > args.max_restarts:
+        record["gave_up"] = f"trainer restarted {args.max_restarts} times"
+        break
+      else:
+        if trainer.stop_sent is None:
+          record["unexpected_exits"].append(dict(target="trainer", code=code, time_s=now - started,
+                                                 log_tail=tail(trainer.log_path, 15)))
+        else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
+          trainer.stop_sent["exit_seconds"] = round(now - trainer.stop_sent.pop("sent_unix_time"), 2)
+          trainer.stop_sent = None
+        note(f"trainer exited {code}: restarting")
+        trainer.start(current)
+    if refresher_exit_at is None and not refresher.alive():
+      code = refresher.popen.returncode
+      refresher.exit_codes.append(code)
+      if code == 0 and done:
+        refresher_exit_at = now
+        note("refresher finished")
+      elif len(refresher.starts) > args.max_restarts:
+        record["gave_up"] = f"refresher restarted {args.max_restarts} times"
+        break
+      else:
+        if refresher.stop_sent is None:
+          record["unexpected_exits"].append(dict(target="refresher", code=code, time_s=now - started,
+                                                 log_tail=tail(refresher.log_path, 15)))
+        else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
+          refresher.stop_sent["exit_seconds"] = round(now - refresher.stop_sent.pop("sent_unix_time"), 2)
+          refresher.stop_sent = None
+        note(f"refresher exited {code}: restarting")
+        refresher.start(current)
+    if trainer_exit_at is not None and refresher_exit_at is not None:
+      break
+    # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
+    if not done and now - max(last_progress, trainer.starts[-1]["time"], refresher.starts[-1]["time"]) \
+        > args.hang_seconds:
+      record["hang"] = dict(time_s=now - started, what="no checkpoint or index for "
+                            f"{args.hang_seconds} s", log_tails={n: tail(p.log_path, 15)
+                                                                 for n, p in procs.items()})
+      note(f"HANG: {record['hang']['what']}")
+      break
+    overdue = [p.name for p in procs.values() if p.stop_sent is not None and
+               now - p.stop_sent["sent_unix_time"] > args.exit_seconds]
+    if overdue:
+      record["hang"] = dict(time_s=now - started, what=f"{overdue} not exited {args.exit_seconds} s "
+                            "after a SIGTERM", log_tails={n: tail(p.log_path, 15) for n, p in procs.items()})
+      note(f"HANG: {record['hang']['what']}")
+      break
+    if done and now - trainer_done_at > args.exit_seconds:
+      record["hang"] = dict(time_s=now - started, what=f"not exited {args.exit_seconds} s after the "
+                            "done marker", alive=[n for n, p in procs.items() if p.alive()],
+                            log_tails={n: tail(p.log_path, 15) for n, p in procs.items()})
+      note(f"HANG: {record['hang']['what']}")
+      break
+    # Faults.
+    if faults and not done and now >= next_fault and len(record["faults"]) < args.max_faults and \
+        now < deadline:
+      kind = rng.choice(FAULT_KINDS)
+      target = rng.choice(["trainer", "refresher"]) if kind in ("sigkill", "sigterm", "sigstop") \
+          else ("refresher" if kind == "second_refresher" else "files")
+      busy = [p for p in procs.values() if not p.alive() or p.stopped_until is not None]
+      if (target in procs and (not procs[target].alive() or procs[target].stopped_until)) or \
+          (kind == "second_refresher" and refresher in busy):
+        next_fault = now + 0.5  # the target is down or paused: draw again shortly
+        continue
+      fault = inject(kind, target)
+      if "skipped" in fault:  # nothing to damage yet: draw again shortly, the fault not counted
+        next_fault = now + 0.5
+        continue
+      record["faults"].append(fault)
+      note(f"fault {len(record['faults'])}: {kind} {target} "
+           f"{fault.get('skipped') or fault.get('action') or ''} (step {fault['latest_step']}, "
+           f"indexes {fault['indexes']})")
+      next_fault = time.time() + rng.uniform(args.min_gap_seconds, args.max_gap_seconds)
+    time.sleep(0.2)
+
+  for proc in procs.values():  # after a hang or a give-up: nothing is left running
+    if proc.alive():
+      proc.signal(signal.SIGCONT)
+      proc.signal(signal.SIGKILL)
+      proc.popen.wait()
+  record["seconds"] = round(time.time() - started, 1)
+  record["trainer_exit_after_done_s"] = (None if trainer_exit_at is None or trainer_done_at is None
+                                         else round(trainer_exit_at - trainer_done_at, 2))
+  record["refresher_exit_after_done_s"] = (None if refresher_exit_at is None or trainer_done_at is None
+                                           else round(refresher_exit_at - trainer_done_at, 2))
+  record["starts"] = {n: p.starts for n, p in procs.items()}
+  record["exit_codes"] = {n: p.exit_codes for n, p in procs.items()}
+  record["logs"] = {n: p.log_path for n, p in procs.items()}
+  return record
+
+
+def _damage(rng: random.Random, path: str) -> Dict:
+  size = os.path.getsize(path)
+  if rng.random() < 0.5:
+    os.remove(path)
+    return {"file": path, "action": "deleted", "size": size}
+  with open(path, "r+b") as f:
+    f.truncate(size // 2)
+  return {"file": path, "action": f"truncated {size} -> {size // 2} bytes", "size": size}
+
+
+# Invariants ---------------------------------------------------------------------------------------------
+
+
+def compare_weights(clean_ckpt: str, faulted_ckpt: str) -> Dict:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  a, b = tf.train.load_checkpoint(clean_ckpt), tf.train.load_checkpoint(faulted_ckpt)
+  # save_counter counts saves, not training: a SIGTERM's extra save raises it by one.
+  skip = {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE"}
+  names_a = set(a.get_variable_to_shape_map()) - skip
+  names_b = set(b.get_variable_to_shape_map()) - skip
+  max_diff, worst = 0.0, None
+  for name in sorted(names_a & names_b):
+    x, y = a.get_tensor(name), b.get_tensor(name)
+    if np.shape(x) != np.shape(y):
+      return {"max_abs_diff": float("inf"), "worst_variable": name, "shape_mismatch": True}
+    if np.issubdtype(np.asarray(x).dtype, np.number):
+      diff = float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) if np.size(x) \
+          else 0.0
+    else:
+      diff = 0.0 if np.array_equal(x, y) else float("inf")
+    if diff > max_diff:
+      max_diff, worst = diff, name
+  return {"max_abs_diff": max_diff, "worst_variable": worst, "variables": len(names_a & names_b),
+          "only_in_one": sorted(names_a ^ names_b)}
+
+
+def check_checkpoints(model_dir: str, damaged: List[Dict]) -> Dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  state = tf.train.get_checkpoint_state(model_dir)
+  listed = list(state.all_model_checkpoint_paths) if state else []
+  ok, failed, damaged_left = [], [], []
+  for path in listed:
+    try:
+      reader = tf.train.load_checkpoint(path)
+      for name in reader.get_variable_to_shape_map():
+        reader.get_tensor(name)
+      ok.append(path)
+    except Exception as e:  # pylint: disable=broad-except
+      still_damaged = any(d["path"] == path and (not os.path.exists(d["file"]) or
+                                                 os.path.getmtime(d["file"]) <= d["time"])
+                          for d in damaged)
+      (damaged_left if still_damaged else failed).append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
+  return {"listed": len(listed), "restored": len(ok), "unreadable": failed,
+          "damaged_by_soak_still_listed": damaged_left}
+
+
+def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict]) -> Dict:
+  from realm_tf.retrieval import published_index  # pylint: disable=g-import-not-at-top
+  ok, failed, damaged_left = [], [], []
+  damaged_steps = {d["step"] for d in damaged}
+  for step in index_steps(model_dir):
+    path = os.path.join(model_dir, "index", str(step))
+    try:
+      published = published_index.verify_published(path)
+      problems = []
+      if published.get("step") != step:
+        problems.append(f"published.json names step {published.get('step')}")
+      if os.path.abspath(str(published.get("corpus_prefix", published.get("corpus", "")))) != \
+          os.path.abspath(corpus_prefix):
+        problems.append(f"published.json names corpus {published.get('corpus_prefix')}")
+      if step and not str(published.get("checkpoint", "")).endswith(f"ckpt-{step}"):
+        problems.append(f"published.json names checkpoint {published.get('checkpoint')}")
+      if problems:
+        raise ValueError("; ".join(problems))
+      ok.append(step)
+    except Exception as e:  # pylint: disable=broad-except
+      (damaged_left if step in damaged_steps else failed).append(
+          f"{path}: {type(e).__name__}: {str(e)[:200]}")
+  return {"published": len(index_steps(model_dir)), "verified": len(ok), "failed": failed,
+          "damaged_by_soak_left": damaged_left}
+
+
+def leftovers(model_dir: str) -> List[str]:
+  found = []
+  for directory, dirs, files in os.walk(model_dir):
+    for name in dirs + files:
+      if name.startswith(".tmp-") or name.endswith("_temp") or "_temp/" in name:
+        found.append(os.path.relpath(os.path.join(directory, name), model_dir))
+  return found
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Cancelled)):?")
+
+
+def tracebacks(log_paths: List[str]) -> Dict:
+  documented, undocumented = [], []
+  for path in log_paths:
+    if not os.path.exists(path):
+      continue
+    with open(path, errors="replace") as f:
+      lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+      if not line.startswith("Traceback (most recent call last)"):
+        continue
+      name, text = None, None
+      for later in lines[i + 1:i + 400]:
+        match = _EXCEPTION_LINE.match(later)
+        if match:
+          name, text = match.group(1).rsplit(".", 1)[-1], later[:300]
+          break
+      entry = f"{os.path.basename(path)}: {text or 'traceback without a final exception line'}"
+      (documented if name in DOCUMENTED_ERRORS else undocumented).append(entry)
+  return {"documented": documented, "undocumented": undocumented}
+
+
+def warnings_of(log_path: str, needle: str) -> List[str]:
+  if not os.path.exists(log_path):
+    return []
+  with open(log_path, errors="replace") as f:
+    return [line.split("] ", 1)[-1].strip()[:400] for line in f if needle in line]
+
+
+def main(argv=None) -> Dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--max_faults", type=int, default=20)
+  parser.add_argument("--max_minutes", type=float, default=10.0,
+                      help="no new fault after this many minutes of the faulted run")
+  parser.add_argument("--num_train_steps", type=int, default=120)
+  parser.add_argument("--save_checkpoints_steps", type=int, default=10)
+  parser.add_argument("--batch_size", type=int, default=4)
+  parser.add_argument("--min_gap_seconds", type=float, default=2.0)
+  parser.add_argument("--max_gap_seconds", type=float, default=10.0)
+  parser.add_argument("--max_pause_seconds", type=float, default=5.0)
+  parser.add_argument("--max_restarts", type=int, default=40)
+  parser.add_argument("--hang_seconds", type=float, default=120.0)
+  parser.add_argument("--exit_seconds", type=float, default=120.0)
+  parser.add_argument("--repeat_clean", type=int, default=0, choices=(0, 1),
+                      help="1: a second fault-free run, whose difference from the first is the noise floor")
+  parser.add_argument("--dropout", type=float, default=0.1,
+                      help="the BERT's dropout (0: a resumed run must equal the fault-free one exactly)")
+  parser.add_argument("--tolerance", type=float, default=1e-5)
+  parser.add_argument("--work_dir", default="/tmp/realm_fault_soak")
+  parser.add_argument("--output_json", default=os.path.join(REPO, "bench", "results", "fault_soak.json"))
+  args = parser.parse_args(argv)
+  started = time.time()
+  os.makedirs(args.work_dir, exist_ok=True)
+  bert_config = testing_utils.write_small_bert_config(args.work_dir)
+  with open(bert_config) as f:
+    config = json.load(f)
+  # --dropout 0: a resumed trainer replays exactly (the dropout masks come from a random stream that
+  # restarts with each process, so with dropout a resumed run differs from an uninterrupted one).
+  config.update(hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+  io_utils.write_json_atomic(bert_config, config)
+  options = options_for(args, args.work_dir, bert_config)
+  corpora = os.path.join(args.work_dir, "corpora.json")
+  if os.path.exists(corpora):  # written by an earlier soak in this work dir: the corpora are reused
+    with open(corpora) as f:
+      paths = json.load(f)
+  else:
+    paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
+    io_utils.write_json_atomic(corpora, paths)
+  trainer_flags, refresher_flags = process_flags(options, paths)
+  runs = {}
+  order = [("clean", False)] + [("clean_repeat", False)] * args.repeat_clean + [("faulted", True)]
+  for name, faults in order:
+    model_dir = os.path.join(args.work_dir, name)
+    if os.path.exists(model_dir):
+      import shutil  # pylint: disable=g-import-not-at-top
+      shutil.rmtree(model_dir)
+    print(f"{name} run: {args.num_train_steps} steps in {model_dir}", flush=True)
+    runs[name] = run(args, model_dir, trainer_flags, refresher_flags,
+                     os.path.join(args.work_dir, name + "_logs"), faults)
+  clean, faulted = runs["clean"], runs["faulted"]
+  model_dir = faulted["model_dir"]
+  result: Dict = {"args": vars(args), "trainer_flags": trainer_flags, "refresher_flags": refresher_flags}
+
+  by_kind: Dict[str, int] = {}
+  for fault in faulted["faults"]:
+    if "skipped" not in fault:
+      key = fault["kind"] + ("" if fault["target"] == "files" else f" {fault['target']}")
+      by_kind[key] = by_kind.get(key, 0) + 1
+  latest = training_state.latest_step(model_dir)
+  inv: Dict = {}
+  inv["reached_step"] = latest == args.num_train_steps and training_state.training_done(model_dir)
+  inv["clean_reached_step"] = (training_state.latest_step(clean["model_dir"]) == args.num_train_steps
+                               and training_state.training_done(clean["model_dir"]))
+  weights = {"max_abs_diff": None}
+  if inv["reached_step"] and inv["clean_reached_step"]:
+    weights = compare_weights(os.path.join(clean["model_dir"], f"ckpt-{args.num_train_steps}"),
+                              os.path.join(model_dir, f"ckpt-{args.num_train_steps}"))
+  if "clean_repeat" in runs and inv["clean_reached_step"]:
+    # The noise floor: two fault-free runs of the same seed.
+    inv["clean_repeat_max_abs_diff"] = compare_weights(
+        os.path.join(clean["model_dir"], f"ckpt-{args.num_train_steps}"),
+        os.path.join(runs["clean_repeat"]["model_dir"], f"ckpt-{args.num_train_steps}"))["max_abs_diff"]
+  not_published = warnings_of(faulted["logs"]["trainer"], NOT_PUBLISHED_WARNING)
+  resumed = warnings_of(faulted["logs"]["trainer"], "resumed from")
+  inv["weights_max_abs_diff"] = weights["max_abs_diff"]
+  inv["weights_equal"] = weights["max_abs_diff"] is not None and weights["max_abs_diff"] <= args.tolerance
+  inv["not_published_warnings"] = len(not_published)
+  # Explained: a fixed swap fell back to a later index (the warning), or dropout with a resumed trainer
+  # (its dropout stream restarts with the process, so the replayed steps draw other masks).
+  inv["weights_difference_explained_by"] = (
+      "equal" if inv["weights_equal"] else "index not published" if not_published else
+      "dropout after a resume" if args.dropout > 0 and resumed else None)
+  inv["weights_equal_or_explained"] = inv["weights_difference_explained_by"] is not None
+  checkpoints = check_checkpoints(model_dir, faulted["damaged"]["checkpoints"])
+  inv["checkpoints_listed"] = checkpoints["listed"]
+  inv["checkpoints_restored"] = checkpoints["restored"]
+  inv["checkpoints_unreadable"] = len(checkpoints["unreadable"])
+  inv["checkpoints_damaged_by_soak_still_listed"] = len(checkpoints["damaged_by_soak_still_listed"])
+  indexes = check_indexes(model_dir, paths["retrieval"], faulted["damaged"]["indexes"])
+  inv["indexes_published"] = indexes["published"]
+  inv["indexes_verified"] = indexes["verified"]
+  inv["indexes_failed"] = len(indexes["failed"])
+  inv["indexes_damaged_by_soak_left"] = len(indexes["damaged_by_soak_left"])
+  left = leftovers(model_dir) + leftovers(clean["model_dir"])
+  inv["temporary_leftovers"] = len(left)
+  progress = [s["progress_seconds"] for p in ("trainer", "refresher")
+              for s in faulted["starts"][p][1:]]
+  trainer_restarts = faulted["starts"]["trainer"][1:]
+  inv["restarts"] = len(progress)
+  inv["max_seconds_restart_to_progress"] = max([p for p in progress if p is not None], default=None)
+  # A restart that lived hang_seconds without a checkpoint (one stopped sooner by the next fault is not).
+  inv["trainer_restarts_without_progress"] = sum(
+      1 for s in trainer_restarts if s["progress_seconds"] is None and
+      (s.get("lived_seconds") or 0) > args.hang_seconds)
+  stops = [f["exit_seconds"] for f in faulted["faults"] if "exit_seconds" in f]
+  inv["max_seconds_signal_to_exit"] = max(stops, default=None)
+  inv["hang"] = faulted["hang"] is not None or clean["hang"] is not None
+  inv["trainer_exit_after_done_s"] = faulted["trainer_exit_after_done_s"]
+  inv["refresher_exit_after_done_s"] = faulted["refresher_exit_after_done_s"]
+  logs = [p for r in runs.values() for p in r["logs"].values()] + [
+      os.path.join(args.work_dir, "faulted_logs", "second_refresher.log")]
+  traces = tracebacks(logs)
+  inv["tracebacks_documented"] = len(traces["documented"])
+  inv["tracebacks_undocumented"] = len(traces["undocumented"])
+  second = [f for f in faulted["faults"] if f["kind"] == "second_refresher"]
+  inv["second_refreshers"] = len(second)
+  inv["second_refreshers_refused_naming_first"] = sum(1 for f in second if f["ok"])
+  inv["unexpected_exits"] = len(faulted["unexpected_exits"])
+  inv["all_hold"] = bool(
+      inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and
+      not inv["checkpoints_unreadable"] and not inv["indexes_failed"] and not left and
+      not inv["hang"] and not inv["trainer_restarts_without_progress"] and
+      not inv["tracebacks_undocumented"] and
+      inv["second_refreshers_refused_naming_first"] == inv["second_refreshers"] and
+      not inv["unexpected_exits"] and not faulted.get("gave_up"))
+  result.update(
+      faults_injected=sum(by_kind.values()), faults_by_kind=by_kind,
+      faults_skipped=sum(1 for f in faulted["faults"] if "skipped" in f), invariants=inv,
+      weights=weights, not_published_warnings=not_published, resumed_lines=resumed,
+      indexes_used_clean=_indexes_used(clean["model_dir"]),
+      indexes_used_faulted=_indexes_used(model_dir),
+      checkpoints=checkpoints, indexes=indexes, leftovers=left, tracebacks=traces,
+      clean_seconds=clean["seconds"], faulted_seconds=faulted["seconds"],
+      seconds=round(time.time() - started, 1),
+      clean={k: v for k, v in clean.items() if k != "faults"}, faulted=faulted)
+  os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
+  io_utils.write_json_atomic(args.output_json, result)
+  print_table(result)
+  print(f"wrote {args.output_json}")
+  return result
+
+
+def _indexes_used(model_dir: str):
+  path = os.path.join(model_dir, "train_summary.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get("indexes_used")
+
+
+def print_table(result: Dict) -> None:
+  print(f"\nfaults injected: {result['faults_injected']} (skipped {result['faults_skipped']}); "
+        f"clean run {result['clean_seconds']} s, faulted run {result['faulted_seconds']} s")
+  for kind, count in sorted(result["faults_by_kind"].items()):
+    print(f"  {kind:32s} {count}")
+  print("\n| invariant | value |\n|---|---|")
+  for name, value in result["invariants"].items():
+    print(f"| {name} | {value} |")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,48 @@
+"""A short seeded fault soak (bench/fault_soak.py): 8 faults on the real bin/train_realm and
+bin/refresh_doc_embeds processes, every invariant asserted.
+
+Dropout 0, so that a trainer resumed after SIGKILL or SIGTERM replays its steps exactly and the final
+weights must equal the fault-free run's (with dropout its masks come from a stream that restarts with the
+process: bench/results/fault_soak.json's longer soak reports that difference).
+"""
+
+import os
+
+import tensorflow as tf
+
+from bench import fault_soak
+
+
+class FaultSoakTest(tf.test.TestCase):
+
+  def test_short_soak_holds_every_invariant(self):
+    out = self.create_tempdir().full_path
+    result = fault_soak.main([
+        "--seed=2", "--max_faults=8", "--num_train_steps=60", "--dropout=0", "--max_gap_seconds=8",
+        f"--work_dir={out}", f"--output_json={os.path.join(out, 'fault_soak.json')}"])
+    inv = result["invariants"]
+    summary = {k: result[k] for k in ("faults_by_kind", "invariants", "leftovers", "tracebacks")}
+    self.assertEqual(result["faults_injected"], 8, summary)
+    self.assertTrue(inv["reached_step"], summary)
+    self.assertTrue(inv["clean_reached_step"], summary)
+    if inv["not_published_warnings"] == 0:
+      self.assertLessEqual(inv["weights_max_abs_diff"], 1e-5, summary)
+    self.assertTrue(inv["weights_equal_or_explained"], summary)
+    self.assertEqual(inv["checkpoints_restored"] + inv["checkpoints_damaged_by_soak_still_listed"],
+                     inv["checkpoints_listed"], summary)
+    self.assertEqual(inv["checkpoints_unreadable"], 0, summary)
+    self.assertGreater(inv["indexes_verified"], 0, summary)
+    self.assertEqual(inv["indexes_failed"], 0, summary)
+    self.assertEqual(inv["temporary_leftovers"], 0, summary)
+    self.assertFalse(inv["hang"], summary)
+    self.assertEqual(inv["trainer_restarts_without_progress"], 0, summary)
+    self.assertLess(inv["trainer_exit_after_done_s"], 120, summary)
+    self.assertLess(inv["refresher_exit_after_done_s"], 120, summary)
+    self.assertEqual(inv["tracebacks_undocumented"], 0, summary)
+    self.assertEqual(inv["second_refreshers_refused_naming_first"], inv["second_refreshers"], summary)
+    self.assertEqual(inv["unexpected_exits"], 0, summary)
+    self.assertTrue(inv["all_hold"], summary)
+
+
+if __name__ == "__main__":
+  tf.test.main()
