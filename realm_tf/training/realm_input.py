@@ -85,6 +85,9 @@ class RetrievalState:
     self.trainer_step = 0
     self.index: Optional[published_index.LoadedIndex] = None
     self.indexes_used = []
+    # The first exception retrieve() raised: TensorFlow hands it to the trainer wrapped in a graph
+    # execution error, and the trainer raises this instead (realm_trainer.train).
+    self.error: Optional[BaseException] = None
     self._batches = 0
     self._log = log
     self._lock = threading.Lock()
@@ -203,6 +206,15 @@ class RetrievalState:
     dropped) and their token ids from the same corpus version: title values, title lengths, body
     values, body lengths (int64, B * (N-1) rows). step: the trainer step the batch trains (needed for
     swap_every_steps)."""
+    try:
+      return self._retrieve(token_ids, mask, segment_ids, own_fingerprints, step)
+    except Exception as e:  # pylint: disable=broad-except (recorded, then raised as it is)
+      # The first cause: the waits that close() then cancels in batches prepared ahead come after it.
+      if self.error is None and not isinstance(e, published_index.WaitCancelled):
+        self.error = e
+      raise
+
+  def _retrieve(self, token_ids, mask, segment_ids, own_fingerprints, step):
     token_ids, mask, segment_ids, own_fingerprints = (
         np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
     if self.swap_every_steps is not None:

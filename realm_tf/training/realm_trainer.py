@@ -186,8 +186,16 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
 
   # Batches prepared ahead of steps that will not run may be waiting for an index: state.close() ends
   # those waits before the loop tears the pipeline down.
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
-                     stop_input=state.close)
+  try:
+    final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step,
+                       log, stop_input=state.close)
+  except tf.errors.OpError:
+    if state.error is None:
+      raise
+    # The input pipeline's own error (NoRefresherError, a missing index, a corpus the index does not
+    # match) reaches TensorFlow's graph-execution wrapper first, whose last line is not it: the user
+    # reads it as itself, on the last line.
+    raise state.error from None
   summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
              "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
