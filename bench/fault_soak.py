@@ -24,7 +24,8 @@ or a boolean in --output_json (and printed as a table):
   1. reached_step: training_state.latest_step == --num_train_steps and TRAINING_DONE exists;
   2. weights: max |faulted - clean| over every variable of the final checkpoints (<= --tolerance), or the
      difference explained by the trainer's "was not published" warnings (fixed swaps fell back to a
-     later index) or by a replay that is not deterministic (reported, not hidden);
+     later index) or, with --dropout above 0, by a resume (the dropout stream restarts with the
+     process); --dropout=0 makes every other resume exact, so a difference there is a finding;
   3. every checkpoint the `checkpoint` file lists restores (tf.train.load_checkpoint reads every
      variable), except those the soak itself damaged and nothing rewrote (counted apart);
   4. every published index verifies (published_index.verify_published) and its published.json names its
@@ -175,7 +176,13 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
   refresher.start(state())
   trainer.start(state())
   last = state()
+  # Progress is the high-water mark: a checkpoint of a step beyond every earlier one, or an index of a
+  # step beyond every earlier one (a trainer that falls back to an earlier checkpoint and saves the same
+  # steps again, or restarts, does not count).
+  high_water = [-1, -1]
   last_progress = time.time()
+  record["quiet_periods"] = 0
+  was_quiet = False
   next_fault = time.time() + rng.uniform(args.min_gap_seconds, args.max_gap_seconds)
   trainer_done_at = refresher_exit_at = trainer_exit_at = None
   deadline = started + 60 * args.max_minutes
@@ -237,16 +244,20 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       if proc.stopped_until is not None and now >= proc.stopped_until:
         proc.signal(signal.SIGCONT)
         proc.stopped_until = None
-    # Progress: a checkpoint saved (the `checkpoint` file rewritten), an index published, the end.
+    # A restart's first progress: a checkpoint saved (the `checkpoint` file rewritten), an index published.
     current = state()
     if current["checkpoint_mtime"] != last["checkpoint_mtime"] or \
         set(current["indexes"]) - set(last["indexes"]):
-      last_progress = now
       for proc, changed in ((trainer, current["checkpoint_mtime"] != last["checkpoint_mtime"]),
                             (refresher, bool(set(current["indexes"]) - set(last["indexes"])))):
         if changed and proc.starts and proc.starts[-1]["progress_seconds"] is None:
           proc.starts[-1]["progress_seconds"] = round(now - proc.starts[-1]["time"], 2)
     last = current
+    mark = [current["latest_step"] if current["latest_step"] is not None else -1,
+            max(current["indexes"], default=-1)]
+    if mark[0] > high_water[0] or mark[1] > high_water[1]:
+      high_water = [max(a, b) for a, b in zip(mark, high_water)]
+      last_progress = now
     done = training_state.training_done(model_dir)
     if done and trainer_done_at is None:
       trainer_done_at = now
@@ -290,10 +301,11 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
     if trainer_exit_at is not None and refresher_exit_at is not None:
       break
     # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
-    if not done and now - max(last_progress, trainer.starts[-1]["time"], refresher.starts[-1]["time"]) \
-        > args.hang_seconds:
-      record["hang"] = dict(time_s=now - started, what="no checkpoint or index for "
-                            f"{args.hang_seconds} s", log_tails={n: tail(p.log_path, 15)
+    if not done and now - last_progress > args.hang_seconds:
+      record["hang"] = dict(time_s=now - started, what="no checkpoint or index beyond step "
+                            f"{high_water[0]} / {high_water[1]} for {args.hang_seconds} s (no fault "
+                            f"in the last {args.hang_seconds / 2:.0f} s)", high_water=high_water,
+                            latest_step=current["latest_step"], indexes=current["indexes"], log_tails={n: tail(p.log_path, 15)
                                                                  for n, p in procs.items()})
       note(f"HANG: {record['hang']['what']}")
       break
@@ -311,9 +323,14 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       note(f"HANG: {record['hang']['what']}")
       break
     # Faults.
-    if faults and not done and now >= next_fault and len(record["faults"]) < args.max_faults and \
-        now < deadline:
-      kind = rng.choice(FAULT_KINDS)
+    # No progress for half the hang bound: no more faults until there is (a hang, not faults too dense).
+    quiet = now - last_progress > args.hang_seconds / 2
+    if quiet and faults and not was_quiet:
+      record["quiet_periods"] += 1
+    was_quiet = quiet
+    if faults and not done and not quiet and now >= next_fault and \
+        len(record["faults"]) < args.max_faults and now < deadline:
+      kind = rng.choice(args.fault_kinds)
       target = rng.choice(["trainer", "refresher"]) if kind in ("sigkill", "sigterm", "sigstop") \
           else ("refresher" if kind == "second_refresher" else "files")
       busy = [p for p in procs.values() if not p.alive() or p.stopped_until is not None]
@@ -488,12 +505,17 @@ def main(argv=None) -> Dict:
   parser.add_argument("--exit_seconds", type=float, default=120.0)
   parser.add_argument("--repeat_clean", type=int, default=0, choices=(0, 1),
                       help="1: a second fault-free run, whose difference from the first is the noise floor")
+  parser.add_argument("--fault_kinds", type=lambda v: v.split(","), default=list(FAULT_KINDS),
+                      help="comma-separated subset of " + ",".join(FAULT_KINDS))
   parser.add_argument("--dropout", type=float, default=0.1,
                       help="the BERT's dropout (0: a resumed run must equal the fault-free one exactly)")
   parser.add_argument("--tolerance", type=float, default=1e-5)
   parser.add_argument("--work_dir", default="/tmp/realm_fault_soak")
   parser.add_argument("--output_json", default=os.path.join(REPO, "bench", "results", "fault_soak.json"))
   args = parser.parse_args(argv)
+  unknown = set(args.fault_kinds) - set(FAULT_KINDS)
+  if unknown:
+    parser.error(f"unknown --fault_kinds {sorted(unknown)}; choose from {','.join(FAULT_KINDS)}")
   started = time.time()
   os.makedirs(args.work_dir, exist_ok=True)
   bert_config = testing_utils.write_small_bert_config(args.work_dir)
@@ -516,12 +538,25 @@ def main(argv=None) -> Dict:
   order = [("clean", False)] + [("clean_repeat", False)] * args.repeat_clean + [("faulted", True)]
   for name, faults in order:
     model_dir = os.path.join(args.work_dir, name)
-    if os.path.exists(model_dir):
-      import shutil  # pylint: disable=g-import-not-at-top
-      shutil.rmtree(model_dir)
+    flags_path = os.path.join(args.work_dir, name + "_logs", "flags.json")
+    flags_now = dict(trainer=trainer_flags, refresher=refresher_flags)
+    if not faults and os.path.exists(flags_path) and training_state.training_done(model_dir):
+      with open(flags_path) as f:
+        if json.load(f) == flags_now:  # a finished fault-free run of these flags: reused
+          with open(os.path.join(args.work_dir, name + "_logs", "record.json")) as f:
+            runs[name] = json.load(f)
+          print(f"{name} run: reusing {model_dir}", flush=True)
+          continue
+    import shutil  # pylint: disable=g-import-not-at-top
+    for stale in (model_dir, os.path.join(args.work_dir, name + "_logs")):  # an earlier soak's
+      if os.path.exists(stale):
+        shutil.rmtree(stale)
     print(f"{name} run: {args.num_train_steps} steps in {model_dir}", flush=True)
     runs[name] = run(args, model_dir, trainer_flags, refresher_flags,
                      os.path.join(args.work_dir, name + "_logs"), faults)
+    if not faults and runs[name]["hang"] is None:
+      io_utils.write_json_atomic(os.path.join(args.work_dir, name + "_logs", "record.json"), runs[name])
+      io_utils.write_json_atomic(flags_path, flags_now)
   clean, faulted = runs["clean"], runs["faulted"]
   model_dir = faulted["model_dir"]
   result: Dict = {"args": vars(args), "trainer_flags": trainer_flags, "refresher_flags": refresher_flags}
@@ -579,6 +614,7 @@ def main(argv=None) -> Dict:
       (s.get("lived_seconds") or 0) > args.hang_seconds)
   stops = [f["exit_seconds"] for f in faulted["faults"] if "exit_seconds" in f]
   inv["max_seconds_signal_to_exit"] = max(stops, default=None)
+  inv["quiet_periods"] = faulted["quiet_periods"]
   inv["hang"] = faulted["hang"] is not None or clean["hang"] is not None
   inv["trainer_exit_after_done_s"] = faulted["trainer_exit_after_done_s"]
   inv["refresher_exit_after_done_s"] = faulted["refresher_exit_after_done_s"]

@@ -3,7 +3,7 @@ bin/refresh_doc_embeds processes, every invariant asserted.
 
 Dropout 0, so that a trainer resumed after SIGKILL or SIGTERM replays its steps exactly and the final
 weights must equal the fault-free run's (with dropout its masks come from a stream that restarts with the
-process: bench/results/fault_soak.json's longer soak reports that difference).
+process; docs/reliability.md, "Fault soak").
 """
 
 import os
