@@ -297,6 +297,10 @@ class IndexWatcher:
     self._log(f"WARNING: skipping {reason}")
     self._bad.add(step)
 
+  def is_skipped(self, step: int) -> bool:
+    """Whether the index of `step` was found unusable (corrupt, incomplete, another corpus)."""
+    return step in self._bad
+
   def _other_corpus(self, path: str, record: Dict) -> Optional[str]:
     """Why the index at path is of another corpus than the trainer's, or None (its own corpus, or one
     bin/update_index derived from it)."""

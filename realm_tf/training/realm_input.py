@@ -88,6 +88,7 @@ class RetrievalState:
     # The first exception retrieve() raised: TensorFlow hands it to the trainer wrapped in a graph
     # execution error, and the trainer raises this instead (realm_trainer.train).
     self.error: Optional[BaseException] = None
+    self._damaged_targets = set()
     self._batches = 0
     self._log = log
     self._lock = threading.Lock()
@@ -183,6 +184,19 @@ class RetrievalState:
       if loaded is not None and loaded.step == target:
         self._swap(loaded)
         continue
+      if self.watcher.is_skipped(target) and (self.index is not None or loaded is not None):
+        # The index of the target step is damaged, and the refresher, which has published it, will
+        # not embed that checkpoint again: waiting would deadlock (the trainer cannot write the next
+        # checkpoint first). Train on the newest usable index before it until the next swap.
+        if loaded is not None:
+          self._swap(loaded)
+        if target not in self._damaged_targets:
+          self._damaged_targets.add(target)
+          self._log(f"WARNING: the index of step {target}, which step {step} trains on under "
+                    f"--index_swap_steps={self.swap_every_steps}, is unusable (see the warning "
+                    f"above); training on the index of step {self.index.step} until the next swap: "
+                    "from here this run's indexes differ from those of an uninterrupted run")
+        return
       newest = self.watcher.newest_step()
       if newest is not None and newest > target:
         self._log(f"WARNING: the index of step {target}, which step {step} trains on under "

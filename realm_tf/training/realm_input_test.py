@@ -239,10 +239,18 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     self.assertTrue(any("index of step 30" in m and "using the index of step 35" in m
                         for m in self.messages), self.messages)
     self.assertEqual(state.indexes_used, [0, 10, 20, 35])
+    # Step 40's index is damaged after publication: the refresher will not embed ckpt-40 again, so
+    # step 41 trains on the index in use instead of waiting for ever, and says so.
+    path = publish(40)
+    with open(os.path.join(path, published_index.PUBLISHED_NAME), "w") as f:
+      f.write("{")
+    self.assertEqual(index_of(41), 35)
+    self.assertTrue(any("index of step 40" in m and "is unusable" in m for m in self.messages),
+                    self.messages)
     # An index that never comes ends the wait with an error naming it.
     state.wait_timeout_seconds = 0.1
-    with self.assertRaisesRegex(TimeoutError, "no index of step 40"):
-      index_of(41)
+    with self.assertRaisesRegex(TimeoutError, "no index of step 50"):
+      index_of(51)
 
   def test_running_pipeline_swaps_in_an_updated_corpus(self):
     watcher = published_index.IndexWatcher(self.model_dir, self.messages.append,
