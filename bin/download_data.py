@@ -1,8 +1,8 @@
 r"""Downloads the public QA data sets the loaders and benches read, checks each file's size and
 sha256, and lays them out under --data_dir as the loaders and benches read them.
 
-  python bin/download_data.py                          # squad, nq_open, webquestions, curatedtrec
-  python bin/download_data.py --data_dir=/data/qa --datasets=squad,nq_open
+  .venv/bin/python bin/download_data.py               # squad, nq_open, webquestions, curatedtrec
+  .venv/bin/python bin/download_data.py --data_dir=/data/qa --datasets=squad,nq_open
   python bench/squad_open_bench.py --squad_dir=data/squad
 
 Layout under --data_dir (default: data/ under the current directory):
