@@ -131,6 +131,8 @@ def bazel_phases(build_events_path):
 
 def report_times(times, output_path, slowest=5):
   if output_path:
+    # A build that failed before any test ran leaves no testlogs directory.
+    os.makedirs(os.path.dirname(output_path) or ".", exist_ok=True)
     with open(output_path + ".tmp", "w") as f:
       json.dump(dict(sorted(times.items(), key=lambda item: -item[1]["seconds"])), f, indent=1)
     os.replace(output_path + ".tmp", output_path)
