@@ -18,7 +18,7 @@ class FaultSoakTest(tf.test.TestCase):
   def test_short_soak_holds_every_invariant(self):
     out = self.create_tempdir().full_path
     result = fault_soak.main([
-        "--seed=2", "--max_faults=8", "--num_train_steps=60", "--dropout=0", "--max_gap_seconds=8",
+        "--seed=2", "--max_faults=8", "--num_train_steps=40", "--dropout=0", "--max_gap_seconds=5",
         f"--work_dir={out}", f"--output_json={os.path.join(out, 'fault_soak.json')}"])
     inv = result["invariants"]
     summary = {k: result[k] for k in ("faults_by_kind", "invariants", "leftovers", "tracebacks")}
