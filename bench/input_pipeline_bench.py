@@ -78,7 +78,6 @@ import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import featurization  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
@@ -240,41 +239,16 @@ def _calls(examples: int, batch_size: int) -> int:
 
 def query_feature_dataset(pretraining_prefix: str, tokenizer: tokenization.Tokenizer,
                           featurizer, seed: int = 0) -> tf.data.Dataset:
-  """realm_dataset's front (span choice, masking, query packing, own fingerprint) from the functions
-  it maps, without its shuffle: query features one example at a time, as they reach its retrieval
-  map. Copied glue, because realm_dataset builds these maps inside itself; the functions are the
-  real ones."""
-  no_autograph = tf.autograph.experimental.do_not_convert
-  examples = pretraining.pretraining_dataset(pretraining_prefix).repeat()
-  examples = examples.enumerate().map(no_autograph(
-      # pylint: disable-next=protected-access
-      lambda i, ex: (ex["title"], ex["text"]) + realm_input._select_span(ex, seed, i)[:4]))
-  examples = examples.filter(no_autograph(lambda title, text, sentence, s, e, ok: ok))
-
-  @no_autograph
-  def mask(titles, texts, sentences, span_starts, span_limits, _):
-    ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
-    masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
-    query = featurizer.query_inputs(masked.token_ids)
-    return {
-        realm_model.QUERY + "_token_ids": query.token_ids,
-        realm_model.QUERY + "_mask": query.mask,
-        realm_model.QUERY + "_segment_ids": query.segment_ids,
-        realm_model.MLM_POSITIONS: masked.mlm_positions,
-        realm_model.MLM_TARGETS: masked.mlm_targets,
-        realm_model.MLM_MASK: masked.mlm_mask,
-        "own_fingerprint": corpus_table.document_fingerprint(titles, texts),
-        "status": masked.status,
-    }
-
-  return examples.batch(64).map(mask).unbatch().filter(
-      no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
+  """realm_dataset's front (realm_input.query_features) without its shuffle: query features one
+  example at a time, as they reach its retrieval map."""
+  return realm_input.query_features(pretraining.pretraining_dataset(pretraining_prefix).repeat(),
+                                    tokenizer, featurizer, seed)
 
 
 def candidate_featurizer(featurizer, batch_size: int, num_candidates: int):
-  """realm_dataset's `assemble` (a closure there, so not callable alone): the same Featurizer calls
-  in the same order, traced once as tf.data traces it. Takes the query features and retrieve()'s
-  token ids; returns the candidate and joint features."""
+  """realm_dataset's assemble step (realm_input.assemble_candidates), traced once as tf.data traces
+  it. Takes the query features and retrieve()'s token ids; returns the candidate and joint
+  features."""
 
   # The shapes tf.data gives realm_dataset's assemble (retrieve's set_shape), so that one trace
   # serves every batch, as there: a tf.function traced on concrete shapes would retrace per batch.
@@ -288,22 +262,8 @@ def candidate_featurizer(featurizer, batch_size: int, num_candidates: int):
   def assemble(query_token_ids, query_mask, title_values, title_lengths, body_values, body_lengths):
     titles = tf.RaggedTensor.from_row_lengths(tf.reshape(title_values, [-1]), title_lengths)
     bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
-    candidates = featurizer.candidate_inputs(titles, bodies)
-    null = featurizer.null_candidate_inputs(batch_size)
-    query_lengths = tf.reduce_sum(query_mask, axis=1) - 2
-    query_ids = tf.RaggedTensor.from_tensor(query_token_ids[:, 1:], lengths=query_lengths)
-    repeated_query = tf.gather(query_ids, tf.repeat(tf.range(batch_size), num_candidates - 1))
-    joint = featurizer.joint_inputs(repeated_query, bodies)
-    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
-                                             tf.zeros([batch_size], tf.int64))
-    null_joint = featurizer.joint_inputs(query_ids, empty)
-    out = {}
-    for prefix, real, first in ((realm_model.CANDIDATE, candidates, null),
-                                (realm_model.JOINT, joint, null_joint)):
-      for field, values, null_values in zip(realm_model.BERT_FIELDS, real, first):
-        values = tf.reshape(values, [batch_size, num_candidates - 1, -1])
-        out[f"{prefix}_{field}"] = tf.concat([null_values[:, tf.newaxis, :], values], axis=1)
-    return out
+    return realm_input.assemble_candidates(featurizer, batch_size, num_candidates, query_token_ids,
+                                           query_mask, titles, bodies)
 
   return assemble
 
@@ -555,7 +515,7 @@ def run_demo(options: Options, work_dir: str) -> Dict:
               if k.startswith((realm_model.CANDIDATE, realm_model.JOINT))}
   if {k: tuple(v.shape) for k, v in mine.items()} != expected:
     raise RuntimeError(f"the bench's candidate featurization gives {mine.keys()} shapes unlike "
-                       f"realm_dataset's {expected}: update candidate_featurizer from realm_input")
+                       f"realm_dataset's {expected}")
 
   _progress(f"demo: REALM train step, batch {batch_size}, XLA {options.demo_jit_compile}")
   train = _train_step_timing(config, pipeline_batch, options.demo_jit_compile, options.train_steps)

@@ -290,6 +290,64 @@ def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
           num_valid > 0)
 
 
+# No autograph in this file's dataset functions: none branches on tensors in Python, and converting the
+# tokenizer and featurizer costs seconds at each pipeline build.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+def query_features(examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
+                   featurizer: featurization.Featurizer, seed: int = 0) -> tf.data.Dataset:
+  """realm_dataset's front: from parsed pre-training documents (in the order given), one example per
+  maskable salient span (steps 1-2 of the module docstring): query features, MLM targets, the own
+  document's fingerprint and the masking status (OK only)."""
+  examples = examples.enumerate().map(
+      _no_autograph(lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4]))
+  examples = examples.filter(_no_autograph(lambda title, text, sentence, s, e, ok: ok))
+
+  @_no_autograph
+  def mask(titles, texts, sentences, span_starts, span_limits, _):
+    ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
+    masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
+    query = featurizer.query_inputs(masked.token_ids)
+    return {
+        realm_model.QUERY + "_token_ids": query.token_ids,
+        realm_model.QUERY + "_mask": query.mask,
+        realm_model.QUERY + "_segment_ids": query.segment_ids,
+        realm_model.MLM_POSITIONS: masked.mlm_positions,
+        realm_model.MLM_TARGETS: masked.mlm_targets,
+        realm_model.MLM_MASK: masked.mlm_mask,
+        "own_fingerprint": corpus_table.document_fingerprint(titles, texts),
+        "status": masked.status,
+    }
+
+  return examples.batch(64).map(mask).unbatch().filter(
+      _no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
+
+
+def assemble_candidates(featurizer: featurization.Featurizer, batch_size: int, num_candidates: int,
+                        query_token_ids: tf.Tensor, query_mask: tf.Tensor, titles: tf.RaggedTensor,
+                        bodies: tf.RaggedTensor):
+  """realm_dataset's step 4: the candidate and joint BERT inputs [B, N, ...] of a batch, the null
+  document first, from its packed queries and its candidates' title and body token ids
+  (B * (N-1) rows)."""
+  candidates = featurizer.candidate_inputs(titles, bodies)
+  null = featurizer.null_candidate_inputs(batch_size)
+  query_lengths = tf.reduce_sum(query_mask, axis=1) - 2
+  query_ids = tf.RaggedTensor.from_tensor(query_token_ids[:, 1:], lengths=query_lengths)
+  repeated_query = tf.gather(query_ids, tf.repeat(tf.range(batch_size), num_candidates - 1))
+  joint = featurizer.joint_inputs(repeated_query, bodies)
+  empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
+                                           tf.zeros([batch_size], tf.int64))
+  null_joint = featurizer.joint_inputs(query_ids, empty)
+  out = {}
+  for prefix, real, first in ((realm_model.CANDIDATE, candidates, null),
+                              (realm_model.JOINT, joint, null_joint)):
+    for field, values, null_values in zip(realm_model.BERT_FIELDS, real, first):
+      values = tf.reshape(values, [batch_size, num_candidates - 1, -1])
+      out[f"{prefix}_{field}"] = tf.concat([null_values[:, tf.newaxis, :], values], axis=1)
+  return out
+
+
 def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
                   featurizer: featurization.Featurizer, state: RetrievalState, batch_size: int,
                   seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0) -> tf.data.Dataset:
@@ -306,36 +364,12 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
   num_candidates = state.num_candidates
   examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
                                                    reshuffle_each_iteration=True)
-  # No autograph in this file's dataset functions: none branches on tensors in Python, and converting
-  # the tokenizer and featurizer costs seconds at each pipeline build.
-  no_autograph = tf.autograph.experimental.do_not_convert
-  examples = examples.enumerate().map(
-      no_autograph(lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4]))
-  examples = examples.filter(no_autograph(lambda title, text, sentence, s, e, ok: ok))
-
-  @no_autograph
-  def mask(titles, texts, sentences, span_starts, span_limits, _):
-    ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
-    masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
-    query = featurizer.query_inputs(masked.token_ids)
-    return {
-        realm_model.QUERY + "_token_ids": query.token_ids,
-        realm_model.QUERY + "_mask": query.mask,
-        realm_model.QUERY + "_segment_ids": query.segment_ids,
-        realm_model.MLM_POSITIONS: masked.mlm_positions,
-        realm_model.MLM_TARGETS: masked.mlm_targets,
-        realm_model.MLM_MASK: masked.mlm_mask,
-        "own_fingerprint": corpus_table.document_fingerprint(titles, texts),
-        "status": masked.status,
-    }
-
-  queries = examples.batch(64).map(mask).unbatch().filter(
-      no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
+  queries = query_features(examples, tokenizer, featurizer, seed)
   # Numbered by the trainer step that will train on each batch (state.swap_every_steps needs it).
   batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches).enumerate(
       start=skip_batches + 1)
 
-  @no_autograph
+  @_no_autograph
   def retrieve(step, features):
     rows, title_values, title_lengths, body_values, body_lengths = tf.py_function(
         state.retrieve,
@@ -351,23 +385,12 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
     return features, titles, bodies
 
-  @no_autograph
+  @_no_autograph
   def assemble(features, titles, bodies):
-    candidates = featurizer.candidate_inputs(titles, bodies)
-    null = featurizer.null_candidate_inputs(batch_size)
-    query_lengths = tf.reduce_sum(features["query_mask"], axis=1) - 2
-    query_ids = tf.RaggedTensor.from_tensor(features["query_token_ids"][:, 1:], lengths=query_lengths)
-    repeated_query = tf.gather(query_ids, tf.repeat(tf.range(batch_size), num_candidates - 1))
-    joint = featurizer.joint_inputs(repeated_query, bodies)
-    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
-                                             tf.zeros([batch_size], tf.int64))
-    null_joint = featurizer.joint_inputs(query_ids, empty)
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
-    for prefix, real, first in ((realm_model.CANDIDATE, candidates, null),
-                                (realm_model.JOINT, joint, null_joint)):
-      for field, values, null_values in zip(realm_model.BERT_FIELDS, real, first):
-        values = tf.reshape(values, [batch_size, num_candidates - 1, -1])
-        out[f"{prefix}_{field}"] = tf.concat([null_values[:, tf.newaxis, :], values], axis=1)
+    out.update(assemble_candidates(featurizer, batch_size, num_candidates,
+                                   features["query_token_ids"], features["query_mask"], titles,
+                                   bodies))
     return out
 
   return batches.map(retrieve).map(assemble).prefetch(2)
