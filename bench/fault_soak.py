@@ -187,7 +187,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
   record["quiet_periods"] = 0
   was_quiet = False
   next_fault = time.time() + rng.uniform(args.min_gap_seconds, args.max_gap_seconds)
-  trainer_done_at = refresher_exit_at = trainer_exit_at = None
+  trainer_done_at = None
+  exit_at = {"trainer": None, "refresher": None}  # when each exited for good after the done marker
   deadline = started + 60 * args.max_minutes
 
   def inject(kind: str, target: str) -> Dict:
@@ -265,43 +266,32 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
     if done and trainer_done_at is None:
       trainer_done_at = now
     # Exits and restarts.
-    if trainer_exit_at is None and not trainer.alive():
-      code = trainer.popen.returncode
-      trainer.exit_codes.append(code)
+    gave_up = False
+    for name, process in (("trainer", trainer), ("refresher", refresher)):
+      if exit_at[name] is not None or process.alive():
+        continue
+      code = process.popen.returncode
+      process.exit_codes.append(code)
       if code == 0 and done:
-        trainer_exit_at = now
-        note(f"trainer finished (step {training_state.latest_step(model_dir)})")
-      elif len(trainer.starts) > args.max_restarts:
-        record["gave_up"] = f"trainer restarted {args.max_restarts} times"
+        exit_at[name] = now
+        note(f"trainer finished (step {training_state.latest_step(model_dir)})" if name == "trainer"
+             else "refresher finished")
+      elif len(process.starts) > args.max_restarts:
+        record["gave_up"] = f"{name} restarted {args.max_restarts} times"
+        gave_up = True
         break
       else:
-        if trainer.stop_sent is None:
-          record["unexpected_exits"].append(dict(target="trainer", code=code, time_s=now - started,
-                                                 log_tail=tail(trainer.log_path, 15)))
+        if process.stop_sent is None:
+          record["unexpected_exits"].append(dict(target=name, code=code, time_s=now - started,
+                                                 log_tail=tail(process.log_path, 15)))
         else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
-          trainer.stop_sent["exit_seconds"] = round(now - trainer.stop_sent.pop("sent_unix_time"), 2)
-          trainer.stop_sent = None
-        note(f"trainer exited {code}: restarting")
-        trainer.start(current)
-    if refresher_exit_at is None and not refresher.alive():
-      code = refresher.popen.returncode
-      refresher.exit_codes.append(code)
-      if code == 0 and done:
-        refresher_exit_at = now
-        note("refresher finished")
-      elif len(refresher.starts) > args.max_restarts:
-        record["gave_up"] = f"refresher restarted {args.max_restarts} times"
-        break
-      else:
-        if refresher.stop_sent is None:
-          record["unexpected_exits"].append(dict(target="refresher", code=code, time_s=now - started,
-                                                 log_tail=tail(refresher.log_path, 15)))
-        else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
-          refresher.stop_sent["exit_seconds"] = round(now - refresher.stop_sent.pop("sent_unix_time"), 2)
-          refresher.stop_sent = None
-        note(f"refresher exited {code}: restarting")
-        refresher.start(current)
-    if trainer_exit_at is not None and refresher_exit_at is not None:
+          process.stop_sent["exit_seconds"] = round(now - process.stop_sent.pop("sent_unix_time"), 2)
+          process.stop_sent = None
+        note(f"{name} exited {code}: restarting")
+        process.start(current)
+    if gave_up:
+      break
+    if exit_at["trainer"] is not None and exit_at["refresher"] is not None:
       break
     # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
     if not done and now - last_progress > args.hang_seconds:
@@ -358,10 +348,9 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       proc.signal(signal.SIGKILL)
       proc.popen.wait()
   record["seconds"] = round(time.time() - started, 1)
-  record["trainer_exit_after_done_s"] = (None if trainer_exit_at is None or trainer_done_at is None
-                                         else round(trainer_exit_at - trainer_done_at, 2))
-  record["refresher_exit_after_done_s"] = (None if refresher_exit_at is None or trainer_done_at is None
-                                           else round(refresher_exit_at - trainer_done_at, 2))
+  for name in ("trainer", "refresher"):
+    record[f"{name}_exit_after_done_s"] = (None if exit_at[name] is None or trainer_done_at is None
+                                           else round(exit_at[name] - trainer_done_at, 2))
   record["starts"] = {n: p.starts for n, p in procs.items()}
   record["exit_codes"] = {n: p.exit_codes for n, p in procs.items()}
   record["logs"] = {n: p.log_path for n, p in procs.items()}
