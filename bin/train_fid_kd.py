@@ -14,6 +14,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.checkpoints import fid_warm_start
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -129,7 +130,7 @@ def main(argv):
       embedder_pooling=_MODEL.embedder_pooling.value, cosine_score_scale=_MODEL.cosine_score_scale.value)
   ks = _RECALL.ks()
   try:
-    reader_bert = (fid_reader.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
+    reader_bert = (fid_warm_start.bert_encoder_config(_READER_INIT.value, bert.vocab_size)
                    if _READER_INIT.value else None)
   except ValueError as e:
     raise app.UsageError(str(e)) from e

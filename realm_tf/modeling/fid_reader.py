@@ -16,7 +16,7 @@ after the one just copied" attention; a bias per distance gives that directly. (
 embeddings were replaced together with the initialization; only the pair was measured, see FidReader.)
 
 The encoder may instead be a pre-trained BERT (FidConfig.encoder = "bert": Model Garden's BertEncoderV2
-from realm_tf.modeling.bert, warm-started by load_encoder_weights from anything
+from realm_tf.modeling.bert, warm-started by realm_tf.checkpoints.fid_warm_start from anything
 realm_tf.checkpoints.bert_mapping reads: a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such
 as all-MiniLM-L6-v2), with a Dense projection to the decoder width when they differ. Why: the paper's
 reader is pre-trained T5 and reads from its first step; a reader encoder trained from scratch on testdata
@@ -46,8 +46,6 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import json_config
-from realm_tf.checkpoints import bert_mapping
-from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import losses
 from realm_tf.modeling import t5_layers
@@ -74,7 +72,7 @@ class FidConfig(json_config.JsonConfig):
     initializer_factor: scales T5's initialization (normal, stddev fan_in^-0.5 per weight; 1 for
       embeddings and position biases).
     encoder: "t5" (the T5-style encoder of num_encoder_layers here, trained from scratch) or "bert" (a
-      BertEncoderV2 of config `bert`, meant to be warm-started: load_encoder_weights; num_encoder_layers
+      BertEncoderV2 of config `bert`, meant to be warm-started: checkpoints.fid_warm_start; num_encoder_layers
       is then unused). hidden_size, num_heads, intermediate_size are the decoder's either way.
     bert: the BERT encoder's configuration (encoder "bert" only); its vocab_size must be vocab_size.
     share_embeddings: the decoder's input embedding and output softmax are the BERT encoder's word
@@ -150,32 +148,6 @@ class FidConfig(json_config.JsonConfig):
     if values.get("bert") is not None:
       values["bert"] = bert_lib.BertConfig(**values["bert"])
     return cls(**values)
-
-
-def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_init_checkpoint"
-                        ) -> bert_lib.BertConfig:
-  """The BertConfig of a warm-start checkpoint (sources.config_from_source), checked against the
-  corpus vocab: the reader's ids come from that vocab, and a BERT of another vocab would read them as
-  other words."""
-  try:
-    config = sources.config_from_source(checkpoint)
-  except (sources.ConversionError, FileNotFoundError, ValueError) as e:
-    raise ValueError(f"{flag}={checkpoint}: not a BERT checkpoint realm_tf can read ({e}); pass a "
-                     "bin/train_mlm export, a TF1 BERT checkpoint or a Hugging Face BERT directory with "
-                     "its bert_config.json / config.json") from e
-  if config.vocab_size != vocab_size:
-    raise ValueError(f"{flag}={checkpoint}: its BERT has a vocabulary of {config.vocab_size} wordpieces, "
-                     f"the corpus vocab (--vocab_path) {vocab_size}; warm-start from a BERT of the same "
-                     "vocab (e.g. bin/train_mlm with this --vocab_path)")
-  return config
-
-
-def load_encoder_weights(reader: "FidReader", checkpoint: str) -> "bert_mapping.ConversionReport":
-  """Warm-starts a BERT-encoder reader's encoder from `checkpoint`; strict: every encoder weight must be
-  found (a partly random encoder is not the pre-trained reader the run asks for)."""
-  if reader.config.encoder != "bert":
-    raise ValueError(f"load_encoder_weights: the reader's encoder is {reader.config.encoder!r}, not 'bert'")
-  return bert_mapping.load_bert_weights(reader.bert_encoder, checkpoint, strict=True)
 
 
 def aggregate_cross_attention(first_token_logits: tf.Tensor, passage_mask: tf.Tensor) -> tf.Tensor:

@@ -11,6 +11,7 @@ from realm_tf import evaluation
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import bert_mapping
+from realm_tf.checkpoints import fid_warm_start
 from realm_tf.data import fid_features
 from realm_tf.modeling import bert
 from realm_tf.modeling import fid_reader
@@ -197,11 +198,11 @@ class BertEncoderReaderTest(_Seeded):
     return source, path
 
   def _reader(self, checkpoint, hidden_size):
-    bert_config = fid_reader.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
+    bert_config = fid_warm_start.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
     config = _tiny_config(self.tokenizer.vocab_size, hidden_size=hidden_size, encoder="bert",
                           bert=bert_config)
     reader = fid_reader.build_reader(config)
-    fid_reader.load_encoder_weights(reader, checkpoint)
+    fid_warm_start.load_encoder_weights(reader, checkpoint)
     return config, reader
 
   def _assert_same_weights(self, source, encoder):
@@ -254,11 +255,11 @@ class BertEncoderReaderTest(_Seeded):
 
   def test_shared_embeddings_are_the_encoders_word_embeddings(self):
     source, directory = self._write_train_mlm_export(self._bert_config())
-    bert_config = fid_reader.bert_encoder_config(directory, self.tokenizer.vocab_size)
+    bert_config = fid_warm_start.bert_encoder_config(directory, self.tokenizer.vocab_size)
     config = _tiny_config(self.tokenizer.vocab_size, hidden_size=32, encoder="bert", bert=bert_config,
                           share_embeddings=True)
     reader = fid_reader.build_reader(config)
-    fid_reader.load_encoder_weights(reader, directory)
+    fid_warm_start.load_encoder_weights(reader, directory)
     self.assertIsNone(reader.token_embedding)
     table = reader.bert_encoder.get_embedding_table()
     self.assertAllClose(source.get_embedding_table(), table, atol=0, rtol=0)
@@ -295,9 +296,9 @@ class BertEncoderReaderTest(_Seeded):
     _, directory = self._write_train_mlm_export(self._bert_config(vocab_size=self.tokenizer.vocab_size + 5))
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*vocabulary of "
                                 f"{self.tokenizer.vocab_size + 5} wordpieces.*--vocab_path"):
-      fid_reader.bert_encoder_config(directory, self.tokenizer.vocab_size)
+      fid_warm_start.bert_encoder_config(directory, self.tokenizer.vocab_size)
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*not a BERT checkpoint"):
-      fid_reader.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
+      fid_warm_start.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
 
   def test_config_round_trip_and_checks(self):
     config = _tiny_config(self.tokenizer.vocab_size, encoder="bert", bert=self._bert_config())

@@ -65,6 +65,7 @@ import tf_keras
 from realm_tf import evaluation
 from realm_tf import io_utils
 from realm_tf import retriever_eval
+from realm_tf.checkpoints import fid_warm_start
 from realm_tf.data import answer_substitution
 from realm_tf.data import corpus_table
 from realm_tf.data import fid_features
@@ -396,7 +397,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   reader = fid_reader.build_reader(options.fid)
   if options.fid.encoder == "bert" and options.reader_init_checkpoint:
     log(f"iteration {iteration}: reader encoder warm-started: "
-        + fid_reader.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0])
+        + fid_warm_start.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0])
   train_examples = data.reader_examples(data.train, train_rows, with_answers=True)
   train_features = _pad(options, tokenizer, train_examples)
   if options.reader_single_passage_steps:

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import testing_utils
+from realm_tf.checkpoints import fid_warm_start
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
@@ -158,7 +159,7 @@ class LoopTest(tf.test.TestCase):
     with open(os.path.join(export, "bert_config.json"), "w", encoding="utf-8") as f:
       json.dump(bert_config.to_dict(), f)
     reader_config = dataclasses.replace(_FID, hidden_size=16, encoder="bert",
-                                        bert=fid_reader.bert_encoder_config(export, 285))
+                                        bert=fid_warm_start.bert_encoder_config(export, 285))
     options = fid_kd.FidKdOptions(
         config=_CONFIG, fid=reader_config, model_dir=os.path.join(directory, "bert_run"),
         retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
