@@ -37,6 +37,7 @@ from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
+from realm_tf.retrieval import converted_index
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import loader
 from realm_tf.export import saved_models
@@ -324,7 +325,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     updated = converted + "-v1"
     self.assertIn(f"wrote {updated}", result.stdout)
     self.assertEqual(_snapshot(converted), before)
-    blocks = released_conversion.load_block_texts(os.path.join(updated, "blocks.jsonl"))
+    blocks = converted_index.load_block_texts(os.path.join(updated, "blocks.jsonl"))
     self.assertEqual([b["id"] for b in blocks], ["0", "1", "2", "3", "added-1"])
     self.assertEqual([b["row"] for b in blocks], list(range(5)))
     self.assertEqual([b["text"] for b in blocks],
@@ -407,7 +408,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertEqual(_snapshot(converted), before)
     written = index_update.update_converted_index(converted, change, log=lambda message: None)
     self.assertEqual(written, converted + "-v1")
-    self.assertEqual([b["id"] for b in released_conversion.load_block_texts(
+    self.assertEqual([b["id"] for b in converted_index.load_block_texts(
         os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
 
   def test_converted_orqa_served_from_the_updated_index(self):

@@ -6,18 +6,18 @@ realm_tf checkpoints with their configs, and a released block_emb becomes a save
 block texts beside it. The converted sequence lengths are stated in realm_config.json and
 conversion.json. An ORQA conversion plus a block_emb conversion with its blocks are what
 orqa_model.load_converted and bin/export_saved_model --index_dir turn into the open-QA SavedModel
-(converted_orqa_configs, load_converted_index); bin/update_index updates a converted index in place.
+(converted_orqa_configs here, realm_tf.retrieval.converted_index.load_converted_index); bin/update_index
+updates a converted index in place.
 
-This job lives outside realm_tf.modeling and realm_tf.checkpoints because it writes retrieval indexes
-(realm_tf.retrieval.index).
+This job lives above realm_tf.checkpoints and realm_tf.retrieval because it writes both checkpoints and
+retrieval indexes (the layout of a converted index directory is realm_tf.retrieval.converted_index's).
 """
 
 import dataclasses
 import json
 import os
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from realm_tf import io_utils
@@ -26,14 +26,12 @@ from realm_tf.checkpoints import released
 from realm_tf.checkpoints import sources
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import index as index_lib
 
 # Output files of convert().
 CHECKPOINT_NAME = "ckpt"
 BERT_CONFIG_NAME = "bert_config.json"
-CONVERSION_NAME = "conversion.json"
-MIPS_DIR = "mips"
-BLOCKS_NAME = "blocks.jsonl"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -99,21 +97,15 @@ def convert_block_emb(checkpoint_path: str, output_dir: str, blocks_path: Option
   embeddings, layout = released.read_block_emb(checkpoint_path)
   outputs = {}
   if blocks_path:
-    outputs["blocks"] = os.path.join(output_dir, BLOCKS_NAME)
+    outputs["blocks"] = os.path.join(output_dir, converted_index.BLOCKS_NAME)
     tf.io.gfile.makedirs(output_dir)
     io_utils.write_jsonl_atomic(outputs["blocks"], _block_records(
         layout.checkpoint_path, embeddings.shape[0], blocks_path, titles_path))
   mips = index_lib.build_index(embeddings, implementation=implementation, **index_options)
-  outputs["index"] = os.path.join(output_dir, MIPS_DIR)
+  outputs["index"] = os.path.join(output_dir, converted_index.MIPS_DIR)
   mips.save(outputs["index"], extra={"source": layout.checkpoint_path, "variable": layout.block_emb,
                                      "blocks_path": blocks_path, "titles_path": titles_path})
   return mips, layout, outputs
-
-
-def load_block_texts(path: str) -> List[Dict]:
-  """The records of a blocks.jsonl written by convert_block_emb, in row order."""
-  with tf.io.gfile.GFile(path) as f:
-    return [json.loads(line) for line in f]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,9 +187,9 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
     info = {"layout": released.BLOCK_EMB, "source": detected.checkpoint_path,
             "variable": detected.block_emb, "num_blocks": mips.num_docs, "dim": mips.dim,
             "outputs": outputs}
-    io_utils.write_json_atomic(os.path.join(output_dir, CONVERSION_NAME), info)
+    io_utils.write_json_atomic(os.path.join(output_dir, converted_index.CONVERSION_NAME), info)
     return ConversionResult(detected, None, dict(outputs, conversion=os.path.join(
-        output_dir, CONVERSION_NAME)))
+        output_dir, converted_index.CONVERSION_NAME)))
   if blocks_path or titles_path:
     raise ValueError("blocks_path / titles_path only apply to layout block_emb")
 
@@ -251,7 +243,7 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
         reader_seq_len=loaded.sequence_lengths["reader_seq_len"],
         span_hidden_size=loaded.span_hidden_size, max_span_width=released.ORQA_MAX_SPAN_WIDTH,
         reader_layer_norm_epsilon=released.READER_LAYER_NORM_EPSILON).to_dict()
-  outputs["conversion"] = _output_path(output_dir, CONVERSION_NAME)
+  outputs["conversion"] = _output_path(output_dir, converted_index.CONVERSION_NAME)
   io_utils.write_json_atomic(outputs["conversion"], info)
   return ConversionResult(detected, loaded.report, outputs, loaded.sequence_lengths)
 
@@ -263,7 +255,7 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
 def read_conversion(output_dir: str) -> Optional[Dict]:
   """The conversion.json that convert() wrote into output_dir, or None when there is none (a directory
   that bin/convert_checkpoint did not write)."""
-  path = os.path.join(output_dir, CONVERSION_NAME)
+  path = os.path.join(output_dir, converted_index.CONVERSION_NAME)
   if not tf.io.gfile.exists(path):
     return None
   with tf.io.gfile.GFile(path) as f:
@@ -281,7 +273,7 @@ def converted_orqa_configs(model_dir: str
       before it was recorded), or a length beyond a position table.
   """
   info = read_conversion(model_dir)
-  path = os.path.join(model_dir, CONVERSION_NAME)
+  path = os.path.join(model_dir, converted_index.CONVERSION_NAME)
   if info is None or info.get("layout") != released.ORQA_FROM_REALM:
     found = "no such file" if info is None else f"layout {info.get('layout')}"
     raise ValueError(f"{model_dir} is not a converted ORQA checkpoint ({path}: {found}); convert "
@@ -300,7 +292,8 @@ def converted_orqa_configs(model_dir: str
        realm_config_lib.CONFIG_NAME),
       ("candidate_seq_len", config.candidate_seq_len, config.retriever_bert, "retriever",
        realm_config_lib.CONFIG_NAME),
-      ("reader_seq_len", orqa.reader_seq_len, config.reader_bert, "reader", CONVERSION_NAME)):
+      ("reader_seq_len", orqa.reader_seq_len, config.reader_bert, "reader",
+       converted_index.CONVERSION_NAME)):
     if value > bert_config.max_position_embeddings:
       raise ValueError(f"{os.path.join(model_dir, source)}: {name} {value} exceeds the "
                        f"{bert_config.max_position_embeddings} positions of the {which} BERT's "
@@ -308,35 +301,3 @@ def converted_orqa_configs(model_dir: str
                        "the lengths from the position tables) or set it to at most "
                        f"{bert_config.max_position_embeddings}")
   return config, orqa
-
-
-def load_converted_index(index_dir: str) -> Tuple[index_lib.MipsIndex, List[Dict]]:
-  """The MIPS index (index_dir/mips/) and block records (index_dir/blocks.jsonl) of a converted
-  block_emb, checked to be row-aligned: search ids are rows, row i is record i.
-
-  Raises:
-    FileNotFoundError: naming index_dir and the conversion that writes what is missing.
-    sources.ConversionError: when the index and the records disagree.
-  """
-  mips_dir = os.path.join(index_dir, MIPS_DIR)
-  blocks_path = os.path.join(index_dir, BLOCKS_NAME)
-  if not tf.io.gfile.exists(os.path.join(mips_dir, index_lib.MANIFEST_NAME)):
-    raise FileNotFoundError(f"{index_dir} holds no saved index {MIPS_DIR}/: pass the --output_dir of "
-                            "bin/convert_checkpoint --layout=block_emb")
-  if not tf.io.gfile.exists(blocks_path):
-    raise FileNotFoundError(f"{index_dir} has no {BLOCKS_NAME}: the open-QA model needs the block "
-                            "texts; convert the block_emb again with --blocks_path=<ORQA's blocks.tfr> "
-                            "(and --titles_path=<titles.tfr>)")
-  mips = index_lib.load_index(mips_dir)
-  records = load_block_texts(blocks_path)
-  if len(records) != mips.num_docs:
-    raise sources.ConversionError(f"{blocks_path} has {len(records)} records but {mips_dir} has "
-                                  f"{mips.num_docs} rows; they must come from one conversion")
-  misplaced = next((i for i, record in enumerate(records) if record.get("row") != i), None)
-  if misplaced is not None:
-    raise sources.ConversionError(f"{blocks_path}: line {misplaced + 1} holds row "
-                                  f"{records[misplaced].get('row')}, not {misplaced}; line i must be row i")
-  if not np.array_equal(mips.doc_ids, np.arange(mips.num_docs)):
-    raise sources.ConversionError(f"{mips_dir}: the index's ids are not its row numbers, so search results "
-                                  "would not name blocks; use the index bin/convert_checkpoint wrote")
-  return mips, records

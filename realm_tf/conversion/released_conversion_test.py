@@ -23,6 +23,7 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
 from realm_tf.modeling import reader as reader_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import index as index_lib
 
 
@@ -102,7 +103,7 @@ class ReleasedConversionTest(tf.test.TestCase):
     vocab = fixtures._write_vocab(self.create_tempdir().full_path)
     output_dir = os.path.join(self._dir, "orqa")
     released_conversion.convert(path, output_dir, vocab_path=vocab, num_attention_heads=fixtures._HEADS)
-    with open(os.path.join(output_dir, released_conversion.CONVERSION_NAME)) as f:
+    with open(os.path.join(output_dir, converted_index.CONVERSION_NAME)) as f:
       info = json.load(f)
     self.assertEqual((info["layout"], info["span_hidden_size"]), (rc.ORQA_FROM_REALM, fixtures._SPAN_HIDDEN))
     config = realm_config_lib.RealmConfig.load(output_dir)
@@ -149,7 +150,7 @@ class ReleasedConversionTest(tf.test.TestCase):
                                 r"reader_seq_len \(--reader_seq_len\)"):
       rc.load_released(embedder, num_attention_heads=fixtures._HEADS, reader_seq_len=8)
     # An ORQA conversion written before the lengths were recorded, or with lengths beyond the tables.
-    with open(os.path.join(output_dir, released_conversion.CONVERSION_NAME)) as f:
+    with open(os.path.join(output_dir, converted_index.CONVERSION_NAME)) as f:
       info = json.load(f)
     dataclasses.replace(config, query_seq_len=96).save(output_dir)
     with self.assertRaisesRegex(ValueError, r"realm_config\.json: query_seq_len 96 exceeds the 16 "
@@ -157,7 +158,7 @@ class ReleasedConversionTest(tf.test.TestCase):
                                 r"checkpoint again"):
       released_conversion.converted_orqa_configs(output_dir)
     del info["orqa_config"]
-    with open(os.path.join(output_dir, released_conversion.CONVERSION_NAME), "w") as f:
+    with open(os.path.join(output_dir, converted_index.CONVERSION_NAME), "w") as f:
       json.dump(info, f)
     with self.assertRaisesRegex(ValueError, r"records no orqa_config .*convert the checkpoint again"):
       released_conversion.converted_orqa_configs(output_dir)
@@ -186,7 +187,7 @@ class ReleasedConversionTest(tf.test.TestCase):
     exact = queries.astype(np.float64) @ block_emb.T.astype(np.float64)
     self.assertAllEqual(np.argsort(-exact, axis=1, kind="stable"), ids)
     self.assertAllClose(np.sort(exact, axis=1)[:, ::-1], scores, atol=fixtures._ATOL, rtol=fixtures._RTOL)
-    records = released_conversion.load_block_texts(result.outputs["blocks"])
+    records = converted_index.load_block_texts(result.outputs["blocks"])
     self.assertEqual([r["row"] for r in records], list(range(7)))
     self.assertEqual(records[int(ids[0, 0])]["text"], texts[int(ids[0, 0])])
     self.assertEqual(records[6]["title"], "title 6")
@@ -198,7 +199,7 @@ class ReleasedConversionTest(tf.test.TestCase):
     with self.assertRaisesRegex(sources.ConversionError,
                                 rf"{blocks_path} has 6 records but {encoded} has 7 rows"):
       released_conversion.convert(encoded, other_dir, blocks_path=blocks_path, index_implementation="brute_force")
-    self.assertFalse(os.path.exists(os.path.join(other_dir, released_conversion.BLOCKS_NAME)))
+    self.assertFalse(os.path.exists(os.path.join(other_dir, converted_index.BLOCKS_NAME)))
 
 
 if __name__ == "__main__":

@@ -42,10 +42,10 @@ from realm_tf import io_utils
 from realm_tf.checkpoints import released
 from realm_tf.checkpoints import sources
 from realm_tf.checkpoints import training_state
-from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
@@ -447,9 +447,9 @@ def resolve_published(path: str) -> str:
 def converted_index_dir(path: str) -> Optional[str]:
   """The directory of a converted block_emb index when --index names it or its mips/, else None."""
   path = os.path.abspath(path.rstrip("/"))
-  mips_dir = released_conversion.MIPS_DIR
+  mips_dir = converted_index.MIPS_DIR
   for candidate in (path, os.path.dirname(path) if os.path.basename(path) == mips_dir else None):
-    if candidate and tf.io.gfile.exists(os.path.join(candidate, released_conversion.CONVERSION_NAME)) and \
+    if candidate and tf.io.gfile.exists(os.path.join(candidate, converted_index.CONVERSION_NAME)) and \
         tf.io.gfile.exists(os.path.join(candidate, mips_dir, index_lib.MANIFEST_NAME)):
       return candidate
   return None
@@ -459,16 +459,16 @@ def _converted_blocks(index_dir: str, num_rows: int) -> List[dict]:
   """The documents of a converted index's rows: blocks.jsonl line i is row i. A block's doc_id is its
   "id" (written by an update) or, for a block of the released corpus, its row number there: what ORQA
   retrieves, and how a change set names it."""
-  path = os.path.join(index_dir, released_conversion.BLOCKS_NAME)
+  path = os.path.join(index_dir, converted_index.BLOCKS_NAME)
   if not tf.io.gfile.exists(path):
-    raise UpdateError(f"{index_dir} has no {released_conversion.BLOCKS_NAME}: an update needs the block "
+    raise UpdateError(f"{index_dir} has no {converted_index.BLOCKS_NAME}: an update needs the block "
                       "texts (the rows it keeps, and unchanged blocks it re-embeds to check the tower). "
                       "Convert the block_emb again with --blocks_path=<ORQA's blocks.tfr> (and "
                       "--titles_path)")
-  records = released_conversion.load_block_texts(path)
+  records = converted_index.load_block_texts(path)
   if len(records) != num_rows:
     raise UpdateError(f"{path} has {len(records)} records but "
-                      f"{index_dir}/{released_conversion.MIPS_DIR} has {num_rows} rows; they must come "
+                      f"{index_dir}/{converted_index.MIPS_DIR} has {num_rows} rows; they must come "
                       "from one conversion")
   documents = []
   for i, record in enumerate(records):
@@ -507,13 +507,13 @@ def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Option
   Returns the new directory.
   """
   index_dir = os.path.abspath(index_dir.rstrip("/"))
-  with tf.io.gfile.GFile(os.path.join(index_dir, released_conversion.CONVERSION_NAME)) as f:
+  with tf.io.gfile.GFile(os.path.join(index_dir, converted_index.CONVERSION_NAME)) as f:
     conversion = json.load(f)
   if conversion.get("layout") != released.BLOCK_EMB:
-    raise UpdateError(f"{index_dir}/{released_conversion.CONVERSION_NAME} is of layout "
+    raise UpdateError(f"{index_dir}/{converted_index.CONVERSION_NAME} is of layout "
                       f"{conversion.get('layout')!r}, not {released.BLOCK_EMB}: only a converted index "
                       "(mips/ and blocks.jsonl) has documents to change")
-  mips = index_lib.load_index(os.path.join(index_dir, released_conversion.MIPS_DIR))
+  mips = index_lib.load_index(os.path.join(index_dir, converted_index.MIPS_DIR))
   base = _converted_blocks(index_dir, mips.num_docs)
   checkpoint = checkpoint or conversion.get("update", {}).get("checkpoint")
   output_dir = os.path.abspath(output_dir) if output_dir else next_version_prefix(index_dir)
@@ -549,22 +549,22 @@ def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Option
     tokenizer, featurizer = config.tokenizer(), config.featurizer()
   records, embeddings, summary = apply_change(
       base, np.asarray(mips.embeddings), change, on_existing, tokenizer, featurizer, embed_fn_factory,
-      os.path.join(index_dir, released_conversion.BLOCKS_NAME), batch_size, log)
+      os.path.join(index_dir, converted_index.BLOCKS_NAME), batch_size, log)
   new_mips = rebuild_like(mips, embeddings)
   update = dict(summary, base_index_dir=index_dir,
                 checkpoint=checkpoint and sources.resolve_checkpoint(checkpoint))
   tmp = io_utils.temporary_path(output_dir)
   try:
     tf.io.gfile.makedirs(tmp)
-    new_mips.save(os.path.join(tmp, released_conversion.MIPS_DIR),
+    new_mips.save(os.path.join(tmp, converted_index.MIPS_DIR),
                   extra=dict(mips.manifest.get("extra", {}), update=update))
-    io_utils.write_jsonl_atomic(os.path.join(tmp, released_conversion.BLOCKS_NAME), (
+    io_utils.write_jsonl_atomic(os.path.join(tmp, converted_index.BLOCKS_NAME), (
         {"row": row, "id": r["doc_id"], "text": r["body"], "title": r["title"]}
         for row, r in enumerate(records)))
-    outputs = {"index": os.path.join(output_dir, released_conversion.MIPS_DIR),
-               "blocks": os.path.join(output_dir, released_conversion.BLOCKS_NAME)}
+    outputs = {"index": os.path.join(output_dir, converted_index.MIPS_DIR),
+               "blocks": os.path.join(output_dir, converted_index.BLOCKS_NAME)}
     # Last: conversion.json marks the directory a converted index.
-    io_utils.write_json_atomic(os.path.join(tmp, released_conversion.CONVERSION_NAME), dict(
+    io_utils.write_json_atomic(os.path.join(tmp, converted_index.CONVERSION_NAME), dict(
         conversion, num_blocks=new_mips.num_docs, dim=new_mips.dim, outputs=outputs, update=update))
     for directory, _, files in os.walk(tmp):
       for name in files:

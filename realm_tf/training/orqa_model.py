@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from realm_tf.checkpoints import sources
 from realm_tf.conversion import released_conversion
+from realm_tf.retrieval import converted_index
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.modeling import orqa as orqa_lib
@@ -96,13 +97,13 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
   embed the index). Block ids are the row numbers, as strings.
   """
   config, orqa = released_conversion.converted_orqa_configs(model_dir)
-  mips, records = released_conversion.load_converted_index(index_dir)
+  mips, records = converted_index.load_converted_index(index_dir)
   if mips.dim != config.embedding_dim:
     raise ValueError(f"--index_dir={index_dir} holds {mips.dim}-dimensional block embeddings but the "
                      f"retriever of --model_dir={model_dir} projects to {config.embedding_dim}; pass "
                      "the block_emb of the release this ORQA model was fine-tuned with")
   orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
-                                                                      released_conversion.BLOCKS_NAME))
+                                                                      converted_index.BLOCKS_NAME))
   tokenizer = config.tokenizer()
   blocks = corpus_table.CorpusTable.from_texts(
       tokenizer, [record.get("title", "") for record in records],
