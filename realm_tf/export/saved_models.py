@@ -64,11 +64,11 @@ from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
-from realm_tf.export import bert_inputs
 from realm_tf.export import loader
-from realm_tf.export import query_embedder as query_embedder_lib
-from realm_tf.export import untracked
+from realm_tf.modeling import bert_inputs
+from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.modeling import untracked
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import orqa_model
 

@@ -5,7 +5,8 @@ renamed to MODEL_DIR/index/<step>/ in one step):
   mips/             the MIPS index (realm_tf.retrieval.index: embeddings, ids, ScaNN files, manifest)
   query_embedder/   SavedModel of the query tower of the SAME checkpoint step: the input pipeline embeds
                     masked queries with it, so queries and documents come from one model version
-                    (realm_tf.export.query_embedder, BERT_INPUTS: embed(token_ids, mask, segment_ids))
+                    (realm_tf.modeling.query_embedder_module, BERT_INPUTS:
+                    embed(token_ids, mask, segment_ids))
   published.json    step, corpus, counts, time; written last inside the temporary directory
 
 The refresher keeps the newest K. The trainer-side IndexWatcher returns the newest complete index, skips
@@ -26,7 +27,7 @@ import tensorflow as tf
 from realm_tf import io_utils
 from realm_tf import process_lock
 from realm_tf.data import corpus as corpus_lib
-from realm_tf.export import query_embedder as query_embedder_lib
+from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
 
 INDEX_DIR = "index"

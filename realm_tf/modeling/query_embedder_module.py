@@ -11,6 +11,9 @@ One wrapper, so that every exported query tower embeds alike (float32 outputs, t
                REALM input pipeline featurizes masked queries, used as they are (core ops only). The
                query_embedder/ of a published index (realm_tf.retrieval.published_index), which the
                trainer embeds queries with.
+
+It lives in modeling, below retrieval and export, because both write it: a published index carries its
+query tower, and bin/export_saved_model exports the other two forms.
 """
 
 from typing import Optional
@@ -19,8 +22,8 @@ import tensorflow as tf
 
 from realm_tf import featurization
 from realm_tf import tokenization
-from realm_tf.export import bert_inputs
-from realm_tf.export import untracked
+from realm_tf.modeling import bert_inputs
+from realm_tf.modeling import untracked
 
 TEXT = "text"
 TOKEN_IDS = "token_ids"

@@ -8,9 +8,9 @@ from tensorflow.core.protobuf import saved_model_pb2
 import tf_keras
 
 from realm_tf import testing_utils
-from realm_tf.export import query_embedder
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import query_embedder_module as query_embedder
 from realm_tf.modeling import realm_config as realm_config_lib
 
 _QUESTIONS = ["who built the lighthouse", "where is the village"]
@@ -50,7 +50,7 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
     loaded = tf.saved_model.load(path)
     token_ids, mask, segment_ids = (tf.cast(x, tf.int32) for x in self.inputs)
     self.assertAllClose(loaded.embed(token_ids, mask, segment_ids)["embeddings"], self.expected, atol=1e-6)
-    # The tower's variables without the tower as a Keras object (realm_tf/export/untracked.py): Keras's
+    # The tower's variables without the tower as a Keras object (realm_tf/modeling/untracked.py): Keras's
     # own serialization would trace and later restore every layer's functions.
     self.assertLen(loaded.query_embedder_variables, len(self.tower.variables))
     saved = saved_model_pb2.SavedModel()
