@@ -33,11 +33,11 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.export import random_orqa  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.export import loader  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.export import saved_models  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.serving import process  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.testing import random_orqa  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.testing import serve_process as process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf.training import orqa_model  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir to export (its best "

@@ -11,7 +11,7 @@ import sys
 
 import tensorflow as tf
 
-from bin import in_process
+from realm_tf.testing import in_process
 from realm_tf import testing_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

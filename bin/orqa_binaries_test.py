@@ -15,7 +15,7 @@ import sys
 from absl import app
 import tensorflow as tf
 
-from bin import in_process
+from realm_tf.testing import in_process
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib

@@ -23,7 +23,7 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
-from bin import in_process
+from realm_tf.testing import in_process
 from realm_tf import testing_utils
 from realm_tf.export import loader
 from realm_tf.export import saved_models

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bin import in_process
+from realm_tf.testing import in_process
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state

@@ -21,10 +21,10 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.export import random_orqa
 from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import random_orqa
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_model
 

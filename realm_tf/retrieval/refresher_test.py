@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bin import in_process
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
@@ -32,6 +31,7 @@ from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.testing import in_process
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")

@@ -20,7 +20,8 @@ from typing import List, Optional
 from absl import flags
 from absl import logging
 
-_BIN = os.path.dirname(os.path.abspath(__file__))
+# bin/ beside realm_tf/ (in Bazel's runfiles, where a test's binaries are, when run there).
+_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bin")
 
 
 @dataclasses.dataclass
