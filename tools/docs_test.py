@@ -17,7 +17,8 @@ FILE:LINE:
 Flags are collected statically, without importing anything, so the test takes a fraction of a second:
 every `flags.DEFINE_<kind>("name", ...` of a program, of the shared helpers of
 realm_tf/training/trainer_flags.py it calls (`trainer_flags.define_trainer_flags(...)` and the helpers
-those call), and of the project's modules it imports (bench/minilm_lib.py); the `add_argument("--name"`
+those call), and of the project's modules it imports (bench/minilm_lib.py); the options of a
+configuration tree it imports (`name: type = option(...`, realm_tf/config/); the `add_argument("--name"`
 of the argparse scripts; and the options bin/demo (bin/run_demo.py's flags) and bin/test (`"--quick"`;
 the rest are Bazel's) handle themselves.
 
@@ -49,6 +50,9 @@ Flags = Dict[str, Set[str]]  # flag name -> its kinds ("bool", "string", ..., "a
 # argument, a string literal, in every definition of this project.
 _DEFINE = re.compile(r"\bDEFINE_([a-z_]+)\(\s*\"([A-Za-z0-9_]+)\"")
 _ARGPARSE = re.compile(r"\badd_argument\(\s*\"--([A-Za-z0-9_-]+)\"")
+# An option of a configuration tree (realm_tf/config/), `name: type = option(`: a flag of the binary whose
+# tree has it (realm_tf.config.run_config.define_flags generates one per option).
+_OPTION = re.compile(r"^\s+(\w+): ([^=\n]+?) = option\(", re.MULTILINE)
 _HELPER_DEF = re.compile(r"^def (define_\w+)\(", re.MULTILINE)
 _HELPER_CALL = re.compile(r"\b(define_\w+)\(")
 # from bench import minilm_lib, x / import bench.minilm_lib / from realm_tf.data import corpus /
@@ -106,6 +110,8 @@ def _own_flags(source: str) -> Flags:
     defined.setdefault(name, set()).add("bool" if kind in ("bool", "boolean") else kind)
   for name in _ARGPARSE.findall(source):
     defined.setdefault(name, set()).add("argparse")
+  for name, annotation in _OPTION.findall(source):
+    defined.setdefault(name, set()).add("bool" if annotation == "bool" else "option")
   return defined
 
 

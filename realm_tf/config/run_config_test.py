@@ -1,0 +1,189 @@
+"""Tests of run_config: the layers (defaults, files, flags, --params_override), the errors a config file's
+mistakes get, the file a run writes and the flags a tree generates (with bin/train_realm's tree)."""
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Optional, Tuple
+
+from absl import app
+from absl import flags
+from absl.testing import absltest
+import yaml
+
+from realm_tf.config import run_config
+from realm_tf.config import train_realm
+from realm_tf.config.run_config import option
+from realm_tf.config.run_config import section
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+  steps: int = option(10, "Steps.", lower_bound=1)
+  rate: float = option(0.5, "Rate.")
+  kind: str = option("a", "Kind.", choices=("a", "b"))
+  ks: Tuple[int, ...] = option((1, 5), "Cut-offs.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tree:
+  path: Optional[str] = option(None, "A path.", required=True, daily=True)
+  flag: bool = option(False, "A switch.")
+  inner: _Inner = section(_Inner, steps=20)
+
+
+_REQUIRED = {"path": "/p"}
+
+
+class ResolveTest(absltest.TestCase):
+
+  def _file(self, content, suffix=".yaml") -> str:
+    path = self.create_tempfile(file_path=None).full_path + suffix
+    with open(path, "w") as f:
+      f.write(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+  def test_defaults_are_the_trees_own(self):
+    tree = run_config.resolve(_Tree, flag_values=_REQUIRED)
+    self.assertEqual(tree, _Tree(path="/p", inner=_Inner(steps=20)))
+
+  def test_later_layers_win_files_then_flags_then_params_override(self):
+    first = self._file("inner:\n  steps: 30\n  rate: 1e-5\n  kind: b\nflag: true\n")
+    second = self._file({"inner": {"steps": 40}}, ".json")
+    tree = run_config.resolve(_Tree, [first, second], {"path": "/p", "rate": 0.25},
+                              "inner.kind=a,inner.ks=[2, 3]")
+    # Model Garden's YAML loader reads 1e-5 as a number; the second file overrides only steps.
+    self.assertEqual(tree, _Tree(path="/p", flag=True, inner=_Inner(steps=40, rate=0.25, kind="a",
+                                                                    ks=(2, 3))))
+    tree = run_config.resolve(_Tree, [first], {"path": "/p", "steps": 50}, "inner: {steps: 60}")
+    self.assertEqual(tree.inner.steps, 60)
+
+  def test_unknown_key_names_the_file_the_key_and_the_keys_there_are(self):
+    path = self._file("inner:\n  step: 3\n")
+    with self.assertRaisesRegex(run_config.ConfigError,
+                                f"{path}: unknown key 'inner.step'; the keys of inner are: steps, rate, "
+                                "kind, ks"):
+      run_config.resolve(_Tree, [path], _REQUIRED)
+
+  def test_wrong_type_and_out_of_range_name_the_file_key_and_allowed_values(self):
+    for content, message in (
+        ("inner: {steps: ten}", "inner.steps: 'ten' is not allowed: an integer >= 1"),
+        ("inner: {steps: 0}", "inner.steps: 0 is out of range; allowed: an integer >= 1"),
+        ("inner: {steps: 2.5}", "inner.steps: 2.5 is not allowed: an integer >= 1"),
+        ("inner: {kind: c}", "inner.kind: 'c' is not allowed: one of a, b"),
+        ("flag: 1", "flag: 1 is not allowed: true or false"),
+        ("inner: {ks: [1, x]}", r"inner.ks: \[1, 'x'\] is not allowed: a list of integers"),
+        ("inner: 3", "inner must be a mapping of keys to values, got 3"),
+        ("path: null", "no value for path \\(--path\\)"),
+    ):
+      path = self._file(content)
+      with self.subTest(content), self.assertRaisesRegex(run_config.ConfigError, message):
+        run_config.resolve(_Tree, [path])
+
+  def test_file_that_is_not_a_mapping_or_not_there(self):
+    path = self._file("- a\n- b\n")
+    with self.assertRaisesRegex(run_config.ConfigError, f"{path}: must be a mapping"):
+      run_config.resolve(_Tree, [path], _REQUIRED)
+    with self.assertRaisesRegex(run_config.ConfigError, "--config_file=/no/such.yaml: no such file"):
+      run_config.resolve(_Tree, ["/no/such.yaml"], _REQUIRED)
+
+  def test_params_override_errors_name_it(self):
+    with self.assertRaisesRegex(run_config.ConfigError,
+                                "--params_override: unknown key 'inner.nope'; the keys of inner are"):
+      run_config.resolve(_Tree, (), _REQUIRED, "inner.nope=1")
+    with self.assertRaisesRegex(run_config.ConfigError, "--params_override: inner.steps: -1 is out of"):
+      run_config.resolve(_Tree, (), _REQUIRED, "inner.steps=-1")
+
+  def test_flag_errors_name_the_flag(self):
+    with self.assertRaisesRegex(run_config.ConfigError, "--steps: 0 is out of range"):
+      run_config.resolve(_Tree, (), {"path": "/p", "steps": 0})
+    with self.assertRaisesRegex(run_config.ConfigError, "--ks=1,x: allowed: a list of integers"):
+      run_config.resolve(_Tree, (), {"path": "/p", "ks": ["1", "x"]})
+
+  def test_the_written_file_resolves_to_the_same_tree(self):
+    tree = run_config.resolve(_Tree, (), {"path": "/p", "rate": 3e-5, "ks": ["7"]})
+    model_dir = self.create_tempdir().full_path
+    path = run_config.save(tree, model_dir, "train_x")
+    self.assertEqual(path, os.path.join(model_dir, "train_x.yaml"))
+    self.assertEqual(run_config.resolve(_Tree, [path]), tree)
+    with open(path) as f:
+      self.assertIn(f"--config_file={path}", f.read())
+    self.assertEqual(os.listdir(model_dir), ["train_x.yaml"])  # atomic: no temporary left
+
+  def test_a_refused_run_leaves_the_model_dir_as_it_was(self):
+    tree = run_config.resolve(_Tree, flag_values=_REQUIRED)
+    root = self.create_tempdir().full_path
+    new_dir = os.path.join(root, "new")
+    with self.assertRaises(ValueError):
+      with run_config.saved_for_the_run(tree, new_dir, "train_x", lambda _: None):
+        raise ValueError("refused")
+    self.assertFalse(os.path.exists(new_dir))
+    old = run_config.save(tree, root, "train_x")
+    with open(old) as f:
+      before = f.read()
+    with self.assertRaises(ValueError):
+      with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", lambda _: None):
+        raise ValueError("refused")
+    with open(old) as f:
+      self.assertEqual(f.read(), before)
+    with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", lambda _: None):
+      pass
+    self.assertTrue(run_config.resolve(_Tree, [old]).flag)
+
+
+class TrainRealmFlagsTest(absltest.TestCase):
+  """bin/train_realm's tree: its flags keep their names and defaults; --help lists the daily ones."""
+
+  def setUp(self):
+    super().setUp()
+    self.flag_values = flags.FlagValues()
+    self.config_flags = run_config.define_flags(train_realm.TrainRealmConfig, self.flag_values)
+
+  def _resolve(self, *argv):
+    self.flag_values(["train_realm", *argv])
+    return self.config_flags.resolve()
+
+  def test_flags_have_the_old_names_and_the_binarys_defaults(self):
+    config = self._resolve("--model_dir=/m", "--vocab_path=v.txt", "--pretraining_corpus_path=/s",
+                           "--retrieval_corpus_path=/b", "--batch_size=4", "--nobootstrap_index",
+                           "--index_swap_steps=200")
+    self.assertEqual((config.train.batch_size, config.train.learning_rate, config.train.num_train_steps,
+                      config.train.save_checkpoints_steps), (4, 3e-5, 1000, 100))
+    self.assertEqual((config.retriever.query_seq_len, config.retriever.candidate_seq_len), (96, 288))
+    self.assertEqual(config.index.index_swap_steps, 200)
+    options = config.trainer_options(None)
+    self.assertEqual(options.loop.global_batch_size, 4)
+    self.assertEqual(options.loop.model_dir, "/m")
+    self.assertEqual(options.config.query_seq_len, 96)
+    self.assertEqual(options.pretraining_corpus_path, "/s")
+    self.assertEqual(options.index_swap_steps, 200)
+
+  def test_missing_paths_are_a_usage_error_naming_flag_and_key(self):
+    with self.assertRaisesRegex(app.UsageError, r"no value for model_dir \(--model_dir\), "
+                                r"data.pretraining_corpus_path \(--pretraining_corpus_path\)"):
+      self._resolve("--vocab_path=v.txt", "--retrieval_corpus_path=/b")
+
+  def test_help_lists_the_daily_flags_and_helpfull_the_rest(self):
+    key = {flag.name for flag in self.flag_values.get_key_flags_for_module(sys.argv[0])}
+    self.assertEqual(key, {"config_file", "params_override", "model_dir", "vocab_path",
+                           "pretraining_corpus_path", "retrieval_corpus_path", "strategy", "tpu",
+                           "mixed_precision", "batch_size", "num_train_steps"})
+    self.assertIn("--index_swap_steps", self.flag_values.get_help())
+    self.assertIn("[train.batch_size]", self.flag_values["batch_size"].help)
+
+  def test_written_file_keys_and_flags_are_one_set(self):
+    tree = run_config.resolve(train_realm.TrainRealmConfig, flag_values={
+        "model_dir": "/m", "vocab_path": "v", "pretraining_corpus_path": "s", "retrieval_corpus_path": "b"})
+    path = run_config.save(tree, self.create_tempdir().full_path, tree.BINARY)
+    with open(path) as f:
+      written = yaml.safe_load(f)
+    names = {leaf.flag for leaf in run_config.leaves(train_realm.TrainRealmConfig)}
+    flat = {k for section_values in written.values() if isinstance(section_values, dict)
+            for k in section_values} | {k for k, v in written.items() if not isinstance(v, dict)}
+    self.assertEqual(flat, names)
+    self.assertEqual(names - set(self.flag_values), set())
+
+
+if __name__ == "__main__":
+  absltest.main()
