@@ -1,16 +1,23 @@
 r"""Evaluates a bin/train_orqa model dir on a QA file: exact match, regex match, F1, retriever recall@k.
 
 Restores the best checkpoint (MODEL_DIR/best_metric.json; else the latest, or --checkpoint), predicts
-every question (the reader reads the top reader_beam blocks), prints a table and writes
-OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.jsonl
+every question (the reader reads the top reader_beam blocks the chosen retriever returns), prints a table
+and writes OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.jsonl
 ({question, prediction, score, retrieved_ids, predicted_id} per line):
   python bin/eval_orqa.py --model_dir=/runs/orqa_nq --qa_path=NQ-open.dev.jsonl
+  python bin/eval_orqa.py --model_dir=/runs/orqa_nq --qa_path=NQ-open.dev.jsonl --retriever=dense,bm25,hybrid
+
+--retriever (realm_tf/retrieval/hybrid.py): dense (the model's own tower, the default), bm25 (over the
+corpus's titles and bodies), hybrid (reciprocal rank fusion of the two), gold (each question's own
+document, named by its QA record's "doc_id": the reader's ceiling). With several, each gets its row in
+one table; <name> is the QA file's base name, followed by .<retriever> for all but dense.
 """
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.retrieval import hybrid
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import trainer_flags
 
@@ -20,6 +27,9 @@ _QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_q
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate instead of the best.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "Where metrics and predictions go (MODEL_DIR/eval).")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
+_RETRIEVER = flags.DEFINE_list("retriever", [hybrid.DENSE],
+                               f"What the reader reads: {', '.join(hybrid.RETRIEVERS)} (comma-separated "
+                               "for several; see the module docstring).")
 _RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
 _SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
@@ -28,16 +38,23 @@ _DEVICE = trainer_flags.define_device_flags()
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:  # before anything loads: a misspelt retriever fails in a second, not after the model is built
+    hybrid.check_retrievers(_RETRIEVER.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   strategy = _DEVICE.setup()
   ks = _RECALL.ks()
-  result = orqa_evaluation.evaluate_model_dir(
-      _MODEL_DIR.value, _QA.value, output_dir=_OUTPUT.value, checkpoint=_CHECKPOINT.value,
-      batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value, strategy=strategy,
-      log=logging.info)
-  table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
-  print(f"{result['qa_path']} with {result['checkpoint']}:")
-  print(orqa_evaluation.format_metrics(table))
-  print(f"metrics: {result['metrics_path']}\npredictions: {result['predictions_path']}")
+  results = orqa_evaluation.evaluate_retrievers(
+      _MODEL_DIR.value, _QA.value, _RETRIEVER.value, output_dir=_OUTPUT.value,
+      checkpoint=_CHECKPOINT.value, batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value,
+      strategy=strategy, log=logging.info)
+  for retriever, result in results.items():
+    table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
+    print(f"{result['qa_path']} with {result['checkpoint']}, retriever {retriever}:")
+    print(orqa_evaluation.format_metrics(table))
+    print(f"metrics: {result['metrics_path']}\npredictions: {result['predictions_path']}")
+  if len(results) > 1:
+    print(orqa_evaluation.format_retriever_table(results, ks))
 
 
 if __name__ == "__main__":

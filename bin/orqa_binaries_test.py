@@ -88,8 +88,9 @@ class OrqaBinariesTest(tf.test.TestCase):
     with open(qa_path, "w", encoding="utf-8") as f:
       f.writelines(head)
     out = os.path.join(self.tmp, "eval_out")
+    # Every retriever in one run (the model loads once): the dense tower's files keep their names.
     result = _run("eval_orqa.py", f"--model_dir={self.model_dir}", f"--qa_path={qa_path}",
-                  f"--output_dir={out}", "--batch_size=8")
+                  f"--output_dir={out}", "--batch_size=8", "--retriever=dense,bm25,hybrid,gold")
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     with open(os.path.join(out, "qa.dev_head.metrics.json")) as f:
       metrics = json.load(f)
@@ -108,6 +109,36 @@ class OrqaBinariesTest(tf.test.TestCase):
     self.assertLen(records[0]["retrieved_ids"], 5)
     self.assertIn("recall@100", result.stdout)
     self.assertIn("exact_match", result.stdout)
+
+    # The other retrievers: a metrics file each and a row each in the closing table.
+    table = result.stdout[result.stdout.index("retriever  exact_match"):].splitlines()
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in table[2:]}
+    self.assertEqual(list(rows), ["dense", "bm25", "hybrid", "gold"])
+    by_retriever = {"dense": metrics}
+    for retriever in ("bm25", "hybrid", "gold"):
+      with open(os.path.join(out, f"qa.dev_head.{retriever}.metrics.json")) as f:
+        by_retriever[retriever] = json.load(f)
+      self.assertEqual(by_retriever[retriever]["retriever"], retriever)
+      self.assertEqual(by_retriever[retriever]["num_examples"], _NUM_DEV)
+    for retriever, values in rows.items():
+      self.assertAlmostEqual(values[0], by_retriever[retriever]["exact_match"], places=2)
+      self.assertAlmostEqual(values[3], by_retriever[retriever]["recall@5"], places=2)
+    # Each testdata question names its gold document, whose text holds the answer: the gold retriever
+    # finds it at k = 1. BM25 on these name-matching questions beats an untrained tower.
+    self.assertEqual(by_retriever["gold"]["recall@1"], 100.0)
+    self.assertGreater(by_retriever["bm25"]["recall@5"], metrics["recall@5"])
+    with open(os.path.join(out, "qa.dev_head.gold.predictions.jsonl"), encoding="utf-8") as f:
+      gold = [json.loads(line) for line in f]
+    self.assertEqual([r["retrieved_ids"] for r in gold],
+                     [[json.loads(line)["doc_id"]] for line in head])
+
+  def test_unknown_retriever_is_an_error_naming_the_flag(self):
+    # main() stops before loading anything (there is no model dir here).
+    result = in_process.run_main("eval_orqa.py", f"--model_dir={self.tmp}/none", "--qa_path=x.jsonl",
+                                 "--retriever=dense,sparse")
+    self.assertIsInstance(result.error, app.UsageError)
+    self.assertIn("--retriever: unknown retriever 'sparse'; choose from dense, bm25, hybrid, gold",
+                  str(result.error))
 
   def test_export_then_answer(self):
     self.assertEqual(self.train.returncode, 0, self.train.stderr[-3000:])

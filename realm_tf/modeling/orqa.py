@@ -271,11 +271,23 @@ class OrqaModel(tf_keras.Model):
 
   # -- prediction ------------------------------------------------------------------------------------
 
+  def score_rows(self, features: Dict[str, tf.Tensor], block_rows: tf.Tensor,
+                 training=None) -> tf.Tensor:
+    """Exact retriever logits q . d float32 [B, R] of given corpus rows int [B, R] (another retriever's
+    candidates, e.g. BM25's or a hybrid's), differentiable in the query tower."""
+    query = tf.cast(self.retriever.embed_queries(
+        tuple(features[name] for name in orqa_features.QUERY_FIELDS), training=training), tf.float32)
+    return tf.einsum("bd,bkd->bk", query, tf.gather(self.corpus.embeddings, block_rows))
+
   def predict_answers(self, features: Dict[str, tf.Tensor], num_retrieved: Optional[int] = None,
-                      training=None, candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
-                      ) -> Dict[str, tf.Tensor]:
+                      training=None, candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+                      block_rows: Optional[tf.Tensor] = None) -> Dict[str, tf.Tensor]:
     """Retrieves max(reader_beam, num_retrieved) blocks (candidate_fn: see retrieve), reads the top
     reader_beam, takes the best span.
+
+    block_rows: int [B, R] corpus rows, best first, chosen by another retriever (BM25, a hybrid, the gold
+    block): read in this order instead of the dense search, each with its exact q . d as the retriever
+    logit the reader adds to its spans (as in training); num_retrieved and candidate_fn are then unused.
 
     Returns (each [B] unless noted):
       block_rows: int32 [B, R], corpus rows of the retrieved blocks, best first;
@@ -285,9 +297,13 @@ class OrqaModel(tf_keras.Model):
         orqa_features.extract_answers (-1 when the reader saw no block wordpiece at all);
       start, end: the span's positions in the reader sequence; score: its logit.
     """
-    num_retrieved = min(max(self.reader_beam, num_retrieved or 0), self.num_blocks)
-    block_rows, retriever_logits = self.retrieve(features, num_retrieved, training=training,
-                                                 candidate_fn=candidate_fn)
+    if block_rows is None:
+      num_retrieved = min(max(self.reader_beam, num_retrieved or 0), self.num_blocks)
+      block_rows, retriever_logits = self.retrieve(features, num_retrieved, training=training,
+                                                   candidate_fn=candidate_fn)
+    else:
+      block_rows = tf.cast(block_rows, tf.int32)
+      retriever_logits = self.score_rows(features, block_rows, training=training)
     inputs, output = self.read(features, block_rows, retriever_logits, training=training)
     best = reader_lib.predict_spans(output)
     block_index = best["block_index"]

