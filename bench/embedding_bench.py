@@ -13,16 +13,12 @@ PyTorch.
 
 import os
 import statistics
-import sys
 
 from absl import app
 from absl import flags
 
-# Runs as `python bench/embedding_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from realm_tf import io_utils
 
 _CONFIGS = flags.DEFINE_list("configs", ["tiny", "minilm"], "Configs: tiny, minilm, bert_base.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 288, "Tokens per document.")

@@ -44,16 +44,13 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf import io_utils
 from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state

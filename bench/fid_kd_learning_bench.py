@@ -20,18 +20,14 @@ Prints a table and writes JSON with the machine description to --output.
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 from absl import app
 from absl import flags
 
-# Runs as `python bench/fid_kd_learning_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import demo_pipeline
+from realm_tf import io_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "fid_kd_learning.json"),

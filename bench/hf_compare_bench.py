@@ -29,18 +29,14 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 
 from absl import app
 from absl import flags
 
-# Runs as `python bench/hf_compare_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tf_keras
 
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from realm_tf import io_utils
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

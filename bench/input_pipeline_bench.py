@@ -69,32 +69,28 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+import tensorflow as tf
+import tf_keras
 
-# Runs as `python bench/input_pipeline_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.data import corpus_table  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import synthetic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import realm as realm_model  # pylint: disable=g-import-not-at-top
+from bench import throughput_lib
+from realm_tf import demo_pipeline
+from realm_tf import io_utils
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import corpus_table
+from realm_tf.data import pretraining
+from realm_tf.data import synthetic
+from realm_tf.modeling import bert
+from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import published_index  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import refresher  # pylint: disable=g-import-not-at-top
-from realm_tf.training import flags_util  # pylint: disable=g-import-not-at-top
-from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
-from realm_tf.training import realm_input  # pylint: disable=g-import-not-at-top
-from realm_tf.training import realm_trainer  # pylint: disable=g-import-not-at-top
-from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+from realm_tf.training import flags_util
+from realm_tf.training import optimization
+from realm_tf.training import realm_input
+from realm_tf.training import realm_trainer
+from realm_tf.training import train_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RESULTS = os.path.join(_REPO, "bench", "results")

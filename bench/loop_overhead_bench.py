@@ -18,23 +18,19 @@ hit every length alike. Prints a table and writes JSON (with a machine descripti
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 from absl import app
 from absl import flags
 
-# Runs as `python bench/loop_overhead_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
+import tf_keras
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import tiny_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import loop  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from bench import tiny_tasks
+from realm_tf import io_utils
+from realm_tf.training import loop
 
 _TASKS = flags.DEFINE_list("tasks", ["ict", "realm", "orqa"], "Training steps to time.")
 _LOOPS = flags.DEFINE_list("loops", ["1", "10", "100"], "steps_per_loop values (each divides --steps "

@@ -1,13 +1,8 @@
 """Tests for bench/minilm_lib.py's merging of squad_open_bench result rows (no model or data needed)."""
 
-import os
-import sys
-
 from absl.testing import absltest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import minilm_lib
 
 
 def _row(corpus, method, value):

@@ -5,22 +5,20 @@ across the first k paragraphs and sliced from the text."""
 
 import functools
 import os
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, _REPO)
+from bench import loss_curve
+from bench import open_qa_lib
+from realm_tf import tokenization
+from realm_tf.data import qa
+from realm_tf.modeling import bert
+from realm_tf.modeling import orqa_reader
+from realm_tf.modeling import reader as reader_lib
+from realm_tf.training import optimization
 
-from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import orqa_reader  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import reader as reader_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top,wrong-import-position
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SEQ_LEN, _WIDTH = 24, 3
 

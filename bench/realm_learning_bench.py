@@ -1,6 +1,6 @@
 r"""REALM's learning check on testdata: does pre-training raise the retriever's recall, seed after seed?
 
-Runs the demo's configuration (bin/demo_pipeline.PipelineOptions defaults: a tiny BERT pre-trained by
+Runs the demo's configuration (realm_tf/demo_pipeline.PipelineOptions defaults: a tiny BERT pre-trained by
 bin/train_mlm on testdata/bert_pretraining.jsonl as the reader's warm start, ICT warm start of the
 retriever, then REALM on the news items with the original objective, trainer and refresher as separate processes) once per
 seed, each seed drawing its own BERT pre-training, ICT and REALM streams. For each it measures the
@@ -22,18 +22,14 @@ Prints tables and writes JSON (machine, options, per-seed rows and towers, small
 import dataclasses
 import json
 import os
-import sys
 import time
 
 from absl import app
 from absl import flags
 import tensorflow as tf
 
-# Runs as `python bench/realm_learning_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf import demo_pipeline
+from realm_tf import io_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
@@ -46,7 +42,7 @@ _REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions
 _EVAL_EVERY = flags.DEFINE_integer("eval_every_steps",
                                    demo_pipeline.PipelineOptions.save_checkpoints_steps,
                                    "Checkpoint (and recall) interval.")
-_SET = flags.DEFINE_multi_string("set", [], "name=value overrides of bin/demo_pipeline.PipelineOptions.")
+_SET = flags.DEFINE_multi_string("set", [], "name=value overrides of realm_tf/demo_pipeline.PipelineOptions.")
 
 _KS = ("gold_recall@1", "gold_recall@5", "gold_recall@20")
 

@@ -26,16 +26,12 @@ writes JSON to --output.
 
 import json
 import os
-import sys
 from typing import Dict, List, Tuple
 
 from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
-
-# Runs as `python bench/realm_reader_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from realm_tf import evaluation

@@ -36,27 +36,23 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
-# Runs as `python bench/refresh_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tf_keras
 
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import featurization  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import corpus_embedding  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top
+from bench import minilm_lib
+from bench import throughput_lib
+from realm_tf import evaluation
+from realm_tf import featurization
+from realm_tf import io_utils
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import text_embedder
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CORPUS = flags.DEFINE_enum("corpus", "dev", ["dev", "all"],

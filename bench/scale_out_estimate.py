@@ -24,16 +24,12 @@ Prints markdown tables and writes JSON to --output.
 
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
 
-# Runs as `python bench/scale_out_estimate.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from realm_tf import io_utils
 
 _RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

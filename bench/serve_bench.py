@@ -16,7 +16,6 @@ they take CPU from it. Prints a table and writes JSON (with a machine descriptio
 import http.client
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -25,20 +24,17 @@ from typing import Dict, List
 from absl import app
 from absl import flags
 
-# Runs as `python bench/serve_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.export import loader  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.export import saved_models  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.testing import random_orqa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.testing import serve_process as process  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import orqa_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from realm_tf import io_utils
+from realm_tf import testing_utils
+from realm_tf.export import loader
+from realm_tf.export import saved_models
+from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import random_orqa
+from realm_tf.testing import serve_process as process
+from realm_tf.training import orqa_model
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir to export (its best "
                                  "checkpoint); default: random weights over the 300 testdata documents.")

@@ -20,10 +20,7 @@ from typing import Dict, List
 from absl import app
 from absl import flags
 
-# Runs as `python bench/serve_startup_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -31,17 +31,14 @@ real-embedding rows. Prints a table and writes JSON (with timings and the machin
 import json
 import os
 import platform
-import sys
 import time
 
 from absl import app
 from absl import flags
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Runs as `python bench/squad_open_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, _REPO)
+from bench import minilm_lib
 
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _CORPORA = flags.DEFINE_list("corpora", ["all", "dev"], "Corpora: all (train + dev paragraphs), dev.")
 _METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm", "hybrid"],

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List
 from absl import app
 import numpy as np
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf import io_utils
 
 

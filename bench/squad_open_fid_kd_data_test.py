@@ -5,19 +5,16 @@ found as bin/train_fid_kd leaves them."""
 
 import json
 import os
-import sys
 
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import squad_open_fid_kd_data as data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus_table  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import fid_kd  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import squad_open_fid_kd_data as data
+from realm_tf import testing_utils
+from realm_tf.data import corpus
+from realm_tf.data import corpus_table
+from realm_tf.data import qa
+from realm_tf.data import squad_open
+from realm_tf.training import fid_kd
 
 
 def _read_jsonl(path):

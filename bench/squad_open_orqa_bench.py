@@ -42,7 +42,6 @@ questions, loss curve) to --output.
 import dataclasses
 import hashlib
 import os
-import sys
 import time
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -52,16 +51,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Runs as `python bench/squad_open_orqa_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, _REPO)
+from bench import loss_curve
+from bench import minilm_lib
+from bench import throughput_lib
+from realm_tf import evaluation
+from realm_tf.data import orqa_features
+from realm_tf.modeling import orqa_retriever
 
-from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import orqa_features  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import orqa_retriever  # pylint: disable=g-import-not-at-top,wrong-import-position
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _STEPS = flags.DEFINE_integer("steps", 2000, "Training steps (2000 x 32: 73% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Training questions per step.")

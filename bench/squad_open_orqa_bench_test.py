@@ -2,28 +2,24 @@
 questions are mined and counted as the answer index decides, and the bench's batches train the question
 tower of an OrqaRetriever through loop.train (the curve recorded, the index unmoved)."""
 
-import os
-import sys
 from unittest import mock
 
 from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import squad_open_orqa_bench as orqa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import answer_index  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import testing_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import realm_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import orqa_retriever  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import loss_curve
+from bench import squad_open_orqa_bench as orqa
+from realm_tf import answer_index
+from realm_tf import testing_utils
+from realm_tf import tokenization
+from realm_tf.data import qa
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder
+from realm_tf.modeling import realm_config
+from realm_tf.modeling import orqa_retriever
+from realm_tf.retrieval import text_embedder
+from realm_tf.training import optimization
 
 _TEXTS = ["The city of New  York lies on the Hudson.",
           "Paris is the capital of France; Parisians say so.",

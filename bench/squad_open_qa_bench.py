@@ -30,7 +30,6 @@ the trained reader, so that other retrievers can be read with it without trainin
 """
 
 import os
-import sys
 import time
 from typing import Dict, List, Sequence
 
@@ -39,14 +38,12 @@ from absl import flags
 import numpy as np
 import tf_keras
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Runs as `python bench/squad_open_qa_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, _REPO)
+from bench import loss_curve
+from bench import minilm_lib
+from bench import open_qa_lib
+from bench import throughput_lib
 
-from bench import loss_curve  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import open_qa_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
                                 "Retrievers to read from: bm25, minilm, hybrid (the two fused as in "

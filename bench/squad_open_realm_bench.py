@@ -40,11 +40,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-# Runs as `python bench/squad_open_realm_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import minilm_lib
+from realm_tf import demo_pipeline
+from realm_tf import io_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_open_realm"),

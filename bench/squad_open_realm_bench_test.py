@@ -1,19 +1,15 @@
 """Tests for bench/squad_open_realm_bench.py's own-paragraph-excluded recall, on a toy corpus: which
 questions it counts (an answer another paragraph holds too) and where their hits are found."""
 
-import os
-import sys
 from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench import squad_open_realm_bench as realm_bench  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import qa  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import squad_open_realm_bench as realm_bench
+from realm_tf.data import corpus
+from realm_tf.data import qa
+from realm_tf.data import squad_open
 
 _BODIES = ["Paris is the capital of France.", "The Louvre in PARIS holds the Mona  Lisa.",
            "Berlin is the capital of Germany.", "Rome is older than both.", "The Mona Lisa smiles."]

@@ -28,28 +28,24 @@ Prints a table and writes JSON (with a machine description) to --output.
 import gc
 import os
 import statistics
-import sys
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
 
-# Runs as `python bench/train_step_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
+import tf_keras
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import tiny_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.modeling import embedder as embedder_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import knowledge_augmented_encoder as kae_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import reader  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top
-from realm_tf.training import train_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
+from bench import tiny_tasks
+from realm_tf import io_utils
+from realm_tf.modeling import bert
+from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
+from realm_tf.modeling import reader
+from realm_tf.training import optimization
+from realm_tf.training import train_lib
 
 _CONFIGS = flags.DEFINE_list("configs", ["tiny", "bert_base"], "BERT configs: tiny, minilm, bert_base.")
 _TASKS = flags.DEFINE_list("tasks", ["realm", "ict", "orqa"], "Training steps to time.")

@@ -25,28 +25,24 @@ Prints a table and writes JSON (with a machine description) to --output.
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 from absl import app
 from absl import flags
 import numpy as np
 
-# Runs as `python bench/update_index_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
+import tf_keras
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tf_keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.modeling import realm_config as realm_config_lib  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import index_update  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import published_index  # pylint: disable=g-import-not-at-top
-from realm_tf.retrieval import refresher  # pylint: disable=g-import-not-at-top
+from bench import minilm_lib
+from bench import throughput_lib
+from realm_tf import io_utils
+from realm_tf import tokenization
+from realm_tf.data import corpus as corpus_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import index_update
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUM_PARAGRAPHS = flags.DEFINE_integer("num_paragraphs", None, "Only the first N paragraphs (all: 20,963).")

@@ -9,7 +9,7 @@ import os
 
 from absl.testing import absltest
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf.data import pretraining
 from realm_tf.data import synthetic
 

@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf import retriever_eval
 from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state

@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import demo_pipeline  # bin/demo_pipeline.py, beside this file
+from realm_tf import demo_pipeline
 from realm_tf.data import synthetic
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "testdata", "Directory to write the files into.")

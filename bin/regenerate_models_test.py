@@ -13,7 +13,7 @@ import subprocess
 
 import tensorflow as tf
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 
 # Masked-token accuracy over the 185 held-out predictions; recall in points of 200 questions.
 _ACCURACY_TOLERANCE = 0.03

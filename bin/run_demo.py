@@ -4,7 +4,7 @@ On testdata with a tiny BERT, in a few minutes on 2 cores:
   1. regenerates the synthetic testdata and checks it matches the committed files byte for byte;
   2. writes the retrieval corpus and shows how REALM featurizes a pre-training sentence (one salient
      span masked; query, null document, candidate and joint BERT inputs);
-  3. runs REALM pre-training as separate processes (bin/demo_pipeline.py): bin/refresh_doc_embeds in the
+  3. runs REALM pre-training as separate processes (realm_tf/demo_pipeline.py): bin/refresh_doc_embeds in the
      background and bin/train_realm, which bootstraps the first index from the ICT start, trains and
      swaps in the refresher's newer indexes at fixed steps; then prints loss, retrieval utility, the
      indexes trained on, and the retriever's recall@5 on the testdata questions before and after. The
@@ -23,7 +23,7 @@ import sys
 from absl import app
 from absl import flags
 
-import demo_pipeline  # bin/demo_pipeline.py, beside this file
+from realm_tf import demo_pipeline
 from realm_tf import featurization
 from realm_tf import tokenization
 from realm_tf.data import corpus

@@ -12,7 +12,7 @@ import os
 
 import tensorflow as tf
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf.modeling import realm_config
 
 _TESTDATA = os.path.join(demo_pipeline.REPO, "testdata")

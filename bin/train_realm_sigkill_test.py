@@ -15,7 +15,7 @@ import time
 
 import tensorflow as tf
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf import testing_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import training_state

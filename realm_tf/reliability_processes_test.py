@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bin import demo_pipeline
+from realm_tf import demo_pipeline
 from realm_tf import io_utils
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib

@@ -656,9 +656,9 @@ _ALLOWED_WRITES = {
         "arrays inside the .tmp- directory of MipsIndex.save, renamed as a whole",
     ("realm_tf/checkpoints/training_state.py", "write_done_marker"):
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
-    ("bin/demo_pipeline.py", "_open_log"):
+    ("realm_tf/demo_pipeline.py", "_open_log"):
         "run_binary's and run_realm_processes' subprocess logs, appended as they run, a header per run",
-    ("bin/demo_pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
+    ("realm_tf/demo_pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
     ("bin/run_demo.py", "_stderr_to"): "the demo's own stderr log (demo_stderr.log), appended as it runs",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve",

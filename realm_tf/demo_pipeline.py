@@ -1,9 +1,11 @@
 """bin/run_demo.py's pipeline: REALM pre-training and ORQA fine-tuning as separate bin/ processes, the
 way a user runs them.
 
-It drives bin/ programs through subprocesses, so it lives beside them rather than in the library; the
-benches and the process tests import it (`from bin import demo_pipeline`) for the same runs and for
-binary_command / binary_env, which start one bin/ program as a user would.
+It drives the bin/ programs of this checkout (REPO/bin) through subprocesses, as a user runs them;
+bin/run_demo.py, the benches and the process tests import it (`from realm_tf import demo_pipeline`) for
+the same runs and for binary_command / binary_env, which start one bin/ program as a user would. It is
+the top of the library's layers (tools/import_graph_test.py): it imports any layer, and nothing in the
+library imports it.
 
   1. corpora: bin/generate_retrieval_corpus and bin/generate_pretraining_corpus;
   2. BERT pre-training of the reader: bin/train_mlm on the retrieval corpus's text (the original starts
