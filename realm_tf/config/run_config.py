@@ -44,7 +44,8 @@ from realm_tf import io_utils
 # see realm_tf.training.trainer_flags, which does the same.
 flags.disclaim_key_flags()
 
-_HELP, _CHOICES, _LOWER, _REQUIRED, _DAILY = "help", "choices", "lower_bound", "required", "daily"
+_HELP, _CHOICES, _LOWER, _UPPER, _REQUIRED, _DAILY = (
+    "help", "choices", "lower_bound", "upper_bound", "required", "daily")
 
 
 class ConfigError(ValueError):
@@ -52,20 +53,21 @@ class ConfigError(ValueError):
 
 
 def option(default: Any, help: str, *, choices: Optional[Sequence[str]] = None,  # pylint: disable=redefined-builtin
-           lower_bound: Optional[float] = None, required: bool = False, daily: bool = False):
+           lower_bound: Optional[float] = None, upper_bound: Optional[float] = None,
+           required: bool = False, daily: bool = False):
   """A leaf of a configuration tree.
 
   Args:
     default: its value when no layer sets it (None for a required option).
     help: what it means, for --help and the docs.
     choices: the allowed strings, if any.
-    lower_bound: the smallest allowed number, if any.
+    lower_bound, upper_bound: the smallest and largest allowed numbers, if any.
     required: the run cannot start while it is None (a path, the model dir).
     daily: one of the handful a user types daily; --help lists it.
   """
   return dataclasses.field(default=default, metadata={
       _HELP: help, _CHOICES: tuple(choices) if choices else None, _LOWER: lower_bound,
-      _REQUIRED: required, _DAILY: daily})
+      _UPPER: upper_bound, _REQUIRED: required, _DAILY: daily})
 
 
 def section(cls, **defaults):
@@ -156,6 +158,8 @@ def _describe(leaf: _Leaf) -> str:
     allowed = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}[leaf.kind]
     if meta[_LOWER] is not None:
       allowed += f" >= {meta[_LOWER]}"
+    if meta[_UPPER] is not None:
+      allowed += f"{',' if meta[_LOWER] is not None else ''} <= {meta[_UPPER]}"
   return allowed + (" or null" if leaf.optional else "")
 
 
@@ -189,7 +193,8 @@ def _checked_value(leaf: _Leaf, value: Any, where: str) -> Any:
   meta = leaf.field.metadata
   if meta[_CHOICES] and value not in meta[_CHOICES]:
     fail()
-  if meta[_LOWER] is not None and value < meta[_LOWER]:
+  if (meta[_LOWER] is not None and value < meta[_LOWER]) or (
+      meta[_UPPER] is not None and value > meta[_UPPER]):
     fail("is out of range;")
   return value
 

@@ -13,15 +13,17 @@ from absl.testing import absltest
 import yaml
 
 from realm_tf.config import run_config
+from realm_tf.config import train_mlm
 from realm_tf.config import train_realm
 from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
+from realm_tf.modeling import bert as bert_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class _Inner:
   steps: int = option(10, "Steps.", lower_bound=1)
-  rate: float = option(0.5, "Rate.")
+  rate: float = option(0.5, "Rate.", lower_bound=0.0, upper_bound=1.0)
   kind: str = option("a", "Kind.", choices=("a", "b"))
   ks: Tuple[int, ...] = option((1, 5), "Cut-offs.")
 
@@ -72,6 +74,7 @@ class ResolveTest(absltest.TestCase):
         ("inner: {steps: 0}", "inner.steps: 0 is out of range; allowed: an integer >= 1"),
         ("inner: {steps: 2.5}", "inner.steps: 2.5 is not allowed: an integer >= 1"),
         ("inner: {kind: c}", "inner.kind: 'c' is not allowed: one of a, b"),
+        ("inner: {rate: 1.5}", "inner.rate: 1.5 is out of range; allowed: a number >= 0.0, <= 1.0"),
         ("flag: 1", "flag: 1 is not allowed: true or false"),
         ("inner: {ks: [1, x]}", r"inner.ks: \[1, 'x'\] is not allowed: a list of integers"),
         ("inner: 3", "inner must be a mapping of keys to values, got 3"),
@@ -183,6 +186,47 @@ class TrainRealmFlagsTest(absltest.TestCase):
             for k in section_values} | {k for k, v in written.items() if not isinstance(v, dict)}
     self.assertEqual(flat, names)
     self.assertEqual(names - set(self.flag_values), set())
+
+
+# The flags each binary had before its options became a tree (git show ce8a58b:bin/...), which keep
+# working; train_mlm no longer takes the retriever's --embedder_pooling and --cosine_score_scale, which
+# it accepted and ignored.
+_COMMON = {"model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "strategy", "tpu",
+           "num_cpu_devices", "mixed_precision", "jit_compile", "batch_size", "learning_rate",
+           "adam_bias_correction", "num_train_steps", "save_checkpoints_steps", "keep_checkpoint_max",
+           "log_every_steps", "steps_per_loop", "gradient_accumulation_steps"}
+_RETRIEVER = {"embedder_pooling", "cosine_score_scale", "projection_size", "query_seq_len",
+              "embedder_layer_norm_epsilon", "candidate_seq_len", "retrieval_corpus_path"}
+_FLAGS_BEFORE = {
+    train_realm.TrainRealmConfig: _COMMON | _RETRIEVER | {
+        "pretraining_corpus_path", "share_embedders", "max_masks", "num_candidates",
+        "init_retriever_checkpoint", "init_reader_checkpoint", "bootstrap_index", "index_implementation",
+        "max_index_staleness_steps", "check_index_every_batches", "index_swap_steps",
+        "wait_for_index_seconds"},
+    train_mlm.TrainMlmConfig: _COMMON | {
+        "input_path", "init_checkpoint", "max_seq_len", "max_predictions_per_seq", "masked_lm_prob",
+        "short_seq_prob", "whole_word_masking", "random_next_rate", "warmup_steps", "eval_percent"},
+}
+
+
+class TreesTest(absltest.TestCase):
+  """Every trainer's tree: the flags it had, and options the library accepts."""
+
+  def test_each_tree_keeps_the_flags_its_binary_had(self):
+    for cls, before in _FLAGS_BEFORE.items():
+      with self.subTest(cls.__name__):
+        self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, before)
+
+  def test_each_tree_builds_its_trainers_options(self):
+    paths = {leaf.flag: f"/{leaf.flag}" for cls in _FLAGS_BEFORE for leaf in run_config.leaves(cls)
+             if leaf.field.metadata["required"]}
+    bert = bert_lib.tiny_config(285)
+    for cls in _FLAGS_BEFORE:
+      with self.subTest(cls.__name__):
+        given = {name: paths[name] for name in paths if name in {l.flag for l in run_config.leaves(cls)}}
+        options = run_config.resolve(cls, flag_values=given).trainer_options(bert)
+        self.assertEqual(options.loop.model_dir, "/model_dir")
+        self.assertEqual(options.loop.global_batch_size, options.batch_size)
 
 
 if __name__ == "__main__":

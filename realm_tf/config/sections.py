@@ -7,7 +7,7 @@ config files existed.
 """
 
 import dataclasses
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
 
@@ -27,6 +27,11 @@ def values(tree, *names: str) -> Dict[str, Any]:
   return {name: getattr(tree, name) for name in names}
 
 
+def names(cls) -> Tuple[str, ...]:
+  """The option names of a section class (those of a base section, for a section that extends it)."""
+  return tuple(f.name for f in dataclasses.fields(cls))
+
+
 # Helps of the paths several trees have; each tree declares the option itself (`name: type = option(`, the
 # form tools/docs_test.py reads as a flag of the tree's binary).
 MODEL_DIR_HELP = "Checkpoints, summaries and the run's configuration files."
@@ -35,17 +40,11 @@ PRETRAINING_CORPUS_HELP = "Prefix of bin/generate_pretraining_corpus output."
 
 
 @dataclasses.dataclass(frozen=True)
-class Model:
-  """The BERT the run builds and its tokenizer; the retriever's embedding."""
+class Bert:
+  """The BERT the run builds and its tokenizer."""
   vocab_path: Optional[str] = option(None, "BERT vocab file.", required=True, daily=True)
   do_lower_case: bool = option(True, "Lower-case and strip accents (uncased BERT).")
   bert_config: str = option("tiny", "Preset (tiny, bert_base) or a bert_config.json / config.json.")
-  embedder_pooling: str = option(embedder.POOLER, _POOLING_HELP, choices=embedder.POOLINGS)
-  cosine_score_scale: float = option(
-      0.0, "0: retrieval scores are raw inner products (REALM, ORQA). s > 0: the retriever's embeddings are "
-      "L2-normalised and scores are s x cosine, for a retriever warm-started from a sentence-transformers "
-      "model (all-MiniLM-L6-v2: --embedder_pooling=mean --projection_size=0 --cosine_score_scale=20, its "
-      "own training's scale).", lower_bound=0.0)
 
   def bert(self) -> bert_lib.BertConfig:
     return flags_util.bert_config(self.bert_config, self.vocab_path)
@@ -98,13 +97,38 @@ class Train:
 
 
 @dataclasses.dataclass(frozen=True)
-class Retriever:
-  """A retriever's shape (bin/train_realm, bin/train_orqa, bin/train_fid_kd)."""
+class Embedding:
+  """A retriever tower's embedding and its queries (every retriever: ICT's, REALM's, ORQA's, FiD-KD's)."""
+  embedder_pooling: str = option(embedder.POOLER, _POOLING_HELP, choices=embedder.POOLINGS)
+  cosine_score_scale: float = option(
+      0.0, "0: retrieval scores are raw inner products (REALM, ORQA). s > 0: the retriever's embeddings are "
+      "L2-normalised and scores are s x cosine, for a retriever warm-started from a sentence-transformers "
+      "model (all-MiniLM-L6-v2: --embedder_pooling=mean --projection_size=0 --cosine_score_scale=20, its "
+      "own training's scale).", lower_bound=0.0)
   projection_size: int = option(
       128, "Retriever dimension D; 0: no projection, D is the BERT's hidden size (keeps a sentence-"
       "transformers model's own space, e.g. all-MiniLM-L6-v2 with --embedder_pooling=mean).",
       lower_bound=0)
+  query_seq_len: int = option(96, "Retriever query length Q.", lower_bound=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Retriever(Embedding):
+  """A retriever over a retrieval corpus (bin/train_realm, bin/train_orqa, bin/train_fid_kd); its option
+  names are RealmConfig's."""
   embedder_layer_norm_epsilon: float = option(
       1e-12, "Embedder LayerNorm epsilon (1e-3 for a retriever warm-started by ICT).", lower_bound=0.0)
-  query_seq_len: int = option(96, "Retriever query length Q.", lower_bound=1)
   candidate_seq_len: int = option(288, "Retriever document length C.", lower_bound=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class QaData:
+  """A QA trainer's questions (bin/train_orqa, bin/train_fid_kd) and the corpus it retrieves from."""
+  train_path: Optional[str] = option(
+      None, "Training QA file (any realm_tf.data.qa.load_qa input: .jsonl, .json, .tsv or tfds:NAME/SPLIT).",
+      required=True, daily=True)
+  dev_path: Optional[str] = option(
+      None, "Dev QA file for periodic evaluation and best-checkpoint selection.", daily=True)
+  max_eval_examples: Optional[int] = option(None, "Evaluate on the first N dev questions only.",
+                                            lower_bound=1)
+  retrieval_corpus_path: Optional[str] = option(None, RETRIEVAL_CORPUS_HELP, required=True, daily=True)

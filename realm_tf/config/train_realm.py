@@ -2,8 +2,9 @@
 
   model_dir
   data       pretraining_corpus_path retrieval_corpus_path
-  model      vocab_path do_lower_case bert_config embedder_pooling cosine_score_scale
-  retriever  projection_size embedder_layer_norm_epsilon query_seq_len candidate_seq_len
+  model      vocab_path do_lower_case bert_config
+  retriever  embedder_pooling cosine_score_scale projection_size query_seq_len embedder_layer_norm_epsilon
+             candidate_seq_len
   realm      share_embedders max_masks num_candidates init_retriever_checkpoint init_reader_checkpoint
   index      bootstrap_index index_implementation max_index_staleness_steps check_index_every_batches
              index_swap_steps wait_for_index_seconds
@@ -70,7 +71,7 @@ class TrainRealmConfig:
 
   model_dir: Optional[str] = option(None, sections.MODEL_DIR_HELP, required=True, daily=True)
   data: RealmData = section(RealmData)
-  model: sections.Model = section(sections.Model)
+  model: sections.Bert = section(sections.Bert)
   retriever: sections.Retriever = section(sections.Retriever, query_seq_len=96, candidate_seq_len=288)
   realm: Realm = section(Realm)
   index: RealmIndex = section(RealmIndex)
@@ -81,7 +82,7 @@ class TrainRealmConfig:
   def trainer_options(self, bert: bert_lib.BertConfig) -> realm_trainer.RealmTrainerOptions:
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert, reader_bert=bert,
-        **sections.values(self.model, "vocab_path", "do_lower_case", "embedder_pooling", "cosine_score_scale"),
+        **sections.values(self.model, "vocab_path", "do_lower_case"),
         **dataclasses.asdict(self.retriever),
         **sections.values(self.realm, "share_embedders", "max_masks", "num_candidates"))
     return realm_trainer.RealmTrainerOptions(
