@@ -13,6 +13,7 @@ from absl.testing import absltest
 import yaml
 
 from realm_tf.config import run_config
+from realm_tf.config import train_ict
 from realm_tf.config import train_mlm
 from realm_tf.config import train_realm
 from realm_tf.config.run_config import option
@@ -206,6 +207,10 @@ _FLAGS_BEFORE = {
     train_mlm.TrainMlmConfig: _COMMON | {
         "input_path", "init_checkpoint", "max_seq_len", "max_predictions_per_seq", "masked_lm_prob",
         "short_seq_prob", "whole_word_masking", "random_next_rate", "warmup_steps", "eval_percent"},
+    train_ict.TrainIctConfig: _COMMON | {
+        "pretraining_corpus_path", "init_bert_checkpoint", "projection_size", "layer_norm_epsilon",
+        "dropout_rate", "query_seq_len", "block_seq_len", "mask_rate", "embedder_pooling",
+        "cosine_score_scale"},
 }
 
 
