@@ -15,6 +15,7 @@ import yaml
 from realm_tf.config import run_config
 from realm_tf.config import train_ict
 from realm_tf.config import train_mlm
+from realm_tf.config import train_orqa
 from realm_tf.config import train_realm
 from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
@@ -211,6 +212,11 @@ _FLAGS_BEFORE = {
         "pretraining_corpus_path", "init_bert_checkpoint", "projection_size", "layer_norm_epsilon",
         "dropout_rate", "query_seq_len", "block_seq_len", "mask_rate", "embedder_pooling",
         "cosine_score_scale"},
+    train_orqa.TrainOrqaConfig: _COMMON | _RETRIEVER | {
+        "train_path", "dev_path", "max_eval_examples", "index_dir", "retriever_checkpoint",
+        "reader_checkpoint", "embedder_dropout_rate", "reader_seq_len", "span_hidden_size",
+        "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
+        "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"},
 }
 
 
