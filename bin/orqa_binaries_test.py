@@ -4,8 +4,8 @@ bin/export_saved_model and bin/answer (its usage error in this process), and a r
 checkpoint has the wrong hidden size, which must stop with a message that says what to pass.
 
 The misconfigurations that stop bin/train_orqa before any work run its main() in this process
-(bin/in_process: the binary's own flags and wiring, no process start each); one of them runs as a real
-process for the exit status and the message on stderr."""
+(realm_tf/testing/in_process: the binary's own flags and wiring, no process start each); one of them runs as a
+real process for the exit status and the message on stderr."""
 
 import json
 import os

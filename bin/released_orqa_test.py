@@ -6,10 +6,11 @@ open-QA SavedModel from the two, and its answers (as bin/answer.py and bin/serve
 spans of retrieved blocks, which must be the converted index's exact top-k for the exported query
 tower's embedding.
 
-The ORQA checkpoint's conversion is a real process; the block_emb conversion, the export and bin/answer.py
-run their main() in this process (bin/in_process; bin/export_saved_model and bin/answer run as processes
-in bin/orqa_binaries_test, and the export is loaded in fresh processes by realm_tf/export/saved_models_test
-and bin/serve_test), and the exported models are loaded here once for all cases."""
+The ORQA checkpoint's conversion is a real process; the block_emb conversion, the export and bin/answer.py run
+their main() in this process (realm_tf/testing/in_process; bin/export_saved_model and bin/answer run as
+processes in bin/orqa_binaries_test, and the export is loaded in fresh processes by
+realm_tf/export/saved_models_test and bin/serve_test), and the exported models are loaded here once for all
+cases."""
 
 import contextlib
 import io

@@ -6,10 +6,10 @@ as it was. And on a converted index (bin/convert_checkpoint --layout=block_emb f
 the released layout): the update writes a new converted index that bin/train_orqa --index_dir and
 bin/eval_orqa take, and that a converted ORQA's exported open-QA model serves.
 
-bin/update_index runs once as a separate process, a failing one (exit status, the message on stderr,
-nothing written). Every other run calls the binary's main() in this process (_main_in_process, through
-bin/in_process: the module loaded afresh, its flags parsed from the same command line, its stdout and absl
-log captured; a data error ends main with sys.exit(message)), or, for the open-QA models, reads what
+bin/update_index runs once as a separate process, a failing one (exit status, the message on stderr, nothing
+written). Every other run calls the binary's main() in this process (_main_in_process, through
+realm_tf/testing/in_process: the module loaded afresh, its flags parsed from the same command line, its stdout
+and absl log captured; a data error ends main with sys.exit(message)), or, for the open-QA models, reads what
 bin/export_saved_model exports or makes the library calls it makes: a process start pays for Python and
 TensorFlow again, and bin/train_orqa, bin/eval_orqa and bin/export_saved_model run as processes in
 orqa_binaries_test.
@@ -76,7 +76,7 @@ class _InProcess:
 
 
 def _main_in_process(script, *args):
-  """Runs bin/<script>'s main with the command line args in this process (bin/in_process: loaded
+  """Runs bin/<script>'s main with the command line args in this process (realm_tf/testing/in_process: loaded
   afresh, its flags parsed as app.run parses them and removed afterwards). A data error ends
   bin/update_index's main with sys.exit(message), which a process turns into exit status 1 and the
   message on stderr; any other exception fails the test with main's traceback."""
@@ -124,8 +124,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
-    # in-process main ends with gc.collect() (bin/in_process, training.loop), which otherwise walks all of
-    # them each time. They live as long as the process anyway; what the tests make is still collected.
+    # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+    # walks all of them each time. They live as long as the process anyway; what the tests make is still
+    # collected.
     gc.freeze()
     cls.tmp = tf.compat.v1.test.get_temp_dir()
     paths = testing_utils.testdata_qa_slice(cls.tmp, num_train=3, num_dev=1, num_docs=5)

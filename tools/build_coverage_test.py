@@ -2,7 +2,7 @@
 
 Each BUILD file is evaluated as Python (Starlark's BUILD subset is valid Python) with the rule functions
 recording their arguments. Then: every *_test.py is the source of a py_test, every bin/*.py the source of
-a py_binary (or of a py_library the binaries share, such as demo_pipeline), and every other .py file
+a py_binary (or of a py_library beside them), and every other .py file
 under realm_tf/, bin/, tools/ and bench/ is in some target's srcs.
 """
 
@@ -70,7 +70,7 @@ class BuildCoverageTest(absltest.TestCase):
             if name not in srcs.get("py_test", set()):
               problems.append(f"{rel_dir}/{name} is not the source of a py_test")
           elif top == "bin" and directory == os.path.join(_ROOT, "bin"):
-            # A binary, or a module beside the binaries that drives them (demo_pipeline).
+            # A binary, or a library beside the binaries.
             if name not in srcs.get("py_binary", set()) | srcs.get("py_library", set()):
               problems.append(f"{rel_dir}/{name} is not the source of a py_binary (or py_library)")
           elif name not in all_srcs:

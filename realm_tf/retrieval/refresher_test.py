@@ -1,8 +1,8 @@
 """Tests of realm_tf.retrieval.refresher and bin/refresh_doc_embeds beside a fake trainer.
 
 All in this process: the refresher runs in a thread beside the fake trainer, and bin/refresh_doc_embeds's
-main() through bin/in_process (a process start would pay for Python and TensorFlow again; the binary runs
-as a process in reliability_processes_test, demo_pipeline_test and binaries_test).
+main() through realm_tf/testing/in_process (a process start would pay for Python and TensorFlow again; the
+binary runs as a process in reliability_processes_test, demo_pipeline_test and binaries_test).
 
 The fake trainer is this process: it writes realm_config.json and checkpoints in the REALM trainer's
 layout (tf.train.Checkpoint(model=<model with .retriever>) saved by a CheckpointManager, so ckpt-<step>)
@@ -184,8 +184,8 @@ class RefresherTest(tf.test.TestCase):
     first = trainer.save(10)
     self._wait_for(self._published(model_dir, 10), "publishing the index of step 10", thread)
 
-    # bin/refresh_doc_embeds on the same model dir stops at once, naming the holder; nothing published.
-    # Its main() in this process (bin/in_process), without a second TensorFlow start: the lock is an
+    # bin/refresh_doc_embeds on the same model dir stops at once, naming the holder; nothing published. Its
+    # main() in this process (realm_tf/testing/in_process), without a second TensorFlow start: the lock is an
     # flock of the file, refused to any other open of it while the holder lives. The binary turns the
     # LockedError into app.UsageError, which app.run prints without a traceback.
     second = in_process.run_main(
@@ -371,9 +371,9 @@ class RefresherTest(tf.test.TestCase):
     trainer.write_config()
     trainer.save(10)
     trainer.finish()
-    # The binary's main() in this process (bin/in_process), without a second TensorFlow start: its flags,
-    # parsed as a process parses them, set the precision and the index options, and it returns (exit
-    # status 0) once training is done. bin/refresh_doc_embeds runs as a process in
+    # The binary's main() in this process (realm_tf/testing/in_process), without a second TensorFlow start:
+    # its flags, parsed as a process parses them, set the precision and the index options, and it returns
+    # (exit status 0) once training is done. bin/refresh_doc_embeds runs as a process in
     # reliability_processes_test, demo_pipeline_test and binaries_test.
     try:
       result = in_process.run_main(
