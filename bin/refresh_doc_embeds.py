@@ -12,91 +12,53 @@ Bootstrap index (step 0) from a warm-start checkpoint, before training starts:
   python bin/refresh_doc_embeds.py --once --init_checkpoint=/runs/ict/ckpt-10000 \
       --config_path=/runs/ict/realm_config.json --model_dir=/runs/realm \
       --retrieval_corpus_path=/data/corpus/blocks
+
+Every option is also a key of a config file (realm_tf/config/refresh_doc_embeds.py; docs/configuration.md);
+the refresher writes them all to MODEL_DIR/refresh_doc_embeds.yaml, from which --config_file restarts it.
 """
 
 import os
 
 from absl import app
-from absl import flags
 from absl import logging
 
 from realm_tf import process_lock
+from realm_tf.config import refresh_doc_embeds
+from realm_tf.config import run_config
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
-from realm_tf.training import trainer_flags
 
-_MODEL_DIR = trainer_flags.define_model_dir_flag("The trainer's model directory.")
-_CORPUS = trainer_flags.define_retrieval_corpus_flag()
-_INDEX = trainer_flags.define_index_implementation_flag("MIPS implementation of the published index.")
-_RESCORING = flags.DEFINE_enum(
-    "index_rescoring", "float32", ["float32", "int8"],
-    "Vectors the ScaNN index re-scores its candidates with: float32, or int8 (a compressed index: 132 "
-    "instead of 512 bytes per document at D=128, recall@10 in docs/results.md).")
-_KEEP = trainer_flags.define_indexes_kept_flag()
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch (global).")
-_LENGTH_BUCKETS = flags.DEFINE_integer(
-    "embed_length_buckets", None, "Padded lengths the documents are grouped into (up to candidate_seq_len, "
-    "multiples of 8); 1 pads every document to candidate_seq_len. Default: 4 with --embed_jit_compile "
-    "(XLA compiles one program per length), one every 8 wordpieces without.", lower_bound=1)
-_EMBED_JIT = flags.DEFINE_bool(
-    "embed_jit_compile", True, "Compile the embedding step with XLA (needed on TPUs). On CPUs with AMX, "
-    "mixed_bfloat16 runs faster without it (TensorFlow's oneDNN kernels; bench/refresh_bench.py).")
-_MAX_REFRESHES = flags.DEFINE_integer("max_refreshes", None, "Exit after this many refreshes.")
-_POLL_SECONDS = flags.DEFINE_float("poll_seconds", 5.0, "Seconds between looks for a checkpoint.")
-_START_AT_STEP = flags.DEFINE_integer("start_at_step", 0, "Ignore checkpoints before this step.")
-_ONCE = flags.DEFINE_bool("once", False, "Publish one index from --init_checkpoint (step 0) and exit.")
-_INIT_CHECKPOINT = flags.DEFINE_string("init_checkpoint", None,
-                                       "With --once: warm-start checkpoint of the retriever.")
-_CONFIG_PATH = flags.DEFINE_string("config_path", None,
-                                   "With --once: realm_config.json to build the retriever from "
-                                   "(default: the one in --model_dir).")
-_NUM_WORKERS = flags.DEFINE_integer("num_workers", 1, "Hosts sharing the corpus embedding.")
-_WORKER_INDEX = flags.DEFINE_integer("worker_index", 0, "This host's index in [0, num_workers).")
-_MERGE_TIMEOUT = flags.DEFINE_float("merge_timeout_seconds", 1800.0,
-                                    "Worker 0 gives up a step whose other workers' rows do not arrive "
-                                    "within this time (they may have moved on to a newer checkpoint).")
-_WAIT_FOR_LOCK = flags.DEFINE_bool(
-    "wait_for_lock", False, "When another refresher runs on --model_dir (it holds MODEL_DIR/"
-    ".refresher.lock), wait for it to exit instead of stopping with an error naming it.")
-_DEVICE = trainer_flags.define_device_flags(
-    mixed_precision_help="Precision of the document tower while embedding (and of the query tower "
-    "published with the index): mixed_bfloat16 computes in bfloat16 with float32 weights, for TPUs and "
-    "CPUs with bfloat16 units (bench/refresh_bench.py measures its speed and its effect on recall). The "
-    "index stores float32.")
+_CONFIG = run_config.define_flags(refresh_doc_embeds.RefreshDocEmbedsConfig)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if _DEVICE.strategy.value == "multi_worker_mirrored":
+  config = _CONFIG.resolve()
+  if config.device.strategy == "multi_worker_mirrored":
     # Each host would embed only its share of every batch; hosts split the corpus by rows instead.
     raise app.UsageError("--strategy=multi_worker_mirrored is not supported by the refresher: run one "
                          "refresher per host with --num_workers=W --worker_index=i (worker 0 merges "
                          "and publishes), each with a single-host strategy")
-  if _RESCORING.value != "float32" and _INDEX.value != "scann":
-    raise app.UsageError(f"--index_rescoring={_RESCORING.value} needs --index_implementation=scann")
+  index = config.index
+  if index.index_rescoring != "float32" and index.index_implementation != "scann":
+    raise app.UsageError(f"--index_rescoring={index.index_rescoring} needs --index_implementation=scann")
   # Before any model is built: Keras layers take the global policy when they are created.
-  strategy = _DEVICE.setup()
-  options = refresher.RefresherOptions(
-      model_dir=_MODEL_DIR.value, corpus_prefix=_CORPUS.value, index_implementation=_INDEX.value,
-      keep=_KEEP.value, batch_size=_BATCH_SIZE.value, embed_length_buckets=_LENGTH_BUCKETS.value,
-      embed_jit_compile=_EMBED_JIT.value, index_rescoring=_RESCORING.value,
-      max_refreshes=_MAX_REFRESHES.value,
-      poll_seconds=_POLL_SECONDS.value, start_at_step=_START_AT_STEP.value,
-      num_workers=_NUM_WORKERS.value, worker_index=_WORKER_INDEX.value,
-      merge_timeout_seconds=_MERGE_TIMEOUT.value, wait_for_lock=_WAIT_FOR_LOCK.value)
-  if _ONCE.value:
-    config_path = _CONFIG_PATH.value or os.path.join(_MODEL_DIR.value, realm_config_lib.CONFIG_NAME)
-    config = realm_config_lib.RealmConfig.load(config_path)
+  strategy = config.device.setup()
+  options = config.refresher_options()
+  bootstrap = config.bootstrap
+  with run_config.saved_for_the_run(config, config.model_dir, config.file_stem, logging.info,
+                                    progress=published_index.published_steps):
     try:
-      refresher.bootstrap(config, _INIT_CHECKPOINT.value, options, strategy, log=logging.info)
+      if bootstrap.once:
+        config_path = bootstrap.config_path or os.path.join(config.model_dir, realm_config_lib.CONFIG_NAME)
+        refresher.bootstrap(realm_config_lib.RealmConfig.load(config_path), bootstrap.init_checkpoint,
+                            options, strategy, log=logging.info)
+      else:
+        refresher.run(options, strategy, log=logging.info)
     except process_lock.LockedError as e:
       raise app.UsageError(str(e)) from None
-    return
-  try:
-    refresher.run(options, strategy, log=logging.info)
-  except process_lock.LockedError as e:
-    raise app.UsageError(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -313,17 +313,23 @@ def save(tree, model_dir: str, binary: str) -> str:
   return path
 
 
+def latest_checkpoint(model_dir: str) -> Optional[str]:
+  """A trainer's progress, for saved_for_the_run: its newest checkpoint."""
+  return tf.train.latest_checkpoint(model_dir)
+
+
 @contextlib.contextmanager
-def saved_for_the_run(tree, model_dir: str, binary: str, log: Callable[[str], None]):
-  """save() for the body of a run (the trainer's call); undone when the run fails before it saved a
-  checkpoint.
+def saved_for_the_run(tree, model_dir: str, binary: str, log: Callable[[str], None],
+                      progress: Callable[[str], Any] = latest_checkpoint):
+  """save() for the body of a run; undone when the run fails before it made progress(model_dir) change
+  (a trainer's newest checkpoint; the refresher's published indexes).
 
   A trainer refuses some runs only once it looks at MODEL_DIR (another vocab than the corpus's, another
   model than the saved realm_config.json, another batch size than train_state.json) or at its options
   (an index interval that is not a multiple of the checkpoint interval). Such a refused run leaves
   MODEL_DIR as it found it: the file it replaced is put back (or removed, with MODEL_DIR when the run
   created it and nothing else was written there), so that the file keeps describing the configuration the
-  checkpoints were trained with, and resuming from it works. A run that fails after it saved a checkpoint
+  checkpoints were made with, and resuming from it works. A run that fails after it made progress
   (preempted, a non-finite loss) keeps the new file: its newest checkpoint was trained with it.
   """
   path = os.path.join(model_dir, file_name(binary))
@@ -332,13 +338,13 @@ def saved_for_the_run(tree, model_dir: str, binary: str, log: Callable[[str], No
   if tf.io.gfile.exists(path):
     with tf.io.gfile.GFile(path) as f:
       previous = f.read()
-  checkpoint = None if created_dir else tf.train.latest_checkpoint(model_dir)
   save(tree, model_dir, binary)
+  before = progress(model_dir)  # after save: MODEL_DIR exists, and the file is no progress
   log(f"configuration written to {path}")
   try:
     yield path
   except BaseException:
-    if tf.io.gfile.isdir(model_dir) and tf.train.latest_checkpoint(model_dir) == checkpoint:
+    if tf.io.gfile.isdir(model_dir) and progress(model_dir) == before:
       if previous is not None:
         with io_utils.atomic_write(path) as f:
           f.write(previous)

@@ -12,6 +12,7 @@ from absl import flags
 from absl.testing import absltest
 import yaml
 
+from realm_tf.config import refresh_doc_embeds
 from realm_tf.config import run_config
 from realm_tf.config import train_ict
 from realm_tf.config import train_mlm
@@ -218,6 +219,11 @@ _FLAGS_BEFORE = {
         "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
         "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"},
 }
+_REFRESHER_FLAGS_BEFORE = {
+    "model_dir", "retrieval_corpus_path", "index_implementation", "index_rescoring", "keep", "batch_size",
+    "embed_length_buckets", "embed_jit_compile", "max_refreshes", "poll_seconds", "start_at_step", "once",
+    "init_checkpoint", "config_path", "num_workers", "worker_index", "merge_timeout_seconds",
+    "wait_for_lock", "strategy", "tpu", "num_cpu_devices", "mixed_precision"}
 
 
 class TreesTest(absltest.TestCase):
@@ -227,6 +233,16 @@ class TreesTest(absltest.TestCase):
     for cls, before in _FLAGS_BEFORE.items():
       with self.subTest(cls.__name__):
         self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, before)
+
+  def test_the_refresher_keeps_its_flags_and_builds_its_options(self):
+    cls = refresh_doc_embeds.RefreshDocEmbedsConfig
+    self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, _REFRESHER_FLAGS_BEFORE)
+    config = run_config.resolve(cls, flag_values={"model_dir": "/m", "retrieval_corpus_path": "/c",
+                                                  "keep": 2, "num_workers": 2, "worker_index": 1})
+    options = config.refresher_options()
+    self.assertEqual((options.model_dir, options.corpus_prefix, options.keep, options.worker_index),
+                     ("/m", "/c", 2, 1))
+    self.assertEqual(config.file_stem, "refresh_doc_embeds.worker1")
 
   def test_each_tree_builds_its_trainers_options(self):
     paths = {leaf.flag: f"/{leaf.flag}" for cls in _FLAGS_BEFORE for leaf in run_config.leaves(cls)
