@@ -14,6 +14,7 @@ import yaml
 
 from realm_tf.config import refresh_doc_embeds
 from realm_tf.config import run_config
+from realm_tf.config import train_fid_kd
 from realm_tf.config import train_ict
 from realm_tf.config import train_mlm
 from realm_tf.config import train_orqa
@@ -218,6 +219,17 @@ _FLAGS_BEFORE = {
         "reader_checkpoint", "embedder_dropout_rate", "reader_seq_len", "span_hidden_size",
         "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
         "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"},
+    train_fid_kd.TrainFidKdConfig: _RETRIEVER | {
+        "model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "jit_compile", "train_path",
+        "dev_path", "max_eval_examples", "max_train_examples", "retriever_checkpoint", "initial_passages",
+        "embed_batch_size", "reader_init_checkpoint", "reader_hidden_size", "reader_share_embeddings",
+        "reader_copy_attention", "reader_num_heads", "reader_encoder_layers", "reader_decoder_layers",
+        "reader_intermediate_size", "reader_dropout_rate", "passage_seq_len", "answer_seq_len",
+        "iterations", "num_passages", "reader_steps", "reader_single_passage_steps", "retriever_steps",
+        "reader_batch_size", "retriever_batch_size", "reader_learning_rate", "retriever_learning_rate",
+        "reader_score_aggregation", "reader_temperature", "retriever_temperature",
+        "reader_answer_substitution_rate", "distill_answer_bearing_only", "keep_better_retriever",
+        "selection_metric", "recall_ks"},
 }
 _REFRESHER_FLAGS_BEFORE = {
     "model_dir", "retrieval_corpus_path", "index_implementation", "index_rescoring", "keep", "batch_size",
@@ -252,6 +264,9 @@ class TreesTest(absltest.TestCase):
       with self.subTest(cls.__name__):
         given = {name: paths[name] for name in paths if name in {l.flag for l in run_config.leaves(cls)}}
         options = run_config.resolve(cls, flag_values=given).trainer_options(bert)
+        if cls is train_fid_kd.TrainFidKdConfig:  # rounds of two trainers, without one loop
+          self.assertEqual((options.model_dir, options.recall_ks), ("/model_dir", (1, 5, 20)))
+          continue
         self.assertEqual(options.loop.model_dir, "/model_dir")
         self.assertEqual(options.loop.global_batch_size, options.batch_size)
 
