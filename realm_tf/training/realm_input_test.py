@@ -193,9 +193,14 @@ class LiveIndexUpdateTest(tf.test.TestCase):
         max_to_keep=3).save(checkpoint_number=5)
     self.options = refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=self.corpus_prefix,
                                               index_implementation="brute_force", batch_size=8)
-    self.base_index = refresher.build_and_publish(self.config, self.retriever, 5, self.options,
-                                                  info={"checkpoint": checkpoint}, log=lambda _: None)
+    # One embedder for every publication here, as the refresher keeps one (each new one traces again).
+    self.embedder = refresher.corpus_embedder(self.config, self.retriever, self.options)
+    self.base_index = self._publish(5, info={"checkpoint": checkpoint})
     self.messages = []
+
+  def _publish(self, step, **kwargs):
+    return refresher.build_and_publish(self.config, self.retriever, step, self.options,
+                                       log=lambda _: None, embedder=self.embedder, **kwargs)
 
   def _retrieve(self, state, text, own_fingerprint=0, step=None):
     """The bodies (token id lists) retrieve() returns for a query made of `text` (for step `step`)."""
@@ -212,8 +217,7 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     return self.tokenizer.tokenize([text.encode("utf-8")]).to_list()[0]
 
   def test_fixed_swaps_train_each_step_on_the_index_its_number_fixes(self):
-    publish = lambda step: refresher.build_and_publish(self.config, self.retriever, step, self.options,
-                                                       log=lambda _: None)
+    publish = self._publish
     for step in (0, 10):
       publish(step)  # and setUp's 5: an index between two swaps, as a shorter checkpoint interval makes
     state = realm_input.RetrievalState(
@@ -338,7 +342,7 @@ class LiveIndexUpdateTest(tf.test.TestCase):
 
     # A refresh that began before the update publishes an index of the older corpus afterwards: the
     # trainer skips it, and the update is not lost (the next refresh embeds the updated corpus).
-    refresher.build_and_publish(self.config, self.retriever, 9, self.options, log=lambda _: None)
+    self._publish(9)
     self.assertEqual(watcher.newest_step(), 6)
     self.assertTrue(any("a refresh that began before the update" in m for m in self.messages))
     self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus_prefix, lambda _: None),
