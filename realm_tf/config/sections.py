@@ -9,14 +9,12 @@ config files existed.
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
-from absl import logging
-
+from realm_tf.config.run_config import option
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import embedder
 from realm_tf.training import distribute
 from realm_tf.training import flags_util
 from realm_tf.training import loop
-from realm_tf.config.run_config import option
 
 _POOLING_HELP = ("Retriever embedding: BERT's [CLS] pooler (the original) or the mean of the last hidden "
                  "states (sentence-transformers; learns lexical matches sooner). Use the warm start's.")
@@ -61,10 +59,7 @@ class Device:
 
   def setup(self):
     """The strategy (logical CPUs first), with the precision policy set; call before building models."""
-    strategy = flags_util.strategy_from_flags(self.strategy, self.tpu, self.num_cpu_devices)
-    flags_util.set_precision(self.mixed_precision)
-    logging.info("strategy %s with %d replicas", self.strategy, strategy.num_replicas_in_sync)
-    return strategy
+    return flags_util.setup_device(self.strategy, self.tpu, self.num_cpu_devices, self.mixed_precision)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 import os
 
+from absl import logging
 import tensorflow as tf
 import tf_keras
 
@@ -46,3 +47,12 @@ def strategy_from_flags(name: str, tpu: str, num_cpu_devices: int):
   if num_cpu_devices > 1:
     distribute.configure_logical_cpus(num_cpu_devices)
   return distribute.get_strategy(name, tpu=tpu, num_cpu_devices=num_cpu_devices)
+
+
+def setup_device(strategy: str, tpu: str, num_cpu_devices: int, mixed_precision: str):
+  """--strategy, --tpu, --num_cpu_devices, --mixed_precision: the strategy (logical CPUs first), with the
+  precision policy set; call before building models."""
+  distribution = strategy_from_flags(strategy, tpu, num_cpu_devices)
+  set_precision(mixed_precision)
+  logging.info("strategy %s with %d replicas", strategy, distribution.num_replicas_in_sync)
+  return distribution
