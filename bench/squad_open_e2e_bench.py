@@ -30,27 +30,21 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 from absl import app
 from absl import flags
 
+from bench import minilm_lib
+from bench import throughput_lib
+from realm_tf import demo_pipeline
+from realm_tf.retrieval import hybrid
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Runs as `python bench/squad_open_e2e_bench.py` from the repository root as well as under Bazel.
-sys.path.insert(0, _REPO)
-
-from bench import minilm_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bench import throughput_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-try:  # the binaries' runner moves from bin/ into realm_tf/ (another change in flight); either place works
-  from realm_tf import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-except ImportError:
-  from bin import demo_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-RETRIEVERS = ("dense", "bm25", "hybrid", "gold")
 
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_e2e"),
                                 "Where the corpus, QA files, model dir, evaluations and logs go.")
-_RETRIEVERS = flags.DEFINE_list("retrievers", list(RETRIEVERS),
+_RETRIEVERS = flags.DEFINE_list("retrievers", list(hybrid.RETRIEVERS),
                                 "bin/eval_orqa --retriever values to evaluate with (gold: the question's "
                                 "own paragraph given).")
 _HELDOUT_EVERY = flags.DEFINE_integer("heldout_every", 20, "Every N-th SQuAD train article is held out of "
@@ -148,9 +142,10 @@ def _show(line: str) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  unknown = [r for r in _RETRIEVERS.value if r not in RETRIEVERS]
-  if unknown:
-    raise app.UsageError(f"--retrievers: unknown {unknown}; choose from {', '.join(RETRIEVERS)}")
+  try:
+    hybrid.check_retrievers(_RETRIEVERS.value, flag="--retrievers")
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
   work_dir = os.path.abspath(_WORK_DIR.value)

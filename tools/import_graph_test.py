@@ -76,10 +76,6 @@ TESTING = ("realm_tf.testing_utils", "realm_tf.testing", "realm_tf.run_test_grou
 # Arrows against the rules (importer, imported) still in the code; each is exempt from every rule.
 # Remove an entry when its arrow goes (the test fails on an entry that matches no arrow).
 KNOWN_EXCEPTIONS: Mapping[Tuple[str, str], str] = {
-    # bench/squad_open_e2e_bench.py falls back to `from bin import demo_pipeline` for checkouts from
-    # before demo_pipeline moved into realm_tf/; the fallback goes with this entry.
-    ("bench.squad_open_e2e_bench", "bin.demo_pipeline"):
-        "issue 39: the e2e bench's fallback import of bin/demo_pipeline",
     # issue 39: export still imports training (orqa_model, warm_start, frozen_index). warm_start and
     # frozen_index went with random_orqa into realm_tf.testing; saved_models still loads a trained ORQA run
     # through training.orqa_model, whose loading half belongs below export.
