@@ -76,7 +76,9 @@ def section(cls, **defaults):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Leaf:
+class Leaf:
+  """An option of a tree: its path of keys, its dataclass field (default and option() metadata), its
+  type."""
   path: Tuple[str, ...]
   field: dataclasses.Field
   kind: type                  # str, int, float, bool, or tuple (of int)
@@ -119,14 +121,14 @@ def _children(cls) -> Iterator[Tuple[dataclasses.Field, Any]]:
     yield f, hints[f.name]
 
 
-def leaves(cls, prefix: Tuple[str, ...] = ()) -> List[_Leaf]:
+def leaves(cls, prefix: Tuple[str, ...] = ()) -> List[Leaf]:
   """Every option of a tree, depth first; option names (the flags) are unique within a tree."""
   found = []
   for f, kind in _children(cls):
     if _is_tree(kind):
       found += leaves(kind, prefix + (f.name,))
     else:
-      found.append(_Leaf(prefix + (f.name,), f, *_leaf_kind(kind)))
+      found.append(Leaf(prefix + (f.name,), f, *_leaf_kind(kind)))
   if not prefix:
     names = [leaf.flag for leaf in found]
     twice = sorted({name for name in names if names.count(name) > 1})
@@ -148,7 +150,7 @@ def to_dict(tree) -> Dict[str, Any]:
   return values
 
 
-def _describe(leaf: _Leaf) -> str:
+def _describe(leaf: Leaf) -> str:
   meta = leaf.field.metadata
   if meta[_CHOICES]:
     allowed = "one of " + ", ".join(meta[_CHOICES])
@@ -163,8 +165,9 @@ def _describe(leaf: _Leaf) -> str:
   return allowed + (" or null" if leaf.optional else "")
 
 
-def _checked_value(leaf: _Leaf, value: Any, where: str) -> Any:
-  """value converted to the leaf's type (an int for a float, a list for a tuple); ConfigError otherwise."""
+def _checked_value(leaf: Leaf, value: Any, where: str) -> Any:
+  """value as the leaf's type (an integer where a number is allowed becomes a float, a list of integers a
+  tuple), if the leaf allows it; ConfigError otherwise."""
   def fail(problem: str = "is not"):
     raise ConfigError(f"{where}: {value!r} {problem} allowed: {_describe(leaf)}")
   if value is None:
@@ -216,7 +219,7 @@ def check_layer(cls, values: Any, source: str, prefix: Tuple[str, ...] = ()) -> 
     if _is_tree(kind):
       checked[key] = check_layer(kind, value, source, prefix + (key,))
     else:
-      leaf = _Leaf(prefix + (key,), f, *_leaf_kind(kind))
+      leaf = Leaf(prefix + (key,), f, *_leaf_kind(kind))
       checked[key] = _checked_value(leaf, value, f"{source}: {leaf.key}")
   return checked
 
@@ -258,17 +261,16 @@ def parse_override(text: str) -> Any:
                       f"a YAML file ({e})") from None
 
 
-def resolve(cls, config_files: Sequence[str] = (), flag_values: Optional[Dict[str, Any]] = None,
+def resolve(cls, config_files: Sequence[str] = (), flags_given: Optional[Dict[str, Any]] = None,
             params_override: Optional[str] = None):
-  """The tree of cls from its defaults, config_files, flag_values ({option name: value}, the flags
+  """The tree of cls from its defaults, config_files, flags_given ({option name: value}, the flags
   given on the command line) and params_override, each later layer over the earlier ones (module
   docstring). Raises ConfigError naming the source and the key."""
-  layers: List[Tuple[str, Dict[str, Any]]] = [
-      (path, check_layer(cls, read_file(path), path)) for path in config_files]
-  if flag_values:
+  layers: List[Dict[str, Any]] = [check_layer(cls, read_file(path), path) for path in config_files]
+  if flags_given:
     by_flag = {leaf.flag: leaf for leaf in leaves(cls)}
     flat = {}
-    for name, value in flag_values.items():
+    for name, value in flags_given.items():
       leaf = by_flag[name]
       if leaf.kind is tuple and value is not None:  # a list flag's values are strings
         try:
@@ -276,12 +278,11 @@ def resolve(cls, config_files: Sequence[str] = (), flag_values: Optional[Dict[st
         except ValueError:
           raise ConfigError(f"--{name}={','.join(value)}: allowed: {_describe(leaf)}") from None
       flat[leaf.path] = _checked_value(leaf, value, f"--{name}")
-    layers.append(("the flags", _nested(flat)))
+    layers.append(_nested(flat))
   if params_override:
-    layers.append(("--params_override", check_layer(cls, parse_override(params_override),
-                                                     "--params_override")))
+    layers.append(check_layer(cls, parse_override(params_override), "--params_override"))
   merged = params_dict.ParamsDict(to_dict(cls()))
-  for _, layer in layers:
+  for layer in layers:
     merged.override(layer, is_strict=True)
   values = merged.as_dict()
   missing = [leaf for leaf in leaves(cls)
@@ -392,10 +393,10 @@ def define_flags(cls, flag_values: flags.FlagValues = flags.FLAGS) -> ConfigFlag
       "Options over --config_file and the flags: key=value pairs with dotted keys "
       "(train.batch_size=8,index.bootstrap_index=true), a YAML/JSON string, or a YAML file.",
       flag_values=flag_values)
-  defaults = cls()
+  defaults = to_dict(cls())
   for leaf in leaves(cls):
     meta = leaf.field.metadata
-    default = _get(to_dict(defaults), leaf.path)
+    default = _get(defaults, leaf.path)
     help_text = f"{meta[_HELP]} [{leaf.key}]"
     module = {} if meta[_DAILY] else {"module_name": cls.__module__}
     kwargs = dict(flag_values=flag_values, **module)

@@ -51,7 +51,7 @@ class ResolveTest(absltest.TestCase):
     return path
 
   def test_defaults_are_the_trees_own(self):
-    tree = run_config.resolve(_Tree, flag_values=_REQUIRED)
+    tree = run_config.resolve(_Tree, flags_given=_REQUIRED)
     self.assertEqual(tree, _Tree(path="/p", inner=_Inner(steps=20)))
 
   def test_later_layers_win_files_then_flags_then_params_override(self):
@@ -119,7 +119,7 @@ class ResolveTest(absltest.TestCase):
     self.assertEqual(os.listdir(model_dir), ["train_x.yaml"])  # atomic: no temporary left
 
   def test_a_refused_run_leaves_the_model_dir_as_it_was(self):
-    tree = run_config.resolve(_Tree, flag_values=_REQUIRED)
+    tree = run_config.resolve(_Tree, flags_given=_REQUIRED)
     root = self.create_tempdir().full_path
     new_dir = os.path.join(root, "new")
     with self.assertRaises(ValueError):
@@ -180,7 +180,7 @@ class TrainRealmFlagsTest(absltest.TestCase):
     self.assertIn("[train.batch_size]", self.flag_values["batch_size"].help)
 
   def test_written_file_keys_and_flags_are_one_set(self):
-    tree = run_config.resolve(train_realm.TrainRealmConfig, flag_values={
+    tree = run_config.resolve(train_realm.TrainRealmConfig, flags_given={
         "model_dir": "/m", "vocab_path": "v", "pretraining_corpus_path": "s", "retrieval_corpus_path": "b"})
     path = run_config.save(tree, self.create_tempdir().full_path, tree.BINARY)
     with open(path) as f:
@@ -249,7 +249,7 @@ class TreesTest(absltest.TestCase):
   def test_the_refresher_keeps_its_flags_and_builds_its_options(self):
     cls = refresh_doc_embeds.RefreshDocEmbedsConfig
     self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, _REFRESHER_FLAGS_BEFORE)
-    config = run_config.resolve(cls, flag_values={"model_dir": "/m", "retrieval_corpus_path": "/c",
+    config = run_config.resolve(cls, flags_given={"model_dir": "/m", "retrieval_corpus_path": "/c",
                                                   "keep": 2, "num_workers": 2, "worker_index": 1})
     options = config.refresher_options()
     self.assertEqual((options.model_dir, options.corpus_prefix, options.keep, options.worker_index),
@@ -263,7 +263,7 @@ class TreesTest(absltest.TestCase):
     for cls in _FLAGS_BEFORE:
       with self.subTest(cls.__name__):
         given = {name: paths[name] for name in paths if name in {l.flag for l in run_config.leaves(cls)}}
-        options = run_config.resolve(cls, flag_values=given).trainer_options(bert)
+        options = run_config.resolve(cls, flags_given=given).trainer_options(bert)
         if cls is train_fid_kd.TrainFidKdConfig:  # rounds of two trainers, without one loop
           self.assertEqual((options.model_dir, options.recall_ks), ("/model_dir", (1, 5, 20)))
           continue
