@@ -99,8 +99,9 @@ class OrqaBinariesTest(tf.test.TestCase):
       self.assertIn(key, metrics)
     self.assertEqual(metrics["num_examples"], _NUM_DEV)
     self.assertEqual(metrics["checkpoint"], os.path.join(self.model_dir, best["checkpoint"]))
-    # Recall cannot shrink as k grows.
+    # Recall cannot shrink as k grows, nor the normalized test (case and spacing ignored) find less.
     self.assertLessEqual(metrics["recall@1"], metrics["recall@5"])
+    self.assertLessEqual(metrics["recall@5"], metrics["normalized_recall@5"])
     self.assertLessEqual(metrics["recall@20"], metrics["recall@100"])
     with open(os.path.join(out, "qa.dev_head.predictions.jsonl"), encoding="utf-8") as f:
       records = [json.loads(line) for line in f]

@@ -142,7 +142,8 @@ def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
 
   Returns:
     metrics: evaluation.evaluate_predictions' (accuracy, exact_match, f1, regex_match, counts) plus
-      recall@k for each k (percentages);
+      recall@k (has_answer's raw test) and normalized_recall@k (its normalized one) for each k
+      (percentages);
     records: one per example, {question, prediction, score, retrieved_ids (doc_ids of the blocks the
       reader read, best first), predicted_id (doc_id of the answer's block)}.
   """
@@ -159,6 +160,14 @@ def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
   hits = [[evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex)
            for row in rows] for rows, example in zip(outputs["block_rows"], examples)]
   metrics.update(evaluation.recall_at_k(hits, ks))
+  # The same cut-offs with answers and text lower-cased and whitespace-collapsed: the convention of the
+  # SQuAD-open benches' recall (docs/results.md), so that the binaries' numbers compare with theirs. Lazy:
+  # each question's rows are searched up to its first hit only.
+  normalized = evaluation.recall_at_k(
+      ((evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex,
+                              mode="normalized") for row in rows)
+       for rows, example in zip(outputs["block_rows"], examples)), ks)
+  metrics.update({f"normalized_{name}": value for name, value in normalized.items()})
   reader_beam = predictor.model.reader_beam
   records = [{"question": example.question, "prediction": str(answer), "score": float(score),
               "retrieved_ids": [blocks.doc_ids[r] for r in rows[:reader_beam]],
