@@ -107,6 +107,7 @@ class RefreshDocEmbedsConfig:
     return self.BINARY if workers.num_workers == 1 else f"{self.BINARY}.worker{workers.worker_index}"
 
   def refresher_options(self) -> refresher.RefresherOptions:
+    """What refresher.run and refresher.bootstrap take."""
     return refresher.RefresherOptions(
         model_dir=self.model_dir, corpus_prefix=self.data.retrieval_corpus_path,
         **dataclasses.asdict(self.index), **dataclasses.asdict(self.watch),

@@ -52,21 +52,21 @@ class ConfigError(ValueError):
   """A configuration that cannot run: names the file or flag, the key and what is allowed."""
 
 
-def option(default: Any, help: str, *, choices: Optional[Sequence[str]] = None,  # pylint: disable=redefined-builtin
+def option(default: Any, help_text: str, *, choices: Optional[Sequence[str]] = None,
            lower_bound: Optional[float] = None, upper_bound: Optional[float] = None,
            required: bool = False, daily: bool = False):
   """A leaf of a configuration tree.
 
   Args:
     default: its value when no layer sets it (None for a required option).
-    help: what it means, for --help and the docs.
+    help_text: what it means, for --help and the docs.
     choices: the allowed strings, if any.
     lower_bound, upper_bound: the smallest and largest allowed numbers, if any.
     required: the run cannot start while it is None (a path, the model dir).
     daily: one of the handful a user types daily; --help lists it.
   """
   return dataclasses.field(default=default, metadata={
-      _HELP: help, _CHOICES: tuple(choices) if choices else None, _LOWER: lower_bound,
+      _HELP: help_text, _CHOICES: tuple(choices) if choices else None, _LOWER: lower_bound,
       _UPPER: upper_bound, _REQUIRED: required, _DAILY: daily})
 
 

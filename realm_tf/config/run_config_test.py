@@ -42,6 +42,10 @@ class _Tree:
 _REQUIRED = {"path": "/p"}
 
 
+def _quiet(_):
+  pass
+
+
 class ResolveTest(absltest.TestCase):
 
   def _file(self, content, suffix=".yaml") -> str:
@@ -123,18 +127,18 @@ class ResolveTest(absltest.TestCase):
     root = self.create_tempdir().full_path
     new_dir = os.path.join(root, "new")
     with self.assertRaises(ValueError):
-      with run_config.saved_for_the_run(tree, new_dir, "train_x", lambda _: None):
+      with run_config.saved_for_the_run(tree, new_dir, "train_x", _quiet):
         raise ValueError("refused")
     self.assertFalse(os.path.exists(new_dir))
     old = run_config.save(tree, root, "train_x")
     with open(old) as f:
       before = f.read()
     with self.assertRaises(ValueError):
-      with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", lambda _: None):
+      with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", _quiet):
         raise ValueError("refused")
     with open(old) as f:
       self.assertEqual(f.read(), before)
-    with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", lambda _: None):
+    with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", _quiet):
       pass
     self.assertTrue(run_config.resolve(_Tree, [old]).flag)
 

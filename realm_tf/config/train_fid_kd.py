@@ -188,6 +188,7 @@ class TrainFidKdConfig:
           f"the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): {e}") from None
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> fid_kd.FidKdOptions:
+    """What fid_kd.run takes; bert: model.bert_config resolved (Bert.bert()). ConfigError as fid_config."""
     retriever = self.retriever
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert, reader_bert=bert, **sections.values(self.model, "vocab_path", "do_lower_case"),

@@ -56,6 +56,7 @@ class TrainIctConfig:
                                   save_checkpoints_steps=1000)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> ict_trainer.IctTrainerOptions:
+    """What ict_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     ict = self.ict
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert, reader_bert=bert, **sections.values(self.model, "vocab_path", "do_lower_case"),

@@ -64,6 +64,7 @@ class TrainMlmConfig:
                                   save_checkpoints_steps=1000)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> mlm_trainer.MlmTrainerOptions:
+    """What mlm_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     mlm = self.mlm
     masking = mlm_data.MaskingOptions(
         max_seq_len=mlm.max_seq_len, max_predictions=mlm.max_predictions_per_seq,

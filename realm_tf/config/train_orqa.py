@@ -80,6 +80,7 @@ class TrainOrqaConfig:
                                   save_checkpoints_steps=500)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> orqa_trainer.OrqaTrainerOptions:
+    """What orqa_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     retriever, reader = self.retriever, self.reader
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert, reader_bert=bert, share_embedders=False,

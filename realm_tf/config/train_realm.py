@@ -77,9 +77,10 @@ class TrainRealmConfig:
   index: RealmIndex = section(RealmIndex)
   device: sections.Device = section(sections.Device)
   train: sections.Train = section(sections.Train, batch_size=16, learning_rate=3e-5, num_train_steps=1000,
-                         save_checkpoints_steps=100)
+                                  save_checkpoints_steps=100)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> realm_trainer.RealmTrainerOptions:
+    """What realm_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     config = realm_config_lib.RealmConfig(
         retriever_bert=bert, reader_bert=bert,
         **sections.values(self.model, "vocab_path", "do_lower_case"),
