@@ -314,6 +314,19 @@ def save(tree, model_dir: str, binary: str) -> str:
   return path
 
 
+def changed_keys(old: Dict[str, Any], new: Dict[str, Any], prefix: str = "") -> List[str]:
+  """`key: old -> new` for each option whose value differs between two trees' dicts (to_dict)."""
+  changes = []
+  for key in dict.fromkeys([*old, *new]):
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) or isinstance(b, dict):
+      changes += changed_keys(a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {},
+                              f"{prefix}{key}.")
+    elif a != b:
+      changes.append(f"{prefix}{key} {a!r} -> {b!r}")
+  return changes
+
+
 def latest_checkpoint(model_dir: str) -> Optional[str]:
   """A trainer's progress, for saved_for_the_run: its newest checkpoint."""
   return tf.train.latest_checkpoint(model_dir)
@@ -342,6 +355,10 @@ def saved_for_the_run(tree, model_dir: str, binary: str, log: Callable[[str], No
   save(tree, model_dir, binary)
   before = progress(model_dir)  # after save: MODEL_DIR exists, and the file is no progress
   log(f"configuration written to {path}")
+  if previous is not None:
+    changes = changed_keys(yaml.safe_load(previous) or {}, to_dict(tree))
+    if changes:
+      log(f"changed since the run's last start: {'; '.join(changes)}")
   try:
     yield path
   except BaseException:

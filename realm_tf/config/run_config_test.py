@@ -138,9 +138,16 @@ class ResolveTest(absltest.TestCase):
         raise ValueError("refused")
     with open(old) as f:
       self.assertEqual(f.read(), before)
-    with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", _quiet):
+    logged = []
+    with run_config.saved_for_the_run(dataclasses.replace(tree, flag=True), root, "train_x", logged.append):
       pass
     self.assertTrue(run_config.resolve(_Tree, [old]).flag)
+    self.assertEqual(logged[-1], "changed since the run's last start: flag False -> True")
+
+  def test_changed_keys(self):
+    self.assertEqual(run_config.changed_keys({"a": 1, "s": {"b": [1], "c": None}},
+                                             {"a": 1, "s": {"b": [1, 2], "c": "x"}, "d": 2}),
+                     ["s.b [1] -> [1, 2]", "s.c None -> 'x'", "d None -> 2"])
 
 
 class TrainRealmFlagsTest(absltest.TestCase):
