@@ -1,5 +1,8 @@
 """The training loop every realm_tf trainer runs (REALM, ICT, ORQA, MLM, FiD-KD): an orbit.Controller.
 
+It trains a Task (realm_tf.training.task: the model, optimizer, batches, warm start, evaluator and host
+hooks of one method) and owns everything the methods share.
+
 The controller owns the outer loop: it runs the trainer (realm_tf.training.step_loop.StepLoop: the steps
 of one loop in one tf.function), saves checkpoints through its CheckpointManager (model + optimizer,
 whose `iterations` is the global step; every N steps, keep K), restores the newest readable checkpoint
@@ -9,7 +12,7 @@ and says so where it is: the non-finite stop, the task's hook, the progress line
 between loops (one train action), checkpoints on multiples of the interval and the damaged-checkpoint
 fallback (a CheckpointManager subclass), evaluations on multiples of their interval after a resume.
 
-Resuming continues the same data stream: the dataset function receives the number of batches already
+Resuming continues the same data stream: the task's build_inputs receives the number of batches already
 consumed and skips them, so the order is a function of the seed and the step (given the same index).
 """
 
@@ -31,6 +34,7 @@ from realm_tf import io_utils
 from realm_tf.checkpoints import training_state
 from realm_tf.training import preemption
 from realm_tf.training import step_loop
+from realm_tf.training import task as task_lib
 from realm_tf.training import train_lib
 
 
@@ -175,7 +179,7 @@ class _CheckpointManager(tf.train.CheckpointManager):
   """
 
   def __init__(self, checkpoint: tf.train.Checkpoint, options: LoopOptions,
-               warm_start: Optional[Callable[[], None]], log: Callable[[str], None]):
+               warm_start: Callable[[], None], log: Callable[[str], None]):
     self._step = checkpoint.optimizer.iterations
     super().__init__(checkpoint, options.model_dir, max_to_keep=options.keep_checkpoint_max,
                      step_counter=self._step, checkpoint_interval=options.save_checkpoints_steps)
@@ -202,8 +206,7 @@ class _CheckpointManager(tf.train.CheckpointManager):
 
   def restore_or_initialize(self) -> Optional[str]:
     if not self.checkpoints:
-      if self._warm_start is not None:
-        self._warm_start()
+      self._warm_start()
       return None
     return _restore_newest_readable(self.checkpoint, self, self._log)
 
@@ -219,7 +222,7 @@ class _AfterEachLoop:
 
   def __init__(self, optimizer, options: LoopOptions, manager: _CheckpointManager,
                summaries: orbit.utils.SummaryManager, stop: preemption.Request,
-               after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
+               after_step: Callable[[int, Dict[str, float]], Dict[str, float]],
                log: Callable[[str], None]):
     self._optimizer = optimizer
     self._options = options
@@ -248,8 +251,7 @@ class _AfterEachLoop:
     self._last_step = step
     _check_finite(output, step, self._manager, steps_run)
     output.pop(train_lib.NONFINITE_GRADIENTS, None)
-    if self._after_step is not None:
-      output.update(self._after_step(step, dict(output)))
+    output.update(self._after_step(step, dict(output)))
     self._window_steps += steps_run
     metrics = dict(output)
     if step % options.log_every_steps == 0 or step >= options.num_train_steps:
@@ -327,34 +329,80 @@ def _clear_frame_locals(error: BaseException) -> None:
     error = error.__cause__ or error.__context__
 
 
-def train(model, optimizer, strategy: tf.distribute.Strategy,
-          dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
-          warm_start: Optional[Callable[[], None]] = None,
-          after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
-          log: Callable[[str], None] = print, evaluator: Optional[orbit.AbstractEvaluator] = None,
-          eval_every_steps: Optional[int] = None, eval_name: str = "eval",
-          stop_input: Optional[Callable[[], None]] = None) -> Dict[str, float]:
-  """Trains until options.num_train_steps with an orbit.Controller; returns the metrics of the last loop.
+def train(task, *args, **kwargs) -> Dict[str, float]:
+  """Trains a Task until options.num_train_steps with an orbit.Controller; returns the last loop's metrics.
 
-  Args:
-    model: task model with compute_loss, created under strategy.scope() with its variables built.
-    optimizer: created under strategy.scope(); its `iterations` is the global step.
-    dataset_fn: batches consumed so far -> the dataset of global batches from there on.
-    warm_start: initializes weights when the model dir holds no checkpoint yet.
-    after_step: (step, metrics) -> extra scalars to log; called on the host after every loop of
-      options.steps_per_loop steps (and after the first step), with the loop's mean metrics.
-    evaluator: run by the controller at every multiple of eval_every_steps (a multiple of
-      options.steps_per_loop) and at the end; its output is written once, to MODEL_DIR/<eval_name>.
-    stop_input: ends every wait inside the input pipeline for good (REALM's wait for a fresher index);
-      called when training ends or fails, before the pipeline is torn down.
+  train(task, options, strategy, log=print): task is a realm_tf.training.task.Task, whose model and
+  optimizer are built here under strategy.scope() (the Task docstring gives the order of its calls).
+
+  The older form train(model, optimizer, strategy, dataset_fn, options, warm_start=None, after_step=None,
+  log=print, evaluator=None, eval_every_steps=None, eval_name="eval", stop_input=None), with the model
+  and optimizer already built, runs the same loop on a Task made of those closures; it stays for the
+  benches and tests that train a bare model (bench/loop_overhead_bench, bench/loss_curve,
+  realm_tf/reliability_test, ...).
   """
+  if not isinstance(task, task_lib.Task):
+    return _train_task(*_closures_task(task, *args, **kwargs))
+  return _train_task(task, *args, **kwargs)
+
+
+class _Closures(task_lib.Task):
+  """A Task of an already built model and optimizer and the loop's older closure arguments."""
+
+  def __init__(self, model, optimizer, dataset_fn: Callable[[int], tf.data.Dataset],
+               warm_start: Optional[Callable[[], None]],
+               after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
+               evaluator: Optional[orbit.AbstractEvaluator], eval_every_steps: Optional[int],
+               eval_name: str, stop_input: Optional[Callable[[], None]]):
+    self._model, self._optimizer, self._dataset_fn = model, optimizer, dataset_fn
+    self._warm_start, self._after_step, self._evaluator = warm_start, after_step, evaluator
+    self._stop_input = stop_input
+    self.eval_every_steps, self.eval_name = eval_every_steps, eval_name
+
+  def build_model(self):
+    return self._model
+
+  def create_optimizer(self):
+    return self._optimizer
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    return self._dataset_fn(batches_done)
+
+  def initialize(self, model) -> None:
+    if self._warm_start is not None:
+      self._warm_start()
+
+  def build_evaluator(self, model, optimizer, strategy):
+    return self._evaluator
+
+  def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    return self._after_step(step, metrics) if self._after_step is not None else {}
+
+  def stop_input(self) -> None:
+    if self._stop_input is not None:
+      self._stop_input()
+
+
+def _closures_task(model, optimizer, strategy: tf.distribute.Strategy,
+                   dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
+                   warm_start: Optional[Callable[[], None]] = None,
+                   after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
+                   log: Callable[[str], None] = print, evaluator: Optional[orbit.AbstractEvaluator] = None,
+                   eval_every_steps: Optional[int] = None, eval_name: str = "eval",
+                   stop_input: Optional[Callable[[], None]] = None):
+  """The older form's arguments as _train_task's (task, options, strategy, log)."""
+  return (_Closures(model, optimizer, dataset_fn, warm_start, after_step, evaluator, eval_every_steps,
+                    eval_name, stop_input), options, strategy, log)
+
+
+def _train_task(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.Strategy,
+                log: Callable[[str], None] = print) -> Dict[str, float]:
+  """train() of a Task."""
   try:
     tf.io.gfile.makedirs(options.model_dir)
   except (tf.errors.OpError, OSError) as e:
     raise CheckpointWriteError(f"cannot create the model dir {options.model_dir}: {e}; pass a "
                                "writable --model_dir") from e
-  if evaluator is not None:
-    options.check_between_loops("eval_every_steps", eval_every_steps, "evaluations")
   # The input pipeline dies here, while its threads can still take the GIL. Why: orbit's objects hold
   # the input iterator in reference cycles, so left alone it is destroyed only at interpreter exit; a
   # tf.data thread then inside Python (REALM's retrieval py_function, the MLM and FiD-KD generators,
@@ -364,8 +412,7 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
   # locals dropped from a traceback too), a collection destroys the iterator, and the destructor
   # releases the GIL while it waits for the batch in progress.
   try:
-    return _train(model, optimizer, strategy, dataset_fn, options, warm_start, after_step, log,
-                  evaluator, eval_every_steps, eval_name, stop_input)
+    return _train(task, options, strategy, log)
   except BaseException as e:
     _clear_frame_locals(e)
     raise
@@ -373,17 +420,18 @@ def train(model, optimizer, strategy: tf.distribute.Strategy,
     gc.collect()
 
 
-def _train(model, optimizer, strategy: tf.distribute.Strategy,
-           dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
-           warm_start: Optional[Callable[[], None]],
-           after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
-           log: Callable[[str], None], evaluator: Optional[orbit.AbstractEvaluator],
-           eval_every_steps: Optional[int], eval_name: str,
-           stop_input: Optional[Callable[[], None]]) -> Dict[str, float]:
+def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.Strategy,
+           log: Callable[[str], None]) -> Dict[str, float]:
   """train() after its checks, with every object that holds the input iterator local to it."""
+  with strategy.scope():
+    model = task.build_model()
+    optimizer = task.create_optimizer()
+  evaluator = task.build_evaluator(model, optimizer, strategy)
+  if evaluator is not None:
+    options.check_between_loops("eval_every_steps", task.eval_every_steps, "evaluations")
   _remove_unfinished_saves(options.model_dir, log)
   manager = _CheckpointManager(tf.train.Checkpoint(model=model, optimizer=optimizer), options,
-                               warm_start, log)
+                               lambda: task.initialize(model), log)
   if manager.checkpoints:
     _check_batch_size(options)
   trainer = step_loop.StepLoop(
@@ -394,13 +442,14 @@ def _train(model, optimizer, strategy: tf.distribute.Strategy,
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
   with preemption.sigterm_requests_stop() as stop, _orbit_lines_in_the_log_only():
-    after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, after_step, log)
+    after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, task.after_step,
+                                     log)
     # Restores the newest readable checkpoint, or warm-starts (_CheckpointManager).
     controller = orbit.Controller(
         global_step=optimizer.iterations, trainer=trainer, evaluator=evaluator, strategy=strategy,
         train_actions=[after_each_loop], steps_per_loop=after_each_loop.loop_length,
         checkpoint_manager=manager, summary_manager=summaries,
-        eval_summary_dir=os.path.join(options.model_dir, eval_name))
+        eval_summary_dir=os.path.join(options.model_dir, task.eval_name))
     step = int(optimizer.iterations.numpy())
     if step >= options.num_train_steps:
       log(f"already at step {step} >= --num_train_steps={options.num_train_steps}; nothing to do")
@@ -410,7 +459,7 @@ def _train(model, optimizer, strategy: tf.distribute.Strategy,
       log(f"continuing a finished run to step {options.num_train_steps}: removed its "
           f"{training_state.DONE_MARKER} marker")
     _record_batch_size(options)
-    trainer.train_dataset = iter(_distribute(strategy, dataset_fn, step, options.global_batch_size))
+    trainer.train_dataset = iter(_distribute(strategy, task.build_inputs, step, options.global_batch_size))
     started = time.time()
     try:
       if evaluator is None:
@@ -419,12 +468,11 @@ def _train(model, optimizer, strategy: tf.distribute.Strategy,
         # Controller.train_and_evaluate counts the evaluation interval from the step it starts at: a
         # resumed run would evaluate at other steps than an uninterrupted one. Evaluations at multiples:
         while step < options.num_train_steps:
-          step = min((step // eval_every_steps + 1) * eval_every_steps, options.num_train_steps)
+          step = min((step // task.eval_every_steps + 1) * task.eval_every_steps, options.num_train_steps)
           controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
           controller.evaluate()
     finally:
-      if stop_input is not None:
-        stop_input()  # a pipeline thread waiting for an index would hold up the iterator's destructor
+      task.stop_input()  # a pipeline thread waiting for an index would hold up the iterator's destructor
   summaries.flush()
   log(f"trained to step {int(optimizer.iterations.numpy())} in {time.time() - started:.1f} s")
   return after_each_loop.metrics

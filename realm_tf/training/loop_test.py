@@ -2,6 +2,7 @@
 its input pipeline down before it returns."""
 
 import contextlib
+import dataclasses
 import gc
 import io
 import os
@@ -19,6 +20,7 @@ from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-direct-
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import losses
 from realm_tf.training import loop
+from realm_tf.training import task as task_lib
 
 
 class _Regression(tf_keras.Model):
@@ -52,6 +54,70 @@ class _Regression(tf_keras.Model):
 def _batches(batches_done: int) -> tf.data.Dataset:
   x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10.0
   return tf.data.Dataset.from_tensors({"x": x, "y": x.sum(axis=1, keepdims=True) + 1.0}).repeat()
+
+
+@task_lib.register("loop_test_regression")
+class _RegressionTask(task_lib.Task):
+  """The regression as a Task: records what the loop calls, in order."""
+
+  def __init__(self, warm_start_bias: float):
+    self.warm_start_bias = warm_start_bias
+    self.calls = []
+
+  def build_model(self):
+    self.calls.append("build_model")
+    self.model = _Regression()
+    self.model(tf.zeros([1, 3]))
+    return self.model
+
+  def create_optimizer(self):
+    self.calls.append("create_optimizer")
+    return tf_keras.optimizers.legacy.SGD(0.01)
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    self.calls.append(f"build_inputs({batches_done})")
+    return _batches(batches_done)
+
+  def initialize(self, model) -> None:
+    self.calls.append("initialize")
+    model.dense.bias.assign([self.warm_start_bias])
+
+  def after_step(self, step, metrics):
+    self.calls.append(f"after_step({step})")
+    return {"hook": float(step)}
+
+  def stop_input(self) -> None:
+    self.calls.append("stop_input")
+
+
+class TaskTest(tf.test.TestCase):
+
+  def test_the_registry_makes_a_task_by_name_and_names_the_registered_ones_otherwise(self):
+    task = task_lib.get_task("loop_test_regression", warm_start_bias=0.5)
+    self.assertIsInstance(task, _RegressionTask)
+    self.assertEqual(task.warm_start_bias, 0.5)
+    self.assertIs(task_lib.registered()["loop_test_regression"], _RegressionTask)
+    with self.assertRaisesRegex(ValueError, "no task 'nope'; registered: .*loop_test_regression"):
+      task_lib.get_task("nope")
+    with self.assertRaisesRegex(ValueError, "registered twice"):
+      task_lib.register("loop_test_regression")(type("Other", (_RegressionTask,), {}))
+
+  def test_a_task_trains_warm_starts_once_and_resumes_its_data_stream(self):
+    model_dir = os.path.join(self.get_temp_dir(), "task")
+    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=2, save_checkpoints_steps=2,
+                               log_every_steps=100, jit_compile=False)
+    task = task_lib.get_task("loop_test_regression", warm_start_bias=0.5)
+    final = loop.train(task, options, tf.distribute.get_strategy(), log=lambda _: None)
+    self.assertEqual(task.calls, ["build_model", "create_optimizer", "initialize", "build_inputs(0)",
+                                  "after_step(1)", "after_step(2)", "stop_input"])
+    self.assertEqual(final["hook"], 2.0)
+    self.assertNotEqual(float(task.model.dense.bias[0]), 0.5)  # trained from the warm start
+    resumed = task_lib.get_task("loop_test_regression", warm_start_bias=0.5)
+    loop.train(resumed, dataclasses.replace(options, num_train_steps=3), tf.distribute.get_strategy(),
+               log=lambda _: None)
+    # Restored from ckpt-2, not warm-started again; the stream continues after its two batches.
+    self.assertEqual(resumed.calls, ["build_model", "create_optimizer", "build_inputs(2)",
+                                     "after_step(3)", "stop_input"])
 
 
 class NonFiniteTest(tf.test.TestCase):
