@@ -35,6 +35,7 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import masked_lm as masked_lm_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
+from realm_tf.training import task as task_lib
 
 EXPORT_NAME = "bert"
 EVAL_NAME = "eval.json"
@@ -162,6 +163,44 @@ def export_reader(model: masked_lm_lib.MaskedLmPretrainer, options: MlmTrainerOp
   return final
 
 
+@task_lib.register("mlm")
+class MlmTask(task_lib.Task):
+  """Masked-LM training of BERT on the training documents; the model and optimizer it builds stay in
+  self.model and self.optimizer, from which train() evaluates and exports."""
+
+  def __init__(self, options: MlmTrainerOptions, tokenizer: tokenization.Tokenizer, documents,
+               log: Callable[[str], None] = print):
+    self.options = options
+    self.tokenizer = tokenizer
+    self.documents = documents
+    self.log = log
+    self.model: Optional[masked_lm_lib.MaskedLmPretrainer] = None
+    self.optimizer = None
+
+  def build_model(self) -> masked_lm_lib.MaskedLmPretrainer:
+    # --seed covers the weights' initialization and dropout too, not only the data order: two runs of one
+    # seed then start from the same BERT.
+    tf_keras.utils.set_random_seed(self.options.seed)
+    self.model = build_model(self.options.bert_config)
+    return self.model
+
+  def create_optimizer(self):
+    options = self.options
+    self.optimizer = optimization.create_optimizer(
+        options.learning_rate, options.loop.num_train_steps, num_warmup_steps=options.warmup_steps,
+        bias_correction=options.adam_bias_correction)
+    return self.optimizer
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    options = self.options
+    return mlm_data.mlm_dataset(self.documents, self.tokenizer, options.masking, options.batch_size,
+                                seed=options.seed, skip_examples=batches_done * options.batch_size)
+
+  def initialize(self, model: masked_lm_lib.MaskedLmPretrainer) -> None:
+    if self.options.init_checkpoint:
+      self.log(warm_start(model, self.options.init_checkpoint))
+
+
 def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict[str, float]:
   """Pre-trains to options.loop.num_train_steps, evaluates the held-out documents and exports."""
@@ -176,36 +215,23 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
                      f"max_position_embeddings {options.bert_config.max_position_embeddings}")
   _check_run(options, model_dir)
   train_docs, held_out = _documents(options, tokenizer, log)
-  # --seed covers the weights' initialization and dropout too, not only the data order: two runs of one
-  # seed then start from the same BERT.
-  tf_keras.utils.set_random_seed(options.seed)
   # 0 steps evaluates --init_checkpoint as it is (the held-out accuracy of a given BERT, as the test of
   # the demo's shipped reader measures it) and exports it.
   evaluate_only = options.loop.num_train_steps == 0
   if evaluate_only and not options.init_checkpoint:
     raise ValueError("--num_train_steps=0 evaluates and exports --init_checkpoint without training; "
                      "give --init_checkpoint, or a positive --num_train_steps")
-  with strategy.scope():
-    model = build_model(options.bert_config)
-    optimizer = None if evaluate_only else optimization.create_optimizer(
-        options.learning_rate, options.loop.num_train_steps, num_warmup_steps=options.warmup_steps,
-        bias_correction=options.adam_bias_correction)
-
-  def start():
-    if options.init_checkpoint:
-      log(warm_start(model, options.init_checkpoint))
-
-  def dataset_fn(batches_done: int) -> tf.data.Dataset:
-    return mlm_data.mlm_dataset(train_docs, tokenizer, options.masking, options.batch_size,
-                                seed=options.seed, skip_examples=batches_done * options.batch_size)
-
+  task = MlmTask(options, tokenizer, train_docs, log)
   started = time.time()
   if evaluate_only:
-    start()
+    with strategy.scope():
+      model = task.build_model()
+    task.initialize(model)
     step = 0
   else:
-    loop.train(model, optimizer, strategy, dataset_fn, options.loop, start, log=log)
-    step = int(optimizer.iterations.numpy())
+    loop.train(task, options.loop, strategy, log=log)
+    model = task.model
+    step = int(task.optimizer.iterations.numpy())
   if held_out:
     metrics = evaluate(model, mlm_data.eval_examples(held_out, tokenizer, options.masking, options.seed),
                        options.eval_batch_size)
