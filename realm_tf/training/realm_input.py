@@ -31,9 +31,36 @@ import tensorflow as tf
 
 from realm_tf import featurization
 from realm_tf import tokenization
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.modeling import realm as realm_model
+from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
+
+
+def needs_bootstrap(model_dir: str, log: Callable[[str], None] = print) -> bool:
+  """Whether a trainer with --bootstrap_index must build the index of step 0: none is published, or the
+  model dir has no checkpoint yet and every published index is unusable (which it then deletes, since
+  publication never replaces an existing step and nothing else could publish one:
+  RetrievalState.ensure_index refuses to wait for it). With a checkpoint, the refresher embeds it."""
+  steps = published_index.published_steps(model_dir)
+  if not steps:
+    return True
+  if training_state.latest_step(model_dir) is not None:
+    return False
+  unusable = {}
+  for step in steps:
+    path = os.path.join(published_index.index_root(model_dir), str(step))
+    try:
+      published_index.verify_published(path)
+      return False
+    except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
+      unusable[path] = e
+  for path, error in unusable.items():
+    log(f"WARNING: deleting the unusable index {path} ({error}): no checkpoint exists yet, so the "
+        "bootstrap index takes its place")
+    tf.io.gfile.rmtree(path)
+  return True
 
 
 class RetrievalState:
@@ -152,12 +179,34 @@ class RetrievalState:
     """Loads the first index, waiting for the refresher when none is published yet."""
     with self._lock:
       while self.index is None:
-        loaded = self.watcher.load_newer(None) or self.watcher.wait_for_newer(
+        loaded = self.watcher.load_newer(None)
+        if loaded is None:
+          self._refuse_unusable_bootstrap()
+        loaded = loaded or self.watcher.wait_for_newer(
             None, timeout_seconds=self.wait_timeout_seconds,
             reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)", stop=self._closed)
         if loaded is None:
           raise TimeoutError(f"no index was published under {self.watcher.model_dir}")
         self._swap(loaded)
+
+  def _refuse_unusable_bootstrap(self) -> None:
+    """Ends a wait that nothing could end: every published index is unusable (corrupt, truncated) and the
+    model dir has no checkpoint, so the refresher, which embeds checkpoints, will never publish one; only
+    the trainer's bootstrap (step 0) could, and it already ran. Found by bench/fault_soak: the bootstrap
+    index truncated between its publication and the pipeline's first read left the trainer and the
+    refresher waiting for each other."""
+    steps = published_index.published_steps(self.watcher.model_dir)
+    if not steps or not all(self.watcher.is_skipped(step) for step in steps):
+      return
+    if training_state.latest_step(self.watcher.model_dir) is not None:
+      return  # the refresher embeds the newest checkpoint again when it restarts
+    paths = ", ".join(os.path.join(published_index.index_root(self.watcher.model_dir), str(step))
+                      for step in steps)
+    raise index_lib.CorruptIndexError(
+        f"every published index ({paths}) is unusable (see the warnings above) and "
+        f"{self.watcher.model_dir} has no checkpoint yet, so no refresher can publish another: restart "
+        "bin/train_realm with --bootstrap_index, which builds the index of step 0 again in place of the "
+        "unusable ones (needs_bootstrap)")
 
   def _maybe_refresh(self) -> None:
     self._batches += 1

@@ -7,6 +7,7 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 
 import json
 import os
+import shutil
 import threading
 import time
 
@@ -21,6 +22,7 @@ from realm_tf.data import pretraining
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
@@ -156,6 +158,47 @@ class RealmInputTest(tf.test.TestCase):
     self.assertNotEmpty(outcome)
     self.assertEqual(["a batch"] * (len(outcome) - 1), outcome[:-1])
     self.assertIn("training finished", outcome[-1])
+
+  # The bootstrap index (step 0) damaged before any checkpoint: nothing but the trainer's bootstrap can
+  # publish another, so the pipeline refuses to wait for one and a restarted trainer builds it again
+  # (found by bench/fault_soak, whose trainer and refresher waited for each other).
+
+  def _model_dir_copy(self, damaged: bool):
+    """A copy of the class's model dir (its config and bootstrap index, no checkpoint), and its index 0."""
+    copy = os.path.join(self.create_tempdir().full_path, "model")
+    shutil.copytree(self.model_dir, copy)
+    index_0 = os.path.join(published_index.index_root(copy), "0")
+    if damaged:
+      with open(os.path.join(index_0, published_index.PUBLISHED_NAME), "w") as f:
+        f.write("{")
+    return copy, index_0
+
+  def _state_of(self, model_dir, messages, wait_timeout_seconds):
+    return realm_input.RetrievalState(
+        published_index.IndexWatcher(model_dir, messages.append), self.table, self.config.num_candidates,
+        log=messages.append, wait_timeout_seconds=wait_timeout_seconds)
+
+  def test_unusable_bootstrap_index_is_refused_at_once_and_rebuilt_on_restart(self):
+    model_dir, index_0 = self._model_dir_copy(damaged=True)
+    messages = []
+    # Refused at once, naming the index (a wait would end in TimeoutError after 30 s instead).
+    with self.assertRaisesRegex(index_lib.CorruptIndexError, r"index/0\) is unusable.*--bootstrap_index"):
+      self._state_of(model_dir, messages, 30).ensure_index()
+    self.assertTrue(realm_input.needs_bootstrap(model_dir, messages.append))
+    self.assertFalse(os.path.exists(index_0))
+    self.assertTrue(any("deleting the unusable index" in m for m in messages), messages)
+
+  def test_a_usable_index_or_a_checkpoint_means_no_bootstrap(self):
+    model_dir, _ = self._model_dir_copy(damaged=False)
+    self.assertFalse(realm_input.needs_bootstrap(model_dir))
+    model_dir, index_0 = self._model_dir_copy(damaged=True)
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), model_dir, 1,
+                               checkpoint_name="ckpt").save(checkpoint_number=5)
+    # With a checkpoint the refresher can embed it: the pipeline waits, nothing is deleted.
+    self.assertFalse(realm_input.needs_bootstrap(model_dir))
+    self.assertTrue(os.path.exists(index_0))
+    with self.assertRaises(TimeoutError):
+      self._state_of(model_dir, [], 0.1).ensure_index()
 
 
 class LiveIndexUpdateTest(tf.test.TestCase):
