@@ -18,6 +18,7 @@ from realm_tf.modeling import ict as ict_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
+from realm_tf.training import task as task_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,29 +46,41 @@ def build_model(config: realm_config_lib.RealmConfig) -> ict_model.IctModel:
   return model
 
 
-def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
-          log: Callable[[str], None] = print) -> Dict[str, float]:
-  config = options.config
-  config.save_or_check(options.loop.model_dir)
-  tokenizer = config.tokenizer()
-  featurizer = config.featurizer(tokenizer)
-  # --seed also fixes the initialization and dropout (mlm_trainer says why).
-  tf_keras.utils.set_random_seed(options.seed)
-  with strategy.scope():
-    model = build_model(config)
-    optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,
-                                              bias_correction=options.adam_bias_correction)
+@task_lib.register("ict")
+class IctTask(task_lib.Task):
+  """The inverse cloze task: a pseudo-query (a sentence) against its block and the batch's other blocks."""
 
-  def warm_start():
-    if options.init_bert_checkpoint:
-      report = bert_mapping.load_bert_weights(model.embedder.encoder, options.init_bert_checkpoint,
-                                              strict=False)
-      log(f"ICT embedder's BERT warm-started: {report.summary()}")
+  def __init__(self, options: IctTrainerOptions, log: Callable[[str], None] = print):
+    self.options = options
+    self.log = log
+    self.tokenizer = options.config.tokenizer()
+    self.featurizer = options.config.featurizer(self.tokenizer)
 
-  def dataset_fn(batches_done: int) -> tf.data.Dataset:
+  def build_model(self) -> ict_model.IctModel:
+    # --seed also fixes the initialization and dropout (mlm_trainer says why).
+    tf_keras.utils.set_random_seed(self.options.seed)
+    return build_model(self.options.config)
+
+  def create_optimizer(self):
+    return optimization.create_optimizer(self.options.learning_rate, self.options.loop.num_train_steps,
+                                         bias_correction=self.options.adam_bias_correction)
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    options = self.options
     return ict_data.ict_dataset(
-        pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
-        options.block_seq_len, options.batch_size, options.mask_rate, options.seed,
+        pretraining.pretraining_dataset(options.pretraining_corpus_path), self.tokenizer,
+        self.featurizer, options.block_seq_len, options.batch_size, options.mask_rate, options.seed,
         skip_batches=batches_done)
 
-  return loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, log=log)
+  def initialize(self, model: ict_model.IctModel) -> None:
+    if self.options.init_bert_checkpoint:
+      report = bert_mapping.load_bert_weights(model.embedder.encoder, self.options.init_bert_checkpoint,
+                                              strict=False)
+      self.log(f"ICT embedder's BERT warm-started: {report.summary()}")
+
+
+def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
+          log: Callable[[str], None] = print) -> Dict[str, float]:
+  """Trains the ICT embedder to options.loop.num_train_steps; returns the last loop's metrics."""
+  options.config.save_or_check(options.loop.model_dir)
+  return loop.train(IctTask(options, log), options.loop, strategy, log=log)
