@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import tempfile
 import threading
 import time
@@ -159,6 +160,10 @@ class ServeTest(tf.test.TestCase):
         ("GET", _PATH, None, 405, ":predict takes POST"),
         ("GET", "/v1/models/other", None, 404, "no model named 'other'"),
         ("PUT", _PATH, b"{}", 501, "Unsupported method ('PUT')"),
+        # Found by bench/serve_soak: these were 500s with a traceback in the log, or (GET) a closed
+        # connection with socketserver's traceback.
+        ("POST", _PATH, b"[" * 50000, 400, "nests lists or objects too deeply"),
+        ("POST", _PATH, b'{"instances": [' + b"7" * 5000 + b"]}", 400, "holds a value JSON cannot be read"),
     ]
     for method, path, body, status, message in cases:
       with self.subTest(path=path, body=(body or b"")[:40]):
@@ -172,6 +177,15 @@ class ServeTest(tf.test.TestCase):
       reply = _read_all(s)
     self.assertTrue(reply.startswith(b"HTTP/1.1 411 "), reply[:200])
     self.assertIn(b"has no Content-Length header", reply)
+    # A request target urllib cannot split (http.client will not send one): 400, not a traceback.
+    for request in (b"GET http://[x/v1/models/open_qa HTTP/1.1\r\n\r\n",
+                    b'POST http://[x/v1/models/open_qa:predict HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}'):
+      with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        reply = _read_all(s)
+      self.assertTrue(reply.startswith(b"HTTP/1.1 400 "), reply[:200])
+      self.assertIn(b"is not a URL", reply)
     self.assertServing()
 
   def test_slow_client_times_out_while_others_are_served(self):
@@ -193,6 +207,50 @@ class ServeTest(tf.test.TestCase):
       half_body.close()
       half_line.close()
     self.assertServing()
+
+  def test_slow_request_head_is_cut_off(self):
+    """A client sending its request line and headers a byte at a time, each byte well within the
+    per-read timeout, is cut off _TIMEOUT_S after its first byte (found by bench/serve_soak: it held
+    its connection and thread for as long as it kept sending)."""
+    request = f"POST {_PATH} HTTP/1.1\r\nHost: x\r\nX-Pad: {'p' * 200}\r\n".encode()
+    with socket.create_connection(("127.0.0.1", self.port), timeout=120) as s:
+      start = time.monotonic()
+      for i in range(len(request)):
+        s.sendall(request[i:i + 1])
+        s.settimeout(0.5)
+        try:
+          closed = s.recv(1) == b""
+        except socket.timeout:
+          closed = False
+        except ConnectionError:
+          closed = True
+        if closed or time.monotonic() - start > 4 * _TIMEOUT_S:
+          break
+      held = time.monotonic() - start
+    self.assertTrue(closed, f"still open after {held:.1f} s")
+    self.assertLess(held, _TIMEOUT_S + 2)
+    self.assertServing()
+
+  def test_clients_gone_before_their_answer_leave_no_traceback(self):
+    """Clients that reset or close before reading their answer end only their own connection: the
+    log has no traceback (found by bench/serve_soak: socketserver printed one for each)."""
+    for i in range(12):
+      s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+      body = json.dumps({"instances": [_QUESTIONS[0]]}).encode()
+      s.sendall(f"POST {_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + (body if i % 3 else body[:5]))
+      if i % 2:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # an RST
+      s.close()
+    # A head too long is refused with 431 and the rest of it drained, so the client reads the 431
+    # rather than a reset.
+    with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
+      s.sendall(f"POST {_PATH} HTTP/1.1\r\nX-Long: {'a' * 70000}\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+      reply = _read_all(s)
+    self.assertTrue(reply.startswith(b"HTTP/1.1 431 "), reply[:200])
+    self.assertServing()
+    time.sleep(1)  # the dropped connections' threads have written their answers (or failed to)
+    self.assertNotIn("Traceback", self.server.stderr())
 
   def test_page(self):
     status, content_type, data = self._request("GET", "/")

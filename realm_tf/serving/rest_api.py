@@ -49,6 +49,11 @@ def decode_body(body: bytes) -> Any:
   except json.JSONDecodeError as e:
     raise RequestError(400, f"the request body is not JSON ({e.msg} at line {e.lineno} column "
                             f"{e.colno}); send {{\"instances\": [\"a question\"]}}") from e
+  except RecursionError as e:  # json's decoder recurses once per [ or {
+    raise RequestError(400, "the request body nests lists or objects too deeply; send "
+                            '{"instances": ["a question"]}') from e
+  except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+    raise RequestError(400, f"the request body holds a value JSON cannot be read into ({e})") from e
 
 
 def _type_name(value: Any) -> str:

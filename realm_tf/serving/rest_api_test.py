@@ -47,6 +47,17 @@ class RestApiTest(absltest.TestCase):
       self.assertEqual(e.exception.status, 400)
     self.assertEqual(rest_api.decode_body('{"inputs": ["é"]}'.encode("utf-8")), {"inputs": ["é"]})
 
+  def test_bodies_json_cannot_read_are_400_not_500(self):
+    # Found by bench/serve_soak: json.loads raises RecursionError and a plain ValueError for these, not
+    # JSONDecodeError; the server answered them 500 with a traceback in its log.
+    for body, expected in ((b"[" * 100000 + b"]" * 100000, "nests lists or objects too deeply"),
+                           (b'{"a":' * 50000, "nests lists or objects too deeply"),
+                           (b'{"instances": [' + b"7" * 5000 + b"]}", "holds a value JSON cannot be read into"
+                                                                      r" \(Exceeds the limit")):
+      with self.assertRaisesRegex(rest_api.RequestError, expected) as e:
+        rest_api.decode_body(body)
+      self.assertEqual(e.exception.status, 400)
+
   def test_bad_requests_name_the_problem(self):
     cases = [
         (["a?"], "the request is a list; send a JSON object"),

@@ -7,16 +7,20 @@
 
 Python's ThreadingHTTPServer: a thread per connection, so a slow client holds only its own thread, and
 model calls from several threads run concurrently (a loaded SavedModel function is thread-safe).
-Every refused request gets {"error": "..."} and a 4xx status, and the server goes on serving:
+A client that goes away before its answer (a reset, a closed socket) ends its connection's thread
+quietly: no traceback in the log. Every refused request gets {"error": "..."} and a 4xx status, and the
+server goes on serving:
   - a body over ServerOptions.max_body_bytes: 413, answered from Content-Length without reading it;
-  - a body not complete within request_timeout_s: 408; a request line or headers stalling that long:
-    the connection closed (as http.server does);
+  - a body not complete within request_timeout_s: 408; a request line and headers not complete within
+    request_timeout_s of their first byte (however fast each byte comes): the connection closed;
+  - a request target that is not a URL (GET http://[x): 400;
   - more than max_batch_size questions: 400; what else is wrong with a request: see rest_api.
 """
 
 import dataclasses
 import http
 import http.server
+import io
 import json
 import logging
 import re
@@ -103,6 +107,36 @@ class OpenQaService:
     return rest_api.model_metadata(self.model_name, MODEL_VERSION, inputs, outputs)
 
 
+class _DeadlineReader(io.RawIOBase):
+  """A connection's bytes for the handler's rfile, every read bounded by the request's deadline.
+
+  http.server's socket timeout bounds each read only, so a client sending a byte now and then would
+  hold its connection (and thread) for ever: the slow-loris attack. deadline is None while waiting for
+  a request (an idle keep-alive connection: one read of timeout_s); a request's first byte starts
+  timeout_s for its request line and headers, and _Handler._read_body sets a new one for the body."""
+
+  def __init__(self, sock: socket.socket, timeout_s: float):
+    super().__init__()
+    self._sock, self._timeout_s = sock, timeout_s
+    self.deadline: Optional[float] = None
+
+  def readable(self) -> bool:
+    return True
+
+  def readinto(self, buffer) -> int:
+    if self.deadline is None:
+      self._sock.settimeout(self._timeout_s)
+    else:
+      remaining = self.deadline - time.monotonic()
+      if remaining <= 0:
+        raise TimeoutError(f"the request did not arrive within {self._timeout_s:g} s")
+      self._sock.settimeout(remaining)
+    received = self._sock.recv_into(buffer)
+    if received and self.deadline is None:
+      self.deadline = time.monotonic() + self._timeout_s
+    return received
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
   """One connection's requests; service and options are set on a subclass by make_server."""
 
@@ -120,6 +154,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
   def setup(self):
     self.timeout = self.options.request_timeout_s  # StreamRequestHandler sets it on the socket
     super().setup()
+    self.rfile.close()  # the socket's own reader: replaced by one that keeps the request's deadline
+    self._reader = _DeadlineReader(self.connection, self.options.request_timeout_s)
+    self.rfile = io.BufferedReader(self._reader)
+
+  def handle_one_request(self):
+    self._reader.deadline = None  # the next request's first byte starts its deadline
+    super().handle_one_request()
+
+  def handle(self):
+    """http.server's loop, but a client that resets or closes its connection before reading its
+    answer ends only this connection: socketserver would print a traceback for each."""
+    try:
+      super().handle()
+    except (ConnectionError, TimeoutError) as e:
+      self.close_connection = True
+      self.log_error("connection ended by the client: %s", e)
 
   def finish(self):
     """After refusing a body unread (413), reads what the client still sends before the socket closes:
@@ -160,9 +210,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
   def send_error(self, code, message=None, explain=None):
     """http.server's own refusals (a malformed request line, headers too long, an unknown method) as
-    JSON like every other error."""
+    JSON like every other error. The rest of such a request stays unread, so finish() drains it as
+    for a 413: the client gets the answer rather than a reset."""
     self.log_error("code %d, message %s", code, message)
     self.close_connection = True
+    self._unread_body = True
     self._send_json(code, {"error": message or explain or http.HTTPStatus(code).phrase})
 
   def log_message(self, format, *args):  # pylint: disable=redefined-builtin  (http.server's name)
@@ -172,10 +224,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
   # ------------------------------------------------------------------------------------------------
   # Requests
 
+  def _target(self) -> parse.SplitResult:
+    """The request target as a URL; RequestError 400 for one urllib cannot split (GET http://[x)."""
+    try:
+      return parse.urlsplit(self.path)
+    except ValueError as e:
+      raise rest_api.RequestError(400, f"the request target {self.path[:200]!r} is not a URL "
+                                       f"({e})") from e
+
   def _route(self) -> Tuple[Optional[str], Optional[str]]:
     """(method, "metadata"/None) of a /v1/models/... path; RequestError 404 for another path, model
     name or version."""
-    path = parse.urlsplit(self.path).path
+    path = self._target().path
     match = _MODEL_PATH.match(path)
     if not match:
       raise rest_api.RequestError(404, f"no such path {path!r}; the API is POST /v1/models/"
@@ -214,14 +274,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self._unread_body = True
       raise rest_api.RequestError(413, f"the request body is {length} bytes; this server reads at most "
                                        f"{self.options.max_body_bytes} (bin/serve --max_body_bytes)")
-    deadline = time.monotonic() + self.options.request_timeout_s
+    self._reader.deadline = time.monotonic() + self.options.request_timeout_s  # the body's own
     chunks, received = [], 0
     try:
       while received < length:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-          raise TimeoutError
-        self.connection.settimeout(remaining)
         chunk = self.rfile.read1(min(length - received, 1 << 16))
         if not chunk:
           self.close_connection = True
@@ -234,11 +290,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       raise rest_api.RequestError(408, f"the request body did not arrive within "
                                        f"{self.options.request_timeout_s:g} s ({received} of {length} "
                                        "bytes); send the whole request at once") from e
-    finally:
-      self.connection.settimeout(self.options.request_timeout_s)
     return b"".join(chunks)
 
   def do_POST(self):  # pylint: disable=invalid-name  (http.server's name)
+    # The answer is sent outside the try: a client gone before it is handle()'s, not "predict failed".
     try:
       body = self._read_body()
       method, metadata = self._route()
@@ -250,25 +305,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                          "(TF Serving's classify and regress need another signature)")
       request = rest_api.parse_predict(rest_api.decode_body(body), self.options.max_batch_size)
       outputs = self.service.predict(request.questions)
-      self._send_json(200, rest_api.format_predictions(outputs, request.columnar))
+      status, answer = 200, rest_api.format_predictions(outputs, request.columnar)
     except rest_api.RequestError as e:
-      self._send_json(e.status, {"error": str(e)})
+      status, answer = e.status, {"error": str(e)}
+    except ConnectionError:
+      raise  # the client reset while sending its body: handle()'s, not the model's failure
     except Exception as e:  # pylint: disable=broad-except  (the server must keep serving)
       logging.exception("predict failed")
-      self._send_json(500, {"error": f"the model failed on this request: {type(e).__name__}: {e}"})
+      status, answer = 500, {"error": f"the model failed on this request: {type(e).__name__}: {e}"}
+    self._send_json(status, answer)
 
   def do_GET(self):  # pylint: disable=invalid-name
-    url = parse.urlsplit(self.path)
-    if url.path == "/":
-      self._page(url.query)
-      return
     try:
+      url = self._target()
+      if url.path == "/":
+        self._page(url.query)
+        return
       method, metadata = self._route()
       if method is not None:
         raise rest_api.RequestError(405, f":{method} takes POST with a JSON body, not GET")
-      self._send_json(200, self.service.metadata() if metadata else rest_api.model_status(MODEL_VERSION))
+      status, answer = 200, self.service.metadata() if metadata else rest_api.model_status(MODEL_VERSION)
     except rest_api.RequestError as e:
-      self._send_json(e.status, {"error": str(e)})
+      status, answer = e.status, {"error": str(e)}
+    self._send_json(status, answer)
 
   def _page(self, query: str):
     def send(status: int, **kwargs):
