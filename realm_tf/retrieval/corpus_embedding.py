@@ -72,10 +72,11 @@ def candidate_dataset(corpus_prefix: str, featurizer: featurization.Featurizer,
   if rows is not None:
     dataset = dataset.skip(rows.start).take(len(rows))
 
+  candidate_inputs = featurizer.candidate_inputs_function()
+
   @tf.autograph.experimental.do_not_convert
   def featurize(batch):
-    inputs = featurizer.candidate_inputs(batch["title_token_ids"], batch["body_token_ids"])
-    return inputs._asdict()
+    return candidate_inputs(batch["title_token_ids"], batch["body_token_ids"])
 
   # Featurize in batches (ragged ops vectorize), then hand out single documents.
   return dataset.ragged_batch(256).map(featurize).unbatch()
