@@ -40,6 +40,7 @@ from realm_tf.retrieval import refresher
 from realm_tf.training import loop
 from realm_tf.training import optimization
 from realm_tf.training import realm_input
+from realm_tf.training import task as task_lib
 
 
 # Written at the end of a run: first loss, last metrics, the index steps trained on, seconds.
@@ -86,6 +87,105 @@ def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretra
   return model
 
 
+@task_lib.register("realm")
+class RealmTask(task_lib.Task):
+  """REALM's masked LM through retrieval, on batches the retrieval-augmented input pipeline makes with the
+  newest published index (module docstring: index staleness and fixed swaps).
+
+  Its host hook tells the pipeline the trainer's step and logs the index trained on; stop_input ends the
+  pipeline's waits for an index. train() reads first_loss, started and state's indexes afterwards.
+  """
+
+  def __init__(self, options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
+               log: Callable[[str], None] = print):
+    # strategy: the bootstrap index (initialize) embeds with the trainer's devices.
+    self.options = options
+    self.strategy = strategy
+    self.log = log
+    config = options.config
+    self.tokenizer = config.tokenizer()
+    self.featurizer = config.featurizer(self.tokenizer)
+    model_dir = options.loop.model_dir
+    # After bin/update_index the indexes embed a corpus derived from --retrieval_corpus_path; a
+    # (re)started trainer reads that one, so the index rows and the documents it featurizes agree. An
+    # update published while this process runs is swapped in live, corpus and index together
+    # (realm_input.RetrievalState).
+    corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
+    watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
+    corpus = corpus_table.CorpusTable.load(corpus_prefix)
+    self.state = realm_input.RetrievalState(
+        watcher, corpus, config.num_candidates, options.check_index_every_batches,
+        options.max_index_staleness_steps, options.wait_for_index_seconds, log,
+        expected_dim=config.embedding_dim, swap_every_steps=options.index_swap_steps)
+    self.started = time.time()
+    self.first_loss: Optional[float] = None
+    # The first step this process trained (later than 1 after a resume).
+    self._first_step: Optional[int] = None
+
+  def build_model(self) -> realm_model.RealmPretrainer:
+    # --seed also fixes the initialization and dropout (mlm_trainer says why).
+    tf_keras.utils.set_random_seed(self.options.seed)
+    return build_model(self.options.config)
+
+  def create_optimizer(self):
+    optimizer = optimization.create_optimizer(
+        self.options.learning_rate, self.options.loop.num_train_steps,
+        bias_correction=self.options.adam_bias_correction)
+    # The run's clock (examples_per_second, the summary's seconds) starts once the model is built.
+    self.started = time.time()
+    return optimizer
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    options = self.options
+    return realm_input.realm_dataset(
+        pretraining.pretraining_dataset(options.pretraining_corpus_path), self.tokenizer,
+        self.featurizer, self.state, options.batch_size, seed=options.seed, skip_batches=batches_done)
+
+  def initialize(self, model: realm_model.RealmPretrainer) -> None:
+    options, log = self.options, self.log
+    if options.init_retriever_checkpoint:
+      path = training_state.restore_retriever(model.retriever, options.init_retriever_checkpoint)
+      log(f"retriever warm-started from {path}")
+    if options.init_reader_checkpoint:
+      report = bert_mapping.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
+                                              masked_lm=model.encoder.masked_lm, strict=False)
+      log(f"knowledge-augmented encoder warm-started: {report.summary()}")
+    model_dir = options.loop.model_dir
+    if options.bootstrap_index and realm_input.needs_bootstrap(model_dir, log):
+      log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
+      refresher.build_and_publish(
+          options.config, model.retriever, 0,
+          # The trainer's one XLA switch covers its bootstrap embedding too (XLA compiles the embedder
+          # once per length bucket: seconds a --nojit_compile run on a CPU does not want to pay).
+          refresher.RefresherOptions(model_dir=model_dir,
+                                     corpus_prefix=options.retrieval_corpus_path,
+                                     index_implementation=options.index_implementation,
+                                     embed_jit_compile=options.loop.jit_compile),
+          self.strategy, {"bootstrap": True}, log)
+
+  def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    # Once per loop: the staleness bound includes the loop length (module docstring).
+    self.state.trainer_step = step
+    if self.first_loss is None:
+      self.first_loss = metrics["loss"]
+      self._first_step = step
+    index = self.state.index
+    published = index.record.get("published_unix_time", time.time()) if index else time.time()
+    return {
+        "index_step": float(index.step) if index else -1.0,
+        "index_staleness_steps": float(step - index.step) if index else -1.0,
+        "index_staleness_minutes": (time.time() - published) / 60.0,
+        # Examples this process trained on, not those of the run before a resume.
+        "examples_per_second": ((step - self._first_step + 1) * self.options.batch_size /
+                                max(time.time() - self.started, 1e-9)),
+    }
+
+  def stop_input(self) -> None:
+    # Batches prepared ahead of steps that will not run may be waiting for an index: closing the state
+    # ends those waits before the loop tears the pipeline down.
+    self.state.close()
+
+
 def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Runs REALM pre-training to options.loop.num_train_steps; returns a summary of the run."""
@@ -116,88 +216,19 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
       os.path.join(model_dir, realm_config_lib.CONFIG_NAME)))
   tf.io.gfile.makedirs(model_dir)
   config.save_or_check(model_dir)
-  tokenizer = config.tokenizer()
-  featurizer = config.featurizer(tokenizer)
-
-  # --seed also fixes the initialization and dropout (mlm_trainer says why).
-  tf_keras.utils.set_random_seed(options.seed)
-  with strategy.scope():
-    model = build_model(config)
-    optimizer = optimization.create_optimizer(
-        options.learning_rate, options.loop.num_train_steps,
-        bias_correction=options.adam_bias_correction)
-
-  def warm_start():
-    if options.init_retriever_checkpoint:
-      path = training_state.restore_retriever(model.retriever, options.init_retriever_checkpoint)
-      log(f"retriever warm-started from {path}")
-    if options.init_reader_checkpoint:
-      report = bert_mapping.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
-                                              masked_lm=model.encoder.masked_lm, strict=False)
-      log(f"knowledge-augmented encoder warm-started: {report.summary()}")
-    if options.bootstrap_index and not published_index.published_steps(model_dir):
-      log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
-      refresher.build_and_publish(
-          config, model.retriever, 0,
-          # The trainer's one XLA switch covers its bootstrap embedding too (XLA compiles the embedder
-          # once per length bucket: seconds a --nojit_compile run on a CPU does not want to pay).
-          refresher.RefresherOptions(model_dir=model_dir,
-                                     corpus_prefix=options.retrieval_corpus_path,
-                                     index_implementation=options.index_implementation,
-                                     embed_jit_compile=options.loop.jit_compile),
-          strategy, {"bootstrap": True}, log)
-
-  # After bin/update_index the indexes embed a corpus derived from --retrieval_corpus_path; a (re)started
-  # trainer reads that one, so the index rows and the documents it featurizes agree. An update published
-  # while this process runs is swapped in live, corpus and index together (realm_input.RetrievalState).
-  corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
-  watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
-  corpus = corpus_table.CorpusTable.load(corpus_prefix)
-  state = realm_input.RetrievalState(
-      watcher, corpus, config.num_candidates, options.check_index_every_batches,
-      options.max_index_staleness_steps, options.wait_for_index_seconds, log,
-      expected_dim=config.embedding_dim, swap_every_steps=swap)
-
-  def dataset_fn(batches_done: int) -> tf.data.Dataset:
-    return realm_input.realm_dataset(
-        pretraining.pretraining_dataset(options.pretraining_corpus_path), tokenizer, featurizer,
-        state, options.batch_size, seed=options.seed, skip_batches=batches_done)
-
-  started = time.time()
-  first_loss = []
-  first_step = []  # the first step this process trained (later than 1 after a resume)
-
-  def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
-    # Once per loop: the staleness bound includes the loop length (module docstring).
-    state.trainer_step = step
-    if not first_loss:
-      first_loss.append(metrics["loss"])
-      first_step.append(step)
-    index = state.index
-    published = index.record.get("published_unix_time", time.time()) if index else time.time()
-    return {
-        "index_step": float(index.step) if index else -1.0,
-        "index_staleness_steps": float(step - index.step) if index else -1.0,
-        "index_staleness_minutes": (time.time() - published) / 60.0,
-        # Examples this process trained on, not those of the run before a resume.
-        "examples_per_second": ((step - first_step[0] + 1) * options.batch_size /
-                                max(time.time() - started, 1e-9)),
-    }
-
-  # Batches prepared ahead of steps that will not run may be waiting for an index: state.close() ends
-  # those waits before the loop tears the pipeline down.
+  task = RealmTask(dataclasses.replace(options, config=config), strategy, log)
   try:
-    final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step,
-                       log, stop_input=state.close)
+    final = loop.train(task, options.loop, strategy, log=log)
   except tf.errors.OpError:
-    if state.error is None:
+    if task.state.error is None:
       raise
     # The input pipeline's own error (NoRefresherError, a missing index, a corpus the index does not
     # match) reaches TensorFlow's graph-execution wrapper first, whose last line is not it: the user
     # reads it as itself, on the last line.
-    raise state.error from None
-  summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
-             "indexes_used": sorted(set(state.indexes_used)), "seconds": time.time() - started}
+    raise task.state.error from None
+  summary = {"first_loss": task.first_loss, "final": final,
+             "indexes_used": sorted(set(task.state.indexes_used)),
+             "seconds": time.time() - task.started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   training_state.write_done_marker(model_dir)
   log(f"wrote {training_state.DONE_MARKER}; indexes trained on: {summary['indexes_used']}")
