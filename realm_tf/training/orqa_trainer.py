@@ -29,6 +29,7 @@ from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
+from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -40,6 +41,7 @@ from realm_tf.training import optimization
 from realm_tf.training import orqa_dev_evaluator
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_model
+from realm_tf.training import task as task_lib
 from realm_tf.training import warm_start as warm_start_lib
 
 SUMMARY_NAME = "train_summary.json"
@@ -72,6 +74,73 @@ def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConf
   """Writes the run's configs, or checks that a restarted run uses the ones it was started with."""
   config.save_or_check(model_dir)
   orqa.save_or_check(model_dir)
+
+
+@task_lib.register("orqa")
+class OrqaTask(task_lib.Task):
+  """ORQA's fine-tuning on question-answer pairs: retrieval from the frozen index, then the span reader;
+  the dev evaluator (when there are dev questions) keeps the best checkpoint.
+
+  Made by train() once the frozen index, the corpus and the examples are ready; train() reads
+  first_loss, started and evaluator afterwards.
+  """
+  # The dev metrics go to MODEL_DIR/dev (the controller writes the evaluator's output), not again among
+  # the training scalars.
+  eval_name = "dev"
+
+  def __init__(self, options: OrqaTrainerOptions, tokenizer, featurizer,
+               train_examples: List[qa_lib.QAExample],
+               dev_examples: List[qa_lib.QAExample], embeddings, blocks: corpus_table.CorpusTable,
+               retriever_fn: Callable[[], embedder_lib.Retriever], log: Callable[[str], None] = print):
+    # retriever_fn: the warm-start retriever, built once, only when needed (train() says why).
+    self.options = options
+    self.eval_every_steps = options.eval_every_steps
+    self.tokenizer, self.featurizer = tokenizer, featurizer
+    self.train_examples, self.dev_examples = train_examples, dev_examples
+    self.embeddings, self.blocks = embeddings, blocks
+    self.retriever_fn = retriever_fn
+    self.log = log
+    self.evaluator: Optional[orqa_dev_evaluator.OrqaDevEvaluator] = None
+    self.first_loss: Optional[float] = None
+    self.started = time.time()
+
+  def build_model(self):
+    # Not seeded again here: train() seeded before the retriever's initialization, which comes first.
+    options = self.options
+    return orqa_model.build_model(options.config, options.orqa, self.embeddings, self.blocks,
+                                  self.tokenizer)
+
+  def create_optimizer(self):
+    return optimization.create_optimizer(self.options.learning_rate, self.options.loop.num_train_steps,
+                                         bias_correction=self.options.adam_bias_correction)
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    options, examples = self.options, self.train_examples
+    return orqa_features.qa_dataset(
+        [e.question for e in examples], [e.answers for e in examples], self.tokenizer,
+        self.featurizer, options.orqa.reader_seq_len, options.batch_size, options.orqa.max_num_answers,
+        options.orqa.max_answer_len, seed=options.seed, skip_batches=batches_done)
+
+  def initialize(self, model) -> None:
+    orqa_lib.copy_retriever_weights(self.retriever_fn(), model.retriever)
+    if self.options.reader_checkpoint:
+      self.log(warm_start_lib.warm_start_reader(model.reader, self.options.reader_checkpoint))
+
+  def build_evaluator(self, model, optimizer, strategy):
+    if self.dev_examples:
+      predictor = orqa_evaluation.OrqaPredictor(model, self.tokenizer, self.featurizer, self.blocks,
+                                                strategy, self.options.eval_batch_size)
+      self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(
+          predictor, self.dev_examples, self.options.loop.model_dir, optimizer.iterations, self.log)
+    # The run's clock (the summary's seconds) starts once everything is built.
+    self.started = time.time()
+    return self.evaluator
+
+  def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    del step
+    if self.first_loss is None:
+      self.first_loss = metrics["loss"]
+    return {}
 
 
 def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
@@ -126,44 +195,13 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
       jit_compile=options.loop.jit_compile)
   blocks = corpus_table.CorpusTable.load(
       frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))
-  with strategy.scope():
-    model = orqa_model.build_model(config, options.orqa, embeddings, blocks, tokenizer)
-    optimizer = optimization.create_optimizer(options.learning_rate, options.loop.num_train_steps,
-                                              bias_correction=options.adam_bias_correction)
-
-  def warm_start():
-    orqa_lib.copy_retriever_weights(retriever_fn(), model.retriever)
-    if options.reader_checkpoint:
-      log(warm_start_lib.warm_start_reader(model.reader, options.reader_checkpoint))
-
-  def dataset_fn(batches_done: int) -> tf.data.Dataset:
-    return orqa_features.qa_dataset(
-        [e.question for e in train_examples], [e.answers for e in train_examples], tokenizer,
-        featurizer, options.orqa.reader_seq_len, options.batch_size, options.orqa.max_num_answers,
-        options.orqa.max_answer_len, seed=options.seed, skip_batches=batches_done)
-
-  evaluator = None
-  if dev_examples:
-    predictor = orqa_evaluation.OrqaPredictor(model, tokenizer, featurizer, blocks, strategy,
-                                              options.eval_batch_size)
-    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor, dev_examples, model_dir,
-                                                    optimizer.iterations, log)
-  started = time.time()
-  first_loss: List[float] = []
-
-  def after_step(step: int, metrics: Dict[str, float]) -> Dict[str, float]:
-    del step
-    if not first_loss:
-      first_loss.append(metrics["loss"])
-    return {}
-
-  # The dev metrics go to MODEL_DIR/dev (the controller writes the evaluator's output), not again among
-  # the training scalars.
-  final = loop.train(model, optimizer, strategy, dataset_fn, options.loop, warm_start, after_step, log,
-                     evaluator=evaluator, eval_every_steps=options.eval_every_steps, eval_name="dev")
-  summary = {"first_loss": first_loss[0] if first_loss else None, "final": final,
+  task = OrqaTask(options, tokenizer, featurizer, train_examples, dev_examples, embeddings, blocks,
+                  retriever_fn, log)
+  final = loop.train(task, options.loop, strategy, log=log)
+  evaluator = task.evaluator
+  summary = {"first_loss": task.first_loss, "final": final,
              "dev_history": evaluator.history if evaluator else [],
              "best": evaluator.best if evaluator else best_checkpoint.read_best(model_dir),
-             "seconds": time.time() - started}
+             "seconds": time.time() - task.started}
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   return summary
