@@ -11,6 +11,9 @@ and writes OUTPUT_DIR/<name>.metrics.json and OUTPUT_DIR/<name>.predictions.json
 corpus's titles and bodies), hybrid (reciprocal rank fusion of the two), gold (each question's own
 document, named by its QA record's "doc_id": the reader's ceiling). With several, each gets its row in
 one table; <name> is the QA file's base name, followed by .<retriever> for all but dense.
+--hybrid_bm25_weight=W fuses the hybrid by a weighted sum of z-normalised scores instead (W for BM25,
+1 - W for the dense tower; its row and files are named hybrid_wW); tune W on held-out questions, never on
+the questions you report.
 """
 
 from absl import app
@@ -30,6 +33,10 @@ _BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
 _RETRIEVER = flags.DEFINE_list("retriever", [hybrid.DENSE],
                                f"What the reader reads: {', '.join(hybrid.RETRIEVERS)} (comma-separated "
                                "for several; see the module docstring).")
+_HYBRID_WEIGHT = flags.DEFINE_float(
+    "hybrid_bm25_weight", None, "With it, --retriever=hybrid ranks by W x BM25's + (1 - W) x the dense "
+    "tower's z-normalised scores (W in [0, 1], tuned on held-out questions) instead of reciprocal rank "
+    "fusion.")
 _RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
 _SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
@@ -40,6 +47,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   try:  # before anything loads: a misspelt retriever fails in a second, not after the model is built
     hybrid.check_retrievers(_RETRIEVER.value)
+    hybrid.check_bm25_weight(_HYBRID_WEIGHT.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   strategy = _DEVICE.setup()
@@ -47,7 +55,7 @@ def main(argv):
   results = orqa_evaluation.evaluate_retrievers(
       _MODEL_DIR.value, _QA.value, _RETRIEVER.value, output_dir=_OUTPUT.value,
       checkpoint=_CHECKPOINT.value, batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value,
-      strategy=strategy, log=logging.info)
+      strategy=strategy, log=logging.info, hybrid_bm25_weight=_HYBRID_WEIGHT.value)
   for retriever, result in results.items():
     table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
     print(f"{result['qa_path']} with {result['checkpoint']}, retriever {retriever}:")

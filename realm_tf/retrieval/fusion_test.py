@@ -47,5 +47,43 @@ class ReciprocalRankFusionTest(absltest.TestCase):
       fusion.reciprocal_rank_fusion([np.zeros([2, 3])], depth=0)
 
 
+
+class WeightedScoreFusionTest(absltest.TestCase):
+
+  def test_scale_free_weighted_sum(self):
+    # BM25-like scores in the tens, cosines below 1: only their standardised values count.
+    sparse, sparse_scores = np.array([[7, 3, 5]]), np.array([[30.0, 20.0, 10.0]])
+    dense, dense_scores = np.array([[5, 8, 3]]), np.array([[0.9, 0.5, 0.1]])
+    # z: sparse 7 +1.22, 3 0, 5 -1.22; dense 5 +1.22, 8 0, 3 -1.22; absent -> that side's minimum.
+    fused = fusion.weighted_score_fusion([sparse, dense], [sparse_scores, dense_scores], [0.5, 0.5], 5)
+    # 7: 0.5*1.22 + 0.5*-1.22 = 0; 5: 0; 3: -0.61; 8: -0.61 (ties -> smaller id first).
+    np.testing.assert_array_equal(fused, [[5, 7, 3, 8, -1]])
+    # All weight on one side: its own order, the other side's documents after.
+    np.testing.assert_array_equal(
+        fusion.weighted_score_fusion([sparse, dense], [sparse_scores, dense_scores], [1.0, 0.0], 3),
+        [[7, 3, 5]])
+    np.testing.assert_array_equal(
+        fusion.weighted_score_fusion([sparse, dense], [sparse_scores * 100, dense_scores], [0.0, 1.0], 3),
+        [[5, 8, 3]])
+
+  def test_a_strong_document_of_one_side_beats_the_rank_fusion_choice(self):
+    # Dense is sure of 4 (far above its others); BM25 ranks 4 third, barely below 1. Rank fusion sees
+    # ranks only and prefers 1 (1st and 2nd against 3rd and 1st); the score sum sees the margins.
+    sparse, sparse_scores = np.array([[1, 2, 4, 3]]), np.array([[10.0, 9.95, 9.9, 1.0]])
+    dense, dense_scores = np.array([[4, 1, 2, 3]]), np.array([[0.95, 0.30, 0.29, 0.28]])
+    self.assertEqual(fusion.reciprocal_rank_fusion([sparse, dense], 1)[0, 0], 1)
+    self.assertEqual(fusion.weighted_score_fusion([sparse, dense], [sparse_scores, dense_scores],
+                                                  [0.5, 0.5], 1)[0, 0], 4)
+
+  def test_padding_and_errors(self):
+    fused = fusion.weighted_score_fusion([np.array([[2, -1]]), np.array([[-1, -1]])],
+                                         [np.array([[1.0, 0.0]]), np.zeros([1, 2])], [0.5, 0.5], 2)
+    np.testing.assert_array_equal(fused, [[2, -1]])
+    with self.assertRaisesRegex(ValueError, "as many rankings, scores and weights"):
+      fusion.weighted_score_fusion([np.zeros([1, 2])], [np.zeros([1, 2])], [0.5, 0.5], 1)
+    with self.assertRaisesRegex(ValueError, r"scores\[0\] \(1, 3\)"):
+      fusion.weighted_score_fusion([np.zeros([1, 2])], [np.zeros([1, 3])], [1.0], 1)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -10,12 +10,14 @@ each retriever returns; the reader then reads those rows (OrqaModel.predict_answ
   bm25    BM25 (realm_tf/retrieval/bm25.py) over each block's title and body: on SQuAD-open title +
           body measured better than the body alone at every k (docs/results.md)
   hybrid  reciprocal rank fusion (realm_tf/retrieval/fusion.py, k = 60) of BM25's and the dense tower's
-          top FUSION_DEPTH; nothing tuned, so no labelled questions are spent on it
+          top FUSION_DEPTH; nothing tuned, so no labelled questions are spent on it. With bm25_weight w:
+          instead a weighted sum (w for BM25, 1 - w for the dense tower) of their z-normalised scores
+          over the same top FUSION_DEPTH (fusion.weighted_score_fusion), w tuned on held-out questions
   gold    each question's own block (the QA record's "doc_id"): the reader with retrieval solved, the
           ceiling a retriever can lift the system to
 """
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -46,9 +48,27 @@ def build_bm25(titles: Sequence[str], bodies: Sequence[str]) -> bm25.Bm25Index:
   return bm25.Bm25Index(block_texts(titles, bodies))
 
 
-def fuse(sparse_rows: np.ndarray, dense_rows: np.ndarray, depth: int) -> np.ndarray:
-  """The hybrid ranking int64 [Q, depth]: reciprocal rank fusion of two rankings of the same rows."""
-  return fusion.reciprocal_rank_fusion([sparse_rows, dense_rows], depth)
+def fuse(sparse_rows: np.ndarray, dense_rows: np.ndarray, depth: int,
+         sparse_scores: Optional[np.ndarray] = None, dense_scores: Optional[np.ndarray] = None,
+         bm25_weight: Optional[float] = None) -> np.ndarray:
+  """The hybrid ranking int64 [Q, depth] of two rankings of the same rows: reciprocal rank fusion, or
+  with bm25_weight the weighted sum of their z-normalised scores (which then must be given)."""
+  if bm25_weight is None:
+    return fusion.reciprocal_rank_fusion([sparse_rows, dense_rows], depth)
+  check_bm25_weight(bm25_weight)
+  return fusion.weighted_score_fusion([sparse_rows, dense_rows], [sparse_scores, dense_scores],
+                                      [bm25_weight, 1.0 - bm25_weight], depth)
+
+
+def check_bm25_weight(weight: Optional[float], flag: str = "--hybrid_bm25_weight") -> None:
+  if weight is not None and not 0.0 <= weight <= 1.0:
+    raise ValueError(f"{flag}={weight}: the BM25 weight of the hybrid's score sum must be in [0, 1] (the "
+                     "dense tower gets 1 minus it); leave it unset for reciprocal rank fusion")
+
+
+def label(retriever: str, bm25_weight: Optional[float] = None) -> str:
+  """The name a retriever's row and files carry: the hybrid with a weight is hybrid_w<weight>."""
+  return f"{retriever}_w{bm25_weight:g}" if retriever == HYBRID and bm25_weight is not None else retriever
 
 
 def gold_rows(question_doc_ids: Sequence[Optional[str]], corpus_doc_ids: Sequence[str],
@@ -73,19 +93,21 @@ def gold_rows(question_doc_ids: Sequence[Optional[str]], corpus_doc_ids: Sequenc
 
 
 def candidate_rows(retriever: str, questions: Sequence[str], depth: int,
-                   dense_fn: Callable[[int], np.ndarray], sparse: Optional[bm25.Bm25Index] = None,
+                   dense_fn: Callable[[int], Tuple[np.ndarray, np.ndarray]],
+                   sparse: Optional[bm25.Bm25Index] = None,
                    question_doc_ids: Optional[Sequence[Optional[str]]] = None,
-                   corpus_doc_ids: Optional[Sequence[str]] = None, source: str = "the QA file"
-                   ) -> Dict[str, np.ndarray]:
+                   corpus_doc_ids: Optional[Sequence[str]] = None, source: str = "the QA file",
+                   bm25_weight: Optional[float] = None) -> Dict[str, np.ndarray]:
   """The rows retriever returns for questions, best first: {"rows": int64 [Q, depth'], ...}.
 
-  dense_fn(d) gives the dense tower's top d rows [Q, d] (the hybrid asks for FUSION_DEPTH); sparse is
-  the BM25 index of the corpus (bm25 and hybrid). depth' = min(depth, corpus size); gold gives 1 row.
-  For the hybrid, "bm25_rows" and "dense_rows" hold the two rankings fused.
+  dense_fn(d) gives the dense tower's top d rows [Q, d] and their scores (the hybrid asks for
+  FUSION_DEPTH); sparse is the BM25 index of the corpus (bm25 and hybrid); bm25_weight: see fuse.
+  depth' = min(depth, corpus size); gold gives 1 row. For the hybrid, "bm25_rows" and "dense_rows" hold
+  the two rankings fused.
   """
   check_retrievers([retriever])
   if retriever == DENSE:
-    return {"rows": np.asarray(dense_fn(depth), np.int64)}
+    return {"rows": np.asarray(dense_fn(depth)[0], np.int64)}
   if retriever == GOLD:
     if question_doc_ids is None or corpus_doc_ids is None:
       raise ValueError("the gold retriever needs the questions' and the corpus's doc_ids")
@@ -95,7 +117,9 @@ def candidate_rows(retriever: str, questions: Sequence[str], depth: int,
   if retriever == BM25:
     return {"rows": sparse.search(list(questions), depth)[0]}
   fusion_depth = max(depth, FUSION_DEPTH)
-  sparse_rows = sparse.search(list(questions), fusion_depth)[0]
-  dense_rows = np.asarray(dense_fn(min(fusion_depth, sparse.num_docs)), np.int64)
-  return {"rows": fuse(sparse_rows, dense_rows, min(depth, sparse.num_docs)), "bm25_rows": sparse_rows,
-          "dense_rows": dense_rows}
+  sparse_rows, sparse_scores = sparse.search(list(questions), fusion_depth)
+  dense_rows, dense_scores = dense_fn(min(fusion_depth, sparse.num_docs))
+  dense_rows = np.asarray(dense_rows, np.int64)
+  return {"rows": fuse(sparse_rows, dense_rows, min(depth, sparse.num_docs), sparse_scores, dense_scores,
+                       bm25_weight),
+          "bm25_rows": sparse_rows, "dense_rows": dense_rows}

@@ -50,7 +50,7 @@ class HybridTest(absltest.TestCase):
 
     def dense_fn(depth):
       asked.append(depth)
-      return dense[:, :depth]
+      return dense[:, :depth], np.linspace(1.0, 0.0, depth)[np.newaxis]
 
     self.assertNotIn(row, dense[0, :5])
     result = hybrid.candidate_rows(hybrid.HYBRID, [question], 5, dense_fn, self.sparse)
@@ -63,9 +63,29 @@ class HybridTest(absltest.TestCase):
     # The fused rows are distinct corpus rows.
     self.assertLen(set(result["rows"][0].tolist()), 5)
 
+  def test_weighted_hybrid_follows_the_margins(self):
+    row = next(i for i, t in enumerate(self.titles) if self.ids[i].startswith("person"))
+    question = f"Where was {self.titles[row]} born?"
+    sparse_rows = self.sparse.search([question], len(self.bodies))[0][0]
+    # A dense tower sure of another document (far above the rest) and indifferent to all others.
+    other = int(sparse_rows[-1])
+    dense = np.array([[other] + [int(r) for r in sparse_rows if r != other]])
+    scores = np.concatenate([[0.9], np.full(len(self.bodies) - 1, 0.1)])[np.newaxis]
+    fn = lambda d: (dense[:, :d], scores[:, :d])
+    rrf = hybrid.candidate_rows(hybrid.HYBRID, [question], 1, fn, self.sparse)["rows"]
+    bm25_only = hybrid.candidate_rows(hybrid.HYBRID, [question], 1, fn, self.sparse, bm25_weight=1.0)["rows"]
+    dense_only = hybrid.candidate_rows(hybrid.HYBRID, [question], 1, fn, self.sparse, bm25_weight=0.0)["rows"]
+    self.assertEqual(bm25_only[0, 0], row)
+    self.assertEqual(dense_only[0, 0], other)
+    self.assertEqual(rrf[0, 0], row)  # BM25's first is also the dense tower's second
+    self.assertEqual(hybrid.label(hybrid.HYBRID, 0.5), "hybrid_w0.5")
+    self.assertEqual(hybrid.label(hybrid.HYBRID), "hybrid")
+    with self.assertRaisesRegex(ValueError, r"--hybrid_bm25_weight=1.5: the BM25 weight .* in \[0, 1\]"):
+      hybrid.check_bm25_weight(1.5)
+
   def test_dense_is_the_towers_ranking(self):
     dense = np.arange(40).reshape(4, 10)[:, ::-1]
-    rows = hybrid.candidate_rows(hybrid.DENSE, ["q"] * 4, 3, lambda d: dense[:, :d])["rows"]
+    rows = hybrid.candidate_rows(hybrid.DENSE, ["q"] * 4, 3, lambda d: (dense[:, :d], None))["rows"]
     np.testing.assert_array_equal(rows, dense[:, :3])
 
   def test_gold_reads_each_questions_own_document(self):

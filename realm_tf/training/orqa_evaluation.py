@@ -84,7 +84,8 @@ class OrqaPredictor:
     @tf.function(autograph=False)
     def search(batch, depth):
       per_replica = self.strategy.run(
-          lambda f: {"block_rows": model.retrieve(f, depth, training=False)[0]}, args=(batch,))
+          lambda f: dict(zip(("block_rows", "retriever_logits"), model.retrieve(f, depth, training=False))),
+          args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
     self._step = step
@@ -108,9 +109,11 @@ class OrqaPredictor:
     outputs["answer"] = np.array([t.decode("utf-8") for t in texts], object)
     return outputs
 
-  def retrieve(self, features: Dict[str, np.ndarray], depth: int) -> np.ndarray:
-    """The dense tower's top depth corpus rows int32 [n, depth], best first (no reading)."""
-    return self._run(lambda batch: self._search(batch, depth), features)["block_rows"]
+  def retrieve(self, features: Dict[str, np.ndarray], depth: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The dense tower's top depth corpus rows int32 [n, depth], best first, and their scores (no
+    reading)."""
+    outputs = self._run(lambda batch: self._search(batch, depth), features)
+    return outputs["block_rows"], outputs["retriever_logits"]
 
   def _run(self, step, features: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """step over features in batches under the strategy; its outputs concatenated in input order."""
@@ -204,12 +207,16 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
                         output_dir: Optional[str] = None, checkpoint: Optional[str] = None,
                         batch_size: int = 32, ks: Sequence[int] = DEFAULT_RECALL_KS,
                         skip_invalid: bool = False, strategy: Optional[tf.distribute.Strategy] = None,
-                        log: Callable[[str], None] = print) -> Dict[str, Dict]:
+                        log: Callable[[str], None] = print,
+                        hybrid_bm25_weight: Optional[float] = None) -> Dict[str, Dict]:
   """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
-  returns (realm_tf.retrieval.hybrid.RETRIEVERS); for each writes OUTPUT_DIR/<name>.metrics.json and
+  returns (realm_tf.retrieval.hybrid.RETRIEVERS; the hybrid fuses by reciprocal rank fusion, or by
+  hybrid_bm25_weight's weighted score sum); for each writes OUTPUT_DIR/<name>.metrics.json and
   OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults to MODEL_DIR/eval, <name> is
-  output_name's). Returns {retriever: its metrics (with paths, checkpoint and retriever)}, in order."""
+  output_name's of the retriever's hybrid.label). Returns {label: its metrics (with paths, checkpoint and
+  retriever)}, in order."""
   hybrid.check_retrievers(retrievers)
+  hybrid.check_bm25_weight(hybrid_bm25_weight)
   trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
   log(f"evaluating {trained.checkpoint} on {qa_path} with retrievers {', '.join(retrievers)}")
   examples = load_examples(qa_path, skip_invalid, log)
@@ -234,19 +241,22 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
           retriever, [e.question for e in examples], depth,
           lambda d: predictor.retrieve(features, d), sparse,
           question_doc_ids=[e.metadata.get("doc_id") for e in examples], corpus_doc_ids=blocks.doc_ids,
-          source=qa_path)["rows"]
+          source=qa_path, bm25_weight=hybrid_bm25_weight)["rows"]
     metrics, records = evaluate(predictor, examples, ks, features=features, block_rows=block_rows)
     metrics["seconds"] = time.time() - started
-    name = output_name(qa_path, retriever)
+    retriever_label = hybrid.label(retriever, hybrid_bm25_weight)
+    name = output_name(qa_path, retriever_label)
     predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
     metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
     evaluation.write_predictions_jsonl(predictions_path, records)
-    result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path, retriever=retriever,
+    result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path, retriever=retriever_label,
                   predictions_path=predictions_path)
+    if retriever == hybrid.HYBRID:
+      result["hybrid_bm25_weight"] = hybrid_bm25_weight  # None: reciprocal rank fusion
     io_utils.write_json_atomic(metrics_path, result)
     result["metrics_path"] = metrics_path
-    log(f"{retriever}: exact match {metrics['exact_match']:.2f} in {metrics['seconds']:.0f} s")
-    results[retriever] = result
+    log(f"{retriever_label}: exact match {metrics['exact_match']:.2f} in {metrics['seconds']:.0f} s")
+    results[retriever_label] = result
   return results
 
 
