@@ -79,6 +79,7 @@ from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
+from realm_tf.training import task as task_lib
 from realm_tf.training import warm_start
 
 INITIAL_RETRIEVER_DIR = "initial_retriever"
@@ -193,33 +194,55 @@ def _batches(features: Union[Features, Callable[[int], Features]], batch_size: i
           .batch(batch_size, drop_remainder=True))
 
 
+@task_lib.register("fid_kd_phase")
+class FidKdPhase(task_lib.Task):
+  """One training phase of a FiD-KD round (the reader's, on one or many passages, or the retriever's
+  distillation) as a Task: a model the round has built and warm-started already, trained on the
+  round's arrays with BERT's AdamW (10% warmup, linear decay). after_step keeps every loop's metrics in
+  self.history, from which train_model summarizes the phase."""
+
+  def __init__(self, model, features: Union[Features, Callable[[int], Features]], steps: int,
+               batch_size: int, learning_rate: float, seed: int):
+    self.model = model
+    self.features = features
+    self.steps, self.batch_size, self.learning_rate, self.seed = steps, batch_size, learning_rate, seed
+    self.history: List[Dict[str, float]] = []
+
+  def build_model(self):
+    return self.model
+
+  def create_optimizer(self):
+    return optimization.create_optimizer(self.learning_rate, self.steps,
+                                         num_warmup_steps=max(self.steps // 10, 0),
+                                         weight_decay_rate=0.0)
+
+  def build_inputs(self, batches_done: int) -> tf.data.Dataset:
+    return _batches(self.features, self.batch_size, self.seed).skip(batches_done)
+
+  def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
+    self.history.append(dict(metrics))
+    return {}
+
+
 def train_model(model, features: Union[Features, Callable[[int], Features]], steps: int,
                 batch_size: int, learning_rate: float, seed: int, model_dir: str,
                 jit_compile: bool = False, log: Callable[[str], None] = print,
                 name: str = "model") -> Dict[str, float]:
-  """Trains a compute_loss model for `steps` steps (BERT AdamW, 10% warmup, linear decay) through the
-  shared loop (realm_tf.training.loop): checkpoints in model_dir (a restarted run resumes the phase
-  there), a stop on a non-finite loss, SIGTERM handling.
+  """Trains a compute_loss model for `steps` steps (a FidKdPhase) through the shared loop
+  (realm_tf.training.loop): checkpoints in model_dir (a restarted run resumes the phase there), a stop on
+  a non-finite loss, SIGTERM handling.
 
   features: arrays of the examples, or a function epoch -> arrays (see _batches).
   Returns {"steps", "seconds", "first_loss", "last_<metric>"} (the last ones averaged over the final 10%
   of the steps this process trained; first_loss None when the phase had finished before).
   """
-  optimizer = optimization.create_optimizer(learning_rate, steps, num_warmup_steps=max(steps // 10, 0),
-                                            weight_decay_rate=0.0)
-  history: List[Dict[str, float]] = []
-
-  def after_step(step, metrics):
-    history.append(dict(metrics))
-    return {}
-
+  phase = FidKdPhase(model, features, steps, batch_size, learning_rate, seed)
   started = time.time()
   options = loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=steps,
                              keep_checkpoint_max=1, log_every_steps=max(steps // 5, 1),
                              jit_compile=jit_compile, global_batch_size=batch_size)
-  loop.train(model, optimizer, tf.distribute.get_strategy(),
-             lambda batches_done: _batches(features, batch_size, seed).skip(batches_done), options,
-             after_step=after_step, log=lambda line: log(f"  {name} {line}"))
+  loop.train(phase, options, tf.distribute.get_strategy(), log=lambda line: log(f"  {name} {line}"))
+  history = phase.history
   result = {"steps": steps, "seconds": time.time() - started,
             "first_loss": history[0]["loss"] if history else None}
   tail = history[-max(steps // 10, 1):]
