@@ -226,9 +226,10 @@ def _valid_client(port: int, questions: List[str], expected: List[Dict], rng: ra
 # Hostile clients: each action is one bounded exchange; it returns (outcome, problem or None).
 
 
-def _reset_close(sock: socket.socket):
-  """Close with an RST rather than a FIN (SO_LINGER 0): the client vanishing abruptly."""
-  sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+def _drop(sock: socket.socket, rng: random.Random):
+  """Closes sock, half the time with an RST rather than a FIN (SO_LINGER 0): a client vanishing."""
+  if rng.random() < 0.5:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
   sock.close()
 
 
@@ -379,7 +380,8 @@ class _Hostile:
   def _slow(self, outcome: str, held: float, what: str) -> Tuple[str, Optional[str]]:
     self.held_s.append(held)
     if held > self.slow_bound_s:
-      return outcome, f"{what} drip-fed byte by byte held the connection {held:.1f} s (bound {self.slow_bound_s:g} s)"
+      return outcome, (f"{what} drip-fed byte by byte held the connection {held:.1f} s "
+                       f"(bound {self.slow_bound_s:g} s)")
     return outcome, None if outcome in ("408", "closed", "reset") else f"got {outcome}"
 
   def slow_body(self, rng):
@@ -398,13 +400,13 @@ class _Hostile:
   def dropped_before_answer(self, rng):
     """A request (whole, or cut in its body) and the connection closed or reset before the answer."""
     sock = self._connect()
-    request = _post(self._valid_body(rng)) if rng.random() < 0.7 else b"GET /?q=Who+is+it%3F HTTP/1.1\r\n\r\n"
+    if rng.random() < 0.7:
+      request = _post(self._valid_body(rng))
+    else:
+      request = b"GET /?q=Who+is+it%3F HTTP/1.1\r\n\r\n"
     sock.sendall(request[:-10] if rng.random() < 0.3 else request)
     time.sleep(rng.random() * 0.05)
-    if rng.random() < 0.5:
-      _reset_close(sock)
-    else:
-      sock.close()
+    _drop(sock, rng)
     return "dropped", None
 
   def connect_and_drop(self, rng):
@@ -416,10 +418,7 @@ class _Hostile:
           sockets[-1].sendall(b"POST /v1/mo"[:rng.randint(1, 11)])
     finally:
       for sock in sockets:
-        if rng.random() < 0.5:
-          _reset_close(sock)
-        else:
-          sock.close()
+        _drop(sock, rng)
     return "dropped", None
 
   def wrong_method(self, rng):
@@ -443,19 +442,22 @@ class _Hostile:
     body = self._valid_body(rng)
     case = rng.randrange(7)
     if case == 0:
-      head = f"POST {PREDICT} HTTP/1.1\r\nContent-Length: {rng.choice(('-1', 'abc', '1e3', '', '0x10'))}\r\n\r\n"
+      length = rng.choice(("-1", "abc", "1e3", "", "0x10"))
+      head = f"POST {PREDICT} HTTP/1.1\r\nContent-Length: {length}\r\n\r\n"
       request, allowed = head.encode() + body, ("400",)
     elif case == 1:
       request, allowed = f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\n\r\n".encode() + body, ("411", "closed")
     elif case == 2:
-      request = f"POST {PREDICT} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".encode()
+      request = (f"POST {PREDICT} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "5\r\nhello\r\n0\r\n\r\n").encode()
       allowed = ("411",)
     elif case == 3:
       request, allowed = _post(body, extra=b"X-Long: " + b"a" * 70000 + b"\r\n"), ("431",)
     elif case == 4:
       request, allowed = _post(body, extra=b"".join(b"X-%d: 1\r\n" % i for i in range(120))), ("431",)
     elif case == 5:
-      request, allowed = _post(body, extra=b"X-Bytes: \xff\xfe\x00\xc3\r\nContent-Type: \xe2\x82\r\n"), ("200",)
+      extra = b"X-Bytes: \xff\xfe\x00\xc3\r\nContent-Type: \xe2\x82\r\n"  # not Latin-1 text
+      request, allowed = _post(body, extra=extra), ("200",)
     else:  # a body longer than announced: the rest is read as the next request line
       request, allowed = _post(body)[:-len(body)].replace(
           f"Content-Length: {len(body)}".encode(), b"Content-Length: 5") + body, ("400",)
@@ -464,7 +466,8 @@ class _Hostile:
   def bad_request_line(self, rng):
     line = rng.choice((b"GARBAGE\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET /\r\n\r\n", b"\r\n\r\n",
                        b"GET / HTTP/1.1 extra\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
-                       b"GET " + b"/a" * 40000 + b" HTTP/1.1\r\n\r\n", bytes(rng.randrange(256) for _ in range(64))))
+                       b"GET " + b"/a" * 40000 + b" HTTP/1.1\r\n\r\n",
+                       bytes(rng.randrange(256) for _ in range(64))))
     outcome = self._exchange(line, shutdown_write=True)
     # http.server answers 400/414/505 or, for an empty line or no request at all, just closes.
     return _answered(outcome, ("400", "414", "505", "closed", "http/0.9"))
@@ -527,6 +530,7 @@ def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients:
              questions: Optional[List[str]] = None, log: Callable[[str], None] = print) -> Dict[str, Any]:
   """The soak against a fresh bin/serve of saved_model; its results (JSON-ready), invariants included."""
   questions = questions or test_questions()
+  machine = throughput_lib.machine()  # with the load average before the soak adds its own
   served = process.ServeProcess(saved_model, f"--request_timeout_s={request_timeout_s:g}",
                                 f"--max_body_bytes={max_body_bytes}", "--noaccess_log")
   try:
@@ -572,7 +576,7 @@ def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients:
   traceback_at = stderr.find("Traceback (most recent call last)")
   return {
       "command": " ".join([os.path.relpath(sys.argv[0], testing_utils.repo_root())] + sys.argv[1:]),
-      "machine": throughput_lib.machine(), "load_average_at_end": throughput_lib.load_average(),
+      "machine": machine, "load_average_at_end": throughput_lib.load_average(),
       "note": "client and server share this machine's cores with other jobs: latencies are the "
               "loaded machine's (load averages above)",
       "config": {"saved_model": saved_model, "seconds": seconds, "quiet_seconds": quiet_seconds,
@@ -597,7 +601,8 @@ def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients:
                            "latency_ms": _latency_ms(attack.latencies),
                            "by_kind": {k: dict(c) for k, c in sorted(attack.counts.items())
                                        if k.startswith("valid_")}}},
-      "hostile": {"actions": sum(sum(c.values()) for c in hostile_counts.values()), "by_kind": hostile_counts},
+      "hostile": {"actions": sum(sum(c.values()) for c in hostile_counts.values()),
+                  "by_kind": hostile_counts},
       "problems": (quiet.problems + attack.problems)[:50],
   }
 
@@ -607,8 +612,8 @@ def table(results: Dict[str, Any]) -> str:
   lines = ["| invariant | value | held |", "|---|---|---|"]
   for name, invariant in results["invariants"].items():
     value = invariant["value"]
-    lines.append(f"| {name} | {value:.1f} | {'yes' if invariant['held'] else 'NO'} |"
-                 if isinstance(value, float) else f"| {name} | {value} | {'yes' if invariant['held'] else 'NO'} |")
+    shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+    lines.append(f"| {name} | {shown} | {'yes' if invariant['held'] else 'NO'} |")
   lines += ["", "| valid requests | answered | wrong | failed | p50 ms | p99 ms | max ms |",
             "|---|---|---|---|---|---|---|"]
   for phase in ("quiet", "attack"):
