@@ -8,6 +8,10 @@ retriever bin/eval_orqa offers (dense, bm25, hybrid) and with the gold paragraph
   nohup nice -n 19 .venv/bin/python bench/squad_open_e2e_bench.py --squad_dir=data/squad \
       > .bench_cache/squad_e2e/log.txt 2>&1 &      # hours; rerun the same command to resume
 
+With --hybrid_bm25_weight=W the hybrid is bin/eval_orqa's weighted score sum (row and files hybrid_wW);
+after a full run, `--retrievers=hybrid --hybrid_bm25_weight=0.5 --output=bench/results/
+squad_open_e2e_hybrid_w0.5.json` adds that row without touching the others.
+
 Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
 resumes from its latest checkpoint; an evaluation reruns whole):
   1. corpus    bin/generate_retrieval_corpus over --squad_dir's squad-v1.1-paragraphs.tsv (doc ids
@@ -47,6 +51,10 @@ _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", 
 _RETRIEVERS = flags.DEFINE_list("retrievers", list(hybrid.RETRIEVERS),
                                 "bin/eval_orqa --retriever values to evaluate with (gold: the question's "
                                 "own paragraph given).")
+_HYBRID_WEIGHT = flags.DEFINE_float(
+    "hybrid_bm25_weight", None, "Passed to bin/eval_orqa: the hybrid as a weighted score sum (its row "
+    "hybrid_wW) instead of rank fusion; 0.5 was chosen on held-out train questions "
+    "(bench/squad_open_hybrid_tuning_bench.py).")
 _HELDOUT_EVERY = flags.DEFINE_integer("heldout_every", 20, "Every N-th SQuAD train article is held out of "
                                       "training (checkpoint selection reads its questions).")
 # 700 x 8 questions: about 2-2.5 hours beside other jobs at nice 19 on 2 cores (10-13 s a step under load
@@ -196,19 +204,20 @@ def main(argv):
   out = os.path.join(work_dir, "eval")
   for retriever in _RETRIEVERS.value:
     # One invocation per retriever: each is resumable by itself (bin/eval_orqa takes several at once).
+    weight = _HYBRID_WEIGHT.value if retriever == hybrid.HYBRID else None
+    label = hybrid.label(retriever, weight)
     eval_flags = dict(model_dir=model_dir, qa_path=questions["dev"], output_dir=out, retriever=retriever,
-                      batch_size=16)
-    stages[f"eval_{retriever}"] = {"command": _command_line("eval_orqa", eval_flags)}
-    metrics_path = os.path.join(out, orqa_evaluation.output_name(questions["dev"], retriever)
-                                + ".metrics.json")
+                      hybrid_bm25_weight=weight, batch_size=16)
+    stages[f"eval_{label}"] = {"command": _command_line("eval_orqa", eval_flags)}
+    metrics_path = os.path.join(out, orqa_evaluation.output_name(questions["dev"], label) + ".metrics.json")
     if not os.path.exists(metrics_path):
-      _log(f"bin/eval_orqa --retriever={retriever} on {questions['dev']}")
+      _log(f"bin/eval_orqa --retriever={retriever} ({label}) on {questions['dev']}")
       start = time.time()
-      demo_pipeline.run_binary("eval_orqa", os.path.join(logs, f"eval_{retriever}.log"), _show, _log,
+      demo_pipeline.run_binary("eval_orqa", os.path.join(logs, f"eval_{label}.log"), _show, _log,
                                **eval_flags)
-      stages[f"eval_{retriever}"]["seconds"] = time.time() - start
+      stages[f"eval_{label}"]["seconds"] = time.time() - start
     with open(metrics_path, encoding="utf-8") as f:
-      results[retriever] = json.load(f)
+      results[label] = json.load(f)
 
   keys = ["exact_match", "f1"] + sorted((k for k in next(iter(results.values())) if k.startswith("recall@")),
                                         key=lambda k: int(k.split("@")[1]))
