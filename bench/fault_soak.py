@@ -42,8 +42,10 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -492,6 +494,9 @@ def main(argv=None) -> Dict:
   parser.add_argument("--max_restarts", type=int, default=40)
   parser.add_argument("--hang_seconds", type=float, default=120.0)
   parser.add_argument("--exit_seconds", type=float, default=120.0)
+  parser.add_argument("--clean_in_parallel", action="store_true",
+                      help="run the fault-free run(s) at the same time as the faulted one (their processes "
+                           "compete for the CPU: timings differ, the final weights must not)")
   parser.add_argument("--repeat_clean", type=int, default=0, choices=(0, 1),
                       help="1: a second fault-free run, whose difference from the first is the noise floor")
   parser.add_argument("--fault_kinds", type=lambda v: v.split(","), default=list(FAULT_KINDS),
@@ -524,8 +529,8 @@ def main(argv=None) -> Dict:
     io_utils.write_json_atomic(corpora, paths)
   trainer_flags, refresher_flags = process_flags(options, paths)
   runs = {}
-  order = [("clean", False)] + [("clean_repeat", False)] * args.repeat_clean + [("faulted", True)]
-  for name, faults in order:
+
+  def one_run(name: str, faults: bool) -> None:
     model_dir = os.path.join(args.work_dir, name)
     flags_path = os.path.join(args.work_dir, name + "_logs", "flags.json")
     flags_now = dict(trainer=trainer_flags, refresher=refresher_flags)
@@ -535,8 +540,7 @@ def main(argv=None) -> Dict:
           with open(os.path.join(args.work_dir, name + "_logs", "record.json")) as f:
             runs[name] = json.load(f)
           print(f"{name} run: reusing {model_dir}", flush=True)
-          continue
-    import shutil  # pylint: disable=g-import-not-at-top
+          return
     for stale in (model_dir, os.path.join(args.work_dir, name + "_logs")):  # an earlier soak's
       if os.path.exists(stale):
         shutil.rmtree(stale)
@@ -546,6 +550,30 @@ def main(argv=None) -> Dict:
     if not faults and runs[name]["hang"] is None:
       io_utils.write_json_atomic(os.path.join(args.work_dir, name + "_logs", "record.json"), runs[name])
       io_utils.write_json_atomic(flags_path, flags_now)
+
+  clean_runs = [("clean", False)] + [("clean_repeat", False)] * args.repeat_clean
+  if args.clean_in_parallel:
+    # The fault-free runs beside the faulted one: each run's processes mostly wait (for the other
+    # process, between faults, in pauses), so together they take little more than the faulted run alone.
+    errors = []
+
+    def clean_run(name: str, faults: bool) -> None:
+      try:
+        one_run(name, faults)
+      except BaseException as e:  # pylint: disable=broad-except  (re-raised below, in the main thread)
+        errors.append(e)
+
+    threads = [threading.Thread(target=clean_run, args=run_args) for run_args in clean_runs]
+    for thread in threads:
+      thread.start()
+    one_run("faulted", True)
+    for thread in threads:
+      thread.join()
+    if errors:
+      raise errors[0]
+  else:
+    for name, faults in clean_runs + [("faulted", True)]:
+      one_run(name, faults)
   clean, faulted = runs["clean"], runs["faulted"]
   model_dir = faulted["model_dir"]
   result: Dict = {"args": vars(args), "trainer_flags": trainer_flags, "refresher_flags": refresher_flags}
