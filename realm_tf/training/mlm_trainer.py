@@ -166,7 +166,8 @@ def export_reader(model: masked_lm_lib.MaskedLmPretrainer, options: MlmTrainerOp
 @task_lib.register("mlm")
 class MlmTask(task_lib.Task):
   """Masked-LM training of BERT on the training documents; the model and optimizer it builds stay in
-  self.model and self.optimizer, from which train() evaluates and exports."""
+  self.model and self.optimizer, from which train() evaluates and exports (self.started: when the model
+  was built)."""
 
   def __init__(self, options: MlmTrainerOptions, tokenizer: tokenization.Tokenizer, documents,
                log: Callable[[str], None] = print):
@@ -176,12 +177,15 @@ class MlmTask(task_lib.Task):
     self.log = log
     self.model: Optional[masked_lm_lib.MaskedLmPretrainer] = None
     self.optimizer = None
+    self.started = time.time()
 
   def build_model(self) -> masked_lm_lib.MaskedLmPretrainer:
     # --seed covers the weights' initialization and dropout too, not only the data order: two runs of one
     # seed then start from the same BERT.
     tf_keras.utils.set_random_seed(self.options.seed)
     self.model = build_model(self.options.bert_config)
+    # The run's clock (eval.json's seconds) starts once the model is built.
+    self.started = time.time()
     return self.model
 
   def create_optimizer(self):
@@ -222,7 +226,6 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
     raise ValueError("--num_train_steps=0 evaluates and exports --init_checkpoint without training; "
                      "give --init_checkpoint, or a positive --num_train_steps")
   task = MlmTask(options, tokenizer, train_docs, log)
-  started = time.time()
   if evaluate_only:
     with strategy.scope():
       model = task.build_model()
@@ -241,6 +244,6 @@ def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
   else:
     metrics = {}
     log("no held-out documents (--eval_percent=0): no masked-token accuracy")
-  path = export_reader(model, options, step, dict(metrics, seconds=time.time() - started))
+  path = export_reader(model, options, step, dict(metrics, seconds=time.time() - task.started))
   log(f"reader warm start written to {path} (pass it as --init_reader_checkpoint)")
   return metrics
