@@ -105,21 +105,13 @@ class TrainRealmInputErrorTest(tf.test.TestCase):
     # Fixed swaps every 2 steps and no refresher: step 3 needs the index of step 2, which never comes.
     # The pipeline's TimeoutError must end the run as itself, not inside TensorFlow's graph-execution
     # error (whose last line is not the cause).
-    # pylint: disable=g-import-not-at-top,import-outside-toplevel  (as in VocabChecksTest)
-    from realm_tf import tokenization
-    from realm_tf.data import corpus
-    from realm_tf.data import pretraining as pretraining_lib
-    # pylint: enable=g-import-not-at-top,import-outside-toplevel
     tmp = self.create_tempdir().full_path
-    corpus.write_corpus(lambda: list(corpus.read_documents(f"{_TESTDATA}/corpus.jsonl"))[:20],
-                        tokenization.Tokenizer(f"{_TESTDATA}/vocab.txt"), f"{tmp}/blocks", 1)
-    pretraining_lib.write_pretraining_corpus(
-        lambda: list(pretraining_lib.read_raw_documents(f"{_TESTDATA}/pretraining.jsonl"))[:20],
-        f"{tmp}/sentences", 1)
+    corpora = testing_utils.write_small_realm_corpora(tmp, 20)
     bert_config = testing_utils.write_small_bert_config(tmp)
     result = in_process.run_main(
         "train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
-        f"--pretraining_corpus_path={tmp}/sentences", f"--retrieval_corpus_path={tmp}/blocks",
+        f"--pretraining_corpus_path={corpora['pretraining']}",
+        f"--retrieval_corpus_path={corpora['retrieval']}",
         f"--bert_config={bert_config}", "--jit_compile=false", "--batch_size=2", "--num_candidates=4",
         "--query_seq_len=16", "--candidate_seq_len=32", "--max_masks=4", "--projection_size=16",
         "--num_train_steps=6", "--save_checkpoints_steps=2", "--index_swap_steps=2",

@@ -8,9 +8,6 @@ import yaml
 
 from realm_tf.testing import in_process
 from realm_tf import testing_utils
-from realm_tf import tokenization
-from realm_tf.data import corpus
-from realm_tf.data import pretraining
 
 _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 
@@ -19,16 +16,13 @@ class TrainRealmConfigFileTest(tf.test.TestCase):
 
   def test_runs_from_a_config_file_and_resumes_from_the_file_it_wrote(self):
     tmp = self.create_tempdir().full_path
-    corpus.write_corpus(lambda: list(corpus.read_documents(f"{_TESTDATA}/corpus.jsonl"))[:10],
-                        tokenization.Tokenizer(f"{_TESTDATA}/vocab.txt"), f"{tmp}/blocks", 1)
-    pretraining.write_pretraining_corpus(
-        lambda: list(pretraining.read_raw_documents(f"{_TESTDATA}/pretraining.jsonl"))[:10],
-        f"{tmp}/sentences", 1)
+    corpora = testing_utils.write_small_realm_corpora(tmp, 10)
     model_dir = f"{tmp}/realm"
     with open(f"{tmp}/small.yaml", "w") as f:
       yaml.safe_dump({
           "model_dir": model_dir,
-          "data": {"pretraining_corpus_path": f"{tmp}/sentences", "retrieval_corpus_path": f"{tmp}/blocks"},
+          "data": {"pretraining_corpus_path": corpora["pretraining"],
+                   "retrieval_corpus_path": corpora["retrieval"]},
           "model": {"vocab_path": f"{_TESTDATA}/vocab.txt",
                     "bert_config": testing_utils.write_small_bert_config(tmp)},
           "retriever": {"projection_size": 16, "query_seq_len": 16, "candidate_seq_len": 32},

@@ -108,6 +108,25 @@ def testdata_qa_slice(directory: str, num_train: int, num_dev: int, num_docs: in
   return paths
 
 
+def write_small_realm_corpora(directory: str, num_documents: int) -> Dict[str, str]:
+  """The first num_documents of testdata's retrieval and pre-training documents as REALM's two corpora
+  (one shard each) under directory, for a bin/train_realm run of a few steps; returns
+  {"retrieval": blocks prefix, "pretraining": sentences prefix}."""
+  from realm_tf import tokenization  # pylint: disable=g-import-not-at-top (TensorFlow-heavy)
+  from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import pretraining  # pylint: disable=g-import-not-at-top
+  testdata = os.path.join(repo_root(), "testdata")
+  paths = {"retrieval": os.path.join(directory, "blocks"),
+           "pretraining": os.path.join(directory, "sentences")}
+  corpus.write_corpus(
+      lambda: list(corpus.read_documents(os.path.join(testdata, "corpus.jsonl")))[:num_documents],
+      tokenization.Tokenizer(os.path.join(testdata, "vocab.txt")), paths["retrieval"], 1)
+  pretraining.write_pretraining_corpus(
+      lambda: list(pretraining.read_raw_documents(
+          os.path.join(testdata, "pretraining.jsonl")))[:num_documents], paths["pretraining"], 1)
+  return paths
+
+
 def write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
   """A TF1 name-based checkpoint (graph mode, get_variable, tf.compat.v1.train.Saver) holding exactly
   `variables`, as Google's original BERT, REALM and ORQA releases are written; returns its prefix."""
