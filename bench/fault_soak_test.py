@@ -26,6 +26,8 @@ class FaultSoakTest(tf.test.TestCase):
         f"--work_dir={out}", f"--output_json={os.path.join(out, 'fault_soak.json')}"])
     inv = result["invariants"]
     summary = {k: result[k] for k in ("faults_by_kind", "invariants", "leftovers", "tracebacks")}
+    # A hang's record holds both processes' last log lines: what a failure here needs to be read.
+    summary["hangs"] = {name: result[name].get("hang") for name in ("clean", "faulted")}
     self.assertEqual(result["faults_injected"], 8, summary)
     self.assertTrue(inv["reached_step"], summary)
     self.assertTrue(inv["clean_reached_step"], summary)

@@ -256,6 +256,8 @@ class RetrievalState:
         if loaded is not None:  # else it failed to load and is skipped from now on: look again
           self._swap(loaded)
         continue
+      if self.index is None:
+        self._refuse_unusable_bootstrap()
       known = self.watcher.newest_step(at_most=target)
       if self.watcher.wait_for_newer(
           known, timeout_seconds=self.wait_timeout_seconds, stop=self._closed,

@@ -173,20 +173,25 @@ class RealmInputTest(tf.test.TestCase):
         f.write("{")
     return copy, index_0
 
-  def _state_of(self, model_dir, messages, wait_timeout_seconds):
+  def _state_of(self, model_dir, messages, wait_timeout_seconds, **options):
     return realm_input.RetrievalState(
         published_index.IndexWatcher(model_dir, messages.append), self.table, self.config.num_candidates,
-        log=messages.append, wait_timeout_seconds=wait_timeout_seconds)
+        log=messages.append, wait_timeout_seconds=wait_timeout_seconds, **options)
 
   def test_unusable_bootstrap_index_is_refused_at_once_and_rebuilt_on_restart(self):
-    model_dir, index_0 = self._model_dir_copy(damaged=True)
-    messages = []
-    # Refused at once, naming the index (a wait would end in TimeoutError after 30 s instead).
-    with self.assertRaisesRegex(index_lib.CorruptIndexError, r"index/0\) is unusable.*--bootstrap_index"):
-      self._state_of(model_dir, messages, 30).ensure_index()
-    self.assertTrue(realm_input.needs_bootstrap(model_dir, messages.append))
-    self.assertFalse(os.path.exists(index_0))
-    self.assertTrue(any("deleting the unusable index" in m for m in messages), messages)
+    query = self.config.featurizer(self.tokenizer).query_inputs(self.tokenizer.tokenize([b"a river"]))
+    # The first retrieval of a pipeline with and without fixed swaps (the soak's trainer swaps at every
+    # checkpoint): refused at once, naming the index (a wait would end in TimeoutError after 30 s).
+    for swaps in ({}, {"swap_every_steps": 10}):
+      model_dir, index_0 = self._model_dir_copy(damaged=True)
+      messages = []
+      state = self._state_of(model_dir, messages, 30, **swaps)
+      with self.assertRaisesRegex(index_lib.CorruptIndexError,
+                                  r"index/0\) is unusable.*--bootstrap_index", msg=swaps):
+        state.retrieve(*(np.asarray(x) for x in query), np.array([0], np.int64), step=1)
+      self.assertTrue(realm_input.needs_bootstrap(model_dir, messages.append))
+      self.assertFalse(os.path.exists(index_0))
+      self.assertTrue(any("deleting the unusable index" in m for m in messages), messages)
 
   def test_a_usable_index_or_a_checkpoint_means_no_bootstrap(self):
     model_dir, _ = self._model_dir_copy(damaged=False)
