@@ -33,7 +33,9 @@ or a boolean in --output_json (and printed as a table):
   5. no `.tmp-*` or `*_temp` leftovers under the model dir;
   6. no hang: progress (a checkpoint saved, an index published) within --hang_seconds of every restart
      and throughout; each process exited within --exit_seconds of its stop condition;
-  7. no traceback in the logs but the documented named errors (docs/reliability.md).
+  7. no traceback in the logs but the documented named errors (docs/reliability.md);
+  8. no exit that no signal caused (unexpected_exits), except a documented error after the soak damaged
+     a file, counted apart (exits_on_documented_errors_after_damage).
 """
 
 import argparse
@@ -165,7 +167,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       "train_realm", model_dir=model_dir, **trainer_flags), os.path.join(log_dir, "train_realm.log"))
   procs = {"trainer": trainer, "refresher": refresher}
   started = time.time()
-  record: Dict = {"model_dir": model_dir, "faults": [], "unexpected_exits": [], "hang": None,
+  record: Dict = {"model_dir": model_dir, "faults": [], "unexpected_exits": [],
+                  "exits_on_documented_errors": [], "hang": None,
                   "damaged": {"checkpoints": [], "indexes": []}}
 
   def state():
@@ -281,8 +284,19 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         break
       else:
         if process.stop_sent is None:
-          record["unexpected_exits"].append(dict(target=name, code=code, time_s=now - started,
-                                                 log_tail=tail(process.log_path, 15)))
+          # An exit on a documented error after the soak damaged a file is the process refusing that
+          # damage (e.g. CorruptIndexError for an unusable bootstrap index, which its restart rebuilds);
+          # any other exit that no signal caused is a finding.
+          log_tail = tail(process.log_path, 15)
+          named = next((line for line in reversed(log_tail)
+                        if any(line.startswith(e) or f".{e}:" in line or line.startswith(f"{e}:")
+                               for e in DOCUMENTED_ERRORS)), None)
+          damaged = record["damaged"]["checkpoints"] or record["damaged"]["indexes"]
+          exit_record = dict(target=name, code=code, time_s=now - started, log_tail=log_tail)
+          if named and damaged:
+            record["exits_on_documented_errors"].append(dict(exit_record, error=named))
+          else:
+            record["unexpected_exits"].append(exit_record)
         else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
           process.stop_sent["exit_seconds"] = round(now - process.stop_sent.pop("sent_unix_time"), 2)
           process.stop_sent = None
@@ -645,6 +659,7 @@ def main(argv=None) -> Dict:
   inv["second_refreshers"] = len(second)
   inv["second_refreshers_refused_naming_first"] = sum(1 for f in second if f["ok"])
   inv["unexpected_exits"] = len(faulted["unexpected_exits"])
+  inv["exits_on_documented_errors_after_damage"] = len(faulted["exits_on_documented_errors"])
   inv["all_hold"] = bool(
       inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and
       not inv["checkpoints_unreadable"] and not inv["indexes_failed"] and not left and

@@ -80,7 +80,7 @@ _OTHER_PROGRAMS = frozenset({
 _OTHER_TOOLS_FLAGS = frozenset({
     # bazel test
     "test_size_filters", "nocache_test_results", "cache_test_results", "test_output", "test_env",
-    "override_repository", "extra_toolchains", "build_event_json_file", "local_test_jobs",
+    "override_repository", "extra_toolchains", "build_event_json_file", "local_test_jobs", "jobs",
     "test_timeout", "nofetch", "python_path", "nolegacy_external_runfiles",
     "incompatible_default_to_explicit_init_py", "test_filter", "runs_per_test",
     # XLA_FLAGS
