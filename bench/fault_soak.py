@@ -288,9 +288,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
           # damage (e.g. CorruptIndexError for an unusable bootstrap index, which its restart rebuilds);
           # any other exit that no signal caused is a finding.
           log_tail = tail(process.log_path, 15)
-          named = next((line for line in reversed(log_tail)
-                        if any(line.startswith(e) or f".{e}:" in line or line.startswith(f"{e}:")
-                               for e in DOCUMENTED_ERRORS)), None)
+          named = next((line for line in reversed(log_tail) if _documented_error(line)), None)
           damaged = record["damaged"]["checkpoints"] or record["damaged"]["indexes"]
           exit_record = dict(target=name, code=code, time_s=now - started, log_tail=log_tail)
           if named and damaged:
@@ -465,6 +463,12 @@ def leftovers(model_dir: str) -> List[str]:
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Cancelled)):?")
 
 
+def _documented_error(line: str) -> bool:
+  """Whether line is a traceback's final line naming one of DOCUMENTED_ERRORS."""
+  match = _EXCEPTION_LINE.match(line)
+  return bool(match) and match.group(1).rsplit(".", 1)[-1] in DOCUMENTED_ERRORS
+
+
 def tracebacks(log_paths: List[str]) -> Dict:
   documented, undocumented = [], []
   for path in log_paths:
@@ -475,14 +479,9 @@ def tracebacks(log_paths: List[str]) -> Dict:
     for i, line in enumerate(lines):
       if not line.startswith("Traceback (most recent call last)"):
         continue
-      name, text = None, None
-      for later in lines[i + 1:i + 400]:
-        match = _EXCEPTION_LINE.match(later)
-        if match:
-          name, text = match.group(1).rsplit(".", 1)[-1], later[:300]
-          break
+      text = next((later[:300] for later in lines[i + 1:i + 400] if _EXCEPTION_LINE.match(later)), None)
       entry = f"{os.path.basename(path)}: {text or 'traceback without a final exception line'}"
-      (documented if name in DOCUMENTED_ERRORS else undocumented).append(entry)
+      (documented if text and _documented_error(text) else undocumented).append(entry)
   return {"documented": documented, "undocumented": undocumented}
 
 
