@@ -7,7 +7,10 @@ realm_tf.retrieval.corpus_embedding.CorpusEmbedder ([CLS] title [SEP] body [SEP]
 wordpieces, mean pooling over real tokens, L2-normalised: sentence-transformers' pooling), in these
 settings:
   padded_float32_xla      every document padded to --seq_len, XLA (the refresher before issue 22)
-  bucketed_float32_xla    4 length buckets, static batches, XLA (the refresher's default)
+  default                 what bin/refresh_doc_embeds picks on this machine when --mixed_precision and
+                          --embed_jit_compile are left to it (realm_tf/retrieval/refresh_precision.py;
+                          the JSON's default_choice says which and why)
+  bucketed_float32_xla    4 length buckets, static batches, XLA (the refresher's default before issue 42)
   bucketed_float32        no XLA: a length every 8 wordpieces, partial batches not filled
                           (--noembed_jit_compile)
   bucketed_bfloat16       the same under Keras mixed_bfloat16 (--mixed_precision=mixed_bfloat16
@@ -32,6 +35,7 @@ top-10 overlap of the rankings): what bfloat16 costs the retriever.
 Prints a table and writes JSON (with a machine description) to --output.
 """
 
+import dataclasses
 import json
 import os
 import statistics
@@ -52,6 +56,7 @@ from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import refresh_precision
 from realm_tf.retrieval import text_embedder
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +68,7 @@ _SEQ_LEN = flags.DEFINE_integer("seq_len", 256, "candidate_seq_len (all-MiniLM-L
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Documents per batch (each side).")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds; the first includes compilation, later ones are "
                                "the steady state of a long-running refresher.")
-_SETTINGS = flags.DEFINE_list("settings", ["padded_float32_xla", "bucketed_float32_xla",
+_SETTINGS = flags.DEFINE_list("settings", ["default", "padded_float32_xla", "bucketed_float32_xla",
                                            "bucketed_float32", "bucketed_bfloat16",
                                            "sentence_transformers"], "Settings to run.")
 _HF_PYTHON = flags.DEFINE_string("hf_python", os.path.join(_REPO, ".venv-hf", "bin", "python"),
@@ -80,6 +85,7 @@ _REALM_TF = {
     "bucketed_bfloat16_xla": (None, "mixed_bfloat16", True),
 }
 _ST = "sentence_transformers"
+_DEFAULT = "default"
 _REFERENCE = "bucketed_float32_xla"
 _KS = (1, 5, 20, 100)
 
@@ -149,10 +155,13 @@ def main(argv):
         f"(median {np.median(lengths):.0f}, p95 {np.percentile(lengths, 95):.0f}) of {_SEQ_LEN.value}",
         flush=True)
 
-  settings = [s for s in _SETTINGS.value if s in _REALM_TF or s == _ST]
+  default = refresh_precision.choose("cpu", refresh_precision.AUTO, None, refresh_precision.cpu_flags())
+  realm_tf_settings = dict(_REALM_TF, **{_DEFAULT: (None, default.mixed_precision, default.jit_compile)})
+  settings = [s for s in _SETTINGS.value if s in realm_tf_settings or s == _ST]
   unknown = sorted(set(_SETTINGS.value) - set(settings))
   if unknown:
-    raise app.UsageError(f"--settings: unknown {unknown}; known: {sorted(_REALM_TF) + [_ST]}")
+    raise app.UsageError(f"--settings: unknown {unknown}; known: {sorted(realm_tf_settings) + [_ST]}")
+  print(f"default: {default.reason}", flush=True)
   notes = []
   if _ST in settings and not os.path.exists(_HF_PYTHON.value):
     notes.append(f"{_ST} skipped: {_HF_PYTHON.value} does not exist (run bench/setup_hf_env.sh)")
@@ -162,7 +171,7 @@ def main(argv):
   for name in settings:
     if name == _ST:
       continue
-    buckets, policy, jit = _REALM_TF[name]
+    buckets, policy, jit = realm_tf_settings[name]
     if policy not in policy_embedders:
       policy_embedders[policy] = _embedder(directory, policy)
     embedders[name] = corpus_embedding.CorpusEmbedder(
@@ -213,9 +222,11 @@ def main(argv):
     ratios = {f"{name}_over_{_ST}": speed[name] / speed[_ST] for name in speed if name != _ST}
   out = {"machine": throughput_lib.machine(), "corpus": _CORPUS.value, "num_paragraphs": len(documents),
          "seq_len": _SEQ_LEN.value, "batch_size": _BATCH.value, "rounds": _ROUNDS.value,
+         "default_choice": dataclasses.asdict(default),
          "buckets": {name: corpus_embedding.length_buckets(
-             _SEQ_LEN.value, _REALM_TF[name][0] or corpus_embedding.default_length_buckets(
-                 _SEQ_LEN.value, _REALM_TF[name][2])) for name in settings if name in _REALM_TF},
+             _SEQ_LEN.value, realm_tf_settings[name][0] or corpus_embedding.default_length_buckets(
+                 _SEQ_LEN.value, realm_tf_settings[name][2])) for name in settings
+                     if name in realm_tf_settings},
          "wordpieces": {"mean": float(np.mean(lengths)), "median": float(np.median(lengths)),
                         "p95": float(np.percentile(lengths, 95))},
          "timings": timings, "median_docs_per_second_after_first_round": speed,

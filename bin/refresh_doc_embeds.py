@@ -44,9 +44,10 @@ def main(argv):
   index = config.index
   if index.index_rescoring != "float32" and index.index_implementation != "scann":
     raise app.UsageError(f"--index_rescoring={index.index_rescoring} needs --index_implementation=scann")
+  chosen = config.with_precision_chosen(logging.info)
   # Before any model is built: Keras layers take the global policy when they are created.
-  strategy = config.device.setup()
-  options = config.refresher_options()
+  strategy = chosen.device.setup()
+  options = chosen.refresher_options()
   bootstrap = config.bootstrap
   with run_config.saved_for_the_run(config, config.model_dir, config.file_stem, logging.info,
                                     progress=published_index.published_steps):

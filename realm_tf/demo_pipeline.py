@@ -288,8 +288,11 @@ def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: O
            index_implementation=options.index_implementation, check_index_every_batches=2,
            max_index_staleness_steps=options.max_index_staleness_steps,
            index_swap_steps=options.index_swap_steps),
+      # float32 whatever the CPU: the refresher's own choice (refresh_precision) follows the CPU's
+      # bfloat16 instructions, and the demo's numbers must repeat on every machine.
       dict(retrieval_corpus_path=paths["retrieval"], index_implementation=options.index_implementation,
-           embed_jit_compile=options.realm_jit_compile, poll_seconds=1, keep=3),
+           embed_jit_compile=options.realm_jit_compile, mixed_precision="float32", poll_seconds=1,
+           keep=3),
       echo)
 
 

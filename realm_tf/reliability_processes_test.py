@@ -127,12 +127,15 @@ class RefresherKillTest(tf.test.TestCase):
   def _start(self, model_dir: str, log_path: str, batch_size: int, xla: bool) -> subprocess.Popen:
     # xla False: the document tower uncompiled, every document padded to one length (one trace, no
     # compile: the refresher's XLA embedding runs in refresher_test's bin/refresh_doc_embeds process).
+    # float32 forced: the published rows are compared with this process's float32 tower, and the
+    # refresher would pick bfloat16 on a CPU with bfloat16 instructions.
     with open(log_path, "w") as log_file:
       return subprocess.Popen(
           demo_pipeline.binary_command(
               "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
               index_implementation="brute_force", batch_size=batch_size, poll_seconds=0.5,
-              max_refreshes=1, embed_jit_compile=xla, embed_length_buckets=None if xla else 1),
+              max_refreshes=1, embed_jit_compile=xla, embed_length_buckets=None if xla else 1,
+              mixed_precision="float32"),
           stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
 
   def _wait_until(self, condition, what: str, process: subprocess.Popen, log_path: str) -> None:

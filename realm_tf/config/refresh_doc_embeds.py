@@ -13,11 +13,12 @@ of several: refresh_doc_embeds.worker<i>.yaml).
 """
 
 import dataclasses
-from typing import ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 from realm_tf.config import sections
 from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
+from realm_tf.retrieval import refresh_precision
 from realm_tf.retrieval import refresher
 
 
@@ -43,9 +44,10 @@ class RefreshIndex:
       None, "Padded lengths the documents are grouped into (up to candidate_seq_len, multiples of 8); 1 "
       "pads every document to candidate_seq_len. Default: 4 with --embed_jit_compile (XLA compiles one "
       "program per length), one every 8 wordpieces without.", lower_bound=1)
-  embed_jit_compile: bool = option(
-      True, "Compile the embedding step with XLA (needed on TPUs). On CPUs with AMX, mixed_bfloat16 runs "
-      "faster without it (TensorFlow's oneDNN kernels; bench/refresh_bench.py).")
+  embed_jit_compile: Optional[bool] = option(
+      None, "Compile the embedding step with XLA (needed on TPUs). Default: chosen with the precision "
+      "by the device (realm_tf/retrieval/refresh_precision.py): on CPUs with bfloat16 instructions "
+      "bfloat16 runs faster without it, float32 with it (bench/refresh_bench.py).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,10 +83,13 @@ class RefreshWorkers:
 @dataclasses.dataclass(frozen=True)
 class RefreshDevice(sections.Device):
   mixed_precision: str = option(
-      "float32", "Precision of the document tower while embedding (and of the query tower published with "
-      "the index): mixed_bfloat16 computes in bfloat16 with float32 weights, for TPUs and CPUs with "
-      "bfloat16 units (bench/refresh_bench.py measures its speed and its effect on recall). The index "
-      "stores float32.", choices=("float32", "mixed_bfloat16"), daily=True)
+      refresh_precision.AUTO, "Precision of the document tower while embedding (and of the query tower "
+      "published with the index): mixed_bfloat16 computes in bfloat16 with float32 weights. auto: "
+      "mixed_bfloat16 on TPUs, on GPUs from compute capability 8.0 and on CPUs with bfloat16 "
+      "instructions (avx512_bf16, amx_bf16), float32 elsewhere; the refresher logs its choice "
+      "(bench/refresh_bench.py measured both: same recall, bfloat16 up to 1.75x faster per CPU "
+      "second). The index stores float32.", choices=(refresh_precision.AUTO, "float32", "mixed_bfloat16"),
+      daily=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +111,23 @@ class RefreshDocEmbedsConfig:
     workers = self.workers
     return self.BINARY if workers.num_workers == 1 else f"{self.BINARY}.worker{workers.worker_index}"
 
+  def with_precision_chosen(self, log: Callable[[str], None]) -> "RefreshDocEmbedsConfig":
+    """The tree with --mixed_precision=auto and an unset --embed_jit_compile resolved for this machine
+    (refresh_precision.choose); the file written to the model dir keeps what the user asked for, so that
+    a restart on another machine chooses again."""
+    device, index = self.device, self.index
+    gpus = () if device.strategy == "tpu" else refresh_precision.gpu_compute_capabilities()
+    choice = refresh_precision.choose(device.strategy, device.mixed_precision, index.embed_jit_compile,
+                                      refresh_precision.cpu_flags(), gpus)
+    log(f"embedding precision: {choice.reason}")
+    return dataclasses.replace(
+        self, device=dataclasses.replace(device, mixed_precision=choice.mixed_precision),
+        index=dataclasses.replace(index, embed_jit_compile=choice.jit_compile))
+
   def refresher_options(self) -> refresher.RefresherOptions:
-    """What refresher.run and refresher.bootstrap take."""
+    """What refresher.run and refresher.bootstrap take (from the tree with_precision_chosen returns)."""
+    if self.index.embed_jit_compile is None:
+      raise ValueError("embed_jit_compile is not chosen yet: call with_precision_chosen() first")
     return refresher.RefresherOptions(
         model_dir=self.model_dir, corpus_prefix=self.data.retrieval_corpus_path,
         **dataclasses.asdict(self.index), **dataclasses.asdict(self.watch),

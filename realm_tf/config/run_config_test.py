@@ -262,9 +262,24 @@ class TreesTest(absltest.TestCase):
     self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, _REFRESHER_FLAGS_BEFORE)
     config = run_config.resolve(cls, flags_given={"model_dir": "/m", "retrieval_corpus_path": "/c",
                                                   "keep": 2, "num_workers": 2, "worker_index": 1})
-    options = config.refresher_options()
+    with self.assertRaisesRegex(ValueError, "with_precision_chosen"):
+      config.refresher_options()
+    logged = []
+    chosen = config.with_precision_chosen(logged.append)
+    options = chosen.refresher_options()
     self.assertEqual((options.model_dir, options.corpus_prefix, options.keep, options.worker_index),
                      ("/m", "/c", 2, 1))
+    self.assertIn(chosen.device.mixed_precision, ("float32", "mixed_bfloat16"))
+    self.assertEqual(options.embed_jit_compile, chosen.device.mixed_precision == "float32")
+    self.assertIn("embedding precision:", logged[0])
+    # What the user asked for stays in the tree the run writes: a restart elsewhere chooses again.
+    self.assertEqual((config.device.mixed_precision, config.index.embed_jit_compile), ("auto", None))
+    forced = run_config.resolve(cls, flags_given={"model_dir": "/m", "retrieval_corpus_path": "/c",
+                                                  "mixed_precision": "float32",
+                                                  "embed_jit_compile": False})
+    forced = forced.with_precision_chosen(logged.append)
+    self.assertEqual((forced.device.mixed_precision, forced.index.embed_jit_compile), ("float32", False))
+    self.assertIn("forced: --mixed_precision=float32 --noembed_jit_compile", logged[-1])
     self.assertEqual(config.file_stem, "refresh_doc_embeds.worker1")
 
   def test_each_tree_builds_its_trainers_options(self):

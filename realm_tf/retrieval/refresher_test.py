@@ -387,6 +387,8 @@ class RefresherTest(tf.test.TestCase):
       tf_keras.mixed_precision.set_global_policy("float32")
     self.assertIsNone(result.error, result.traceback)
     self.assertIn("training is done", result.log)
+    self.assertIn("mixed_bfloat16, without XLA (forced: --mixed_precision=mixed_bfloat16 "
+                  "--noembed_jit_compile)", result.log)
     path = os.path.join(published_index.index_root(model_dir), "10")
     loaded = published_index.load_published(path)
     self.assertEqual(loaded.mips.parameters["rescoring"], "int8")
