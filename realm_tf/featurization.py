@@ -164,11 +164,6 @@ class Featurizer:
     body_ids = _as_ragged(body_ids)[:, :self.candidate_seq_len - 2]
     return self.bert_format([query_ids, body_ids], self.joint_seq_len)
 
-  def null_candidate_inputs(self, batch_size: int) -> BertInputs:
-    """The learned null document as a candidate: [CLS] [SEP] [SEP], segments 0 0 1."""
-    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), tf.zeros([batch_size], tf.int64))
-    return self.candidate_inputs(empty, empty)
-
   def mask_salient_span(self, token_ids, token_starts, token_limits, span_starts,
                         span_limits) -> MaskedQuery:
     """Masks one salient span per example.

@@ -146,14 +146,15 @@ class BertFormatTest(tf.test.TestCase):
     joint = f.joint_inputs(query, [[30]])
     self.assertAllEqual(joint.token_ids[:, :5], f.query_inputs(query).token_ids)
 
-  def test_null_candidate_inputs(self):
+  def test_the_null_document_is_an_empty_title_and_body(self):
+    # realm_input.assemble_candidates featurizes the learned null document this way, beside the real
+    # candidates: [CLS] [SEP] [SEP], segments 0 0 1.
     f = _featurizer(candidate_seq_len=5)
-    self.assertInputs(f.null_candidate_inputs(2),
+    empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), tf.zeros([2], tf.int64))
+    self.assertInputs(f.candidate_inputs(empty, empty),
                       token_ids=[[CLS, SEP, SEP, 0, 0]] * 2,
                       mask=[[1, 1, 1, 0, 0]] * 2,
                       segment_ids=[[0, 0, 1, 0, 0]] * 2)
-    # The null document is what an empty title and body become.
-    self.assertAllEqual(f.null_candidate_inputs(1).token_ids, f.candidate_inputs([[]], [[]]).token_ids)
 
   def _vocab(self, tokens):
     vocab_path = os.path.join(self.create_tempdir().full_path, "vocab.txt")
@@ -378,8 +379,9 @@ class EndToEndTest(tf.test.TestCase):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def query_and_null(sentences):
-      return (f.query_inputs(tok.tokenize(sentences)),
-              f.null_candidate_inputs(tf.shape(sentences)[0]))
+      empty = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
+                                               tf.zeros(tf.shape(sentences)[:1], tf.int64))
+      return f.query_inputs(tok.tokenize(sentences)), f.candidate_inputs(empty, empty)
 
     query_spec, null_spec = query_and_null.get_concrete_function().structured_outputs
     self.assertEqual(query_spec.token_ids.shape.as_list(), [None, 12])
