@@ -155,7 +155,7 @@ def main(argv):
         f"(median {np.median(lengths):.0f}, p95 {np.percentile(lengths, 95):.0f}) of {_SEQ_LEN.value}",
         flush=True)
 
-  default = refresh_precision.choose("cpu", refresh_precision.AUTO, None, refresh_precision.cpu_flags())
+  default = refresh_precision.choose("cpu", refresh_precision.AUTO, None, refresh_precision.cpu_info())
   realm_tf_settings = dict(_REALM_TF, **{_DEFAULT: (None, default.mixed_precision, default.jit_compile)})
   settings = [s for s in _SETTINGS.value if s in realm_tf_settings or s == _ST]
   unknown = sorted(set(_SETTINGS.value) - set(settings))

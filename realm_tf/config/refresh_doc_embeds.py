@@ -46,8 +46,8 @@ class RefreshIndex:
       "program per length), one every 8 wordpieces without.", lower_bound=1)
   embed_jit_compile: Optional[bool] = option(
       None, "Compile the embedding step with XLA (needed on TPUs). Default: chosen with the precision "
-      "by the device (realm_tf/retrieval/refresh_precision.py): on CPUs with bfloat16 instructions "
-      "bfloat16 runs faster without it, float32 with it (bench/refresh_bench.py).")
+      "by the device (realm_tf/retrieval/refresh_precision.py): on CPUs, bfloat16 runs faster "
+      "without it and float32 with it (bench/refresh_bench.py).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,10 +85,10 @@ class RefreshDevice(sections.Device):
   mixed_precision: str = option(
       refresh_precision.AUTO, "Precision of the document tower while embedding (and of the query tower "
       "published with the index): mixed_bfloat16 computes in bfloat16 with float32 weights. auto: "
-      "mixed_bfloat16 on TPUs, on GPUs from compute capability 8.0 and on CPUs with bfloat16 "
-      "instructions (avx512_bf16, amx_bf16), float32 elsewhere; the refresher logs its choice "
-      "(bench/refresh_bench.py measured both: same recall, bfloat16 up to 1.75x faster per CPU "
-      "second). The index stores float32.", choices=(refresh_precision.AUTO, "float32", "mixed_bfloat16"),
+      "mixed_bfloat16 on TPUs, on GPUs from compute capability 8.0, on CPUs with AMX and on AMD CPUs "
+      "with avx512_bf16, float32 elsewhere, where bfloat16 measured slower; the refresher logs its "
+      "choice (realm_tf/retrieval/refresh_precision.py; bench/refresh_bench.py: same recall). The "
+      "index stores float32.", choices=(refresh_precision.AUTO, "float32", "mixed_bfloat16"),
       daily=True)
 
 
@@ -118,7 +118,7 @@ class RefreshDocEmbedsConfig:
     device, index = self.device, self.index
     gpus = () if device.strategy == "tpu" else refresh_precision.gpu_compute_capabilities()
     choice = refresh_precision.choose(device.strategy, device.mixed_precision, index.embed_jit_compile,
-                                      refresh_precision.cpu_flags(), gpus)
+                                      refresh_precision.cpu_info(), gpus)
     log(f"embedding precision: {choice.reason}")
     return dataclasses.replace(
         self, device=dataclasses.replace(device, mixed_precision=choice.mixed_precision),
