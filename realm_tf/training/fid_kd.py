@@ -380,19 +380,42 @@ def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]
 
 def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever, iteration: int,
                    start: str, log: Callable[[str], None]) -> Dict:
-  """One round; start: the saved retriever (relative to the model dir) that `retriever` holds, restored
-  into it if the distilled retriever is rejected."""
+  """One round, in its six steps; start: the saved retriever (relative to the model dir) that `retriever`
+  holds, restored into it if the distilled retriever is rejected."""
   started = time.time()
   directory = iteration_dir(options.model_dir, iteration)
   tf.io.gfile.makedirs(directory)
-  config, n, tokenizer = options.config, options.num_passages, data.tokenizer
-  metrics: Dict = {"iteration": iteration, "num_passages": n}
+  metrics: Dict = {"iteration": iteration, "num_passages": options.num_passages}
+  doc_embeddings, train_rows, dev_rows = _retrieve_passages(options, data, retriever, iteration, metrics, log)
+  reader, train_examples, train_features = _train_reader(options, data, iteration, train_rows, dev_rows,
+                                                         directory, metrics, log)
+  scores = _teacher_scores(options, data, retriever, reader, doc_embeddings, train_rows, train_features,
+                           directory, metrics, log)
+  _distill_retriever(options, data, retriever, iteration, train_rows, train_examples, scores, directory,
+                     metrics, log)
+  metrics["recall_after"] = retriever_eval.retriever_recall(
+      retriever, options.config, data.corpus, data.dev, _recall_ks(options, data),
+      doc_embeddings=embed_corpus(retriever, options))
+  log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}")
+  _select_retriever(options, retriever, iteration, start, metrics, log)
+  metrics["seconds"] = time.time() - started
+  log(f"iteration {iteration}: done in {metrics['seconds']:.0f} s")
+  io_utils.write_json_atomic(os.path.join(directory, METRICS_NAME), metrics)
+  return metrics
 
-  # 1. The index of the current retriever; its recall; the passages of every question.
+
+def _recall_ks(options: FidKdOptions, data: _Data) -> Tuple[int, ...]:
+  return tuple(k for k in options.recall_ks if k <= data.corpus.num_docs)
+
+
+def _retrieve_passages(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
+                       iteration: int, metrics: Dict, log: Callable[[str], None]):
+  """Step 1: the index of the current retriever, its dev recall, and the top --num_passages rows of every
+  training and dev question (BM25's in round 0 with --initial_passages=bm25)."""
+  config, n = options.config, options.num_passages
   doc_embeddings = embed_corpus(retriever, options)
-  ks = tuple(k for k in options.recall_ks if k <= data.corpus.num_docs)
   metrics["recall_before"] = retriever_eval.retriever_recall(
-      retriever, config, data.corpus, data.dev, ks, doc_embeddings=doc_embeddings)
+      retriever, config, data.corpus, data.dev, _recall_ks(options, data), doc_embeddings=doc_embeddings)
   if options.selection_metric not in metrics["recall_before"]:
     raise ValueError(f"--selection_metric={options.selection_metric} is not measured on --dev_path="
                      f"{options.dev_path} (reported: {_recall_line(metrics['recall_before'])}; gold recall "
@@ -413,9 +436,16 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   log(f"iteration {iteration}: dev recall of the current retriever "
       f"{_recall_line(metrics['recall_before'])}; the reader reads {metrics['passages']} top {n} "
       f"(gold recall {metrics.get('reader_passages_gold_recall', float('nan')):.1f})")
+  return doc_embeddings, train_rows, dev_rows
 
-  # 2. A fresh reader, trained on the retrieved passages (answers substituted, see
-  # answer_substitution.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
+
+def _train_reader(options: FidKdOptions, data: _Data, iteration: int, train_rows: np.ndarray,
+                  dev_rows: np.ndarray, directory: str, metrics: Dict, log: Callable[[str], None]):
+  """Step 2: a fresh reader, trained on the retrieved passages (answers substituted, see
+  answer_substitution.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
+  Returns the reader, the training examples and their padded features."""
+  n, tokenizer = options.num_passages, data.tokenizer
+  directory_of = lambda name: os.path.join(directory, name)
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
   reader = fid_reader.build_reader(options.fid)
   if options.fid.encoder == "bert" and options.reader_init_checkpoint:
@@ -429,43 +459,57 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
   metrics["reader_substituted_fraction"] = substituted / len(data.train)
   metrics["reader_training"] = train_model(
       reader, reader_epoch, options.reader_steps, options.reader_batch_size,
-      options.reader_learning_rate, options.seed + iteration, os.path.join(directory, "reader_train"),
+      options.reader_learning_rate, options.seed + iteration, directory_of("reader_train"),
       options.jit_compile, log, f"reader ({n} passages)")
-  reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
-                      options.reader_steps)
+  reader_path = _save(tf.train.Checkpoint(model=reader), directory_of("reader"), options.reader_steps)
+  metrics["reader_checkpoint"] = reader_path
   dev_features = _pad(options, tokenizer, data.reader_examples(data.dev, dev_rows, with_answers=False),
                       with_answers=False)
   predictions = reader_predictions(reader, dev_features, tokenizer.cls_id, options.predict_batch_size)
   matches = evaluation.wordpiece_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
   metrics["reader_exact_match"] = 100.0 * float(np.mean(matches))
   log(f"iteration {iteration}: reader {reader_path}, dev exact match {metrics['reader_exact_match']:.1f}")
+  return reader, train_examples, train_features
 
-  # 3. The reader's cross-attention scores of the (original) training passages.
+
+def _teacher_scores(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
+                    reader: fid_reader.FidReader, doc_embeddings: np.ndarray, train_rows: np.ndarray,
+                    train_features, directory: str, metrics: Dict,
+                    log: Callable[[str], None]) -> np.ndarray:
+  """Step 3: the reader's cross-attention scores of the (original) training passages [Q, n], written
+  beside the retriever's scores to SCORES_NAME."""
+  tokenizer = data.tokenizer
   scores = reader_passage_scores(reader, train_features, tokenizer.cls_id, options.predict_batch_size,
                                  options.reader_score_aggregation)
-  query_emb = retriever_eval.embed_questions(retriever, config, [e.question for e in data.train])
+  query_emb = retriever_eval.embed_questions(retriever, options.config, [e.question for e in data.train])
   retriever_scores = np.einsum("qd,qnd->qn", query_emb, doc_embeddings[train_rows])
   # How often the teacher (and, for comparison, the retriever before KD) ranks the gold passage first.
   gold = _gold_positions(data, data.train, train_rows)
   if gold is not None and (gold >= 0).any():
     metrics["reader_gold_top1"] = _top1_percent(scores, gold)
     metrics["retriever_gold_top1"] = _top1_percent(retriever_scores, gold)
-    log(f"iteration {iteration}: of the training questions with the gold passage among their {n}, the "
-        f"reader's attention ranks it first for {metrics['reader_gold_top1']:.1f}%, the retriever for "
-        f"{metrics['retriever_gold_top1']:.1f}%")
+    log(f"iteration {metrics['iteration']}: of the training questions with the gold passage among their "
+        f"{options.num_passages}, the reader's attention ranks it first for "
+        f"{metrics['reader_gold_top1']:.1f}%, the retriever for {metrics['retriever_gold_top1']:.1f}%")
   io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), (
       {"question": e.question, "answers": e.answers,
        "passages": [{"row": int(r), "doc_id": data.corpus.doc_ids[r], "retriever_score": float(rs),
                      "reader_score": float(s)} for r, rs, s in zip(rows, r_scores, q_scores)]}
       for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
+  return scores
 
-  # 4. The retriever under the KL loss on those passages (with --distill_answer_bearing_only, of the
-  # questions whose passages hold an answer: for the others the reader's attention can only rank
-  # passages that are all irrelevant, and distilling that teaches the retriever noise).
+
+def _distill_retriever(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
+                       iteration: int, train_rows: np.ndarray, train_examples, scores: np.ndarray,
+                       directory: str, metrics: Dict, log: Callable[[str], None]) -> None:
+  """Step 4: the retriever under the KL loss on those passages, saved. With
+  --distill_answer_bearing_only, of the questions whose passages hold an answer: for the others the
+  reader's attention can only rank passages that are all irrelevant, and distilling that teaches the
+  retriever noise."""
   distilled = np.arange(len(data.train))
   if options.distill_answer_bearing_only:
     bearing = answer_substitution.answer_passages(train_examples,
-                                                  answer_substitution.continuation_ids(tokenizer),
+                                                  answer_substitution.continuation_ids(data.tokenizer),
                                                   options.fid.passage_seq_len)
     distilled = np.flatnonzero(np.asarray(bearing) >= 0)
   metrics["distilled_questions"] = len(distilled)
@@ -480,7 +524,7 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
     metrics["retriever_training"] = None
   else:
     model = fid_distillation.RetrieverDistillation(retriever, options.reader_temperature,
-                                          options.retriever_temperature)
+                                                   options.retriever_temperature)
     metrics["retriever_training"] = train_model(
         model, kd_features, options.retriever_steps, options.retriever_batch_size,
         options.retriever_learning_rate, options.seed + iteration,
@@ -489,16 +533,13 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
                                                    options.retriever_steps if metrics["retriever_training"]
                                                    else 0)
 
-  # 5. The refreshed index and the distilled retriever's recall.
-  metrics["recall_after"] = retriever_eval.retriever_recall(
-      retriever, config, data.corpus, data.dev, ks,
-      doc_embeddings=embed_corpus(retriever, options))
-  metrics["reader_checkpoint"] = reader_path
-  log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}")
 
-  # 6. Model selection. Why: a round whose reader reads poor passages teaches a worse ranking (testdata,
-  # 3 passages: gold recall@5 10 -> 45 after round 0, then 16 after round 1); keeping the previous
-  # retriever lets a later round (a reader that reads better, more passages) improve on the best so far.
+def _select_retriever(options: FidKdOptions, retriever: embedder_lib.Retriever, iteration: int, start: str,
+                      metrics: Dict, log: Callable[[str], None]) -> None:
+  """Step 6: model selection. Why: a round whose reader reads poor passages teaches a worse ranking
+  (testdata, 3 passages: gold recall@5 10 -> 45 after round 0, then 16 after round 1); keeping the
+  previous retriever lets a later round (a reader that reads better, more passages) improve on the best so
+  far."""
   metric = options.selection_metric
   before, after = metrics["recall_before"][metric], metrics["recall_after"][metric]
   metrics["selection_metric"] = metric
@@ -515,10 +556,6 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
     metrics["recall_end"] = metrics["recall_before"]
     log(f"iteration {iteration}: distilled retriever REJECTED: {metric} fell {before:.1f} -> {after:.1f}; "
         f"the next round starts from {start} again (--keep_better_retriever)")
-  metrics["seconds"] = time.time() - started
-  log(f"iteration {iteration}: done in {metrics['seconds']:.0f} s")
-  io_utils.write_json_atomic(os.path.join(directory, METRICS_NAME), metrics)
-  return metrics
 
 
 def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader: fid_reader.FidReader,
