@@ -1,0 +1,170 @@
+"""In-step retrieval gives what the host pipeline gives (issue 42, item 3): on testdata, for one seed, the
+same candidate rows, the same features and the same REALM loss as RetrievalState.retrieve +
+realm_input.assemble_candidates, in one replica and in two (MirroredStrategy over 2 logical CPUs)."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from realm_tf.data import corpus
+from realm_tf.data import corpus_table
+from realm_tf.data import pretraining
+from realm_tf.modeling import bert
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import published_index
+from realm_tf.retrieval import refresher
+from realm_tf.training import distribute
+from realm_tf.training import in_step_retrieval
+from realm_tf.training import realm_input
+from realm_tf.training import realm_trainer
+
+_TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
+_BATCH = 4  # 2 per replica under the two-replica strategy
+_NUM_BATCHES = 2
+
+
+class InStepRetrievalTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # Before any TensorFlow op: the logical CPUs cannot be split once the runtime is up.
+    distribute.configure_logical_cpus(2)
+    root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"in_step_retrieval_test_{os.getpid()}")
+    vocab = os.path.join(_TESTDATA, "vocab.txt")
+    cls.config = realm_config_lib.RealmConfig(
+        retriever_bert=bert.tiny_config(285, num_layers=1), reader_bert=bert.tiny_config(285),
+        vocab_path=vocab, projection_size=16, query_seq_len=32, candidate_seq_len=64, max_masks=4,
+        num_candidates=4)
+    model_dir = os.path.join(root, "model")
+    cls.config.save(model_dir)
+    cls.tokenizer = cls.config.tokenizer()
+    cls.featurizer = cls.config.featurizer(cls.tokenizer)
+    corpus_prefix = os.path.join(root, "corpus", "blocks")
+    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")),
+                        cls.tokenizer, corpus_prefix, 2)
+    pretraining_prefix = os.path.join(root, "pretraining", "sentences")
+    pretraining.write_pretraining_corpus(
+        lambda: pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")),
+        pretraining_prefix, 2)
+    refresher.bootstrap(cls.config, None, refresher.RefresherOptions(
+        model_dir=model_dir, corpus_prefix=corpus_prefix, index_implementation="brute_force"),
+        log=lambda _: None)
+    cls.table = corpus_table.CorpusTable.load(corpus_prefix)
+    cls.state = realm_input.RetrievalState(
+        published_index.IndexWatcher(model_dir, log=lambda _: None), cls.table,
+        cls.config.num_candidates, check_every_batches=10**9, log=lambda _: None,
+        expected_dim=cls.config.projection_size)
+    cls.state.ensure_index()
+    # The bootstrap index's untrained towers score every document within 1e-5 of the others, with exact
+    # ties, and tied rows may come in either order on the two paths. Random document embeddings under
+    # the same stale query tower have no ties (test_testdata_has_no_ties_among_the_scores_searched).
+    bootstrap = cls.state.index
+    embeddings = np.random.default_rng(0).normal(
+        size=[cls.table.num_docs, cls.config.projection_size]).astype(np.float32)
+    cls.state.index = bootstrap._replace(mips=type(bootstrap.mips).build(embeddings))
+    queries = realm_input.query_features(pretraining.pretraining_dataset(pretraining_prefix),
+                                         cls.tokenizer, cls.featurizer, seed=5)
+    cls.query_batches = list(queries.batch(_BATCH, drop_remainder=True).take(_NUM_BATCHES))
+    cls.host_rows, cls.host_features = [], []
+    for batch in cls.query_batches:
+      rows, title_values, title_lengths, body_values, body_lengths = cls.state.retrieve(
+          batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
+          batch["own_fingerprint"])
+      cls.host_rows.append(rows)
+      features = {k: v for k, v in batch.items() if k not in ("own_fingerprint", "status")}
+      features.update(realm_input.assemble_candidates(
+          cls.featurizer, _BATCH, cls.config.num_candidates, batch["query_token_ids"],
+          batch["query_mask"], tf.RaggedTensor.from_row_lengths(title_values, title_lengths),
+          tf.RaggedTensor.from_row_lengths(body_values, body_lengths)))
+      cls.host_features.append(features)
+    cls.retrieval = in_step_retrieval.InStepRetrieval(cls.state.index, cls.table, cls.featurizer,
+                                                      cls.config.num_candidates)
+    cls.model = realm_trainer.build_model(cls.config)
+
+  def _loss(self, features):
+    out = self.model.compute_loss(features, training=False)
+    return out.loss_sum / out.loss_weight
+
+  def test_testdata_has_no_ties_among_the_scores_searched(self):
+    """Rows tied in score could come in either order on the two paths; testdata has none near the
+    cut, so the tests below compare rows exactly."""
+    k = min(self.table.num_docs, self.config.num_candidates - 1 + in_step_retrieval.SEARCH_MARGIN)
+    embeddings = np.asarray(self.state.index.mips.embeddings)
+    for batch in self.query_batches:
+      queries = self.state.index.embed_queries(batch["query_token_ids"], batch["query_mask"],
+                                               batch["query_segment_ids"])
+      scores = -np.sort(-(queries @ embeddings.T), axis=1)[:, :k + 1]
+      self.assertTrue(np.all(np.diff(scores, axis=1) < 0), msg=scores)
+
+  def test_one_replica_same_rows_features_and_loss(self):
+    rows_fn = tf.function(lambda b: self.retrieval.candidate_rows(
+        b["query_token_ids"], b["query_mask"], b["query_segment_ids"], b["own_fingerprint"]))
+    step = tf.function(lambda b: (lambda f: (f, self._loss(f)))(self.retrieval.candidate_features(b)))
+    host_loss = tf.function(self._loss)
+    for batch, rows, expected in zip(self.query_batches, self.host_rows, self.host_features):
+      self.assertAllEqual(rows, rows_fn(batch))
+      features, loss = step(batch)
+      self.assertEqual(set(expected), set(features))
+      for key in expected:
+        self.assertAllEqual(expected[key], features[key], msg=key)
+      self.assertAllClose(host_loss(expected), loss, rtol=1e-6, atol=0)
+
+  def test_two_replicas_same_features_and_loss(self):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+      model = realm_trainer.build_model(self.config)
+    model.set_weights(self.model.get_weights())
+    half = _BATCH // 2
+
+    def step(batch):
+      features = self.retrieval.candidate_features(batch)
+      out = model.compute_loss(features, training=False)
+      return features, out.loss_sum / out.loss_weight
+
+    def host_loss(features):
+      out = model.compute_loss(features, training=False)
+      return out.loss_sum / out.loss_weight
+
+    run = tf.function(lambda b: strategy.run(step, args=(b,)))
+    run_host = tf.function(lambda f: strategy.run(host_loss, args=(f,)))
+    for batch, expected in zip(self.query_batches, self.host_features):
+      # Replica r gets examples [r * half, (r + 1) * half), as the distributed dataset would split them.
+      split = lambda source: strategy.experimental_distribute_values_from_function(
+          lambda ctx: {k: v[ctx.replica_id_in_sync_group * half:(ctx.replica_id_in_sync_group + 1) *
+                             half] for k, v in source.items()})
+      features, losses = run(split(batch))
+      expected_losses = run_host(split(expected))
+      per_replica = lambda values: strategy.experimental_local_results(values)
+      for r in range(2):
+        for key in expected:
+          self.assertAllEqual(expected[key][r * half:(r + 1) * half],
+                              per_replica(features[key])[r], msg=f"replica {r}: {key}")
+        self.assertAllClose(per_replica(expected_losses)[r], per_replica(losses)[r], rtol=1e-6,
+                            atol=0)
+
+  def test_swap_loads_the_newer_index(self):
+    """After a swap to an index whose embeddings are reversed in row order, the in-step rows are the
+    host path's rows over that index."""
+    loaded = self.state.index
+    newer = loaded._replace(mips=type(loaded.mips).build(np.asarray(loaded.mips.embeddings)[::-1].copy()),
+                            step=loaded.step + 1)
+    retrieval = in_step_retrieval.InStepRetrieval(loaded, self.table, self.featurizer,
+                                                  self.config.num_candidates)
+    retrieval.swap(newer)
+    self.assertEqual(retrieval.step, loaded.step + 1)
+    host = realm_input.RetrievalState(self.state.watcher, self.table, self.config.num_candidates,
+                                      check_every_batches=10**9, log=lambda _: None)
+    host.index = newer
+    for batch, before in zip(self.query_batches, self.host_rows):
+      expected = host.retrieve(batch["query_token_ids"], batch["query_mask"],
+                               batch["query_segment_ids"], batch["own_fingerprint"])[0]
+      self.assertFalse(np.array_equal(expected, before))
+      self.assertAllEqual(expected, retrieval.candidate_rows(
+          batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
+          batch["own_fingerprint"]))
+
+
+if __name__ == "__main__":
+  tf.test.main()
