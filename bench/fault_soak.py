@@ -15,7 +15,11 @@ the faulted run (faulted/) under a schedule drawn from --seed:
   damage_checkpoint    deletion or truncation of the newest checkpoint's ckpt-N.data-* file;
   damage_index         deletion or truncation of a file of the newest published index (index/<step>/...);
   second_refresher     a second bin/refresh_doc_embeds on the same model dir, which must exit non-zero
-                       naming the first's pid (MODEL_DIR/.refresher.lock).
+                       naming the first's pid (MODEL_DIR/.refresher.lock);
+  disk_full            for 2 to --max_disk_full_seconds, the trainer or the refresher cannot write a file
+                       beyond DISK_FULL_HEADROOM bytes past its log's size (RLIMIT_FSIZE: the write fails
+                       with EFBIG), then the limit is lifted, as an operator freeing space would; it must
+                       stop with a documented error (CheckpointWriteError, IndexWriteError) or carry on.
 
 A process that stops is restarted with the same command (at most --max_restarts times each). Every fault
 is recorded (time, kind, target, the processes' last log lines). The invariants at the end, each a number
@@ -35,7 +39,8 @@ or a boolean in --output_json (and printed as a table):
      and throughout; each process exited within --exit_seconds of its stop condition;
   7. no traceback in the logs but the documented named errors (docs/reliability.md);
   8. no exit that no signal caused (unexpected_exits), except a documented error after the soak damaged
-     a file, counted apart (exits_on_documented_errors_after_damage).
+     a file or while its disk was full, counted apart (exits_on_documented_errors_after_damage,
+     exits_on_documented_errors_on_full_disk).
 """
 
 import argparse
@@ -44,6 +49,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -60,7 +66,14 @@ from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-FAULT_KINDS = ("sigkill", "sigterm", "sigstop", "damage_checkpoint", "damage_index", "second_refresher")
+FAULT_KINDS = ("sigkill", "sigterm", "sigstop", "damage_checkpoint", "damage_index", "second_refresher",
+               "disk_full")
+# disk_full: a process may write no file beyond its log's size plus this many bytes. The limit is per
+# file (RLIMIT_FSIZE), and the process's stdout/stderr is its appended log: the headroom lets it still log
+# (and print its error) while every checkpoint (megabytes) and the index's SavedModel fail. RLIMIT_FSIZE,
+# not a small filesystem: a tmpfs or loop mount needs root (or a user namespace) and would move the model
+# dir; the limit hits the running process at any moment, with no restart, and needs no privilege.
+DISK_FULL_HEADROOM = 64 * 1024
 # The named errors docs/reliability.md documents: a traceback ending in one of them is a documented stop.
 DOCUMENTED_ERRORS = ("LockedError", "CheckpointWriteError", "ResumeError", "NoRefresherError",
                      "IndexWriteError", "CorruptIndexError", "InputError", "TimeoutError")
@@ -137,11 +150,34 @@ class Process:
     self.stopped_until: Optional[float] = None  # SIGSTOPped: SIGCONT due then
     self.exit_codes: List[int] = []
     self.stop_sent: Optional[Dict] = None  # the sigkill/sigterm fault this process has not exited on yet
+    self.disk_full_until: Optional[float] = None  # a disk_full fault: its limit is lifted then
+    self.disk_full_seen = False  # this start ran under a disk_full limit (an exit then may be its error)
+
+  def fsize_limit(self) -> int:
+    return os.path.getsize(self.log_path) + DISK_FULL_HEADROOM
+
+  def set_disk_full(self, full: bool) -> None:
+    """Sets (full) or lifts the running process's file size limit. CPython ignores SIGXFSZ at start-up,
+    so a write beyond the limit fails with EFBIG instead of killing the process."""
+    if self.alive():
+      _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+      try:
+        resource.prlimit(self.popen.pid, resource.RLIMIT_FSIZE,
+                         (self.fsize_limit() if full else hard, hard))
+      except ProcessLookupError:  # exited meanwhile: its restart sets the limit (start)
+        pass
+    if full:
+      self.disk_full_seen = True
 
   def start(self, state: Dict) -> None:
     log_file = demo_pipeline._open_log(self.log_path, self.command)  # pylint: disable=protected-access
+    preexec = None
+    self.disk_full_seen = False
+    if self.disk_full_until is not None:  # restarted while the disk is still full: it stays full
+      preexec = disk_full_preexec(self.fsize_limit())
+      self.disk_full_seen = True
     self.popen = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                  env=demo_pipeline.binary_env())
+                                  env=demo_pipeline.binary_env(), preexec_fn=preexec)
     log_file.close()
     if self.starts:
       self.starts[-1]["lived_seconds"] = round(time.time() - self.starts[-1]["time"], 2)
@@ -153,6 +189,18 @@ class Process:
   def signal(self, sig) -> None:
     if self.alive():
       self.popen.send_signal(sig)
+
+
+def disk_full_preexec(limit: int):
+  """A preexec_fn: the child may write no file beyond limit bytes, and such a write fails with EFBIG
+  rather than killing it (SIGXFSZ ignored, as CPython also does at start-up)."""
+
+  def preexec():
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+  return preexec
 
 
 def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_dir: str,
@@ -168,7 +216,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
   procs = {"trainer": trainer, "refresher": refresher}
   started = time.time()
   record: Dict = {"model_dir": model_dir, "faults": [], "unexpected_exits": [],
-                  "exits_on_documented_errors": [], "hang": None,
+                  "exits_on_documented_errors": [], "exits_on_full_disk": [], "hang": None,
                   "damaged": {"checkpoints": [], "indexes": []}}
 
   def state():
@@ -240,16 +288,24 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
                    message=next((line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines())
                                  if "is held by" in line), None))
       fault["ok"] = second.returncode != 0 and fault["names_first"]
+    elif kind == "disk_full":
+      seconds = rng.uniform(2.0, args.max_disk_full_seconds)
+      fault.update(pid=proc.popen.pid, seconds=round(seconds, 2), limit_bytes=proc.fsize_limit())
+      proc.disk_full_until = time.time() + seconds
+      proc.set_disk_full(True)
     fault["log_tails"] = {name: tail(p.log_path) for name, p in procs.items()}
     return fault
 
   while True:
     now = time.time()
-    # Pauses end.
+    # Pauses end; full disks are freed.
     for proc in procs.values():
       if proc.stopped_until is not None and now >= proc.stopped_until:
         proc.signal(signal.SIGCONT)
         proc.stopped_until = None
+      if proc.disk_full_until is not None and now >= proc.disk_full_until:
+        proc.disk_full_until = None
+        proc.set_disk_full(False)
     # A restart's first progress: a checkpoint saved (the `checkpoint` file rewritten), an index published.
     current = state()
     if current["checkpoint_mtime"] != last["checkpoint_mtime"] or \
@@ -291,7 +347,9 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
           named = next((line for line in reversed(log_tail) if _documented_error(line)), None)
           damaged = record["damaged"]["checkpoints"] or record["damaged"]["indexes"]
           exit_record = dict(target=name, code=code, time_s=now - started, log_tail=log_tail)
-          if named and damaged:
+          if named and process.disk_full_seen:
+            record["exits_on_full_disk"].append(dict(exit_record, error=named))
+          elif named and damaged:
             record["exits_on_documented_errors"].append(dict(exit_record, error=named))
           else:
             record["unexpected_exits"].append(exit_record)
@@ -335,10 +393,12 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
     if faults and not done and not quiet and now >= next_fault and \
         len(record["faults"]) < args.max_faults and now < deadline:
       kind = rng.choice(args.fault_kinds)
-      target = rng.choice(["trainer", "refresher"]) if kind in ("sigkill", "sigterm", "sigstop") \
+      target = rng.choice(["trainer", "refresher"]) \
+          if kind in ("sigkill", "sigterm", "sigstop", "disk_full") \
           else ("refresher" if kind == "second_refresher" else "files")
       busy = [p for p in procs.values() if not p.alive() or p.stopped_until is not None]
-      if (target in procs and (not procs[target].alive() or procs[target].stopped_until)) or \
+      if (target in procs and (not procs[target].alive() or procs[target].stopped_until or
+                               procs[target].disk_full_until)) or \
           (kind == "second_refresher" and refresher in busy):
         next_fault = now + 0.5  # the target is down or paused: draw again shortly
         continue
@@ -504,6 +564,7 @@ def main(argv=None) -> Dict:
   parser.add_argument("--min_gap_seconds", type=float, default=2.0)
   parser.add_argument("--max_gap_seconds", type=float, default=10.0)
   parser.add_argument("--max_pause_seconds", type=float, default=5.0)
+  parser.add_argument("--max_disk_full_seconds", type=float, default=8.0)
   parser.add_argument("--max_restarts", type=int, default=40)
   parser.add_argument("--hang_seconds", type=float, default=120.0)
   parser.add_argument("--exit_seconds", type=float, default=120.0)
@@ -659,6 +720,7 @@ def main(argv=None) -> Dict:
   inv["second_refreshers_refused_naming_first"] = sum(1 for f in second if f["ok"])
   inv["unexpected_exits"] = len(faulted["unexpected_exits"])
   inv["exits_on_documented_errors_after_damage"] = len(faulted["exits_on_documented_errors"])
+  inv["exits_on_documented_errors_on_full_disk"] = len(faulted.get("exits_on_full_disk", []))
   inv["all_hold"] = bool(
       inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and
       not inv["checkpoints_unreadable"] and not inv["indexes_failed"] and not left and

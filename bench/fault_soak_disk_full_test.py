@@ -1,0 +1,102 @@
+"""The mechanics of fault_soak's disk_full fault, on a tiny Python child instead of the REALM processes
+(the soak itself is fault_soak_test, minutes long): under the limit a write beyond it fails with EFBIG and
+the child lives on to report it; a small write and the log still succeed; lifting the limit lets the
+same write through, as an operator freeing space would.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+from bench import fault_soak
+
+# Writes a file of the size in argv[2] into argv[1] when the file named argv[1] + ".go" appears (once
+# before the soak lifts the limit, once after), printing what each attempt did.
+_CHILD = r"""
+import errno, os, sys, time
+path, size = sys.argv[1], int(sys.argv[2])
+for attempt in range(2):
+  while not os.path.exists(path + f".go{attempt}"):
+    time.sleep(0.02)
+  try:
+    with open(path, "wb") as f:
+      f.write(b"x" * size)
+    print(f"attempt {attempt}: wrote {size}", flush=True)
+  except OSError as e:
+    print(f"attempt {attempt}: {errno.errorcode[e.errno]}", flush=True)
+"""
+
+
+class DiskFullTest(unittest.TestCase):
+
+  def _child(self, tmp: str, size: int) -> fault_soak.Process:
+    return fault_soak.Process("child", [sys.executable, "-c", _CHILD, os.path.join(tmp, "out"), str(size)],
+                              os.path.join(tmp, "child.log"))
+
+  def _go(self, tmp: str, attempt: int, proc: fault_soak.Process, lines: int) -> str:
+    open(os.path.join(tmp, f"out.go{attempt}"), "w").close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+      with open(proc.log_path) as f:
+        text = [line for line in f.read().splitlines() if line.startswith("attempt")]
+      if len(text) >= lines:
+        return text[-1]
+      time.sleep(0.05)
+    self.fail(f"the child printed no line for attempt {attempt} in 30 s; its log: {proc.log_path}")
+
+  def test_limit_on_a_running_process_then_lifted(self):
+    tmp = self._tmp()
+    size = 4 * fault_soak.DISK_FULL_HEADROOM
+    proc = self._child(tmp, size)
+    proc.start({})
+    try:
+      proc.set_disk_full(True)
+      self.assertTrue(proc.disk_full_seen)
+      self.assertEqual(self._go(tmp, 0, proc, 1), "attempt 0: EFBIG")
+      self.assertTrue(proc.alive())
+      proc.set_disk_full(False)
+      self.assertEqual(self._go(tmp, 1, proc, 2), f"attempt 1: wrote {size}")
+      self.assertEqual(proc.popen.wait(timeout=30), 0)
+    finally:
+      if proc.alive():
+        proc.popen.kill()
+      proc.popen.wait()
+
+  def test_a_restart_inside_the_window_starts_limited(self):
+    tmp = self._tmp()
+    proc = self._child(tmp, 4 * fault_soak.DISK_FULL_HEADROOM)
+    proc.disk_full_until = time.time() + 60
+    proc.start({})
+    try:
+      self.assertTrue(proc.disk_full_seen)
+      self.assertEqual(self._go(tmp, 0, proc, 1), "attempt 0: EFBIG")
+      proc.set_disk_full(False)
+      self.assertEqual(self._go(tmp, 1, proc, 2), f"attempt 1: wrote {4 * fault_soak.DISK_FULL_HEADROOM}")
+    finally:
+      if proc.alive():
+        proc.popen.kill()
+      proc.popen.wait()
+
+  def test_small_writes_pass_under_the_limit(self):
+    tmp = self._tmp()
+    proc = self._child(tmp, 1000)
+    proc.disk_full_until = time.time() + 60
+    proc.start({})
+    try:
+      self.assertEqual(self._go(tmp, 0, proc, 1), "attempt 0: wrote 1000")
+    finally:
+      if proc.alive():
+        proc.popen.kill()
+      proc.popen.wait()
+
+  def _tmp(self) -> str:
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, True)
+    return tmp
+
+
+if __name__ == "__main__":
+  unittest.main()
