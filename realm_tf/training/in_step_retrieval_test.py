@@ -2,6 +2,7 @@
 same candidate rows, the same features and the same REALM loss as RetrievalState.retrieve +
 realm_input.assemble_candidates, in one replica and in two (MirroredStrategy over 2 logical CPUs)."""
 
+import copy
 import os
 
 import numpy as np
@@ -164,6 +165,63 @@ class InStepRetrievalTest(tf.test.TestCase):
       self.assertAllEqual(expected, retrieval.candidate_rows(
           batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
           batch["own_fingerprint"]))
+
+
+  def _host_and_in_step_rows(self, loaded, table):
+    """(host rows, in-step rows) of every query batch over `loaded` and `table`."""
+    host = realm_input.RetrievalState(self.state.watcher, table, self.config.num_candidates,
+                                      check_every_batches=10**9, log=lambda _: None)
+    host.index = loaded
+    retrieval = in_step_retrieval.InStepRetrieval(self.state.index, self.table, self.featurizer,
+                                                  self.config.num_candidates)
+    retrieval.swap(loaded, table)
+    rows = tf.function(retrieval.candidate_rows)
+    for batch in self.query_batches:
+      inputs = (batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
+                batch["own_fingerprint"])
+      yield host.retrieve(*inputs)[0], rows(*inputs).numpy()
+
+  def test_an_alias_of_the_own_document_is_excluded(self):
+    """A query whose own document bin/update_index replaced (corpus.aliases: old fingerprint -> the
+    newest text's) does not retrieve the replacement; here the first query's top candidate is made its
+    own document's replacement."""
+    table = copy.copy(self.table)
+    batch = self.query_batches[0]
+    table.aliases = {int(batch["own_fingerprint"][0]): int(self.table.fingerprints[self.host_rows[0][0, 0]])}
+    for b, (expected, actual) in enumerate(self._host_and_in_step_rows(self.state.index, table)):
+      if b == 0:
+        self.assertNotIn(self.host_rows[0][0, 0], expected[0])
+      self.assertAllEqual(expected, actual)
+
+  def test_short_rows_take_further_documents_as_the_host_does(self):
+    """A corpus in which all but 6 rows share one fingerprint leaves fewer than N-1 distinct documents
+    in the top k: both paths then fill with the first further rows whose fingerprint is unseen."""
+    table = copy.copy(self.table)
+    table.fingerprints = self.table.fingerprints.copy()
+    table.fingerprints[:-6] = table.fingerprints[0]
+    filled = False
+    for expected, actual in self._host_and_in_step_rows(self.state.index, table):
+      self.assertAllEqual(expected, actual)
+      filled |= bool(np.any(expected >= self.table.num_docs - 6))
+    self.assertTrue(filled)
+
+  def test_swap_assigns_the_newer_query_tower(self):
+    """The stale tower's weights come from the swapped-in index: a tower with changed weights embeds
+    the queries in the step as its SavedModel does."""
+    loaded = self.state.index
+    tower = tf.saved_model.load(os.path.join(loaded.path, published_index.QUERY_EMBEDDER_DIR))
+    for variable in tower.embed.concrete_functions[0].variables:
+      variable.assign(variable * 1.5 + 0.01)
+    newer = loaded._replace(query_embedder=tower, step=loaded.step + 1)
+    retrieval = in_step_retrieval.InStepRetrieval(loaded, self.table, self.featurizer,
+                                                  self.config.num_candidates)
+    batch = self.query_batches[0]
+    inputs = (batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"])
+    before = retrieval.query_embedder.embed(*inputs)["embeddings"].numpy()
+    retrieval.swap(newer)
+    after = retrieval.query_embedder.embed(*inputs)["embeddings"].numpy()
+    self.assertNotAllClose(before, after)
+    self.assertAllEqual(newer.embed_queries(*inputs), after)
 
 
 if __name__ == "__main__":
