@@ -100,10 +100,11 @@ class InStepRetrievalTest(tf.test.TestCase):
       self.assertTrue(np.all(np.diff(scores, axis=1) < 0), msg=scores)
 
   def test_one_replica_same_rows_features_and_loss(self):
-    rows_fn = tf.function(lambda b: self.retrieval.candidate_rows(
-        b["query_token_ids"], b["query_mask"], b["query_segment_ids"], b["own_fingerprint"]))
+    # The host side and the rows run eagerly: tracing them costs more than running them on testdata.
+    rows_fn = lambda b: self.retrieval.candidate_rows(
+        b["query_token_ids"], b["query_mask"], b["query_segment_ids"], b["own_fingerprint"])
     step = tf.function(lambda b: (lambda f: (f, self._loss(f)))(self.retrieval.candidate_features(b)))
-    host_loss = tf.function(self._loss)
+    host_loss = self._loss
     for batch, rows, expected in zip(self.query_batches, self.host_rows, self.host_features):
       self.assertAllEqual(rows, rows_fn(batch))
       features, loss = step(batch)
@@ -129,7 +130,7 @@ class InStepRetrievalTest(tf.test.TestCase):
       return out.loss_sum / out.loss_weight
 
     run = tf.function(lambda b: strategy.run(step, args=(b,)))
-    run_host = tf.function(lambda f: strategy.run(host_loss, args=(f,)))
+    run_host = lambda f: strategy.run(host_loss, args=(f,))  # eager: tracing costs more on testdata
     for batch, expected in zip(self.query_batches, self.host_features):
       # Replica r gets examples [r * half, (r + 1) * half), as the distributed dataset would split them.
       split = lambda source: strategy.experimental_distribute_values_from_function(
