@@ -539,7 +539,16 @@ def tracebacks(log_paths: List[str]) -> Dict:
     for i, line in enumerate(lines):
       if not line.startswith("Traceback (most recent call last)"):
         continue
-      text = next((later[:300] for later in lines[i + 1:i + 400] if _EXCEPTION_LINE.match(later)), None)
+      end = next((j for j in range(i + 1, min(i + 400, len(lines))) if _EXCEPTION_LINE.match(lines[j])),
+                 None)
+      # A cause ("The above exception was the direct cause ...", "During handling ...") is a link of a
+      # chain whose last traceback is what the user reads: the chain is judged by that one (a
+      # CheckpointWriteError raised from TensorFlow's OutOfRangeError on EFBIG is documented).
+      after = lines[end + 1:end + 6] if end is not None else []
+      after = after[:next((k for k, later in enumerate(after) if later.startswith("Traceback")), None)]
+      if any(later.startswith(("The above exception", "During handling")) for later in after):
+        continue
+      text = lines[end][:300] if end is not None else None
       entry = f"{os.path.basename(path)}: {text or 'traceback without a final exception line'}"
       (documented if text and _documented_error(text) else undocumented).append(entry)
   return {"documented": documented, "undocumented": undocumented}

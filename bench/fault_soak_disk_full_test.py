@@ -1,7 +1,8 @@
 """The mechanics of fault_soak's disk_full fault, on a tiny Python child instead of the REALM processes
 (the soak itself is fault_soak_test, minutes long): under the limit a write beyond it fails with EFBIG and
 the child lives on to report it; a small write and the log still succeed; lifting the limit lets the
-same write through, as an operator freeing space would.
+same write through, as an operator freeing space would. And the soak's traceback count judges a chained
+traceback (a documented error raised from TensorFlow's EFBIG) by its last link.
 """
 
 import os
@@ -91,6 +92,29 @@ class DiskFullTest(unittest.TestCase):
       if proc.alive():
         proc.popen.kill()
       proc.popen.wait()
+
+  def test_a_documented_error_raised_from_a_cause_is_documented(self):
+    # The trainer's EFBIG at a save: TensorFlow's OutOfRangeError, then the CheckpointWriteError raised
+    # from it; the user reads the latter, so the chain is documented. A chain ending in an undocumented
+    # error is not.
+    tmp = self._tmp()
+    chained = os.path.join(tmp, "chained.log")
+    with open(chained, "w") as f:
+      f.write("Traceback (most recent call last):\n  File \"loop.py\", line 196, in save\n"
+              "tensorflow.python.framework.errors_impl.OutOfRangeError: ckpt-10_temp; File too large\n\n"
+              "The above exception was the direct cause of the following exception:\n\n"
+              "Traceback (most recent call last):\n  File \"train_realm.py\", line 37\n"
+              "realm_tf.training.loop.CheckpointWriteError: cannot write checkpoint ckpt-10\n"
+              "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+              "OSError: [Errno 27] File too large\n\n"
+              "During handling of the above exception, another exception occurred:\n\n"
+              "Traceback (most recent call last):\n  File \"x.py\", line 2\n"
+              "ValueError: undocumented\n")
+    found = fault_soak.tracebacks([chained])
+    self.assertEqual(len(found["documented"]), 1, found)
+    self.assertIn("CheckpointWriteError", found["documented"][0])
+    self.assertEqual(len(found["undocumented"]), 1, found)
+    self.assertIn("ValueError", found["undocumented"][0])
 
   def _tmp(self) -> str:
     tmp = tempfile.mkdtemp()
