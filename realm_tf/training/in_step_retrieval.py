@@ -29,11 +29,6 @@ from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import published_index
 from realm_tf.training import realm_input
 
-# How many more documents than needed the search returns, so that dropping the own document and
-# duplicates still leaves num_candidates - 1 (realm_input.RetrievalState._retrieve: the same margin).
-SEARCH_MARGIN = 4
-
-
 def top_k_of_shard(queries: tf.Tensor, shard_embeddings: tf.Tensor, first_row: tf.Tensor, k: int):
   """Exact top-k of one slice of the corpus's rows: (scores float32 [B, k], global rows int32 [B, k]).
 
@@ -149,7 +144,7 @@ class InStepRetrieval(tf.Module):
                      query_segment_ids: tf.Tensor, own_fingerprint: tf.Tensor) -> tf.Tensor:
     """int32 [B, N-1]: the rows RetrievalState.retrieve returns for the same queries and index."""
     wanted = self.num_candidates - 1
-    k = min(self.corpus.num_docs, wanted + SEARCH_MARGIN)
+    k = min(self.corpus.num_docs, wanted + realm_input.SEARCH_MARGIN)
     queries = self.query_embedder.embed(tf.cast(query_token_ids, tf.int32),
                                         tf.cast(query_mask, tf.int32),
                                         tf.cast(query_segment_ids, tf.int32))["embeddings"]

@@ -91,7 +91,7 @@ class InStepRetrievalTest(tf.test.TestCase):
   def test_testdata_has_no_ties_among_the_scores_searched(self):
     """Rows tied in score could come in either order on the two paths; testdata has none near the
     cut, so the tests below compare rows exactly."""
-    k = min(self.table.num_docs, self.config.num_candidates - 1 + in_step_retrieval.SEARCH_MARGIN)
+    k = min(self.table.num_docs, self.config.num_candidates - 1 + realm_input.SEARCH_MARGIN)
     embeddings = np.asarray(self.state.index.mips.embeddings)
     for batch in self.query_batches:
       queries = self.state.index.embed_queries(batch["query_token_ids"], batch["query_mask"],
@@ -111,7 +111,7 @@ class InStepRetrievalTest(tf.test.TestCase):
       self.assertEqual(set(expected), set(features))
       for key in expected:
         self.assertAllEqual(expected[key], features[key], msg=key)
-      self.assertAllClose(host_loss(expected), loss, rtol=1e-6, atol=0)
+      self.assertAllClose(host_loss(expected), loss, rtol=1e-5, atol=0)
 
   def test_two_replicas_same_features_and_loss(self):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -143,7 +143,7 @@ class InStepRetrievalTest(tf.test.TestCase):
         for key in expected:
           self.assertAllEqual(expected[key][r * half:(r + 1) * half],
                               per_replica(features[key])[r], msg=f"replica {r}: {key}")
-        self.assertAllClose(per_replica(expected_losses)[r], per_replica(losses)[r], rtol=1e-6,
+        self.assertAllClose(per_replica(expected_losses)[r], per_replica(losses)[r], rtol=1e-5,
                             atol=0)
 
   def test_swap_loads_the_newer_index(self):

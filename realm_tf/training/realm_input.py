@@ -38,6 +38,12 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
 
 
+# How many more documents than kept the search returns, so that dropping the own document and
+# duplicates still leaves num_candidates - 1 (in_step_retrieval searches with the same margin, so both
+# paths keep the same rows).
+SEARCH_MARGIN = 4
+
+
 def needs_bootstrap(model_dir: str, log: Callable[[str], None] = print) -> bool:
   """Whether a trainer with --bootstrap_index must build the index of step 0: none is published, or the
   model dir has no checkpoint yet and every published index is unusable (which it then deletes, since
@@ -295,7 +301,7 @@ class RetrievalState:
       index, corpus = self.index, self.corpus
     queries = index.embed_queries(token_ids, mask, segment_ids)
     wanted = self.num_candidates - 1
-    k = min(corpus.num_docs, wanted + 4)
+    k = min(corpus.num_docs, wanted + SEARCH_MARGIN)
     ids, _ = index.mips.search(queries, k)
     rows = np.zeros([len(ids), wanted], np.int32)
     for b, (row_ids, own) in enumerate(zip(ids, own_fingerprints)):
