@@ -18,6 +18,7 @@ needs an all-gather of every replica's queries and of the shard tops inside the 
 than scoring the whole corpus on one device until the corpus outgrows a device's memory.
 """
 
+import os
 from typing import Dict, Optional
 
 import numpy as np
@@ -88,10 +89,12 @@ class InStepRetrieval(tf.Module):
     self.alias_keys = var(keys, [None], "alias_keys")
     self.alias_values = var(values, [None], "alias_values")
     self.corpus = corpus
-    # The stale query tower is the published SavedModel itself (the tower the host path calls): a swap
-    # assigns the newer tower's weights into its variables, which the traced step reads.
-    self.query_embedder = loaded.query_embedder
-    self._tower_variables = self._variables_of(loaded.query_embedder)
+    # The stale query tower is a private load of the published SavedModel (the tower the host path
+    # calls): a swap assigns the newer tower's weights into its variables, which the traced step reads,
+    # and must not change the LoadedIndex that others (a RetrievalState) hold.
+    self.query_embedder = tf.saved_model.load(
+        os.path.join(loaded.path, published_index.QUERY_EMBEDDER_DIR))
+    self._tower_variables = self._variables_of(self.query_embedder)
 
   @staticmethod
   def _aliases(corpus: corpus_table.CorpusTable):
@@ -100,9 +103,11 @@ class InStepRetrieval(tf.Module):
             np.asarray([v for _, v in items], np.int64).reshape([-1]))
 
   @staticmethod
-  def _variables_of(saved_model) -> Dict[str, tf.Variable]:
-    """The tower's variables by name (a published tower is a QueryEmbedderModule SavedModel)."""
-    found = {v.name: v for v in saved_model.embed.concrete_functions[0].variables}
+  def _variables_of(saved_model):
+    """The tower's variables in its traced function's order (a published tower is a
+    QueryEmbedderModule SavedModel: two towers of one configuration list them alike; names are not
+    unique in a loaded SavedModel, so they are matched by position and shape)."""
+    found = list(saved_model.embed.concrete_functions[0].variables)
     if not found:
       raise ValueError("the published query_embedder/ SavedModel has no variables; republish the index "
                        "with realm_tf.retrieval.published_index.publish_index")
@@ -121,11 +126,11 @@ class InStepRetrieval(tf.Module):
       raise ValueError(f"{loaded.path} holds {len(embeddings)} rows but the corpus {corpus.prefix} has "
                        f"{corpus.num_docs}; pass the corpus the index embeds")
     newer = self._variables_of(loaded.query_embedder)
-    if set(newer) != set(self._tower_variables):
+    if [v.shape for v in newer] != [v.shape for v in self._tower_variables]:
       raise ValueError(f"{loaded.path}: its query tower has other variables than the index in use; an "
                        "index of another run's configuration cannot be swapped in")
-    for name, variable in self._tower_variables.items():
-      variable.assign(newer[name])
+    for variable, value in zip(self._tower_variables, newer):
+      variable.assign(value)
     self.embeddings.assign(embeddings)
     if corpus is not self.corpus:
       titles, bodies = corpus.ragged_token_ids()
