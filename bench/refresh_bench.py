@@ -40,6 +40,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 
 from absl import app
@@ -133,6 +134,7 @@ def _quality(vectors: np.ndarray, reference: np.ndarray, questions: np.ndarray, 
 def main(argv):
   del argv
   started = time.time()
+  machine = throughput_lib.machine()  # its load average at the start
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   squad, _ = minilm_lib.load_squad("bench/refresh_bench.py")
   data = squad.dev_corpus() if _CORPUS.value == "dev" else squad
@@ -220,7 +222,7 @@ def main(argv):
   ratios = {}
   if _ST in speed:
     ratios = {f"{name}_over_{_ST}": speed[name] / speed[_ST] for name in speed if name != _ST}
-  out = {"machine": throughput_lib.machine(), "corpus": _CORPUS.value, "num_paragraphs": len(documents),
+  out = {"command": " ".join(["bench/refresh_bench.py"] + sys.argv[1:]), "machine": machine, "corpus": _CORPUS.value, "num_paragraphs": len(documents),
          "seq_len": _SEQ_LEN.value, "batch_size": _BATCH.value, "rounds": _ROUNDS.value,
          "default_choice": dataclasses.asdict(default),
          "buckets": {name: corpus_embedding.length_buckets(
