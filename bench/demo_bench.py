@@ -49,21 +49,25 @@ def parse(transcript: str) -> Dict:
     if m := _RECALL.search(line):
       result["recall"][f"@{m.group(1)}"] = [float(m.group(3)), float(m.group(4))]
     elif m := _ORQA.search(line):
-      result["orqa"] = {"exact_match": float(m.group(2)), "f1": float(m.group(3)),
-                        "recall@1/5/20/100": [int(m.group(i)) for i in range(4, 8)]}
+      result["orqa"] = {
+          "exact_match": float(m.group(2)),
+          "f1": float(m.group(3)),
+          "recall@1/5/20/100": [int(m.group(i)) for i in range(4, 8)]
+      }
     elif m := _LOSS.search(line):
       result["realm_loss"] = [float(m.group(1)), float(m.group(2))]
     elif m := _INDEXES.search(line):
       result["indexes_trained_on"] = json.loads(m.group(1))
     elif m := _STAGES.search(line):
-      result["stage_seconds"] = {name: float(seconds) for name, seconds in
-                                 re.findall(r"(?:^|, )(.+?) (\d+) s(?=, |$)", m.group(1))}
+      result["stage_seconds"] = {
+          name: float(seconds) for name, seconds in re.findall(r"(?:^|, )(.+?) (\d+) s(?=, |$)", m.group(1))
+      }
     elif m := _TOTAL.search(line):
       result["total_seconds"] = float(m.group(1))
   missing = [k for k in ("total_seconds", "realm_loss", "indexes_trained_on") if k not in result]
   if missing or not result["recall"]:
-    raise ValueError(f"not a finished bin/demo transcript (no {missing or 'recall'} line); its end:\n"
-                     + transcript[-1500:])
+    raise ValueError(f"not a finished bin/demo transcript (no {missing or 'recall'} line); its end:\n" +
+                     transcript[-1500:])
   return result
 
 
@@ -95,12 +99,12 @@ def main(argv):
       if not _KEEP.value:
         shutil.rmtree(output_dir, ignore_errors=True)
   results["machine"]["load_average_at_end"] = throughput_lib.load_average()
-  numbers = [{k: v for k, v in run.items() if k not in ("stage_seconds", "total_seconds",
-                                                          "wall_seconds", "log")}
-             for run in results["runs"]]
+  numbers = [{
+      k: v for k, v in run.items() if k not in ("stage_seconds", "total_seconds", "wall_seconds", "log")
+  } for run in results["runs"]]
   results["same_numbers_every_run"] = all(n == numbers[0] for n in numbers)
-  print("| run | total s | " + " | ".join(f"recall{k}" for k in numbers[0]["recall"])
-        + " | ORQA EM |\n|---|---|" + "---|" * (len(numbers[0]["recall"]) + 1))
+  print("| run | total s | " + " | ".join(f"recall{k}" for k in numbers[0]["recall"]) +
+        " | ORQA EM |\n|---|---|" + "---|" * (len(numbers[0]["recall"]) + 1))
   for i, run in enumerate(results["runs"]):
     recall = " | ".join(f"{a} -> {b}" for a, b in run["recall"].values())
     print(f"| {i} | {run['total_seconds']:.0f} | {recall} | {run.get('orqa', {}).get('exact_match')} |")

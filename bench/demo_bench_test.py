@@ -27,11 +27,18 @@ class DemoBenchTest(absltest.TestCase):
     self.assertEqual(result["recall"], {"@1": [4.5, 6.0], "@5": [19.5, 21.0]})
     self.assertEqual(result["realm_loss"], [5.313, 3.28])
     self.assertEqual(result["indexes_trained_on"], [0, 50, 100])
-    self.assertEqual(result["orqa"], {"exact_match": 48.0, "f1": 49.3,
-                                      "recall@1/5/20/100": [63, 88, 99, 100]})
+    self.assertEqual(result["orqa"], {
+        "exact_match": 48.0,
+        "f1": 49.3,
+        "recall@1/5/20/100": [63, 88, 99, 100]
+    })
     # A stage's name may hold commas ("ORQA, eval, export, answer").
-    self.assertEqual(result["stage_seconds"], {"corpora": 9.0, "REALM": 371.0, "recall": 8.0,
-                                               "ORQA, eval, export, answer": 93.0})
+    self.assertEqual(result["stage_seconds"], {
+        "corpora": 9.0,
+        "REALM": 371.0,
+        "recall": 8.0,
+        "ORQA, eval, export, answer": 93.0
+    })
     self.assertEqual(result["total_seconds"], 481.0)
 
   def test_refuses_an_unfinished_run(self):

@@ -86,33 +86,50 @@ UNUSABLE_INDEX_WARNING = "is unusable (see the warning above); training on the i
 
 
 def options_for(args, output_dir: str, bert_config: str) -> demo_pipeline.PipelineOptions:
-  return demo_pipeline.PipelineOptions(
-      output_dir=output_dir, realm_steps=args.num_train_steps,
-      save_checkpoints_steps=args.save_checkpoints_steps, realm_batch_size=args.batch_size,
-      index_swap_steps=args.save_checkpoints_steps, realm_learning_rate=1e-3,
-      index_implementation="brute_force", realm_bert_config=bert_config, realm_jit_compile=False,
-      seed=args.seed, **SIZES)
+  return demo_pipeline.PipelineOptions(output_dir=output_dir,
+                                       realm_steps=args.num_train_steps,
+                                       save_checkpoints_steps=args.save_checkpoints_steps,
+                                       realm_batch_size=args.batch_size,
+                                       index_swap_steps=args.save_checkpoints_steps,
+                                       realm_learning_rate=1e-3,
+                                       index_implementation="brute_force",
+                                       realm_bert_config=bert_config,
+                                       realm_jit_compile=False,
+                                       seed=args.seed,
+                                       **SIZES)
 
 
 def process_flags(options: demo_pipeline.PipelineOptions, paths: Dict[str, str]):
   """run_realm's trainer and refresher flags (bin/demo_pipeline.run_realm, no warm start)."""
-  trainer = dict(
-      pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-      retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
-      bert_config=options.realm_bert_config, jit_compile=options.realm_jit_compile,
-      projection_size=options.projection_size, embedder_layer_norm_epsilon=1e-12,
-      embedder_pooling=options.embedder_pooling,
-      query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
-      max_masks=options.max_masks, num_candidates=options.num_candidates,
-      batch_size=options.realm_batch_size, learning_rate=options.realm_learning_rate,
-      num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
-      keep_checkpoint_max=options.keep_checkpoint_max, log_every_steps=25, bootstrap_index=True,
-      seed=options.seed, index_implementation=options.index_implementation,
-      check_index_every_batches=2, max_index_staleness_steps=options.max_index_staleness_steps,
-      index_swap_steps=options.index_swap_steps)
+  trainer = dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
+                 retrieval_corpus_path=paths["retrieval"],
+                 vocab_path=paths["vocab"],
+                 bert_config=options.realm_bert_config,
+                 jit_compile=options.realm_jit_compile,
+                 projection_size=options.projection_size,
+                 embedder_layer_norm_epsilon=1e-12,
+                 embedder_pooling=options.embedder_pooling,
+                 query_seq_len=options.query_seq_len,
+                 candidate_seq_len=options.candidate_seq_len,
+                 max_masks=options.max_masks,
+                 num_candidates=options.num_candidates,
+                 batch_size=options.realm_batch_size,
+                 learning_rate=options.realm_learning_rate,
+                 num_train_steps=options.realm_steps,
+                 save_checkpoints_steps=options.save_checkpoints_steps,
+                 keep_checkpoint_max=options.keep_checkpoint_max,
+                 log_every_steps=25,
+                 bootstrap_index=True,
+                 seed=options.seed,
+                 index_implementation=options.index_implementation,
+                 check_index_every_batches=2,
+                 max_index_staleness_steps=options.max_index_staleness_steps,
+                 index_swap_steps=options.index_swap_steps)
   refresher = dict(retrieval_corpus_path=paths["retrieval"],
                    index_implementation=options.index_implementation,
-                   embed_jit_compile=options.realm_jit_compile, poll_seconds=1, keep=3)
+                   embed_jit_compile=options.realm_jit_compile,
+                   poll_seconds=1,
+                   keep=3)
   return trainer, refresher
 
 
@@ -162,8 +179,7 @@ class Process:
     if self.alive():
       _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
       try:
-        resource.prlimit(self.popen.pid, resource.RLIMIT_FSIZE,
-                         (self.fsize_limit() if full else hard, hard))
+        resource.prlimit(self.popen.pid, resource.RLIMIT_FSIZE, (self.fsize_limit() if full else hard, hard))
       except ProcessLookupError:  # exited meanwhile: its restart sets the limit (start)
         pass
     if full:
@@ -176,8 +192,11 @@ class Process:
     if self.disk_full_until is not None:  # restarted while the disk is still full: it stays full
       preexec = disk_full_preexec(self.fsize_limit())
       self.disk_full_seen = True
-    self.popen = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                  env=demo_pipeline.binary_env(), preexec_fn=preexec)
+    self.popen = subprocess.Popen(self.command,
+                                  stdout=log_file,
+                                  stderr=subprocess.STDOUT,
+                                  env=demo_pipeline.binary_env(),
+                                  preexec_fn=preexec)
     log_file.close()
     if self.starts:
       self.starts[-1]["lived_seconds"] = round(time.time() - self.starts[-1]["time"], 2)
@@ -203,24 +222,34 @@ def disk_full_preexec(limit: int):
   return preexec
 
 
-def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_dir: str,
-        faults: bool) -> Dict:
+def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_dir: str, faults: bool) -> Dict:
   """One run of both processes; with faults, under the seeded schedule. Returns its record."""
   rng = random.Random(args.seed)
   os.makedirs(log_dir, exist_ok=True)
-  refresher = Process("refresher", demo_pipeline.binary_command(
-      "refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
-                      os.path.join(log_dir, "refresh_doc_embeds.log"))
-  trainer = Process("trainer", demo_pipeline.binary_command(
-      "train_realm", model_dir=model_dir, **trainer_flags), os.path.join(log_dir, "train_realm.log"))
+  refresher = Process(
+      "refresher", demo_pipeline.binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
+      os.path.join(log_dir, "refresh_doc_embeds.log"))
+  trainer = Process("trainer",
+                    demo_pipeline.binary_command("train_realm", model_dir=model_dir, **trainer_flags),
+                    os.path.join(log_dir, "train_realm.log"))
   procs = {"trainer": trainer, "refresher": refresher}
   started = time.time()
-  record: Dict = {"model_dir": model_dir, "faults": [], "unexpected_exits": [],
-                  "exits_on_documented_errors": [], "exits_on_full_disk": [], "hang": None,
-                  "damaged": {"checkpoints": [], "indexes": []}}
+  record: Dict = {
+      "model_dir": model_dir,
+      "faults": [],
+      "unexpected_exits": [],
+      "exits_on_documented_errors": [],
+      "exits_on_full_disk": [],
+      "hang": None,
+      "damaged": {
+          "checkpoints": [],
+          "indexes": []
+      }
+  }
 
   def state():
-    return dict(checkpoint_mtime=checkpoint_mtime(model_dir), indexes=index_steps(model_dir),
+    return dict(checkpoint_mtime=checkpoint_mtime(model_dir),
+                indexes=index_steps(model_dir),
                 latest_step=training_state.latest_step(model_dir) if os.path.isdir(model_dir) else None)
 
   def note(msg):
@@ -242,8 +271,13 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
   deadline = started + 60 * args.max_minutes
 
   def inject(kind: str, target: str) -> Dict:
-    fault = {"time_s": round(time.time() - started, 2), "kind": kind, "target": target,
-             "latest_step": training_state.latest_step(model_dir), "indexes": index_steps(model_dir)}
+    fault = {
+        "time_s": round(time.time() - started, 2),
+        "kind": kind,
+        "target": target,
+        "latest_step": training_state.latest_step(model_dir),
+        "indexes": index_steps(model_dir)
+    }
     proc = procs.get(target)
     if kind in ("sigkill", "sigterm"):
       fault["pid"] = proc.popen.pid
@@ -279,14 +313,21 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       first_pid = refresher.popen.pid
       log_path = os.path.join(log_dir, "second_refresher.log")
       with open(log_path, "a") as log_file:
-        second = subprocess.run(refresher.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                env=demo_pipeline.binary_env(), timeout=args.exit_seconds, check=False)
+        second = subprocess.run(refresher.command,
+                                stdout=log_file,
+                                stderr=subprocess.STDOUT,
+                                env=demo_pipeline.binary_env(),
+                                timeout=args.exit_seconds,
+                                check=False)
       with open(log_path, errors="replace") as f:
         text = f.read()
-      fault.update(first_pid=first_pid, exit_code=second.returncode,
-                   names_first=f"is held by pid {first_pid}" in text,
-                   message=next((line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines())
-                                 if "is held by" in line), None))
+      fault.update(
+          first_pid=first_pid,
+          exit_code=second.returncode,
+          names_first=f"is held by pid {first_pid}" in text,
+          message=next(
+              (line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines()) if "is held by" in line),
+              None))
       fault["ok"] = second.returncode != 0 and fault["names_first"]
     elif kind == "disk_full":
       seconds = rng.uniform(2.0, args.max_disk_full_seconds)
@@ -315,8 +356,10 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         if changed and proc.starts and proc.starts[-1]["progress_seconds"] is None:
           proc.starts[-1]["progress_seconds"] = round(now - proc.starts[-1]["time"], 2)
     last = current
-    mark = [current["latest_step"] if current["latest_step"] is not None else -1,
-            max(current["indexes"], default=-1)]
+    mark = [
+        current["latest_step"] if current["latest_step"] is not None else -1,
+        max(current["indexes"], default=-1)
+    ]
     if mark[0] > high_water[0] or mark[1] > high_water[1]:
       high_water = [max(a, b) for a, b in zip(mark, high_water)]
       last_progress = now
@@ -332,8 +375,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       process.exit_codes.append(code)
       if code == 0 and done:
         exit_at[name] = now
-        note(f"trainer finished (step {training_state.latest_step(model_dir)})" if name == "trainer"
-             else "refresher finished")
+        note(f"trainer finished (step {training_state.latest_step(model_dir)})" if name ==
+             "trainer" else "refresher finished")
       elif len(process.starts) > args.max_restarts:
         record["gave_up"] = f"{name} restarted {args.max_restarts} times"
         gave_up = True
@@ -364,24 +407,40 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       break
     # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
     if not done and now - last_progress > args.hang_seconds:
-      record["hang"] = dict(time_s=now - started, what="no checkpoint or index beyond step "
+      record["hang"] = dict(time_s=now - started,
+                            what="no checkpoint or index beyond step "
                             f"{high_water[0]} / {high_water[1]} for {args.hang_seconds} s (no fault "
-                            f"in the last {args.hang_seconds / 2:.0f} s)", high_water=high_water,
-                            latest_step=current["latest_step"], indexes=current["indexes"], log_tails={n: tail(p.log_path, 15)
-                                                                 for n, p in procs.items()})
+                            f"in the last {args.hang_seconds / 2:.0f} s)",
+                            high_water=high_water,
+                            latest_step=current["latest_step"],
+                            indexes=current["indexes"],
+                            log_tails={
+                                n: tail(p.log_path, 15) for n, p in procs.items()
+                            })
       note(f"HANG: {record['hang']['what']}")
       break
-    overdue = [p.name for p in procs.values() if p.stop_sent is not None and
-               now - p.stop_sent["sent_unix_time"] > args.exit_seconds]
+    overdue = [
+        p.name
+        for p in procs.values()
+        if p.stop_sent is not None and now - p.stop_sent["sent_unix_time"] > args.exit_seconds
+    ]
     if overdue:
-      record["hang"] = dict(time_s=now - started, what=f"{overdue} not exited {args.exit_seconds} s "
-                            "after a SIGTERM", log_tails={n: tail(p.log_path, 15) for n, p in procs.items()})
+      record["hang"] = dict(time_s=now - started,
+                            what=f"{overdue} not exited {args.exit_seconds} s "
+                            "after a SIGTERM",
+                            log_tails={
+                                n: tail(p.log_path, 15) for n, p in procs.items()
+                            })
       note(f"HANG: {record['hang']['what']}")
       break
     if done and now - trainer_done_at > args.exit_seconds:
-      record["hang"] = dict(time_s=now - started, what=f"not exited {args.exit_seconds} s after the "
-                            "done marker", alive=[n for n, p in procs.items() if p.alive()],
-                            log_tails={n: tail(p.log_path, 15) for n, p in procs.items()})
+      record["hang"] = dict(time_s=now - started,
+                            what=f"not exited {args.exit_seconds} s after the "
+                            "done marker",
+                            alive=[n for n, p in procs.items() if p.alive()],
+                            log_tails={
+                                n: tail(p.log_path, 15) for n, p in procs.items()
+                            })
       note(f"HANG: {record['hang']['what']}")
       break
     # Faults.
@@ -420,8 +479,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       proc.popen.wait()
   record["seconds"] = round(time.time() - started, 1)
   for name in ("trainer", "refresher"):
-    record[f"{name}_exit_after_done_s"] = (None if exit_at[name] is None or trainer_done_at is None
-                                           else round(exit_at[name] - trainer_done_at, 2))
+    record[f"{name}_exit_after_done_s"] = (None if exit_at[name] is None or trainer_done_at is None else
+                                           round(exit_at[name] - trainer_done_at, 2))
   record["starts"] = {n: p.starts for n, p in procs.items()}
   record["exit_codes"] = {n: p.exit_codes for n, p in procs.items()}
   record["logs"] = {n: p.log_path for n, p in procs.items()}
@@ -461,8 +520,12 @@ def compare_weights(clean_ckpt: str, faulted_ckpt: str) -> Dict:
       diff = 0.0 if np.array_equal(x, y) else float("inf")
     if diff > max_diff:
       max_diff, worst = diff, name
-  return {"max_abs_diff": max_diff, "worst_variable": worst, "variables": len(names_a & names_b),
-          "only_in_one": sorted(names_a ^ names_b)}
+  return {
+      "max_abs_diff": max_diff,
+      "worst_variable": worst,
+      "variables": len(names_a & names_b),
+      "only_in_one": sorted(names_a ^ names_b)
+  }
 
 
 def check_checkpoints(model_dir: str, damaged: List[Dict]) -> Dict:
@@ -477,12 +540,16 @@ def check_checkpoints(model_dir: str, damaged: List[Dict]) -> Dict:
         reader.get_tensor(name)
       ok.append(path)
     except Exception as e:  # pylint: disable=broad-except
-      still_damaged = any(d["path"] == path and (not os.path.exists(d["file"]) or
-                                                 os.path.getmtime(d["file"]) <= d["time"])
-                          for d in damaged)
+      still_damaged = any(
+          d["path"] == path and (not os.path.exists(d["file"]) or os.path.getmtime(d["file"]) <= d["time"])
+          for d in damaged)
       (damaged_left if still_damaged else failed).append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
-  return {"listed": len(listed), "restored": len(ok), "unreadable": failed,
-          "damaged_by_soak_still_listed": damaged_left}
+  return {
+      "listed": len(listed),
+      "restored": len(ok),
+      "unreadable": failed,
+      "damaged_by_soak_still_listed": damaged_left
+  }
 
 
 def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict]) -> Dict:
@@ -505,10 +572,14 @@ def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict]) -> Di
         raise ValueError("; ".join(problems))
       ok.append(step)
     except Exception as e:  # pylint: disable=broad-except
-      (damaged_left if step in damaged_steps else failed).append(
-          f"{path}: {type(e).__name__}: {str(e)[:200]}")
-  return {"published": len(index_steps(model_dir)), "verified": len(ok), "failed": failed,
-          "damaged_by_soak_left": damaged_left}
+      (damaged_left
+       if step in damaged_steps else failed).append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
+  return {
+      "published": len(index_steps(model_dir)),
+      "verified": len(ok),
+      "failed": failed,
+      "damaged_by_soak_left": damaged_left
+  }
 
 
 def leftovers(model_dir: str) -> List[str]:
@@ -539,8 +610,7 @@ def tracebacks(log_paths: List[str]) -> Dict:
     for i, line in enumerate(lines):
       if not line.startswith("Traceback (most recent call last)"):
         continue
-      end = next((j for j in range(i + 1, min(i + 400, len(lines))) if _EXCEPTION_LINE.match(lines[j])),
-                 None)
+      end = next((j for j in range(i + 1, min(i + 400, len(lines))) if _EXCEPTION_LINE.match(lines[j])), None)
       # A cause ("The above exception was the direct cause ...", "During handling ...") is a link of a
       # chain whose last traceback is what the user reads: the chain is judged by that one (a
       # CheckpointWriteError raised from TensorFlow's OutOfRangeError on EFBIG is documented).
@@ -565,7 +635,9 @@ def main(argv=None) -> Dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--max_faults", type=int, default=20)
-  parser.add_argument("--max_minutes", type=float, default=10.0,
+  parser.add_argument("--max_minutes",
+                      type=float,
+                      default=10.0,
                       help="no new fault after this many minutes of the faulted run")
   parser.add_argument("--num_train_steps", type=int, default=120)
   parser.add_argument("--save_checkpoints_steps", type=int, default=10)
@@ -577,14 +649,22 @@ def main(argv=None) -> Dict:
   parser.add_argument("--max_restarts", type=int, default=40)
   parser.add_argument("--hang_seconds", type=float, default=120.0)
   parser.add_argument("--exit_seconds", type=float, default=120.0)
-  parser.add_argument("--clean_in_parallel", action="store_true",
+  parser.add_argument("--clean_in_parallel",
+                      action="store_true",
                       help="run the fault-free run(s) at the same time as the faulted one (their processes "
-                           "compete for the CPU: timings differ, the final weights must not)")
-  parser.add_argument("--repeat_clean", type=int, default=0, choices=(0, 1),
+                      "compete for the CPU: timings differ, the final weights must not)")
+  parser.add_argument("--repeat_clean",
+                      type=int,
+                      default=0,
+                      choices=(0, 1),
                       help="1: a second fault-free run, whose difference from the first is the noise floor")
-  parser.add_argument("--fault_kinds", type=lambda v: v.split(","), default=list(FAULT_KINDS),
+  parser.add_argument("--fault_kinds",
+                      type=lambda v: v.split(","),
+                      default=list(FAULT_KINDS),
                       help="comma-separated subset of " + ",".join(FAULT_KINDS))
-  parser.add_argument("--dropout", type=float, default=0.1,
+  parser.add_argument("--dropout",
+                      type=float,
+                      default=0.1,
                       help="the BERT's dropout (0: a resumed run must equal the fault-free one exactly)")
   parser.add_argument("--tolerance", type=float, default=1e-5)
   parser.add_argument("--work_dir", default="/tmp/realm_fault_soak")
@@ -669,8 +749,8 @@ def main(argv=None) -> Dict:
   latest = training_state.latest_step(model_dir)
   inv: Dict = {}
   inv["reached_step"] = latest == args.num_train_steps and training_state.training_done(model_dir)
-  inv["clean_reached_step"] = (training_state.latest_step(clean["model_dir"]) == args.num_train_steps
-                               and training_state.training_done(clean["model_dir"]))
+  inv["clean_reached_step"] = (training_state.latest_step(clean["model_dir"]) == args.num_train_steps and
+                               training_state.training_done(clean["model_dir"]))
   weights = {"max_abs_diff": None}
   if inv["reached_step"] and inv["clean_reached_step"]:
     weights = compare_weights(os.path.join(clean["model_dir"], f"ckpt-{args.num_train_steps}"),
@@ -680,8 +760,8 @@ def main(argv=None) -> Dict:
     inv["clean_repeat_max_abs_diff"] = compare_weights(
         os.path.join(clean["model_dir"], f"ckpt-{args.num_train_steps}"),
         os.path.join(runs["clean_repeat"]["model_dir"], f"ckpt-{args.num_train_steps}"))["max_abs_diff"]
-  not_published = (warnings_of(faulted["logs"]["trainer"], NOT_PUBLISHED_WARNING)
-                   + warnings_of(faulted["logs"]["trainer"], UNUSABLE_INDEX_WARNING))
+  not_published = (warnings_of(faulted["logs"]["trainer"], NOT_PUBLISHED_WARNING) +
+                   warnings_of(faulted["logs"]["trainer"], UNUSABLE_INDEX_WARNING))
   resumed = warnings_of(faulted["logs"]["trainer"], "resumed from")
   inv["weights_max_abs_diff"] = weights["max_abs_diff"]
   inv["weights_equal"] = weights["max_abs_diff"] is not None and weights["max_abs_diff"] <= args.tolerance
@@ -689,8 +769,8 @@ def main(argv=None) -> Dict:
   # Explained: a fixed swap fell back to a later index (the warning), or dropout with a resumed trainer
   # (its dropout stream restarts with the process, so the replayed steps draw other masks).
   inv["weights_difference_explained_by"] = (
-      "equal" if inv["weights_equal"] else "index not published or unusable" if not_published else
-      "dropout after a resume" if args.dropout > 0 and resumed else None)
+      "equal" if inv["weights_equal"] else "index not published or unusable"
+      if not_published else "dropout after a resume" if args.dropout > 0 and resumed else None)
   inv["weights_equal_or_explained"] = inv["weights_difference_explained_by"] is not None
   checkpoints = check_checkpoints(model_dir, faulted["damaged"]["checkpoints"])
   inv["checkpoints_listed"] = checkpoints["listed"]
@@ -704,23 +784,22 @@ def main(argv=None) -> Dict:
   inv["indexes_damaged_by_soak_left"] = len(indexes["damaged_by_soak_left"])
   left = leftovers(model_dir) + leftovers(clean["model_dir"])
   inv["temporary_leftovers"] = len(left)
-  progress = [s["progress_seconds"] for p in ("trainer", "refresher")
-              for s in faulted["starts"][p][1:]]
+  progress = [s["progress_seconds"] for p in ("trainer", "refresher") for s in faulted["starts"][p][1:]]
   trainer_restarts = faulted["starts"]["trainer"][1:]
   inv["restarts"] = len(progress)
   inv["max_seconds_restart_to_progress"] = max([p for p in progress if p is not None], default=None)
   # A restart that lived hang_seconds without a checkpoint (one stopped sooner by the next fault is not).
   inv["trainer_restarts_without_progress"] = sum(
-      1 for s in trainer_restarts if s["progress_seconds"] is None and
-      (s.get("lived_seconds") or 0) > args.hang_seconds)
+      1 for s in trainer_restarts
+      if s["progress_seconds"] is None and (s.get("lived_seconds") or 0) > args.hang_seconds)
   stops = [f["exit_seconds"] for f in faulted["faults"] if "exit_seconds" in f]
   inv["max_seconds_signal_to_exit"] = max(stops, default=None)
   inv["quiet_periods"] = faulted["quiet_periods"]
   inv["hang"] = faulted["hang"] is not None or clean["hang"] is not None
   inv["trainer_exit_after_done_s"] = faulted["trainer_exit_after_done_s"]
   inv["refresher_exit_after_done_s"] = faulted["refresher_exit_after_done_s"]
-  logs = [p for r in runs.values() for p in r["logs"].values()] + [
-      os.path.join(args.work_dir, "faulted_logs", "second_refresher.log")]
+  logs = [p for r in runs.values() for p in r["logs"].values()
+         ] + [os.path.join(args.work_dir, "faulted_logs", "second_refresher.log")]
   traces = tracebacks(logs)
   inv["tracebacks_documented"] = len(traces["documented"])
   inv["tracebacks_undocumented"] = len(traces["undocumented"])
@@ -730,23 +809,33 @@ def main(argv=None) -> Dict:
   inv["unexpected_exits"] = len(faulted["unexpected_exits"])
   inv["exits_on_documented_errors_after_damage"] = len(faulted["exits_on_documented_errors"])
   inv["exits_on_documented_errors_on_full_disk"] = len(faulted.get("exits_on_full_disk", []))
-  inv["all_hold"] = bool(
-      inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and
-      not inv["checkpoints_unreadable"] and not inv["indexes_failed"] and not left and
-      not inv["hang"] and not inv["trainer_restarts_without_progress"] and
-      not inv["tracebacks_undocumented"] and
-      inv["second_refreshers_refused_naming_first"] == inv["second_refreshers"] and
-      not inv["unexpected_exits"] and not faulted.get("gave_up"))
-  result.update(
-      faults_injected=sum(by_kind.values()), faults_by_kind=by_kind,
-      faults_skipped=sum(1 for f in faulted["faults"] if "skipped" in f), invariants=inv,
-      weights=weights, not_published_warnings=not_published, resumed_lines=resumed,
-      indexes_used_clean=_indexes_used(clean["model_dir"]),
-      indexes_used_faulted=_indexes_used(model_dir),
-      checkpoints=checkpoints, indexes=indexes, leftovers=left, tracebacks=traces,
-      clean_seconds=clean["seconds"], faulted_seconds=faulted["seconds"],
-      seconds=round(time.time() - started, 1),
-      clean={k: v for k, v in clean.items() if k != "faults"}, faulted=faulted)
+  inv["all_hold"] = bool(inv["reached_step"] and inv["clean_reached_step"] and
+                         inv["weights_equal_or_explained"] and not inv["checkpoints_unreadable"] and
+                         not inv["indexes_failed"] and not left and not inv["hang"] and
+                         not inv["trainer_restarts_without_progress"] and
+                         not inv["tracebacks_undocumented"] and
+                         inv["second_refreshers_refused_naming_first"] == inv["second_refreshers"] and
+                         not inv["unexpected_exits"] and not faulted.get("gave_up"))
+  result.update(faults_injected=sum(by_kind.values()),
+                faults_by_kind=by_kind,
+                faults_skipped=sum(1 for f in faulted["faults"] if "skipped" in f),
+                invariants=inv,
+                weights=weights,
+                not_published_warnings=not_published,
+                resumed_lines=resumed,
+                indexes_used_clean=_indexes_used(clean["model_dir"]),
+                indexes_used_faulted=_indexes_used(model_dir),
+                checkpoints=checkpoints,
+                indexes=indexes,
+                leftovers=left,
+                tracebacks=traces,
+                clean_seconds=clean["seconds"],
+                faulted_seconds=faulted["seconds"],
+                seconds=round(time.time() - started, 1),
+                clean={
+                    k: v for k, v in clean.items() if k != "faults"
+                },
+                faulted=faulted)
   os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
   io_utils.write_json_atomic(args.output_json, result)
   print_table(result)

@@ -34,8 +34,9 @@ for attempt in range(2):
 class DiskFullTest(unittest.TestCase):
 
   def _child(self, tmp: str, size: int) -> fault_soak.Process:
-    return fault_soak.Process("child", [sys.executable, "-c", _CHILD, os.path.join(tmp, "out"), str(size)],
-                              os.path.join(tmp, "child.log"))
+    return fault_soak.Process(
+        "child", [sys.executable, "-c", _CHILD,
+                  os.path.join(tmp, "out"), str(size)], os.path.join(tmp, "child.log"))
 
   def _go(self, tmp: str, attempt: int, proc: fault_soak.Process, lines: int) -> str:
     open(os.path.join(tmp, f"out.go{attempt}"), "w").close()

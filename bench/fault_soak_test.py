@@ -19,14 +19,21 @@ class FaultSoakTest(tf.test.TestCase):
   def test_short_soak_holds_every_invariant(self):
     out = self.create_tempdir().full_path
     result = fault_soak.main([
-        "--seed=2", "--max_faults=8", "--num_train_steps=40", "--dropout=0", "--max_gap_seconds=5",
+        "--seed=2",
+        "--max_faults=8",
+        "--num_train_steps=40",
+        "--dropout=0",
+        "--max_gap_seconds=5",
         # A hang is a wait that never ends; 300 s, not the bench's 120, tells it from a process start
         # slowed by a loaded machine (the suite runs three targets at once, beside a bin/demo at worst).
-        "--clean_in_parallel", "--hang_seconds=300",
+        "--clean_in_parallel",
+        "--hang_seconds=300",
         # The kinds before disk_full: the schedule seed 2 draws (and its run time) stay as measured;
         # disk_full's mechanics are fault_soak_disk_full_test's, its soak runs are in docs/reliability.md.
         "--fault_kinds=sigkill,sigterm,sigstop,damage_checkpoint,damage_index,second_refresher",
-        f"--work_dir={out}", f"--output_json={os.path.join(out, 'fault_soak.json')}"])
+        f"--work_dir={out}",
+        f"--output_json={os.path.join(out, 'fault_soak.json')}"
+    ])
     inv = result["invariants"]
     summary = {k: result[k] for k in ("faults_by_kind", "invariants", "leftovers", "tracebacks")}
     # A hang's record holds both processes' last log lines: what a failure here needs to be read.

@@ -40,9 +40,9 @@ _MLM_STEPS = flags.DEFINE_integer(
     "--reader_init_checkpoint; 0: no warm start (the T5-style encoder trained from scratch).")
 _READER_INIT = flags.DEFINE_string("reader_init_checkpoint", None,
                                    "An existing BERT export for the reader's encoder (skips --mlm_steps).")
-_EXTRA = flags.DEFINE_list("train_fid_kd_flags", [],
-                           "More bin/train_fid_kd flags, e.g. --num_passages=10 (default: none, so the "
-                           "binary's defaults are measured).")
+_EXTRA = flags.DEFINE_list(
+    "train_fid_kd_flags", [], "More bin/train_fid_kd flags, e.g. --num_passages=10 (default: none, so the "
+    "binary's defaults are measured).")
 
 _KS = (1, 5, 20)
 
@@ -57,22 +57,26 @@ def _rows(metrics):
   for m in metrics:
     training = m["reader_training"]
     single = m.get("reader_single_passage_training", {})
-    rows.append({"iteration": m["iteration"], "recall": m["recall_after"], "passages": m["passages"],
-                 "accepted": m.get("accepted", True),
-                 "recall_end": m.get("recall_end", m["recall_after"]),
-                 "reader_passages_gold_recall": m.get("reader_passages_gold_recall"),
-                 "reader_exact_match": m["reader_exact_match"],
-                 "reader_gold_top1": m.get("reader_gold_top1"),
-                 "retriever_gold_top1_before": m.get("retriever_gold_top1"),
-                 "reader_steps": single.get("steps", 0) + training["steps"],
-                 "retriever_steps": (m["retriever_training"] or {}).get("steps", 0),
-                 "distilled_questions": m.get("distilled_questions"), "seconds": m["seconds"]})
+    rows.append({
+        "iteration": m["iteration"],
+        "recall": m["recall_after"],
+        "passages": m["passages"],
+        "accepted": m.get("accepted", True),
+        "recall_end": m.get("recall_end", m["recall_after"]),
+        "reader_passages_gold_recall": m.get("reader_passages_gold_recall"),
+        "reader_exact_match": m["reader_exact_match"],
+        "reader_gold_top1": m.get("reader_gold_top1"),
+        "retriever_gold_top1_before": m.get("retriever_gold_top1"),
+        "reader_steps": single.get("steps", 0) + training["steps"],
+        "retriever_steps": (m["retriever_training"] or {}).get("steps", 0),
+        "distilled_questions": m.get("distilled_questions"),
+        "seconds": m["seconds"]
+    })
   return rows
 
 
 def _print(rows, num_passages) -> None:
-  cells = lambda r, kind: " ".join(f"{r['recall'].get(f'{kind}_recall@{k}', float('nan')):5.1f}"
-                                   for k in _KS)
+  cells = lambda r, kind: " ".join(f"{r['recall'].get(f'{kind}_recall@{k}', float('nan')):5.1f}" for k in _KS)
   fmt = lambda v, spec: format("-", ">" + spec.split(".")[0]) if v is None else format(v, spec)
   print(f"\n{'iteration':>9s} {'passages':>8s} {'gold in n':>9s} {'reader EM':>9s} {'teacher':>7s} "
         f"{'gold r@1':>8s} {'r@5':>5s} {'r@20':>5s} {'answer r@1':>10s} {'r@5':>5s} {'r@20':>5s} "
@@ -104,10 +108,14 @@ def main(argv):
     demo_pipeline.run_binary("generate_retrieval_corpus",
                              os.path.join(work_dir, "generate_retrieval_corpus.log"),
                              input_path=os.path.join(testdata, "corpus.jsonl"),
-                             vocab_path=os.path.join(testdata, "vocab.txt"), output_prefix=corpus)
-    command = dict(model_dir=model_dir, vocab_path=os.path.join(testdata, "vocab.txt"),
-                   retrieval_corpus_path=corpus, train_path=os.path.join(testdata, "qa.train.jsonl"),
-                   dev_path=os.path.join(testdata, "qa.dev.jsonl"), iterations=_ITERATIONS.value)
+                             vocab_path=os.path.join(testdata, "vocab.txt"),
+                             output_prefix=corpus)
+    command = dict(model_dir=model_dir,
+                   vocab_path=os.path.join(testdata, "vocab.txt"),
+                   retrieval_corpus_path=corpus,
+                   train_path=os.path.join(testdata, "qa.train.jsonl"),
+                   dev_path=os.path.join(testdata, "qa.dev.jsonl"),
+                   iterations=_ITERATIONS.value)
     reader_init = _READER_INIT.value
     if reader_init is None and _MLM_STEPS.value > 0:
       reader_init = os.path.join(work_dir, "mlm", "bert")
@@ -115,15 +123,22 @@ def main(argv):
       # bin/demo's MLM pre-training when this bench's results were measured (2,000 steps, no whole-word
       # masking; bin/demo now runs 6,000 with it, for REALM's reader). The results were measured with the
       # earlier testdata/bert_pretraining.jsonl, whose articles stated each fact once.
-      demo_pipeline.run_binary("train_mlm", os.path.join(work_dir, "train_mlm.log"),
-                               lambda line: "held-out masked-token accuracy" in line, print,
+      demo_pipeline.run_binary("train_mlm",
+                               os.path.join(work_dir, "train_mlm.log"),
+                               lambda line: "held-out masked-token accuracy" in line,
+                               print,
                                model_dir=os.path.join(work_dir, "mlm"),
                                input_path=os.path.join(testdata, "bert_pretraining.jsonl"),
-                               vocab_path=os.path.join(testdata, "vocab.txt"), bert_config="tiny",
-                               max_seq_len=160, batch_size=32, learning_rate=1e-3,
+                               vocab_path=os.path.join(testdata, "vocab.txt"),
+                               bert_config="tiny",
+                               max_seq_len=160,
+                               batch_size=32,
+                               learning_rate=1e-3,
                                whole_word_masking=False,
-                               num_train_steps=steps, save_checkpoints_steps=steps,
-                               log_every_steps=max(1, steps // 4), seed=0)
+                               num_train_steps=steps,
+                               save_checkpoints_steps=steps,
+                               log_every_steps=max(1, steps // 4),
+                               seed=0)
     if reader_init:
       command["reader_init_checkpoint"] = reader_init
     for flag in _EXTRA.value:
@@ -149,13 +164,24 @@ def main(argv):
   print(f"learning check ({len(metrics)} iterations): gold recall@5 initial {start:.1f}, after each round "
         f"{ends}: {'passed' if passed else 'FAILED'} ({time.time() - started:.0f} s)")
   machine["load_average_at_end"] = throughput_lib.load_average()
-  result = {"benchmark": "fid_kd_learning", "machine": machine, "train_fid_kd_flags": _EXTRA.value,
-            "iterations": _ITERATIONS.value, "reader_config": reader_config, "rows": rows,
-            "reader_init_checkpoint": reader_init,
-            "learning_check": {"initial_gold_recall@5": start, "final_gold_recall@5": end,
-                               "gold_recall@5_after_each_round": ends, "never_falls": monotone,
-                               "passed": passed},
-            "iteration_metrics": metrics, "total_seconds": time.time() - started}
+  result = {
+      "benchmark": "fid_kd_learning",
+      "machine": machine,
+      "train_fid_kd_flags": _EXTRA.value,
+      "iterations": _ITERATIONS.value,
+      "reader_config": reader_config,
+      "rows": rows,
+      "reader_init_checkpoint": reader_init,
+      "learning_check": {
+          "initial_gold_recall@5": start,
+          "final_gold_recall@5": end,
+          "gold_recall@5_after_each_round": ends,
+          "never_falls": monotone,
+          "passed": passed
+      },
+      "iteration_metrics": metrics,
+      "total_seconds": time.time() - started
+  }
   io_utils.write_json_atomic(_OUTPUT.value, result)
   print(f"wrote {_OUTPUT.value}")
 

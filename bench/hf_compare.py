@@ -43,14 +43,18 @@ _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu_tanh": "gelu_new"}
 
 def hf_config(values):
   """A transformers.BertConfig from realm_tf's BertConfig.to_dict() field names."""
-  return transformers.BertConfig(
-      vocab_size=values["vocab_size"], hidden_size=values["hidden_size"],
-      num_hidden_layers=values["num_layers"], num_attention_heads=values["num_attention_heads"],
-      intermediate_size=values["intermediate_size"], hidden_act=_HF_ACTIVATIONS[values["hidden_act"]],
-      max_position_embeddings=values["max_position_embeddings"],
-      type_vocab_size=values["type_vocab_size"], hidden_dropout_prob=values["hidden_dropout_prob"],
-      attention_probs_dropout_prob=values["attention_probs_dropout_prob"],
-      initializer_range=values["initializer_range"], layer_norm_eps=1e-12)
+  return transformers.BertConfig(vocab_size=values["vocab_size"],
+                                 hidden_size=values["hidden_size"],
+                                 num_hidden_layers=values["num_layers"],
+                                 num_attention_heads=values["num_attention_heads"],
+                                 intermediate_size=values["intermediate_size"],
+                                 hidden_act=_HF_ACTIVATIONS[values["hidden_act"]],
+                                 max_position_embeddings=values["max_position_embeddings"],
+                                 type_vocab_size=values["type_vocab_size"],
+                                 hidden_dropout_prob=values["hidden_dropout_prob"],
+                                 attention_probs_dropout_prob=values["attention_probs_dropout_prob"],
+                                 initializer_range=values["initializer_range"],
+                                 layer_norm_eps=1e-12)
 
 
 class DocTower(torch.nn.Module):
@@ -110,9 +114,11 @@ class Bench:
       torch.mm(a, a)
       walls.append(time.perf_counter() - wall)
       cpus.append(time.process_time() - cpu)
-    gflop = 2 * size ** 3 / 1e9
-    return {"gflops": gflop / sorted(walls)[repeats // 2],
-            "gflops_per_cpu_s": gflop / sorted(cpus)[repeats // 2]}
+    gflop = 2 * size**3 / 1e9
+    return {
+        "gflops": gflop / sorted(walls)[repeats // 2],
+        "gflops_per_cpu_s": gflop / sorted(cpus)[repeats // 2]
+    }
 
 
 def _answer(tag, value):
@@ -133,10 +139,16 @@ def main():
   model = DocTower(hf_config(json.loads(args.config_json)), args.projection_size)
   bench = Bench(model, args.embed_batch_size, args.train_batch_size, args.seq_len, args.projection_size)
   calls = {"embedding": bench.embedding, "train_step": bench.train_step, "matmul": bench.matmul}
-  _answer("READY", {"torch": torch.__version__, "transformers": transformers.__version__,
-                    "python": platform.python_version(), "default_threads": default_threads,
-                    # pylint: disable-next=protected-access
-                    "attention_implementation": model.bert.config._attn_implementation})
+  _answer(
+      "READY",
+      {
+          "torch": torch.__version__,
+          "transformers": transformers.__version__,
+          "python": platform.python_version(),
+          "default_threads": default_threads,
+          # pylint: disable-next=protected-access
+          "attention_implementation": model.bert.config._attn_implementation
+      })
   for line in sys.stdin:  # one line at a time as the driver writes it (Python 3 does not read ahead)
     words = line.split()
     if not words or words[0] not in calls or len(words) > 2 or not all(w.isdigit() for w in words[1:]):
@@ -146,8 +158,8 @@ def main():
     torch.set_num_threads(threads)
     wall, cpu = time.perf_counter(), time.process_time()
     extra = calls[words[0]]()
-    _answer("RESULT", dict(extra, wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu,
-                           threads=threads))
+    _answer("RESULT",
+            dict(extra, wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu, threads=threads))
 
 
 if __name__ == "__main__":

@@ -69,12 +69,17 @@ class HfProcess:
     if not os.path.exists(_HF_PYTHON.value):
       raise FileNotFoundError(f"{_HF_PYTHON.value} does not exist: run bench/setup_hf_env.sh first")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of .venv leaks in
-    self._process = subprocess.Popen(
-        [_HF_PYTHON.value, os.path.join(_ROOT, "bench", "hf_compare.py"),
-         f"--config_json={json.dumps(config.to_dict())}", f"--seq_len={seq_len}",
-         f"--embed_batch_size={embed_batch_size}", f"--train_batch_size={train_batch_size}",
-         f"--projection_size={throughput_lib.PROJECTION_SIZE}"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+    self._process = subprocess.Popen([
+        _HF_PYTHON.value,
+        os.path.join(_ROOT, "bench", "hf_compare.py"), f"--config_json={json.dumps(config.to_dict())}",
+        f"--seq_len={seq_len}", f"--embed_batch_size={embed_batch_size}",
+        f"--train_batch_size={train_batch_size}", f"--projection_size={throughput_lib.PROJECTION_SIZE}"
+    ],
+                                     stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE,
+                                     text=True,
+                                     bufsize=1,
+                                     env=env)
     self.environment = self._read("READY")
 
   def _read(self, tag):
@@ -100,15 +105,14 @@ class HfProcess:
 
 def _variant_calls(config, measure, hf):
   """{variant: no-argument call returning (wall s, CPU s)}."""
-  make, batch = ((throughput_lib.embedding_call, _EMBED_BATCH.value) if measure == "embedding"
-                 else (throughput_lib.train_step_call, _TRAIN_BATCH.value))
+  make, batch = ((throughput_lib.embedding_call, _EMBED_BATCH.value) if measure == "embedding" else
+                 (throughput_lib.train_step_call, _TRAIN_BATCH.value))
   calls = {}
   for variant, jit in ((REALM_TF, False), (REALM_TF_XLA, True)):
     call = make(config, batch, _SEQ_LEN.value, jit_compile=jit)
     calls[variant] = lambda call=call: throughput_lib.timed(call)
   for threads in _HF_THREADS.value:
-    calls[_hf_variant(threads)] = lambda t=threads: (lambda r: (r["wall_s"], r["cpu_s"]))(
-        hf.call(measure, t))
+    calls[_hf_variant(threads)] = lambda t=threads: (lambda r: (r["wall_s"], r["cpu_s"]))(hf.call(measure, t))
   return calls
 
 
@@ -128,22 +132,35 @@ def _summary(runs, first_call_s, batch, flops_per_item, peak, peak_per_cpu_s):
   walls, cpus = zip(*runs)
   wall, cpu = statistics.median(walls), statistics.median(cpus)
   flops, flops_per_cpu_s = batch * flops_per_item / wall, batch * flops_per_item / cpu
-  return {"items_per_second": batch / wall, "median_wall_s": wall, "median_cpu_s": cpu,
-          "wall_s": list(walls), "cpu_s": list(cpus), "first_call_s": first_call_s,
-          "gflops": flops / 1e9, "fraction_of_matmul_peak": flops / peak,
-          "gflops_per_cpu_s": flops_per_cpu_s / 1e9,
-          "fraction_of_matmul_peak_per_cpu_s": flops_per_cpu_s / peak_per_cpu_s}
+  return {
+      "items_per_second": batch / wall,
+      "median_wall_s": wall,
+      "median_cpu_s": cpu,
+      "wall_s": list(walls),
+      "cpu_s": list(cpus),
+      "first_call_s": first_call_s,
+      "gflops": flops / 1e9,
+      "fraction_of_matmul_peak": flops / peak,
+      "gflops_per_cpu_s": flops_per_cpu_s / 1e9,
+      "fraction_of_matmul_peak_per_cpu_s": flops_per_cpu_s / peak_per_cpu_s
+  }
 
 
 def _ratios(summaries):
   """Speed ratios (higher is faster for the first named) from wall and from CPU time, against the
   fastest PyTorch variant (by wall time)."""
   hf = _fastest(summaries, [_hf_variant(t) for t in _HF_THREADS.value])
-  pairs = {"realm_tf_xla_over_hf": (REALM_TF_XLA, hf), "realm_tf_over_hf": (REALM_TF, hf),
-           "xla_speedup": (REALM_TF_XLA, REALM_TF)}
-  ratios = {name: {"wall": summaries[b]["median_wall_s"] / summaries[a]["median_wall_s"],
-                   "cpu": summaries[b]["median_cpu_s"] / summaries[a]["median_cpu_s"]}
-            for name, (a, b) in pairs.items()}
+  pairs = {
+      "realm_tf_xla_over_hf": (REALM_TF_XLA, hf),
+      "realm_tf_over_hf": (REALM_TF, hf),
+      "xla_speedup": (REALM_TF_XLA, REALM_TF)
+  }
+  ratios = {
+      name: {
+          "wall": summaries[b]["median_wall_s"] / summaries[a]["median_wall_s"],
+          "cpu": summaries[b]["median_cpu_s"] / summaries[a]["median_cpu_s"]
+      } for name, (a, b) in pairs.items()
+  }
   ratios["hf_variant"] = hf
   return ratios
 
@@ -155,18 +172,28 @@ def _targets(result):
     best = _fastest(embedding["variants"], (REALM_TF, REALM_TF_XLA))
     hf = embedding["ratios"]["hf_variant"]
     value = embedding["variants"][best]["items_per_second"] / embedding["variants"][hf]["items_per_second"]
-    targets["embedding_over_hf"] = {"variant": best, "hf_variant": hf, "value": value,
-                                    "target": EMBEDDING_OVER_HF_TARGET,
-                                    "met": value >= EMBEDDING_OVER_HF_TARGET}
+    targets["embedding_over_hf"] = {
+        "variant": best,
+        "hf_variant": hf,
+        "value": value,
+        "target": EMBEDDING_OVER_HF_TARGET,
+        "met": value >= EMBEDDING_OVER_HF_TARGET
+    }
     fraction = embedding["variants"][best]["fraction_of_matmul_peak"]
     targets["embedding_fraction_of_matmul_peak"] = {
-        "variant": best, "value": fraction, "target": FRACTION_OF_PEAK_TARGET,
+        "variant": best,
+        "value": fraction,
+        "target": FRACTION_OF_PEAK_TARGET,
         "met": fraction >= FRACTION_OF_PEAK_TARGET,
-        "value_per_cpu_s": embedding["variants"][best]["fraction_of_matmul_peak_per_cpu_s"]}
+        "value_per_cpu_s": embedding["variants"][best]["fraction_of_matmul_peak_per_cpu_s"]
+    }
   if train:
     value = train["ratios"]["xla_speedup"]["wall"]
-    targets["train_step_xla_speedup"] = {"value": value, "target": TRAIN_XLA_SPEEDUP_TARGET,
-                                         "met": value >= TRAIN_XLA_SPEEDUP_TARGET}
+    targets["train_step_xla_speedup"] = {
+        "value": value,
+        "target": TRAIN_XLA_SPEEDUP_TARGET,
+        "met": value >= TRAIN_XLA_SPEEDUP_TARGET
+    }
   return targets
 
 
@@ -177,14 +204,20 @@ def _time_round(name, measure, calls, hf, r, samples, rounds):
   variants = _variants()
   for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
     samples[(measure, variant)].append(calls[variant]())
-  rounds.append({"config": name, "measure": measure, "matmul_peak_gflops": peak / 1e9,
-                 "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
-                 "torch_matmul_peak_gflops": {t: p["gflops"] for t, p in torch_peak.items()},
-                 "torch_matmul_peak_gflops_per_cpu_s": {
-                     t: p["gflops_per_cpu_s"] for t, p in torch_peak.items()},
-                 "load_average": throughput_lib.load_average()})
-  print(f"  {name} {measure} round {r + 1}: load average {rounds[-1]['load_average'][0]:.1f}",
-        flush=True)
+  rounds.append({
+      "config": name,
+      "measure": measure,
+      "matmul_peak_gflops": peak / 1e9,
+      "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
+      "torch_matmul_peak_gflops": {
+          t: p["gflops"] for t, p in torch_peak.items()
+      },
+      "torch_matmul_peak_gflops_per_cpu_s": {
+          t: p["gflops_per_cpu_s"] for t, p in torch_peak.items()
+      },
+      "load_average": throughput_lib.load_average()
+  })
+  print(f"  {name} {measure} round {r + 1}: load average {rounds[-1]['load_average'][0]:.1f}", flush=True)
 
 
 def _bench_config(name, rounds):
@@ -214,21 +247,29 @@ def _bench_config(name, rounds):
   peak = statistics.median(r["matmul_peak_gflops"] for r in own_rounds) * 1e9
   peak_per_cpu_s = statistics.median(r["matmul_peak_gflops_per_cpu_s"] for r in own_rounds) * 1e9
   forward = throughput_lib.forward_flops(config, _SEQ_LEN.value)
-  torch_peaks = {t: statistics.median(r["torch_matmul_peak_gflops"][t] for r in own_rounds)
-                 for t in _HF_THREADS.value}
-  torch_peaks_per_cpu_s = {t: statistics.median(r["torch_matmul_peak_gflops_per_cpu_s"][t]
-                                                for r in own_rounds) for t in _HF_THREADS.value}
-  result = {"bert": config.to_dict(), "forward_gflop_per_doc": forward / 1e9,
-            "matmul_peak_gflops": peak / 1e9, "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
-            "torch_matmul_peak_gflops": torch_peaks,
-            "torch_matmul_peak_gflops_per_cpu_s": torch_peaks_per_cpu_s,
-            "hf_environment": hf.environment}
+  torch_peaks = {
+      t: statistics.median(r["torch_matmul_peak_gflops"][t] for r in own_rounds) for t in _HF_THREADS.value
+  }
+  torch_peaks_per_cpu_s = {
+      t: statistics.median(r["torch_matmul_peak_gflops_per_cpu_s"][t] for r in own_rounds)
+      for t in _HF_THREADS.value
+  }
+  result = {
+      "bert": config.to_dict(),
+      "forward_gflop_per_doc": forward / 1e9,
+      "matmul_peak_gflops": peak / 1e9,
+      "matmul_peak_gflops_per_cpu_s": peak_per_cpu_s / 1e9,
+      "torch_matmul_peak_gflops": torch_peaks,
+      "torch_matmul_peak_gflops_per_cpu_s": torch_peaks_per_cpu_s,
+      "hf_environment": hf.environment
+  }
   for measure in _MEASURES.value:
     batch, per_item = ((_EMBED_BATCH.value, forward) if measure == "embedding" else
                        (_TRAIN_BATCH.value, forward * throughput_lib.TRAIN_FLOPS_PER_FORWARD))
-    summaries = {v: _summary(samples[(measure, v)], first[(measure, v)], batch, per_item, peak,
-                             peak_per_cpu_s)
-                 for v in _variants()}
+    summaries = {
+        v: _summary(samples[(measure, v)], first[(measure, v)], batch, per_item, peak, peak_per_cpu_s)
+        for v in _variants()
+    }
     result[measure] = {"batch_size": batch, "variants": summaries, "ratios": _ratios(summaries)}
   result["targets"] = _targets(result)
   return result
@@ -251,23 +292,32 @@ def _print_table(results):
       per_cpu_s = f" (per CPU second: {t['value_per_cpu_s']:.2f})" if "value_per_cpu_s" in t else ""
       print(f"{'':22s}target {target}: {t['value']:.2f} (>= {t['target']}) "
             f"{'met' if t['met'] else 'MISSED'}{per_cpu_s}")
-  print(f"fp32 2048^3 matmul per round, GFLOP per wall s / per CPU s, TensorFlow [torch by threads]: "
-        + ", ".join(f"{r['matmul_peak_gflops']:.0f}/{r['matmul_peak_gflops_per_cpu_s']:.0f} "
-                    f"{[round(g) for g in r['torch_matmul_peak_gflops'].values()]}/"
-                    f"{[round(g) for g in r['torch_matmul_peak_gflops_per_cpu_s'].values()]}"
-                    for r in results["rounds"]))
-  print(f"load average per round (1 min): "
-        + ", ".join(f"{r['load_average'][0]:.1f}" for r in results["rounds"]))
+  print(f"fp32 2048^3 matmul per round, GFLOP per wall s / per CPU s, TensorFlow [torch by threads]: " +
+        ", ".join(f"{r['matmul_peak_gflops']:.0f}/{r['matmul_peak_gflops_per_cpu_s']:.0f} "
+                  f"{[round(g) for g in r['torch_matmul_peak_gflops'].values()]}/"
+                  f"{[round(g) for g in r['torch_matmul_peak_gflops_per_cpu_s'].values()]}"
+                  for r in results["rounds"]))
+  print(f"load average per round (1 min): " +
+        ", ".join(f"{r['load_average'][0]:.1f}" for r in results["rounds"]))
 
 
 def main(argv):
   del argv
-  results = {"benchmark": "hf_compare_bench", "machine": throughput_lib.machine(),
-             "settings": {"seq_len": _SEQ_LEN.value, "embed_batch_size": _EMBED_BATCH.value,
-                          "train_batch_size": _TRAIN_BATCH.value, "warmup": _WARMUP.value,
-                          "repeats": _REPEATS.value, "hf_threads": _HF_THREADS.value,
-                          "train_flops_per_forward": throughput_lib.TRAIN_FLOPS_PER_FORWARD},
-             "rounds": [], "configs": {}}
+  results = {
+      "benchmark": "hf_compare_bench",
+      "machine": throughput_lib.machine(),
+      "settings": {
+          "seq_len": _SEQ_LEN.value,
+          "embed_batch_size": _EMBED_BATCH.value,
+          "train_batch_size": _TRAIN_BATCH.value,
+          "warmup": _WARMUP.value,
+          "repeats": _REPEATS.value,
+          "hf_threads": _HF_THREADS.value,
+          "train_flops_per_forward": throughput_lib.TRAIN_FLOPS_PER_FORWARD
+      },
+      "rounds": [],
+      "configs": {}
+  }
   for name in _CONFIGS.value:
     print(f"== {name}", flush=True)
     results["configs"][name] = _bench_config(name, results["rounds"])

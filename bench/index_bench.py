@@ -81,8 +81,9 @@ _OUTPUT = flags.DEFINE_string(
 _PROBE = flags.DEFINE_string("probe_load", None, "(internal) load this index, print memory as JSON.")
 
 # (name, implementation, build options): the compressed ScaNN index re-scores from int8 vectors.
-_VARIANTS = (("brute_force", "brute_force", {}), ("scann", "scann", {}),
-             ("scann_int8", "scann", {"rescoring": "int8"}))
+_VARIANTS = (("brute_force", "brute_force", {}), ("scann", "scann", {}), ("scann_int8", "scann", {
+    "rescoring": "int8"
+}))
 
 
 def _rss_bytes() -> int:
@@ -110,10 +111,13 @@ def _probe_load(directory: str) -> None:
 
 
 def _memory_of(directory: str) -> dict:
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-             TF_CPP_MIN_LOG_LEVEL="3")
-  result = subprocess.run([sys.executable, os.path.abspath(__file__), f"--probe_load={directory}"],
-                          env=env, capture_output=True, text=True, check=False)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TF_CPP_MIN_LOG_LEVEL="3")
+  result = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), f"--probe_load={directory}"],
+      env=env,
+      capture_output=True,
+      text=True,
+      check=False)
   if result.returncode != 0:
     raise RuntimeError(f"bench/index_bench.py: the memory probe of {directory} failed:\n"
                        f"{result.stderr[-3000:]}")
@@ -121,8 +125,8 @@ def _memory_of(directory: str) -> dict:
 
 
 def _dir_bytes(directory: str) -> int:
-  return sum(os.path.getsize(os.path.join(root, name))
-             for root, _, names in os.walk(directory) for name in names)
+  return sum(
+      os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(directory) for name in names)
 
 
 def _synthetic(name: str, num: int, dim: int, num_queries: int, seed: int):
@@ -170,7 +174,8 @@ def _real(num_queries: int, seed: int):
       queries = np.ascontiguousarray(queries @ components, np.float32)
   if queries is not None:
     # A random sample: the file's first rows are often one topic (SQuAD dev questions come by article).
-    rows = np.random.default_rng(seed).choice(queries.shape[0], min(num_queries, queries.shape[0]),
+    rows = np.random.default_rng(seed).choice(queries.shape[0],
+                                              min(num_queries, queries.shape[0]),
                                               replace=False)
     return docs, np.asarray(queries[np.sort(rows)], np.float32)
   held_out = np.zeros(docs.shape[0], bool)
@@ -182,7 +187,7 @@ def _median_nn_distance(docs: np.ndarray, seed: int, sample: int = 2000) -> floa
   """Median Euclidean distance from a sample of documents to their nearest other document."""
   rng = np.random.default_rng(seed)
   rows = rng.choice(docs.shape[0], min(sample, docs.shape[0]), replace=False)
-  norms = np.sum(docs.astype(np.float64) ** 2, axis=1)
+  norms = np.sum(docs.astype(np.float64)**2, axis=1)
   distances = norms[rows, None] + norms[None, :] - 2.0 * (docs[rows].astype(np.float64) @ docs.T)
   distances[np.arange(rows.size), rows] = np.inf  # not itself
   return float(np.median(np.sqrt(np.maximum(distances.min(axis=1), 0.0))))
@@ -199,8 +204,8 @@ def _replicated(docs: np.ndarray, size: int, noise_fraction: float, seed: int):
   norms = np.linalg.norm(docs, axis=1, keepdims=True)
   for start in range(docs.shape[0], size, docs.shape[0]):
     end = min(size, start + docs.shape[0])
-    copy = docs[:end - start] + sigma * rng.standard_normal(size=(end - start, docs.shape[1]),
-                                                            dtype=np.float32)
+    copy = docs[:end -
+                start] + sigma * rng.standard_normal(size=(end - start, docs.shape[1]), dtype=np.float32)
     # Back to the original's norm: MIPS over unit vectors stays cosine search, and no copy wins a
     # query only because the noise made it longer.
     copy *= norms[:end - start] / np.maximum(np.linalg.norm(copy, axis=1, keepdims=True), 1e-12)
@@ -261,12 +266,19 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
     index.save(directory, step=0)
     save_s = time.perf_counter() - start
     row = {
-        "dataset": dataset, "num_docs": int(docs.shape[0]), "dim": int(docs.shape[1]),
-        "implementation": variant, "parameters": index.parameters,
-        "num_queries": int(queries.shape[0]), "k": k,
-        "build_s": build_s, "search_ms": 1000 * search_s, "queries_per_s": queries.shape[0] / search_s,
+        "dataset": dataset,
+        "num_docs": int(docs.shape[0]),
+        "dim": int(docs.shape[1]),
+        "implementation": variant,
+        "parameters": index.parameters,
+        "num_queries": int(queries.shape[0]),
+        "k": k,
+        "build_s": build_s,
+        "search_ms": 1000 * search_s,
+        "queries_per_s": queries.shape[0] / search_s,
         f"recall_at_{k}": index_lib.recall_at_k(ids, exact_ids, k),
-        "save_s": save_s, "disk_bytes_per_doc": _dir_bytes(directory) / docs.shape[0],
+        "save_s": save_s,
+        "disk_bytes_per_doc": _dir_bytes(directory) / docs.shape[0],
         # Timings on a shared machine are only as good as its load: recorded beside them.
         "load_average_1min": os.getloadavg()[0],
     }
@@ -274,16 +286,21 @@ def _bench_one(dataset, docs, queries, k, runs, scann_options, workdir):
       # The recall/speed trade-off at a few settings of the search-time knobs.
       sweep = []
       leaves = index.parameters["num_leaves_to_search"]
-      for searched, candidates in ((max(1, leaves // 2), 100), (leaves, 50), (leaves, 200),
-                                   (leaves, 300), (2 * leaves, 100), (2 * leaves, 200)):
+      for searched, candidates in ((max(1, leaves // 2), 100), (leaves, 50), (leaves, 200), (leaves, 300),
+                                   (2 * leaves, 100), (2 * leaves, 200)):
         searched = min(searched, index.parameters["num_leaves"])
-        sweep_ids, _ = index.search(queries, k, num_leaves_to_search=searched,
-                                    num_candidates=candidates)
-        sweep.append({"num_leaves_to_search": searched, "num_candidates": candidates,
-                      "search_ms": 1000 * _median_search_s(index, queries, k, runs,
-                                                           num_leaves_to_search=searched,
-                                                           num_candidates=candidates),
-                      f"recall_at_{k}": index_lib.recall_at_k(sweep_ids, exact_ids, k)})
+        sweep_ids, _ = index.search(queries, k, num_leaves_to_search=searched, num_candidates=candidates)
+        sweep.append({
+            "num_leaves_to_search":
+                searched,
+            "num_candidates":
+                candidates,
+            "search_ms":
+                1000 * _median_search_s(
+                    index, queries, k, runs, num_leaves_to_search=searched, num_candidates=candidates),
+            f"recall_at_{k}":
+                index_lib.recall_at_k(sweep_ids, exact_ids, k)
+        })
       row["sweep"] = sweep
     if variant_options.get("rescoring") == "int8":
       # The ceiling the int8 vectors set, whatever ScaNN's candidates: exact search over them.
@@ -307,8 +324,10 @@ _HEADER = (f"{'dataset':<24} {'N':>8} {'D':>4} {'index':<11} {'build s':>8} {'ms
 
 
 def _format_row(row, k) -> str:
+
   def num(key, fmt):
     return format(row[key], fmt) if key in row else "-".rjust(int(fmt.split(".")[0]))
+
   return (f"{row['dataset'][:24]:<24} {row['num_docs']:>8} {row['dim']:>4} {row['implementation']:<11} "
           f"{num('build_s', '8.2f')} {num('search_ms', '9.2f')} {num('queries_per_s', '10.0f')} "
           f"{num(f'recall_at_{k}', '7.3f')} {num('disk_bytes_per_doc', '10.0f')} "
@@ -325,9 +344,12 @@ def main(argv):
   from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   sizes = [int(s) for s in _SIZES.value]
   k, runs, num_queries = _K.value, _RUNS.value, _NUM_QUERIES.value
-  scann_options = {name: flag.value for name, flag in (
-      ("num_leaves", _NUM_LEAVES), ("num_leaves_to_search", _NUM_LEAVES_TO_SEARCH),
-      ("num_candidates", _NUM_CANDIDATES)) if flag.value is not None}
+  scann_options = {
+      name: flag.value
+      for name, flag in (("num_leaves", _NUM_LEAVES), ("num_leaves_to_search", _NUM_LEAVES_TO_SEARCH),
+                         ("num_candidates", _NUM_CANDIDATES))
+      if flag.value is not None
+  }
   machine = _machine()
   print(f"{machine['cpu_model']}, {machine['cpus_available']} CPUs, {machine['memory']}, load "
         f"{machine['load_average_at_start'][0]:.1f}; {num_queries} queries, top-{k}, median of {runs} "
@@ -351,24 +373,34 @@ def main(argv):
         replicated, sigma = _replicated(docs, size, _REPLICATE_NOISE.value, _SEED.value)
         rows = _bench_one(f"{name} replicated", replicated, queries, k, runs, scann_options, workdir)
         for row in rows:
-          row.update(replicated_from=int(docs.shape[0]), noise_sigma_per_dim=sigma,
+          row.update(replicated_from=int(docs.shape[0]),
+                     noise_sigma_per_dim=sigma,
                      replicate_noise=_REPLICATE_NOISE.value)
         results += rows
         del replicated
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "index_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "machine": machine,
-      "settings": {"sizes": sizes, "datasets": _DATASETS.value, "embeddings_npy": _EMBEDDINGS_NPY.value,
-                   "queries_npy": _QUERIES_NPY.value, "pca_dims": _PCA_DIMS.value,
-                   "replicate_to": _REPLICATE_TO.value,
-                   "replicate_noise": _REPLICATE_NOISE.value,
-                   "num_queries": num_queries, "k": k, "runs": runs, "scann_options": scann_options},
-      "results": results,
-  })
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "index_bench",
+          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine": machine,
+          "settings": {
+              "sizes": sizes,
+              "datasets": _DATASETS.value,
+              "embeddings_npy": _EMBEDDINGS_NPY.value,
+              "queries_npy": _QUERIES_NPY.value,
+              "pca_dims": _PCA_DIMS.value,
+              "replicate_to": _REPLICATE_TO.value,
+              "replicate_noise": _REPLICATE_NOISE.value,
+              "num_queries": num_queries,
+              "k": k,
+              "runs": runs,
+              "scann_options": scann_options
+          },
+          "results": results,
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

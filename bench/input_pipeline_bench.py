@@ -98,10 +98,13 @@ PAPER_ROWS = 13353718  # Wikipedia's blocks in REALM's and ORQA's index
 
 COMPONENTS = ("query_featurization", "query_embedding", "search", "candidate_lookup",
               "candidate_featurization")
-COMPONENT_LABELS = {"query_featurization": "query featurization",
-                    "query_embedding": "query embedding", "search": "search",
-                    "candidate_lookup": "candidate lookup (filter + gather)",
-                    "candidate_featurization": "candidate featurization"}
+COMPONENT_LABELS = {
+    "query_featurization": "query featurization",
+    "query_embedding": "query embedding",
+    "search": "search",
+    "candidate_lookup": "candidate lookup (filter + gather)",
+    "candidate_featurization": "candidate featurization"
+}
 
 _CONFIGS = flags.DEFINE_list("configs", ["demo", "paper"], "Configurations: demo, paper.")
 _PAPER_INDEX_ROWS = flags.DEFINE_list("paper_index_rows", ["1000000", str(PAPER_ROWS)],
@@ -109,8 +112,7 @@ _PAPER_INDEX_ROWS = flags.DEFINE_list("paper_index_rows", ["1000000", str(PAPER_
 _QUERIES = flags.DEFINE_integer(
     "queries", 64, "Examples timed per component at the paper configuration (one retrieval batch "
     "of --paper_batch_size by default).")
-_DEMO_QUERIES = flags.DEFINE_integer("demo_queries", 512,
-                                     "Examples timed per component at the demo.")
+_DEMO_QUERIES = flags.DEFINE_integer("demo_queries", 512, "Examples timed per component at the demo.")
 _DEMO_E2E_BATCHES = flags.DEFINE_integer("demo_e2e_batches", 30,
                                          "realm_dataset batches timed end to end at the demo.")
 _PAPER_BATCH = flags.DEFINE_integer(
@@ -125,13 +127,12 @@ _MAX_RESIDENT = flags.DEFINE_integer(
 _SCANN_MAX_BUILD = flags.DEFINE_integer(
     "scann_max_build_rows", 1000000, "ScaNN indexes above this many rows are scaled, not built (a "
     "build takes about a minute per million rows here, and holds a second float32 copy).")
-_STORED_ROWS = flags.DEFINE_integer(
-    "paper_corpus_stored_rows", 1000000,
-    "Distinct rows of token ids in the paper's synthetic corpus table.")
+_STORED_ROWS = flags.DEFINE_integer("paper_corpus_stored_rows", 1000000,
+                                    "Distinct rows of token ids in the paper's synthetic corpus table.")
 _PAPER_BERT = flags.DEFINE_enum("paper_bert", "bert_base", ["bert_base", "tiny"],
                                 "BERT of the paper configuration (tiny: for tests).")
-_DEMO_JIT = flags.DEFINE_boolean(
-    "demo_jit_compile", True, "XLA for the demo's train step and bootstrap embedding, as bin/demo.")
+_DEMO_JIT = flags.DEFINE_boolean("demo_jit_compile", True,
+                                 "XLA for the demo's train step and bootstrap embedding, as bin/demo.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 5, "Demo train steps timed (after one warm-up).")
 _PAPER_TRAIN_BATCH = flags.DEFINE_integer("paper_train_batch_size", 2,
                                           "Examples in the paper configuration's timed train step.")
@@ -147,10 +148,8 @@ _ACCEL_STEP_S = flags.DEFINE_float("accelerator_step_seconds", 3.8,
                                    "Seconds per step of --accelerator_batch_size (for the table).")
 _ACCEL_BATCH = flags.DEFINE_integer("accelerator_batch_size", 512, "REALM's batch.")
 _MIN_SECONDS = flags.DEFINE_float("min_seconds", 1.0, "Each timing runs at least this long.")
-_WORK_DIR = flags.DEFINE_string("work_dir", None,
-                                "Scratch directory (default: a temporary one, removed).")
-_OUTPUT_JSON = flags.DEFINE_string("output_json",
-                                   os.path.join(_RESULTS, "input_pipeline_bench.json"),
+_WORK_DIR = flags.DEFINE_string("work_dir", None, "Scratch directory (default: a temporary one, removed).")
+_OUTPUT_JSON = flags.DEFINE_string("output_json", os.path.join(_RESULTS, "input_pipeline_bench.json"),
                                    "Where to write the JSON results.")
 _OUTPUT_PNG = flags.DEFINE_string("output_png", os.path.join(_RESULTS, "input_pipeline_bench.png"),
                                   "Where to write the plot ('' for none).")
@@ -220,9 +219,15 @@ def _timed(fn: Callable[[], object], calls: int, examples_per_call: int, warmup:
   calls = done
   wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
   examples = calls * examples_per_call
-  return {"examples": examples, "calls": calls, "wall_s": wall, "cpu_s": cpu,
-          "wall_s_per_example": wall / examples, "cpu_s_per_example": cpu / examples,
-          "load_average_1min": throughput_lib.load_average()[0]}
+  return {
+      "examples": examples,
+      "calls": calls,
+      "wall_s": wall,
+      "cpu_s": cpu,
+      "wall_s_per_example": wall / examples,
+      "cpu_s_per_example": cpu / examples,
+      "load_average_1min": throughput_lib.load_average()[0]
+  }
 
 
 def _calls(examples: int, batch_size: int) -> int:
@@ -233,12 +238,14 @@ def _calls(examples: int, batch_size: int) -> int:
 # The pipeline's pieces, called as realm_input calls them.
 
 
-def query_feature_dataset(pretraining_prefix: str, tokenizer: tokenization.Tokenizer,
-                          featurizer, seed: int = 0) -> tf.data.Dataset:
+def query_feature_dataset(pretraining_prefix: str,
+                          tokenizer: tokenization.Tokenizer,
+                          featurizer,
+                          seed: int = 0) -> tf.data.Dataset:
   """realm_dataset's front (realm_input.query_features) without its shuffle: query features one
   example at a time, as they reach its retrieval map."""
-  return realm_input.query_features(pretraining.pretraining_dataset(pretraining_prefix).repeat(),
-                                    tokenizer, featurizer, seed)
+  return realm_input.query_features(
+      pretraining.pretraining_dataset(pretraining_prefix).repeat(), tokenizer, featurizer, seed)
 
 
 def candidate_featurizer(featurizer, batch_size: int, num_candidates: int):
@@ -252,9 +259,11 @@ def candidate_featurizer(featurizer, batch_size: int, num_candidates: int):
   lengths = tf.TensorSpec([batch_size * (num_candidates - 1)], tf.int64)
   values = tf.TensorSpec([None], tf.int64)
 
-  @tf.function(autograph=False, input_signature=[
-      tf.TensorSpec([batch_size, q], tf.int32), tf.TensorSpec([batch_size, q], tf.int32), values,
-      lengths, values, lengths])
+  @tf.function(autograph=False,
+               input_signature=[
+                   tf.TensorSpec([batch_size, q], tf.int32),
+                   tf.TensorSpec([batch_size, q], tf.int32), values, lengths, values, lengths
+               ])
   def assemble(query_token_ids, query_mask, title_values, title_lengths, body_values, body_lengths):
     titles = tf.RaggedTensor.from_row_lengths(tf.reshape(title_values, [-1]), title_lengths)
     bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
@@ -293,10 +302,10 @@ def _search_k(state: realm_input.RetrievalState) -> int:
   return min(state.corpus.num_docs, state.num_candidates - 1 + 4)
 
 
-def _query_batches(dataset: tf.data.Dataset, batch_size: int,
-                   count: int) -> List[Dict[str, np.ndarray]]:
-  return [{k: v.numpy() for k, v in batch.items()}
-          for batch in dataset.batch(batch_size, drop_remainder=True).take(count)]
+def _query_batches(dataset: tf.data.Dataset, batch_size: int, count: int) -> List[Dict[str, np.ndarray]]:
+  return [{
+      k: v.numpy() for k, v in batch.items()
+  } for batch in dataset.batch(batch_size, drop_remainder=True).take(count)]
 
 
 def _cycled(fn: Callable[[int], object], count: int) -> Callable[[], object]:
@@ -321,15 +330,17 @@ def _query_embedding(loaded: published_index.LoadedIndex, queries: List[Dict]):
   batch_size = len(inputs[0][0])
   _progress(f"  query embedding: {len(inputs)} x {batch_size} queries")
   embeddings = [loaded.embed_queries(*x) for x in inputs]
-  timing = _timed(_cycled(lambda i: loaded.embed_queries(*inputs[i]), len(inputs)), len(inputs),
-                  batch_size, warmup=0)
+  timing = _timed(_cycled(lambda i: loaded.embed_queries(*inputs[i]), len(inputs)),
+                  len(inputs),
+                  batch_size,
+                  warmup=0)
   return timing, embeddings
 
 
 def _retrieval_components(state: realm_input.RetrievalState, loaded: published_index.LoadedIndex,
                           searches: Dict[str, index_lib.MipsIndex], queries: List[Dict],
-                          embeddings: List[np.ndarray], own_fingerprints: List[np.ndarray],
-                          assemble, with_retrieve: bool) -> Dict:
+                          embeddings: List[np.ndarray], own_fingerprints: List[np.ndarray], assemble,
+                          with_retrieve: bool) -> Dict:
   """Times each index's search, retrieve's own work (stubs for tower and index), gather and
   candidate featurization over the prepared query batches; returns {name: timing}, and under
   "_retrieved" retrieve()'s outputs. Each first pass, whose answers the next step needs, is the
@@ -343,13 +354,17 @@ def _retrieval_components(state: realm_input.RetrievalState, loaded: published_i
   for name, mips in searches.items():
     _progress(f"  search ({name}, {mips.num_docs:,d} rows): {calls} x {batch_size} queries, k={k}")
     found[name] = [mips.search(e, k) for e in embeddings]
-    results[f"search/{name}"] = _timed(
-        _cycled(lambda i, m=mips: m.search(embeddings[i], k), calls), calls, batch_size, warmup=0)
+    results[f"search/{name}"] = _timed(_cycled(lambda i, m=mips: m.search(embeddings[i], k), calls),
+                                       calls,
+                                       batch_size,
+                                       warmup=0)
   # retrieve() with its tower and index answering from cache (the pipeline's own index: brute force,
   # else the first one timed): its filter and gather, in its own code.
   pipeline_index = "brute_force" if "brute_force" in found else next(iter(found))
-  stubbed = [loaded._replace(query_embedder=_CachedTower(e), mips=_CachedMips(loaded.mips, *f))
-             for e, f in zip(embeddings, found[pipeline_index])]
+  stubbed = [
+      loaded._replace(query_embedder=_CachedTower(e), mips=_CachedMips(loaded.mips, *f))
+      for e, f in zip(embeddings, found[pipeline_index])
+  ]
   real_index = state.index
 
   def stubbed_retrieve(i):
@@ -358,17 +373,15 @@ def _retrieval_components(state: realm_input.RetrievalState, loaded: published_i
 
   _progress("  candidate lookup: RetrievalState.retrieve with cached tower and index answers")
   retrieved = [stubbed_retrieve(i) for i in range(calls)]
-  results["candidate_lookup"] = _timed(_cycled(stubbed_retrieve, calls), calls, batch_size,
-                                       warmup=0)
+  results["candidate_lookup"] = _timed(_cycled(stubbed_retrieve, calls), calls, batch_size, warmup=0)
   state.index = real_index
   rows = [r[0].reshape([-1]) for r in retrieved]
-  results["candidate_lookup/gather_only"] = _timed(
-      _cycled(lambda i: state.corpus.gather(rows[i]), calls), calls, batch_size)
+  results["candidate_lookup/gather_only"] = _timed(_cycled(lambda i: state.corpus.gather(rows[i]), calls),
+                                                   calls, batch_size)
   if with_retrieve:
     _progress("  RetrievalState.retrieve whole (embedding, search, filter, gather)")
     results["retrieve_whole"] = _timed(
-        _cycled(lambda i: state.retrieve(*inputs[i], own_fingerprints[i]), calls), calls,
-        batch_size)
+        _cycled(lambda i: state.retrieve(*inputs[i], own_fingerprints[i]), calls), calls, batch_size)
 
   def featurize(i):
     out = assemble(queries[i]["query_token_ids"], queries[i]["query_mask"], *retrieved[i][1:])
@@ -383,8 +396,7 @@ def _retrieval_components(state: realm_input.RetrievalState, loaded: published_i
 def _query_featurization(dataset: tf.data.Dataset, batch_size: int, examples: int) -> Dict:
   iterator = iter(dataset.batch(batch_size, drop_remainder=True))
   _progress(f"  query featurization: {examples} examples through realm_dataset's front")
-  return _timed(lambda: next(iterator)["query_token_ids"].numpy(), _calls(examples, batch_size),
-                batch_size)
+  return _timed(lambda: next(iterator)["query_token_ids"].numpy(), _calls(examples, batch_size), batch_size)
 
 
 def _train_step_timing(config: realm_config_lib.RealmConfig, features: Dict[str, tf.Tensor],
@@ -409,12 +421,19 @@ def _train_step_timing(config: realm_config_lib.RealmConfig, features: Dict[str,
   runs = [one() for _ in range(steps)]
   walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
   median = statistics.median(walls)
-  return {"batch_size": batch, "jit_compile": jit_compile, "first_step_s": first_wall,
-          "median_step_s": median, "median_step_cpu_s": statistics.median(cpus),
-          "step_times_s": walls, "step_cpu_s": cpus, "examples_per_second": batch / median,
-          "wall_s_per_example": median / batch,
-          "cpu_s_per_example": statistics.median(cpus) / batch,
-          "load_average_1min": throughput_lib.load_average()[0]}
+  return {
+      "batch_size": batch,
+      "jit_compile": jit_compile,
+      "first_step_s": first_wall,
+      "median_step_s": median,
+      "median_step_cpu_s": statistics.median(cpus),
+      "step_times_s": walls,
+      "step_cpu_s": cpus,
+      "examples_per_second": batch / median,
+      "wall_s_per_example": median / batch,
+      "cpu_s_per_example": statistics.median(cpus) / batch,
+      "load_average_1min": throughput_lib.load_average()[0]
+  }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -423,11 +442,18 @@ def _train_step_timing(config: realm_config_lib.RealmConfig, features: Dict[str,
 
 def _demo_settings(options: Options) -> Dict:
   demo = demo_pipeline.PipelineOptions(output_dir="unused", testdata_dir=options.testdata_dir)
-  return {"bert": demo.realm_bert_config, "query_seq_len": demo.query_seq_len,
-          "candidate_seq_len": demo.candidate_seq_len, "num_candidates": demo.num_candidates,
-          "projection_size": demo.projection_size, "max_masks": demo.max_masks,
-          "embedder_pooling": demo.embedder_pooling, "batch_size": demo.realm_batch_size,
-          "realm_pretraining": demo.realm_pretraining, "seed": demo.seed}
+  return {
+      "bert": demo.realm_bert_config,
+      "query_seq_len": demo.query_seq_len,
+      "candidate_seq_len": demo.candidate_seq_len,
+      "num_candidates": demo.num_candidates,
+      "projection_size": demo.projection_size,
+      "max_masks": demo.max_masks,
+      "embedder_pooling": demo.embedder_pooling,
+      "batch_size": demo.realm_batch_size,
+      "realm_pretraining": demo.realm_pretraining,
+      "seed": demo.seed
+  }
 
 
 def run_demo(options: Options, work_dir: str) -> Dict:
@@ -436,11 +462,16 @@ def run_demo(options: Options, work_dir: str) -> Dict:
   vocab = os.path.join(options.testdata_dir, "vocab.txt")
   bert_config = flags_util.bert_config(settings["bert"], vocab)
   config = realm_config_lib.RealmConfig(
-      retriever_bert=bert_config, reader_bert=bert_config, vocab_path=vocab,
+      retriever_bert=bert_config,
+      reader_bert=bert_config,
+      vocab_path=vocab,
       # 1e-3: the demo's REALM starts from its ICT retriever, whose embedder uses it.
-      projection_size=settings["projection_size"], embedder_layer_norm_epsilon=1e-3,
-      embedder_pooling=settings["embedder_pooling"], query_seq_len=settings["query_seq_len"],
-      candidate_seq_len=settings["candidate_seq_len"], max_masks=settings["max_masks"],
+      projection_size=settings["projection_size"],
+      embedder_layer_norm_epsilon=1e-3,
+      embedder_pooling=settings["embedder_pooling"],
+      query_seq_len=settings["query_seq_len"],
+      candidate_seq_len=settings["candidate_seq_len"],
+      max_masks=settings["max_masks"],
       num_candidates=settings["num_candidates"])
   batch_size = settings["batch_size"]
   root = os.path.join(work_dir, "demo")
@@ -451,35 +482,44 @@ def run_demo(options: Options, work_dir: str) -> Dict:
   _progress("demo: writing testdata's corpus and REALM statements, bootstrapping the index")
   corpus_prefix = os.path.join(root, "corpus", "blocks")
   corpus_lib.write_corpus(
-      lambda: corpus_lib.read_documents(os.path.join(options.testdata_dir, "corpus.jsonl")),
-      tokenizer, corpus_prefix, 2)
+      lambda: corpus_lib.read_documents(os.path.join(options.testdata_dir, "corpus.jsonl")), tokenizer,
+      corpus_prefix, 2)
   raw = os.path.join(options.testdata_dir, "pretraining.jsonl")
   if settings["realm_pretraining"] == "news":
     raw = os.path.join(root, "news.jsonl")
     synthetic.write_news_items(os.path.join(options.testdata_dir, "pretraining.jsonl"), raw)
   pretraining_prefix = os.path.join(root, "pretraining", "sentences")
-  pretraining.write_pretraining_corpus(lambda: pretraining.read_raw_documents(raw),
-                                       pretraining_prefix, 2)
-  refresher.bootstrap(config, None, refresher.RefresherOptions(
-      model_dir=model_dir, corpus_prefix=corpus_prefix, index_implementation="brute_force",
-      embed_jit_compile=options.demo_jit_compile), log=_quiet)
+  pretraining.write_pretraining_corpus(lambda: pretraining.read_raw_documents(raw), pretraining_prefix, 2)
+  refresher.bootstrap(config,
+                      None,
+                      refresher.RefresherOptions(model_dir=model_dir,
+                                                 corpus_prefix=corpus_prefix,
+                                                 index_implementation="brute_force",
+                                                 embed_jit_compile=options.demo_jit_compile),
+                      log=_quiet)
   table = corpus_table.CorpusTable.load(corpus_prefix)
 
   def new_state():
-    return realm_input.RetrievalState(
-        published_index.IndexWatcher(model_dir, log=_quiet, corpus_prefix=corpus_prefix), table,
-        config.num_candidates, log=_quiet, expected_dim=config.embedding_dim)
+    return realm_input.RetrievalState(published_index.IndexWatcher(model_dir,
+                                                                   log=_quiet,
+                                                                   corpus_prefix=corpus_prefix),
+                                      table,
+                                      config.num_candidates,
+                                      log=_quiet,
+                                      expected_dim=config.embedding_dim)
 
   # End to end through realm_dataset itself, as bin/train_realm builds it.
   state = new_state()
   dataset = realm_input.realm_dataset(pretraining.pretraining_dataset(pretraining_prefix),
-                                      tokenizer, featurizer, state, batch_size,
+                                      tokenizer,
+                                      featurizer,
+                                      state,
+                                      batch_size,
                                       seed=settings["seed"])
   iterator = iter(dataset)
   _progress(f"demo: realm_dataset end to end, {options.demo_e2e_batches} batches of {batch_size}")
   batches = []
-  end_to_end = _timed(lambda: batches.append(next(iterator)), options.demo_e2e_batches, batch_size,
-                      warmup=2)
+  end_to_end = _timed(lambda: batches.append(next(iterator)), options.demo_e2e_batches, batch_size, warmup=2)
   end_to_end["examples_per_second"] = 1 / end_to_end["wall_s_per_example"]
   pipeline_batch = batches[-1]
   del iterator, dataset
@@ -490,36 +530,55 @@ def run_demo(options: Options, work_dir: str) -> Dict:
   loaded = state.index
   searches = {}
   for name in options.implementations:
-    searches[name] = (loaded.mips if name == loaded.mips.implementation else
-                      index_lib.build_index(np.asarray(loaded.mips.embeddings),
-                                            implementation=name))
+    searches[name] = (loaded.mips if name == loaded.mips.implementation else index_lib.build_index(
+        np.asarray(loaded.mips.embeddings), implementation=name))
   front = query_feature_dataset(pretraining_prefix, tokenizer, featurizer, seed=settings["seed"])
-  components = {"query_featurization": _query_featurization(front, batch_size,
-                                                            options.demo_queries)}
+  components = {"query_featurization": _query_featurization(front, batch_size, options.demo_queries)}
   calls = _calls(options.demo_queries, batch_size)
   queries = _query_batches(front, batch_size, calls)
   own = [q["own_fingerprint"] for q in queries]
   assemble = candidate_featurizer(featurizer, batch_size, config.num_candidates)
   components["query_embedding"], embeddings = _query_embedding(loaded, queries)
-  parts = _retrieval_components(state, loaded, searches, queries, embeddings, own, assemble,
+  parts = _retrieval_components(state,
+                                loaded,
+                                searches,
+                                queries,
+                                embeddings,
+                                own,
+                                assemble,
                                 with_retrieve=True)
   retrieved = parts.pop("_retrieved")
   components.update(parts)
   # The bench's assemble must produce what the pipeline's does (a drift in realm_input shows here).
   mine = assemble(queries[0]["query_token_ids"], queries[0]["query_mask"], *retrieved[0][1:])
-  expected = {k: tuple(v.shape) for k, v in pipeline_batch.items()
-              if k.startswith((realm_model.CANDIDATE, realm_model.JOINT))}
+  expected = {
+      k: tuple(v.shape)
+      for k, v in pipeline_batch.items()
+      if k.startswith((realm_model.CANDIDATE, realm_model.JOINT))
+  }
   if {k: tuple(v.shape) for k, v in mine.items()} != expected:
     raise RuntimeError(f"the bench's candidate featurization gives {mine.keys()} shapes unlike "
                        f"realm_dataset's {expected}")
 
   _progress(f"demo: REALM train step, batch {batch_size}, XLA {options.demo_jit_compile}")
   train = _train_step_timing(config, pipeline_batch, options.demo_jit_compile, options.train_steps)
-  return {"settings": dict(settings, corpus_rows=table.num_docs, index="refresher.bootstrap, "
-                           "brute_force (ScaNN: built from its embeddings)",
-                           retrieval_batch_size=batch_size),
-          "components": components, "end_to_end": end_to_end, "train_step": train,
-          "index_rows": {"brute_force": table.num_docs}}
+  return {
+      "settings":
+          dict(settings,
+               corpus_rows=table.num_docs,
+               index="refresher.bootstrap, "
+               "brute_force (ScaNN: built from its embeddings)",
+               retrieval_batch_size=batch_size),
+      "components":
+          components,
+      "end_to_end":
+          end_to_end,
+      "train_step":
+          train,
+      "index_rows": {
+          "brute_force": table.num_docs
+      }
+  }
 
 
 def _paper_config(options: Options, vocab: str) -> realm_config_lib.RealmConfig:
@@ -527,9 +586,14 @@ def _paper_config(options: Options, vocab: str) -> realm_config_lib.RealmConfig:
     bert_config = bert.bert_base_config()
   else:  # tests: the tiny preset with room for the joint inputs (Q + C = 384)
     bert_config = bert.tiny_config(30522, max_position_embeddings=512)
-  return realm_config_lib.RealmConfig(
-      retriever_bert=bert_config, reader_bert=bert_config, vocab_path=vocab, projection_size=128,
-      query_seq_len=96, candidate_seq_len=288, max_masks=10, num_candidates=8)
+  return realm_config_lib.RealmConfig(retriever_bert=bert_config,
+                                      reader_bert=bert_config,
+                                      vocab_path=vocab,
+                                      projection_size=128,
+                                      query_seq_len=96,
+                                      candidate_seq_len=288,
+                                      max_masks=10,
+                                      num_candidates=8)
 
 
 def _random_index(rows: int, dim: int, seed: int) -> index_lib.BruteForceIndex:
@@ -539,14 +603,14 @@ def _random_index(rows: int, dim: int, seed: int) -> index_lib.BruteForceIndex:
   block = 262144
   tf.random.set_seed(seed)
   with tf.device("/CPU:0"):
-    blocks = [tf.random.uniform([min(block, rows - start), dim], -1.0, 1.0)
-              for start in range(0, rows, block)]
-  return index_lib.BruteForceIndex(blocks, None, query_batch_size=64, doc_block_size=block,
-                                   device="/CPU:0")
+    blocks = [
+        tf.random.uniform([min(block, rows - start), dim], -1.0, 1.0) for start in range(0, rows, block)
+    ]
+  return index_lib.BruteForceIndex(blocks, None, query_batch_size=64, doc_block_size=block, device="/CPU:0")
 
 
-def _synthetic_table(rows: int, stored_rows: int, candidate_seq_len: int, seed: int
-                     ) -> corpus_table.CorpusTable:
+def _synthetic_table(rows: int, stored_rows: int, candidate_seq_len: int,
+                     seed: int) -> corpus_table.CorpusTable:
   """A CorpusTable of `rows` documents with random wordpieces: titles of 2-10 and bodies of 250 to
   C - 3 wordpieces (Wikipedia blocks fill the candidate length). Only `stored_rows` rows of token
   ids are held; the others reuse them through the row starts (13.35M x 288 int32 would be 15 GB).
@@ -564,8 +628,7 @@ def _synthetic_table(rows: int, stored_rows: int, candidate_seq_len: int, seed: 
     full.starts = np.resize(held.starts, rows)  # rows past `stored` point at the stored ones
     return full
 
-  empty = corpus_table.Texts(corpus_table.RaggedRows(np.zeros([0], np.uint8),
-                                                     np.zeros(rows, np.int64)))
+  empty = corpus_table.Texts(corpus_table.RaggedRows(np.zeros([0], np.uint8), np.zeros(rows, np.int64)))
   fingerprints = rng.integers(1, 2**62, rows, dtype=np.int64)
   return corpus_table.CorpusTable(f"synthetic ({rows} rows)", empty, empty, empty, ragged(2, 10),
                                   ragged(250, candidate_seq_len - 3), fingerprints, fingerprints)
@@ -601,11 +664,12 @@ def run_paper(options: Options, work_dir: str) -> Dict:
   news = os.path.join(root, "news.jsonl")
   synthetic.write_news_items(os.path.join(options.testdata_dir, "pretraining.jsonl"), news)
   pretraining_prefix = os.path.join(root, "pretraining", "sentences")
-  pretraining.write_pretraining_corpus(lambda: pretraining.read_raw_documents(news),
-                                       pretraining_prefix, 2)
+  pretraining.write_pretraining_corpus(lambda: pretraining.read_raw_documents(news), pretraining_prefix, 2)
   front = query_feature_dataset(pretraining_prefix, tokenizer, featurizer)
-  components = {"query_featurization": _query_featurization(
-      front, batch_size, max(options.queries, options.demo_queries))}
+  components = {
+      "query_featurization":
+          _query_featurization(front, batch_size, max(options.queries, options.demo_queries))
+  }
   queries = _query_batches(front, batch_size, calls)
   for q in queries:
     q["query_token_ids"] = rng.integers(1000, 30522, q["query_token_ids"].shape).astype(np.int32)
@@ -633,20 +697,33 @@ def run_paper(options: Options, work_dir: str) -> Dict:
         started = time.perf_counter()
         searches[name] = index_lib.build_index(brute.embeddings, implementation=name)
         build[name] = time.perf_counter() - started
-    table = _synthetic_table(rows, options.paper_corpus_stored_rows, config.candidate_seq_len,
-                             seed=1)
-    state = realm_input.RetrievalState(
-        published_index.IndexWatcher(model_dir, log=_quiet), table, config.num_candidates,
-        check_every_batches=2**31, log=_quiet, expected_dim=config.embedding_dim)
+    table = _synthetic_table(rows, options.paper_corpus_stored_rows, config.candidate_seq_len, seed=1)
+    state = realm_input.RetrievalState(published_index.IndexWatcher(model_dir, log=_quiet),
+                                       table,
+                                       config.num_candidates,
+                                       check_every_batches=2**31,
+                                       log=_quiet,
+                                       expected_dim=config.embedding_dim)
     # The published tower with this index: retrieve() never looks for another (check_every_batches).
     state.index = loaded._replace(mips=brute)
     own = [table.fingerprints[rng.integers(0, rows, batch_size)] for _ in range(calls)]
-    parts = _retrieval_components(state, state.index, searches, queries, embeddings, own,
-                                  assemble, with_retrieve=False)
+    parts = _retrieval_components(state,
+                                  state.index,
+                                  searches,
+                                  queries,
+                                  embeddings,
+                                  own,
+                                  assemble,
+                                  with_retrieve=False)
     retrieved = parts.pop("_retrieved")
-    per_rows[rows] = {"components": parts, "build_s": build,
-                      "search_parameters": {n: m.parameters for n, m in searches.items()},
-                      "peak_rss_mib_so_far": _peak_rss_mib()}
+    per_rows[rows] = {
+        "components": parts,
+        "build_s": build,
+        "search_parameters": {
+            n: m.parameters for n, m in searches.items()
+        },
+        "peak_rss_mib_so_far": _peak_rss_mib()
+    }
     train_retrieved = retrieved[0]
     del state, searches, brute, table, parts
     gc.collect()
@@ -665,12 +742,14 @@ def run_paper(options: Options, work_dir: str) -> Dict:
   candidates_per = config.num_candidates - 1
   title_values, title_lengths, body_values, body_lengths = train_retrieved[1:]
   # The first b examples' candidates: their token ids are the first b x (N - 1) rows' runs.
-  title_end, body_end = int(title_lengths[:b * candidates_per].sum()), int(
-      body_lengths[:b * candidates_per].sum())
+  title_end, body_end = int(title_lengths[:b * candidates_per].sum()), int(body_lengths[:b *
+                                                                                        candidates_per].sum())
   query = {k: v[:b] for k, v in queries[0].items() if k not in ("own_fingerprint", "status")}
-  out = candidate_featurizer(featurizer, b, config.num_candidates)(
-      query["query_token_ids"], query["query_mask"], title_values[:title_end],
-      title_lengths[:b * candidates_per], body_values[:body_end], body_lengths[:b * candidates_per])
+  out = candidate_featurizer(featurizer, b,
+                             config.num_candidates)(query["query_token_ids"], query["query_mask"],
+                                                    title_values[:title_end],
+                                                    title_lengths[:b * candidates_per],
+                                                    body_values[:body_end], body_lengths[:b * candidates_per])
   features = {k: tf.constant(v) for k, v in query.items()}
   features.update(out)
   train = _train_step_timing(config, features, options.paper_jit_compile, options.paper_train_steps)
@@ -678,20 +757,39 @@ def run_paper(options: Options, work_dir: str) -> Dict:
   train["scaled_step_s"] = train["wall_s_per_example"] * options.accelerator_batch_size
   train["scaling"] = (f"linear in examples from batch {b} (the step's matmuls already fill the "
                       "cores at this batch: 16 reader sequences of 384 and 16 candidates of 288)")
-  return {"settings": {"bert": options.paper_bert, "query_seq_len": config.query_seq_len,
-                       "candidate_seq_len": config.candidate_seq_len,
-                       "num_candidates": config.num_candidates,
-                       "projection_size": config.projection_size, "max_masks": config.max_masks,
-                       "retrieval_batch_size": batch_size,
-                       "query_tower_flops": throughput_lib.forward_flops(config.retriever_bert,
-                                                                         config.query_seq_len),
-                       "publish_query_tower_s": publish_s, "load_published_index_s": load_s,
-                       "corpus_stored_rows": options.paper_corpus_stored_rows,
-                       "simulated": ("random index embeddings; synthetic corpus token ids (rows "
-                                     "past corpus_stored_rows reuse stored rows); query "
-                                     "featurization on testdata's REALM statements and vocabulary "
-                                     "at Q=96; the tower reads random full-length wordpieces")},
-          "components": components, "indexes": per_rows, "train_step": train}
+  return {
+      "settings": {
+          "bert":
+              options.paper_bert,
+          "query_seq_len":
+              config.query_seq_len,
+          "candidate_seq_len":
+              config.candidate_seq_len,
+          "num_candidates":
+              config.num_candidates,
+          "projection_size":
+              config.projection_size,
+          "max_masks":
+              config.max_masks,
+          "retrieval_batch_size":
+              batch_size,
+          "query_tower_flops":
+              throughput_lib.forward_flops(config.retriever_bert, config.query_seq_len),
+          "publish_query_tower_s":
+              publish_s,
+          "load_published_index_s":
+              load_s,
+          "corpus_stored_rows":
+              options.paper_corpus_stored_rows,
+          "simulated": ("random index embeddings; synthetic corpus token ids (rows "
+                        "past corpus_stored_rows reuse stored rows); query "
+                        "featurization on testdata's REALM statements and vocabulary "
+                        "at Q=96; the tower reads random full-length wordpieces")
+      },
+      "components": components,
+      "indexes": per_rows,
+      "train_step": train
+  }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -705,8 +803,9 @@ def _search_timing(config_result: Dict, name: str, rows: int) -> Optional[Dict]:
   if indexes is None:  # demo: one index
     timing = config_result["components"].get(f"search/{name}")
     return dict(timing, source="measured") if timing else None
-  measured = {r: v["components"][f"search/{name}"] for r, v in indexes.items()
-              if f"search/{name}" in v["components"]}
+  measured = {
+      r: v["components"][f"search/{name}"] for r, v in indexes.items() if f"search/{name}" in v["components"]
+  }
   if rows in measured:
     return dict(measured[rows], source="measured", rows=rows)
   below = [r for r in measured if r < rows]
@@ -715,16 +814,18 @@ def _search_timing(config_result: Dict, name: str, rows: int) -> Optional[Dict]:
   base = max(below)
   factor = rows / base
   timing = measured[base]
-  return {"wall_s_per_example": timing["wall_s_per_example"] * factor,
-          "cpu_s_per_example": timing["cpu_s_per_example"] * factor, "rows": rows,
-          "source": f"scaled linearly in rows from {base:,d} measured rows (x{factor:.2f})"}
+  return {
+      "wall_s_per_example": timing["wall_s_per_example"] * factor,
+      "cpu_s_per_example": timing["cpu_s_per_example"] * factor,
+      "rows": rows,
+      "source": f"scaled linearly in rows from {base:,d} measured rows (x{factor:.2f})"
+  }
 
 
 def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
   """One row per (index size, search implementation): per-example seconds by component, totals,
   examples/s, per core, and what it means for a trainer."""
-  rows_list = ([result["index_rows"]["brute_force"]] if name == "demo"
-               else sorted(options.paper_index_rows))
+  rows_list = ([result["index_rows"]["brute_force"]] if name == "demo" else sorted(options.paper_index_rows))
   out = []
   for rows in rows_list:
     for implementation in options.implementations:
@@ -738,29 +839,43 @@ def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
       wall = {c: parts[c]["wall_s_per_example"] for c in COMPONENTS}
       cpu = {c: parts[c]["cpu_s_per_example"] for c in COMPONENTS}
       total_wall, total_cpu = sum(wall.values()), sum(cpu.values())
-      row = {"config": name, "index_rows": rows, "implementation": implementation,
-             "search_source": search["source"], "wall_s_per_example": wall,
-             "cpu_s_per_example": cpu, "total_wall_s_per_example": total_wall,
-             "total_cpu_s_per_example": total_cpu, "examples_per_second": 1 / total_wall,
-             "examples_per_second_per_core": 1 / total_cpu}
+      row = {
+          "config": name,
+          "index_rows": rows,
+          "implementation": implementation,
+          "search_source": search["source"],
+          "wall_s_per_example": wall,
+          "cpu_s_per_example": cpu,
+          "total_wall_s_per_example": total_wall,
+          "total_cpu_s_per_example": total_cpu,
+          "examples_per_second": 1 / total_wall,
+          "examples_per_second_per_core": 1 / total_cpu
+      }
       train = result["train_step"]
       if name == "demo":
         # The demo's trainer and pipeline share this host's cores: a step waits for its batch unless
         # the pipeline runs ahead on spare cores, which 2 busy cores do not have.
         input_s = train["batch_size"] * total_wall
-        row["train"] = {"batch_size": train["batch_size"], "step_s": train["median_step_s"],
-                        "input_s_per_step": input_s,
-                        "input_share_of_step": input_s / (input_s + train["median_step_s"])}
+        row["train"] = {
+            "batch_size": train["batch_size"],
+            "step_s": train["median_step_s"],
+            "input_s_per_step": input_s,
+            "input_share_of_step": input_s / (input_s + train["median_step_s"])
+        }
         row["end_to_end_examples_per_second"] = result["end_to_end"]["examples_per_second"]
       else:
         batch = options.accelerator_batch_size
         input_s = batch * total_wall
         accel_s = batch / options.accelerator_examples_per_second
-        row["train"] = {"batch_size": batch, "cpu_step_s": train["scaled_step_s"],
-                        "cpu_step_source": train["scaling"], "input_s_per_step": input_s,
-                        "input_share_of_step": input_s / (input_s + train["scaled_step_s"]),
-                        "accelerator_step_s": accel_s,
-                        "input_s_per_accelerator_step_on_one_core": batch * total_cpu}
+        row["train"] = {
+            "batch_size": batch,
+            "cpu_step_s": train["scaled_step_s"],
+            "cpu_step_source": train["scaling"],
+            "input_s_per_step": input_s,
+            "input_share_of_step": input_s / (input_s + train["scaled_step_s"]),
+            "accelerator_step_s": accel_s,
+            "input_s_per_accelerator_step_on_one_core": batch * total_cpu
+        }
         row["host_cores_per_accelerator"] = options.accelerator_examples_per_second * total_cpu
         row["host_cores_per_accelerator_if_query_tower_on_accelerator"] = (
             options.accelerator_examples_per_second * (total_cpu - cpu["query_embedding"]))
@@ -769,15 +884,23 @@ def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
     # The pipeline itself (realm_dataset, brute force): one row without a split by component.
     e2e, train = result["end_to_end"], result["train_step"]
     input_s = train["batch_size"] * e2e["wall_s_per_example"]
-    out.append({"config": name, "index_rows": rows_list[0], "implementation": "brute_force",
-                "end_to_end": True, "search_source": "measured",
-                "total_wall_s_per_example": e2e["wall_s_per_example"],
-                "total_cpu_s_per_example": e2e["cpu_s_per_example"],
-                "examples_per_second": 1 / e2e["wall_s_per_example"],
-                "examples_per_second_per_core": 1 / e2e["cpu_s_per_example"],
-                "train": {"batch_size": train["batch_size"], "step_s": train["median_step_s"],
-                          "input_s_per_step": input_s,
-                          "input_share_of_step": input_s / (input_s + train["median_step_s"])}})
+    out.append({
+        "config": name,
+        "index_rows": rows_list[0],
+        "implementation": "brute_force",
+        "end_to_end": True,
+        "search_source": "measured",
+        "total_wall_s_per_example": e2e["wall_s_per_example"],
+        "total_cpu_s_per_example": e2e["cpu_s_per_example"],
+        "examples_per_second": 1 / e2e["wall_s_per_example"],
+        "examples_per_second_per_core": 1 / e2e["cpu_s_per_example"],
+        "train": {
+            "batch_size": train["batch_size"],
+            "step_s": train["median_step_s"],
+            "input_s_per_step": input_s,
+            "input_share_of_step": input_s / (input_s + train["median_step_s"])
+        }
+    })
   return out
 
 
@@ -794,12 +917,11 @@ def markdown_table(rows: List[Dict]) -> str:
   for r in rows:
     train = r["train"]
     if r.get("end_to_end"):
-      lines.append(
-          f"| {r['config']} | {r['index_rows']:,d} | realm_dataset end to end "
-          f"({r['implementation']}) | {_rate(r['examples_per_second'])} | "
-          f"{_rate(r['examples_per_second_per_core'])} | {ms(r['total_cpu_s_per_example'])} in all "
-          f"| | | | | {train['step_s']:.2f} s (B={train['batch_size']}) | "
-          f"{train['input_share_of_step']:.0%} | - |")
+      lines.append(f"| {r['config']} | {r['index_rows']:,d} | realm_dataset end to end "
+                   f"({r['implementation']}) | {_rate(r['examples_per_second'])} | "
+                   f"{_rate(r['examples_per_second_per_core'])} | {ms(r['total_cpu_s_per_example'])} in all "
+                   f"| | | | | {train['step_s']:.2f} s (B={train['batch_size']}) | "
+                   f"{train['input_share_of_step']:.0%} | - |")
       continue
     cpu = r["cpu_s_per_example"]
     step = (f"{train['step_s']:.2f} s (B={train['batch_size']})" if r["config"] == "demo" else
@@ -809,12 +931,11 @@ def markdown_table(rows: List[Dict]) -> str:
              f"({r['host_cores_per_accelerator_if_query_tower_on_accelerator']:.2f} w/o embed)"
              if "host_cores_per_accelerator" in r else "-")
     scaled = "" if r["search_source"] == "measured" else " (scaled)"
-    lines.append(
-        f"| {r['config']} | {r['index_rows']:,d} | {r['implementation']}{scaled} | "
-        f"{_rate(r['examples_per_second'])} | {_rate(r['examples_per_second_per_core'])} | "
-        f"{ms(cpu['query_featurization'])} | {ms(cpu['query_embedding'])} | {ms(cpu['search'])} | "
-        f"{ms(cpu['candidate_lookup'])} | {ms(cpu['candidate_featurization'])} | {step} | "
-        f"{train['input_share_of_step']:.0%} | {cores} |")
+    lines.append(f"| {r['config']} | {r['index_rows']:,d} | {r['implementation']}{scaled} | "
+                 f"{_rate(r['examples_per_second'])} | {_rate(r['examples_per_second_per_core'])} | "
+                 f"{ms(cpu['query_featurization'])} | {ms(cpu['query_embedding'])} | {ms(cpu['search'])} | "
+                 f"{ms(cpu['candidate_lookup'])} | {ms(cpu['candidate_featurization'])} | {step} | "
+                 f"{train['input_share_of_step']:.0%} | {cores} |")
   return "\n".join(lines)
 
 
@@ -827,14 +948,18 @@ def plot(rows: List[Dict], path: str) -> None:
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
   rows = [r for r in rows if not r.get("end_to_end")]  # no split by component to draw
   configs = list(dict.fromkeys(r["config"] for r in rows))
-  figure, panels = pyplot.subplots(1, len(configs), squeeze=False,
-                                   figsize=(3.0 + 1.7 * len(rows), 5.5),
-                                   gridspec_kw={"width_ratios": [
-                                       sum(r["config"] == c for r in rows) for c in configs]})
+  figure, panels = pyplot.subplots(
+      1,
+      len(configs),
+      squeeze=False,
+      figsize=(3.0 + 1.7 * len(rows), 5.5),
+      gridspec_kw={"width_ratios": [sum(r["config"] == c for r in rows) for c in configs]})
   for axes, config in zip(panels[0], configs):
     mine = [r for r in rows if r["config"] == config]
-    labels = [f"{r['index_rows']:,d} rows\n{r['implementation']}"
-              + ("" if r["search_source"] == "measured" else "\n(search scaled)") for r in mine]
+    labels = [
+        f"{r['index_rows']:,d} rows\n{r['implementation']}" +
+        ("" if r["search_source"] == "measured" else "\n(search scaled)") for r in mine
+    ]
     bottoms = np.zeros(len(mine))
     for component in COMPONENTS:
       values = np.array([r["cpu_s_per_example"][component] * 1e3 for r in mine])
@@ -872,18 +997,25 @@ def run_bench(options: Options, command: str) -> Dict:
   started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
   work_dir = options.work_dir or tempfile.mkdtemp(prefix="input_pipeline_bench_")
   peak_flops, peak_cpu_flops = throughput_lib.matmul_peak(size=1024, repeats=3)
-  results = {"benchmark": "input_pipeline_bench", "command": command, "date": started,
-             "machine": machine, "options": dataclasses.asdict(options),
-             "matmul_peak_gflops": {"wall": peak_flops / 1e9,
-                                    "per_cpu_second": peak_cpu_flops / 1e9},
-             "accelerator_anchor": {
-                 "what": "one H200, bf16, PyTorch, at the paper configuration (issue 42)",
-                 "step_s": options.accelerator_step_seconds,
-                 "batch_size": options.accelerator_batch_size,
-                 "examples_per_second": options.accelerator_examples_per_second,
-                 "query_embedding_gflop_per_example": throughput_lib.forward_flops(
-                     bert.bert_base_config(), 96) / 1e9},
-             "configs": {}}
+  results = {
+      "benchmark": "input_pipeline_bench",
+      "command": command,
+      "date": started,
+      "machine": machine,
+      "options": dataclasses.asdict(options),
+      "matmul_peak_gflops": {
+          "wall": peak_flops / 1e9,
+          "per_cpu_second": peak_cpu_flops / 1e9
+      },
+      "accelerator_anchor": {
+          "what": "one H200, bf16, PyTorch, at the paper configuration (issue 42)",
+          "step_s": options.accelerator_step_seconds,
+          "batch_size": options.accelerator_batch_size,
+          "examples_per_second": options.accelerator_examples_per_second,
+          "query_embedding_gflop_per_example": throughput_lib.forward_flops(bert.bert_base_config(), 96) / 1e9
+      },
+      "configs": {}
+  }
   try:
     for name in options.configs:
       _progress(f"== {name}")
@@ -933,20 +1065,29 @@ def main(argv):
   # SavedModel writing and the optimizer log a line each at INFO: noise between the progress lines.
   logging.set_verbosity(logging.WARNING)
   tf.get_logger().setLevel("ERROR")
-  options = Options(
-      configs=_CONFIGS.value,
-      paper_index_rows=[int(r.replace("_", "")) for r in _PAPER_INDEX_ROWS.value],
-      queries=_QUERIES.value, demo_queries=_DEMO_QUERIES.value,
-      demo_e2e_batches=_DEMO_E2E_BATCHES.value, paper_batch_size=_PAPER_BATCH.value,
-      implementations=_IMPLEMENTATIONS.value, max_resident_rows=_MAX_RESIDENT.value,
-      scann_max_build_rows=_SCANN_MAX_BUILD.value, paper_corpus_stored_rows=_STORED_ROWS.value,
-      paper_bert=_PAPER_BERT.value, demo_jit_compile=_DEMO_JIT.value,
-      train_steps=_TRAIN_STEPS.value,
-      paper_train_batch_size=_PAPER_TRAIN_BATCH.value, paper_train_steps=_PAPER_TRAIN_STEPS.value,
-      paper_jit_compile=_PAPER_JIT.value, accelerator_examples_per_second=_ACCEL_EX_S.value,
-      accelerator_step_seconds=_ACCEL_STEP_S.value, accelerator_batch_size=_ACCEL_BATCH.value,
-      min_seconds=_MIN_SECONDS.value, work_dir=_WORK_DIR.value, output_json=_OUTPUT_JSON.value,
-      output_png=_OUTPUT_PNG.value)
+  options = Options(configs=_CONFIGS.value,
+                    paper_index_rows=[int(r.replace("_", "")) for r in _PAPER_INDEX_ROWS.value],
+                    queries=_QUERIES.value,
+                    demo_queries=_DEMO_QUERIES.value,
+                    demo_e2e_batches=_DEMO_E2E_BATCHES.value,
+                    paper_batch_size=_PAPER_BATCH.value,
+                    implementations=_IMPLEMENTATIONS.value,
+                    max_resident_rows=_MAX_RESIDENT.value,
+                    scann_max_build_rows=_SCANN_MAX_BUILD.value,
+                    paper_corpus_stored_rows=_STORED_ROWS.value,
+                    paper_bert=_PAPER_BERT.value,
+                    demo_jit_compile=_DEMO_JIT.value,
+                    train_steps=_TRAIN_STEPS.value,
+                    paper_train_batch_size=_PAPER_TRAIN_BATCH.value,
+                    paper_train_steps=_PAPER_TRAIN_STEPS.value,
+                    paper_jit_compile=_PAPER_JIT.value,
+                    accelerator_examples_per_second=_ACCEL_EX_S.value,
+                    accelerator_step_seconds=_ACCEL_STEP_S.value,
+                    accelerator_batch_size=_ACCEL_BATCH.value,
+                    min_seconds=_MIN_SECONDS.value,
+                    work_dir=_WORK_DIR.value,
+                    output_json=_OUTPUT_JSON.value,
+                    output_png=_OUTPUT_PNG.value)
   run_bench(options, " ".join([os.path.relpath(sys.argv[0], _REPO)] + sys.argv[1:]))
 
 

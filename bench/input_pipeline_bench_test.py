@@ -14,12 +14,23 @@ class InputPipelineBenchTest(absltest.TestCase):
 
   def test_both_configs_report_every_component_and_positive_rates(self):
     out = self.create_tempdir().full_path
-    options = input_pipeline_bench.Options(
-        configs=("demo", "paper"), paper_index_rows=(3000, 6000), queries=8, demo_queries=64,
-        demo_e2e_batches=2, paper_batch_size=8, max_resident_rows=3000, scann_max_build_rows=3000,
-        paper_corpus_stored_rows=1000, paper_bert="tiny", demo_jit_compile=False, train_steps=1,
-        paper_train_batch_size=1, paper_train_steps=1, min_seconds=0.2,
-        output_json=os.path.join(out, "bench.json"), output_png=os.path.join(out, "bench.png"))
+    options = input_pipeline_bench.Options(configs=("demo", "paper"),
+                                           paper_index_rows=(3000, 6000),
+                                           queries=8,
+                                           demo_queries=64,
+                                           demo_e2e_batches=2,
+                                           paper_batch_size=8,
+                                           max_resident_rows=3000,
+                                           scann_max_build_rows=3000,
+                                           paper_corpus_stored_rows=1000,
+                                           paper_bert="tiny",
+                                           demo_jit_compile=False,
+                                           train_steps=1,
+                                           paper_train_batch_size=1,
+                                           paper_train_steps=1,
+                                           min_seconds=0.2,
+                                           output_json=os.path.join(out, "bench.json"),
+                                           output_png=os.path.join(out, "bench.png"))
     input_pipeline_bench.run_bench(options, "input_pipeline_bench_test")
     with open(options.output_json) as f:
       results = json.load(f)

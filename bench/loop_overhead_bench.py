@@ -39,26 +39,33 @@ _STEPS = flags.DEFINE_integer("steps", 300, "Timed steps per measurement.")
 _WARM_STEPS = flags.DEFINE_integer("warm_steps", 100, "Untimed steps first (compilation).")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Measurements per (task, loop length); the median counts.")
 _OUTPUT = flags.DEFINE_string(
-    "output", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                           "loop_overhead_bench.json"), "Where to write the JSON results.")
+    "output", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loop_overhead_bench.json"),
+    "Where to write the JSON results.")
 
 
 def _steps_per_second(task_name: str, steps_per_loop: int, model_dir: str) -> float:
   tf_keras.utils.set_random_seed(0)
-  model, features = tiny_tasks.task(task_name, tiny_tasks.bert_config("tiny"),
-                                    tiny_tasks.SHAPES["tiny"])
+  model, features = tiny_tasks.task(task_name, tiny_tasks.bert_config("tiny"), tiny_tasks.SHAPES["tiny"])
   total = _WARM_STEPS.value + _STEPS.value
-  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=total, save_checkpoints_steps=total,
-                             log_every_steps=total, jit_compile=True, steps_per_loop=steps_per_loop)
+  options = loop.LoopOptions(model_dir=model_dir,
+                             num_train_steps=total,
+                             save_checkpoints_steps=total,
+                             log_every_steps=total,
+                             jit_compile=True,
+                             steps_per_loop=steps_per_loop)
   marks = {}
 
   def after_step(step, _):
     marks[step] = time.perf_counter()
     return {}
 
-  loop.train(model, tf_keras.optimizers.SGD(1e-4), tf.distribute.get_strategy(),
-             lambda _: tf.data.Dataset.from_tensors(features).repeat(), options,
-             after_step=after_step, log=lambda _: None)
+  loop.train(model,
+             tf_keras.optimizers.SGD(1e-4),
+             tf.distribute.get_strategy(),
+             lambda _: tf.data.Dataset.from_tensors(features).repeat(),
+             options,
+             after_step=after_step,
+             log=lambda _: None)
   return _STEPS.value / (marks[total] - marks[_WARM_STEPS.value])
 
 
@@ -69,9 +76,14 @@ def main(argv):
     if _STEPS.value % n or _WARM_STEPS.value % n:
       raise app.UsageError(f"--loops: {n} does not divide --steps={_STEPS.value} and --warm_steps="
                            f"{_WARM_STEPS.value}")
-  results = {"machine": throughput_lib.machine(), "shapes": tiny_tasks.SHAPES["tiny"],
-             "steps": _STEPS.value, "warm_steps": _WARM_STEPS.value, "repeats": _REPEATS.value,
-             "steps_per_second": {}}
+  results = {
+      "machine": throughput_lib.machine(),
+      "shapes": tiny_tasks.SHAPES["tiny"],
+      "steps": _STEPS.value,
+      "warm_steps": _WARM_STEPS.value,
+      "repeats": _REPEATS.value,
+      "steps_per_second": {}
+  }
   measured = {(t, n): [] for t in _TASKS.value for n in loops}
   with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(_REPEATS.value):
@@ -85,10 +97,14 @@ def main(argv):
   print(f"\n{'task':<6}" + "".join(f"{f'loop {n}':>12}" for n in loops) + f"{'gain':>8}")
   for task_name in _TASKS.value:
     medians = {n: statistics.median(measured[(task_name, n)]) for n in loops}
-    results["steps_per_second"][task_name] = {str(n): {"median": medians[n],
-                                                       "all": measured[(task_name, n)]} for n in loops}
-    print(f"{task_name:<6}" + "".join(f"{medians[n]:12.1f}" for n in loops)
-          + f"{medians[loops[-1]] / medians[loops[0]]:7.2f}x")
+    results["steps_per_second"][task_name] = {
+        str(n): {
+            "median": medians[n],
+            "all": measured[(task_name, n)]
+        } for n in loops
+    }
+    print(f"{task_name:<6}" + "".join(f"{medians[n]:12.1f}" for n in loops) +
+          f"{medians[loops[-1]] / medians[loops[0]]:7.2f}x")
   io_utils.write_json_atomic(_OUTPUT.value, results)
   print(f"wrote {_OUTPUT.value}")
 

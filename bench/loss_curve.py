@@ -26,8 +26,7 @@ class LossCurve:
     point_extras: step -> more fields for its point.
   """
 
-  def __init__(self, log_every: int, num_steps: int,
-               point_extras: Optional[Callable[[int], Dict]] = None):
+  def __init__(self, log_every: int, num_steps: int, point_extras: Optional[Callable[[int], Dict]] = None):
     self.log_every = log_every
     self.num_steps = num_steps
     self.point_extras = point_extras
@@ -43,9 +42,13 @@ class LossCurve:
     for name, value in metrics.items():
       self._window[name].append(value)
     if step % self.log_every == 0 or step >= self.num_steps:
-      self.points.append({"step": step, **{k: float(np.mean(v)) for k, v in self._window.items()},
-                          **(self.point_extras(step) if self.point_extras else {}),
-                          "seconds": now - self.start})
+      self.points.append({
+          "step": step,
+          **{
+              k: float(np.mean(v)) for k, v in self._window.items()
+          },
+          **(self.point_extras(step) if self.point_extras else {}), "seconds": now - self.start
+      })
       self._window.clear()
     return {}
 
@@ -55,8 +58,13 @@ class LossCurve:
     return self._last - self.start
 
 
-def train(model, optimizer, dataset_fn: Callable[[int], tf.data.Dataset], num_steps: int, log_every: int,
-          jit_compile: bool, log: Callable[[str], None],
+def train(model,
+          optimizer,
+          dataset_fn: Callable[[int], tf.data.Dataset],
+          num_steps: int,
+          log_every: int,
+          jit_compile: bool,
+          log: Callable[[str], None],
           point_extras: Optional[Callable[[int], Dict]] = None) -> LossCurve:
   """Trains model (with compute_loss, its variables built) for num_steps through loop.train, in a
   temporary model dir removed afterwards (a bench keeps the weights it needs itself); returns the curve.
@@ -66,12 +74,20 @@ def train(model, optimizer, dataset_fn: Callable[[int], tf.data.Dataset], num_st
   from realm_tf.training import loop  # pylint: disable=g-import-not-at-top
   model_dir = tempfile.mkdtemp(prefix="bench-loop-")
   try:
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_steps,
-                               save_checkpoints_steps=num_steps, keep_checkpoint_max=1,
-                               log_every_steps=log_every, jit_compile=jit_compile)
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=num_steps,
+                               save_checkpoints_steps=num_steps,
+                               keep_checkpoint_max=1,
+                               log_every_steps=log_every,
+                               jit_compile=jit_compile)
     curve = LossCurve(log_every, num_steps, point_extras)
-    loop.train(model, optimizer, tf.distribute.get_strategy(), dataset_fn, options,
-               after_step=curve.after_step, log=log)
+    loop.train(model,
+               optimizer,
+               tf.distribute.get_strategy(),
+               dataset_fn,
+               options,
+               after_step=curve.after_step,
+               log=log)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
   return curve

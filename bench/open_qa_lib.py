@@ -29,7 +29,9 @@ _log = minilm_lib.log
 def build_reader(directory: str, seq_len: int, max_span_width: int):
   """(SpanReader with all-MiniLM-L6-v2's encoder weights and a fresh span head, tokenizer)."""
   embedder, tokenizer = minilm_lib.load(directory)
-  reader = reader_lib.SpanReader(embedder.config, seq_len=seq_len, span_hidden_size=SPAN_HIDDEN_SIZE,
+  reader = reader_lib.SpanReader(embedder.config,
+                                 seq_len=seq_len,
+                                 span_hidden_size=SPAN_HIDDEN_SIZE,
                                  max_span_width=max_span_width)
   dummy = tf.zeros([1, 1, seq_len], tf.int32)
   reader(((dummy, dummy, dummy), dummy, tf.zeros([1, 1])))
@@ -86,10 +88,17 @@ def make_featurizer(tokenizer, seq_len: int):
   def featurize(questions, paragraphs, answers):
     f = orqa_features.reader_inputs_from_texts(tokenizer, questions, paragraphs, seq_len, answers=answers)
     token_ids, mask, segment_ids = orqa_reader.READER_FIELDS
-    return {token_ids: f.inputs.token_ids, mask: f.inputs.mask, segment_ids: f.inputs.segment_ids,
-            orqa_reader.BLOCK_MASK: f.inputs.block_mask, orqa_reader.GOLD_STARTS: f.gold_starts,
-            orqa_reader.GOLD_ENDS: f.gold_ends, "byte_starts": f.byte_starts,
-            "byte_limits": f.byte_limits, "retriever_correct": f.retriever_correct}
+    return {
+        token_ids: f.inputs.token_ids,
+        mask: f.inputs.mask,
+        segment_ids: f.inputs.segment_ids,
+        orqa_reader.BLOCK_MASK: f.inputs.block_mask,
+        orqa_reader.GOLD_STARTS: f.gold_starts,
+        orqa_reader.GOLD_ENDS: f.gold_ends,
+        "byte_starts": f.byte_starts,
+        "byte_limits": f.byte_limits,
+        "retriever_correct": f.retriever_correct
+    }
 
   return featurize
 
@@ -106,10 +115,12 @@ def training_dataset_fn(featurize, seq_len: int, bodies: List[str], train, pairs
   # count of them, and the reader checks its length statically.
   reader = tf.TensorSpec([batch_size, pairs.shape[1], seq_len], tf.int32)
   gold = tf.TensorSpec([batch_size, pairs.shape[1], None], tf.int32)
-  signature = {name: gold if name in (orqa_reader.GOLD_STARTS, orqa_reader.GOLD_ENDS) else reader
-               for name in names}
+  signature = {
+      name: gold if name in (orqa_reader.GOLD_STARTS, orqa_reader.GOLD_ENDS) else reader for name in names
+  }
 
   def dataset_fn(start: int) -> tf.data.Dataset:
+
     def batches():
       for step in range(start, num_batches):
         chosen = order[step * batch_size:(step + 1) * batch_size]
@@ -117,6 +128,7 @@ def training_dataset_fn(featurize, seq_len: int, bodies: List[str], train, pairs
                              tf.constant([[bodies[r] for r in pairs[i]] for i in chosen]),
                              ragged_answers([train[i].answers for i in chosen]))
         yield {name: tf.cast(features[name], tf.int32).numpy() for name in names}
+
     return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
 
   return dataset_fn
@@ -135,8 +147,14 @@ def training_paragraphs(train, train_rows: np.ndarray, bm25_rows: np.ndarray) ->
   return pairs
 
 
-def answer_questions(reader, featurize, bodies: List[str], questions, rows: np.ndarray,
-                     ks: Sequence[int], max_span_width: int, batch_size: int = 16,
+def answer_questions(reader,
+                     featurize,
+                     bodies: List[str],
+                     questions,
+                     rows: np.ndarray,
+                     ks: Sequence[int],
+                     max_span_width: int,
+                     batch_size: int = 16,
                      jit_compile: bool = True) -> Dict:
   """Reads rows[:, :max(ks)] for each question; EM/F1 and oracle per k, and the predictions at max(ks).
 
@@ -181,9 +199,21 @@ def answer_questions(reader, featurize, bodies: List[str], questions, rows: np.n
       _log(f"  answered {done}/{len(questions)}: EM@{read_k} so far {100 * np.mean(em[read_k]):.1f} "
            f"({done / (time.perf_counter() - start):.1f} questions/s)")
   seconds = time.perf_counter() - start
-  return {"per_k": {str(k): {"exact_match": 100 * float(np.mean(em[k])),
-                             "f1": 100 * float(np.mean(f1[k])),
-                             "answer_in_read_paragraphs": 100 * float(np.mean(oracle[k]))} for k in ks},
-          "seconds": seconds, "questions_per_s": len(questions) / seconds,
-          "predictions_sample": [{"question": q.question, "answers": q.answers, "prediction": p}
-                                 for q, p in list(zip(questions, predictions))[:20]]}
+  return {
+      "per_k": {
+          str(k): {
+              "exact_match": 100 * float(np.mean(em[k])),
+              "f1": 100 * float(np.mean(f1[k])),
+              "answer_in_read_paragraphs": 100 * float(np.mean(oracle[k]))
+          } for k in ks
+      },
+      "seconds":
+          seconds,
+      "questions_per_s":
+          len(questions) / seconds,
+      "predictions_sample": [{
+          "question": q.question,
+          "answers": q.answers,
+          "prediction": p
+      } for q, p in list(zip(questions, predictions))[:20]]
+  }

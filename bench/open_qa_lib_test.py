@@ -36,9 +36,15 @@ def _featurizer():
   training, then 2 x 3 and 1 x 3 when answering. The same Python function under a signature with
   unknown batch and paragraph dimensions is traced once for all of them."""
   featurize = open_qa_lib.make_featurizer(_tokenizer(), _SEQ_LEN)
-  return tf.function(featurize.python_function, input_signature=[
-      tf.TensorSpec([None], tf.string), tf.TensorSpec([None, None], tf.string),
-      tf.RaggedTensorSpec([None, None], tf.string, ragged_rank=1, row_splits_dtype=tf.int64)])
+  return tf.function(featurize.python_function,
+                     input_signature=[
+                         tf.TensorSpec([None], tf.string),
+                         tf.TensorSpec([None, None], tf.string),
+                         tf.RaggedTensorSpec([None, None],
+                                             tf.string,
+                                             ragged_rank=1,
+                                             row_splits_dtype=tf.int64)
+                     ])
 
 
 class TrainingParagraphsTest(tf.test.TestCase):
@@ -57,8 +63,10 @@ class ReaderTrainingTest(tf.test.TestCase):
     cls.featurize = staticmethod(_featurizer())
 
   def _reader(self, tokenizer):
-    config = bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0, num_layers=1)
+    config = bert.tiny_config(tokenizer.vocab_size,
+                              hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0,
+                              num_layers=1)
     return reader_lib.SpanReader(config, seq_len=_SEQ_LEN, span_hidden_size=8, max_span_width=_WIDTH)
 
   def test_loss_is_the_marginal_over_gold_spans_of_both_paragraphs(self):
@@ -66,16 +74,17 @@ class ReaderTrainingTest(tf.test.TestCase):
     tokenizer = _tokenizer()
     reader = self._reader(tokenizer)
     featurize = self.featurize
-    features = featurize(tf.constant(["who was born in paris?", "who?"]),
-                         tf.constant([["the city of paris is big", "paris again"],
-                                      ["no answer here", "nor here"]]),
-                         tf.ragged.constant([["paris"], ["london"]]))
+    features = featurize(
+        tf.constant(["who was born in paris?", "who?"]),
+        tf.constant([["the city of paris is big", "paris again"], ["no answer here", "nor here"]]),
+        tf.ragged.constant([["paris"], ["london"]]))
     model = orqa_reader.OrqaReader(reader)
     output = model.compute_loss({k: features[k] for k in orqa_reader.FEATURES}, training=False)
     logits = reader((tuple(features[k] for k in orqa_reader.READER_FIELDS), features["block_mask"],
                      tf.zeros([2, 2]))).logits.numpy()
-    correct = reader_lib.reader_correct(*[tf.constant(a) for a in reader_lib.span_candidates(
-        _SEQ_LEN, _WIDTH)], features["gold_starts"], features["gold_ends"]).numpy()
+    correct = reader_lib.reader_correct(
+        *[tf.constant(a) for a in reader_lib.span_candidates(_SEQ_LEN, _WIDTH)], features["gold_starts"],
+        features["gold_ends"]).numpy()
     self.assertEqual(correct[0].sum(axis=-1).tolist(), [1, 1])  # "paris" once in each paragraph
     self.assertEqual(correct[1].sum(), 0)
     flat, gold = logits[0].reshape(-1), correct[0].reshape(-1)
@@ -91,11 +100,18 @@ class ReaderTrainingTest(tf.test.TestCase):
     reader = self._reader(tokenizer)
     featurize = self.featurize
     bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
-    train = [qa.QAExample("what lights the river?", ["lantern"]),
-             qa.QAExample("what did the astronomer use?", ["telescope"])]
+    train = [
+        qa.QAExample("what lights the river?", ["lantern"]),
+        qa.QAExample("what did the astronomer use?", ["telescope"])
+    ]
     pairs = np.array([[0, 2], [1, 0]])
-    dataset_fn = open_qa_lib.training_dataset_fn(featurize, _SEQ_LEN, bodies, train, pairs,
-                                                 np.array([0, 1, 1, 0]), batch_size=2)
+    dataset_fn = open_qa_lib.training_dataset_fn(featurize,
+                                                 _SEQ_LEN,
+                                                 bodies,
+                                                 train,
+                                                 pairs,
+                                                 np.array([0, 1, 1, 0]),
+                                                 batch_size=2)
     first = next(iter(dataset_fn(0)))
     self.assertEqual(sorted(first), sorted(orqa_reader.FEATURES))
     self.assertEqual(first["reader_token_ids"].shape, (2, 2, _SEQ_LEN))
@@ -104,13 +120,17 @@ class ReaderTrainingTest(tf.test.TestCase):
     model = orqa_reader.OrqaReader(reader)
     model(first)
     before = [w.numpy() for w in reader.trainable_weights]
-    curve = loss_curve.train(model, optimization.create_optimizer(1e-3, 2, num_warmup_steps=0),
-                             dataset_fn, num_steps=2, log_every=1, jit_compile=False, log=lambda _: None)
+    curve = loss_curve.train(model,
+                             optimization.create_optimizer(1e-3, 2, num_warmup_steps=0),
+                             dataset_fn,
+                             num_steps=2,
+                             log_every=1,
+                             jit_compile=False,
+                             log=lambda _: None)
     self.assertEqual([p["step"] for p in curve.points], [1, 2])
     self.assertContainsSubset({"loss", "exact_match", "reader_oracle"}, curve.points[0])
     self.assertAllClose(1.0, curve.points[0]["reader_oracle"])  # both answers are in their paragraphs
-    self.assertTrue(any(np.abs(b - w.numpy()).max() > 0
-                        for b, w in zip(before, reader.trainable_weights)))
+    self.assertTrue(any(np.abs(b - w.numpy()).max() > 0 for b, w in zip(before, reader.trainable_weights)))
 
 
 class SaveRestoreTest(tf.test.TestCase):
@@ -171,13 +191,21 @@ class AnswerQuestionsTest(tf.test.TestCase):
     featurize = _featurizer()
     # Words of the test vocab, so that each is one wordpiece; paragraph 1 scores highest, then 0.
     bodies = ["Lantern river flows.", "Telescope, the academy.", "Garden calling."]
-    questions = [qa.QAExample("what did the astronomer use?", ["telescope"]),
-                 qa.QAExample("what lights the river?", ["lantern"]),
-                 qa.QAExample("what grows?", ["Garden"])]
+    questions = [
+        qa.QAExample("what did the astronomer use?", ["telescope"]),
+        qa.QAExample("what lights the river?", ["lantern"]),
+        qa.QAExample("what grows?", ["Garden"])
+    ]
     rows = np.array([[0, 1, 2], [0, 1, 2], [2, 0, 1]])
     reader = _FirstPieceReader(_SEQ_LEN, [2.0, 5.0, 1.0])
-    result = open_qa_lib.answer_questions(reader, featurize, bodies, questions, rows, (1, 3),
-                                       max_span_width=_WIDTH, batch_size=2, jit_compile=False)
+    result = open_qa_lib.answer_questions(reader,
+                                          featurize,
+                                          bodies,
+                                          questions,
+                                          rows, (1, 3),
+                                          max_span_width=_WIDTH,
+                                          batch_size=2,
+                                          jit_compile=False)
     # k = 1: each question's first paragraph: "Lantern", "Lantern", "Garden" (matched after SQuAD's
     # normalisation, which lower-cases); k = 3: the second paragraph read scores highest: "Telescope"
     # for the first two, "Lantern" for the third.

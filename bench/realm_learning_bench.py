@@ -32,15 +32,14 @@ from realm_tf import demo_pipeline
 from realm_tf import io_utils
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
-                                                     "realm_learning_bench.json"), "JSON results.")
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "realm_learning_bench.json"),
+                              "JSON results.")
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "realm_learning"),
                                 "Where each seed's run and result.json are kept (resumable).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; each runs BERT pre-training, ICT and REALM.")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions.realm_steps,
                                     "REALM pre-training steps.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps",
-                                   demo_pipeline.PipelineOptions.save_checkpoints_steps,
+_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", demo_pipeline.PipelineOptions.save_checkpoints_steps,
                                    "Checkpoint (and recall) interval.")
 _SET = flags.DEFINE_multi_string("set", [], "name=value overrides of realm_tf/demo_pipeline.PipelineOptions.")
 
@@ -49,10 +48,15 @@ _KS = ("gold_recall@1", "gold_recall@5", "gold_recall@20")
 
 def _options(seed: int, output_dir: str) -> demo_pipeline.PipelineOptions:
   fields = {f.name: f for f in dataclasses.fields(demo_pipeline.PipelineOptions)}
-  values = dict(output_dir=output_dir, seed=seed, realm_steps=_REALM_STEPS.value,
-                save_checkpoints_steps=_EVAL_EVERY.value, orqa_steps=0, keep_checkpoint_max=1000,
-                # Every checkpoint is measured, so keep them all; an index swap at each.
-                index_swap_steps=_EVAL_EVERY.value)
+  values = dict(
+      output_dir=output_dir,
+      seed=seed,
+      realm_steps=_REALM_STEPS.value,
+      save_checkpoints_steps=_EVAL_EVERY.value,
+      orqa_steps=0,
+      keep_checkpoint_max=1000,
+      # Every checkpoint is measured, so keep them all; an index swap at each.
+      index_swap_steps=_EVAL_EVERY.value)
   for item in _SET.value:
     name, _, value = item.partition("=")
     if name not in fields:
@@ -84,21 +88,35 @@ def _run_seed(seed: int) -> dict:
   summary = demo_pipeline.run_realm(options, paths, init, reader, echo)
   realm_seconds = time.time() - realm_started
   model_dir = summary["model_dir"]
-  rows = [{"step": 0, "label": "ICT start" if init else "untrained start",
-           **demo_pipeline.retriever_recall(model_dir, init, paths["retrieval"], qa_paths)}]
+  rows = [{
+      "step": 0,
+      "label": "ICT start" if init else "untrained start",
+      **demo_pipeline.retriever_recall(model_dir, init, paths["retrieval"], qa_paths)
+  }]
   for checkpoint in tf.train.get_checkpoint_state(model_dir).all_model_checkpoint_paths:
-    rows.append({"step": int(checkpoint.rsplit("-", 1)[-1]), "label": "REALM",
-                 **demo_pipeline.retriever_recall(model_dir, checkpoint, paths["retrieval"],
-                                                  qa_paths)})
+    rows.append({
+        "step": int(checkpoint.rsplit("-", 1)[-1]),
+        "label": "REALM",
+        **demo_pipeline.retriever_recall(model_dir, checkpoint, paths["retrieval"], qa_paths)
+    })
   mlm_eval = {}
   if reader:
     with open(os.path.join(reader, "eval.json")) as f:
       mlm_eval = json.load(f)
-  result = {"seed": seed, "rows": rows, "realm_first_loss": summary["first_loss"],
-            "realm_final_metrics": summary["final"], "indexes_used": summary["indexes_used"],
-            "reader_mlm_eval": mlm_eval, "mlm_seconds": mlm_seconds, "ict_seconds": ict_seconds,
-            "realm_seconds": realm_seconds,
-            "options": {k: v for k, v in vars(options).items() if k not in ("output_dir", "testdata_dir")}}
+  result = {
+      "seed": seed,
+      "rows": rows,
+      "realm_first_loss": summary["first_loss"],
+      "realm_final_metrics": summary["final"],
+      "indexes_used": summary["indexes_used"],
+      "reader_mlm_eval": mlm_eval,
+      "mlm_seconds": mlm_seconds,
+      "ict_seconds": ict_seconds,
+      "realm_seconds": realm_seconds,
+      "options": {
+          k: v for k, v in vars(options).items() if k not in ("output_dir", "testdata_dir")
+      }
+  }
   io_utils.write_json_atomic(result_path, result)
   return result
 
@@ -115,11 +133,15 @@ def _add_towers(result: dict, seed_dir: str) -> dict:
   qa_paths = demo_pipeline.question_paths(options.testdata_dir)
   model_dir = os.path.join(seed_dir, "realm")
   last = tf.train.latest_checkpoint(model_dir)
-  result["towers"] = [
-      {"query": "ICT start", "documents": "REALM",
-       **demo_pipeline.retriever_recall(model_dir, init, corpus, qa_paths, doc_checkpoint=last)},
-      {"query": "REALM", "documents": "ICT start",
-       **demo_pipeline.retriever_recall(model_dir, last, corpus, qa_paths, doc_checkpoint=init)}]
+  result["towers"] = [{
+      "query": "ICT start",
+      "documents": "REALM",
+      **demo_pipeline.retriever_recall(model_dir, init, corpus, qa_paths, doc_checkpoint=last)
+  }, {
+      "query": "REALM",
+      "documents": "ICT start",
+      **demo_pipeline.retriever_recall(model_dir, last, corpus, qa_paths, doc_checkpoint=init)
+  }]
   io_utils.write_json_atomic(os.path.join(seed_dir, "result.json"), result)
   return result
 
@@ -130,39 +152,54 @@ def main(argv):
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   machine = throughput_lib.machine()
   started = time.time()
-  results = [_add_towers(_run_seed(int(seed)), os.path.join(_WORK_DIR.value, f"seed_{seed}"))
-             for seed in _SEEDS.value]
-  print(f"\n{'seed':>4s} {'retriever':16s} {'step':>5s} " + " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
+  results = [
+      _add_towers(_run_seed(int(seed)), os.path.join(_WORK_DIR.value, f"seed_{seed}"))
+      for seed in _SEEDS.value
+  ]
+  print(f"\n{'seed':>4s} {'retriever':16s} {'step':>5s} " +
+        " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
   gains = []
   for result in results:
     for row in result["rows"]:
-      print(f"{result['seed']:4d} {row['label']:16s} {row['step']:5d} "
-            + " ".join(f"{row[k]:10.1f}" for k in _KS))
+      print(f"{result['seed']:4d} {row['label']:16s} {row['step']:5d} " +
+            " ".join(f"{row[k]:10.1f}" for k in _KS))
     start, end = result["rows"][0]["gold_recall@5"], result["rows"][-1]["gold_recall@5"]
     gains.append(end - start)
-    print(f"seed {result['seed']}: recall@5 {start:.1f} -> {end:.1f} ({end - start:+.1f}); reader BERT "
-          f"held-out masked-token accuracy {result['reader_mlm_eval'].get('masked_lm_accuracy', float('nan')):.3f}")
+    print(
+        f"seed {result['seed']}: recall@5 {start:.1f} -> {end:.1f} ({end - start:+.1f}); reader BERT "
+        f"held-out masked-token accuracy {result['reader_mlm_eval'].get('masked_lm_accuracy', float('nan')):.3f}"
+    )
   print(f"smallest recall@5 gain over {len(gains)} seeds: {min(gains):+.1f} points "
         f"({'every seed gained' if min(gains) > 0 else 'not every seed gained'})")
   # Which tower moved the recall: the last checkpoint with one tower put back to the ICT start's.
-  print(f"\n{'seed':>4s} {'query tower':12s} {'document tower':15s} " + " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
+  print(f"\n{'seed':>4s} {'query tower':12s} {'document tower':15s} " +
+        " ".join(f"{k.split('_', 1)[1]:>10s}" for k in _KS))
   document_gains = []
   for result in results:
     start, end = result["rows"][0], result["rows"][-1]
-    towers = [("ICT start", "ICT start", start)] + [(t["query"], t["documents"], t)
-                                                    for t in result.get("towers", [])] + [
-                                                        ("REALM", "REALM", end)]
+    towers = [("ICT start", "ICT start", start)] + [
+        (t["query"], t["documents"], t) for t in result.get("towers", [])
+    ] + [("REALM", "REALM", end)]
     for query, documents, row in towers:
       print(f"{result['seed']:4d} {query:12s} {documents:15s} " + " ".join(f"{row[k]:10.1f}" for k in _KS))
-    document_gains += [t["gold_recall@5"] - start["gold_recall@5"] for t in result.get("towers", [])
-                       if t["query"] == "ICT start"]
+    document_gains += [
+        t["gold_recall@5"] - start["gold_recall@5"]
+        for t in result.get("towers", [])
+        if t["query"] == "ICT start"
+    ]
   if document_gains:
-    print(f"recall@5 gain from REALM's document tower alone (ICT query tower): "
-          + ", ".join(f"{g:+.1f}" for g in document_gains))
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "machine": machine, "seeds": results, "recall@5_gains": gains, "smallest_gain": min(gains),
-      "document_tower_recall@5_gains": document_gains,
-      "every_seed_gained": min(gains) > 0, "total_seconds": time.time() - started})
+    print(f"recall@5 gain from REALM's document tower alone (ICT query tower): " +
+          ", ".join(f"{g:+.1f}" for g in document_gains))
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "machine": machine,
+          "seeds": results,
+          "recall@5_gains": gains,
+          "smallest_gain": min(gains),
+          "document_tower_recall@5_gains": document_gains,
+          "every_seed_gained": min(gains) > 0,
+          "total_seconds": time.time() - started
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

@@ -75,8 +75,7 @@ def _statements(tokenizer, corpus: corpus_table.CorpusTable, news: List[dict]) -
     text = record["text"].encode("utf-8")  # offsets are bytes
     for start, limit in record["sentences"]:
       for a, b in [(a, b) for a, b in record["spans"] if start <= a and b <= limit][-1:]:
-        texts += [text[start:a].decode("utf-8"), text[a:b].decode("utf-8"),
-                  text[b:limit].decode("utf-8")]
+        texts += [text[start:a].decode("utf-8"), text[a:b].decode("utf-8"), text[b:limit].decode("utf-8")]
         statement_rows.append(row)
   # Every piece in one tokenizer call (each eager call costs about 0.1 s of CPU); rows are independent.
   pieces = [[int(i) for i in t.ids] for t in tokenizer.tokenize_texts(texts)]
@@ -99,8 +98,7 @@ def _reader_rows(model, config, featurizer, corpus, doc_embeddings: np.ndarray,
     ranks.append(int(np.flatnonzero(order == row)[0]))
     others = [int(i) for i in order if i != row][:_WRONG.value]
     docs = [[]] + [corpus.body_token_ids.row(i).tolist() for i in [row] + others]
-    bodies = tf.RaggedTensor.from_row_lengths(tf.constant(sum(docs, []), tf.int64),
-                                              [len(d) for d in docs])
+    bodies = tf.RaggedTensor.from_row_lengths(tf.constant(sum(docs, []), tf.int64), [len(d) for d in docs])
     joint = featurizer.joint_inputs(tf.ragged.constant([query] * len(docs), dtype=tf.int64), bodies)
     n = min(len(targets), config.max_masks)
     mlm_positions = np.zeros([len(docs), config.max_masks], np.int32)
@@ -113,13 +111,17 @@ def _reader_rows(model, config, featurizer, corpus, doc_embeddings: np.ndarray,
     own.append(per_doc[1])
     wrong.append(per_doc[2:].mean())
   null, own, wrong, ranks = map(np.asarray, (null, own, wrong, ranks))
-  return {"statements": len(ranks), "log_likelihood_null": float(null.mean()),
-          "log_likelihood_own_article": float(own.mean()),
-          "log_likelihood_wrong_articles": float(wrong.mean()),
-          "own_beats_null": float((own > null).mean()), "own_beats_wrong": float((own > wrong).mean()),
-          "statement_recall@1": float((ranks < 1).mean() * 100),
-          "statement_recall@5": float((ranks < 5).mean() * 100),
-          "statement_recall@20": float((ranks < 20).mean() * 100)}
+  return {
+      "statements": len(ranks),
+      "log_likelihood_null": float(null.mean()),
+      "log_likelihood_own_article": float(own.mean()),
+      "log_likelihood_wrong_articles": float(wrong.mean()),
+      "own_beats_null": float((own > null).mean()),
+      "own_beats_wrong": float((own > wrong).mean()),
+      "statement_recall@1": float((ranks < 1).mean() * 100),
+      "statement_recall@5": float((ranks < 5).mean() * 100),
+      "statement_recall@20": float((ranks < 20).mean() * 100)
+  }
 
 
 def main(argv):
@@ -133,20 +135,25 @@ def main(argv):
   tokenizer = config.tokenizer()
   featurizer = config.featurizer(tokenizer)
   corpus = corpus_table.CorpusTable.load(os.path.join(_DATA_DIR.value, "corpus", "blocks"))
-  questions = [e for split in ("dev", "test")
-               for e in qa_lib.load_jsonl(os.path.join(_TESTDATA.value, f"qa.{split}.jsonl"))]
+  questions = [
+      e for split in ("dev", "test")
+      for e in qa_lib.load_jsonl(os.path.join(_TESTDATA.value, f"qa.{split}.jsonl"))
+  ]
   asked = {e.metadata["doc_id"] for e in questions}
   news = synthetic.all_news_items()
   statements = {
       "trained": _statements(tokenizer, corpus, [r for r in news if r["doc_id"] not in asked]),
-      "held_out": _statements(tokenizer, corpus, [r for r in news if r["doc_id"] in asked])}
+      "held_out": _statements(tokenizer, corpus, [r for r in news if r["doc_id"] in asked])
+  }
   gold = corpus.rows_of([e.metadata["doc_id"] for e in questions]).tolist()
   rows, start_scores = [], None
   for step in [0] + [int(s) for s in _STEPS.value]:
     model = realm_trainer.build_model(config)
     if step == 0:
-      bert_mapping.load_bert_weights(model.encoder.encoder, _READER_START.value,
-                                     masked_lm=model.encoder.masked_lm, strict=False)
+      bert_mapping.load_bert_weights(model.encoder.encoder,
+                                     _READER_START.value,
+                                     masked_lm=model.encoder.masked_lm,
+                                     strict=False)
       training_state.restore_retriever(model.retriever, _RETRIEVER_START.value)
     else:
       path = os.path.join(_RUN_DIR.value, f"ckpt-{step}")
@@ -154,21 +161,27 @@ def main(argv):
         raise FileNotFoundError(f"{path}: no such REALM checkpoint in --run_dir; pass --steps from "
                                 f"{tf.train.get_checkpoint_state(_RUN_DIR.value)}")
       tf.train.Checkpoint(model=model).restore(path).expect_partial()
-    docs = np.asarray(corpus_embedding.embed_corpus(
-        lambda inputs, m=model: m.retriever.embed_documents(inputs, training=False), corpus.prefix,
-        featurizer, log=lambda _: None))
+    docs = np.asarray(
+        corpus_embedding.embed_corpus(
+            lambda inputs, m=model: m.retriever.embed_documents(inputs, training=False),
+            corpus.prefix,
+            featurizer,
+            log=lambda _: None))
     row = {"step": step}
     for name, items in statements.items():
       row[name] = _reader_rows(model, config, featurizer, corpus, docs, items)
-    scores = retriever_eval.embed_questions(model.retriever, config,
-                                            [e.question for e in questions]) @ docs.T
+    scores = retriever_eval.embed_questions(model.retriever, config, [e.question for e in questions]) @ docs.T
     top5 = np.argsort(-scores, axis=1)[:, :5]
     counts = np.bincount(top5.ravel(), minlength=corpus.num_docs)
-    recall = evaluation.rankings_recall(top5, corpus.texts(), [e.answers for e in questions],
-                                        gold_rows=gold, ks=(5,))
-    row.update({"question_recall@5": recall["gold_recall@5"],
-                "max_top5_lists_of_one_document": int(counts.max()),
-                "documents_in_no_top5": int((counts == 0).sum())})
+    recall = evaluation.rankings_recall(top5,
+                                        corpus.texts(), [e.answers for e in questions],
+                                        gold_rows=gold,
+                                        ks=(5,))
+    row.update({
+        "question_recall@5": recall["gold_recall@5"],
+        "max_top5_lists_of_one_document": int(counts.max()),
+        "documents_in_no_top5": int((counts == 0).sum())
+    })
     if start_scores is None:
       start_scores = scores
     else:
@@ -191,9 +204,13 @@ def main(argv):
             f"{m['statement_recall@5']:.1f} / {m['statement_recall@20']:.1f} | "
             f"{r['question_recall@5']:.1f} | {r['max_top5_lists_of_one_document']} | "
             f"{'' if shared is None else f'{shared:.2f}'} |")
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "run_dir": _RUN_DIR.value, "retriever_start": _RETRIEVER_START.value,
-      "reader_start": _READER_START.value, "rows": rows})
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "run_dir": _RUN_DIR.value,
+          "retriever_start": _RETRIEVER_START.value,
+          "reader_start": _READER_START.value,
+          "rows": rows
+      })
 
 
 if __name__ == "__main__":

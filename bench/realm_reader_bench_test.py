@@ -20,9 +20,9 @@ class StatementsTest(absltest.TestCase):
     super().setUpClass()
     cls.tokenizer = tokenization.Tokenizer(os.path.join(_TESTDATA, "vocab.txt"))
     docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
-    cls.corpus = corpus_table.CorpusTable.from_texts(
-        cls.tokenizer, [d["title"] for d in docs], [d["body"] for d in docs], [d["id"] for d in docs],
-        "testdata/corpus.jsonl")
+    cls.corpus = corpus_table.CorpusTable.from_texts(cls.tokenizer, [d["title"] for d in docs],
+                                                     [d["body"] for d in docs], [d["id"] for d in docs],
+                                                     "testdata/corpus.jsonl")
     cls.news = synthetic.all_news_items()[:20]
 
   def test_each_sentence_masks_its_fact_and_points_at_its_subjects_article(self):

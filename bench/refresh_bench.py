@@ -67,11 +67,13 @@ _MAX_PARAGRAPHS = flags.DEFINE_integer(
     "max_paragraphs", None, "Only the first N paragraphs (and the questions about them): a quick check.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 256, "candidate_seq_len (all-MiniLM-L6-v2's max_seq_length).")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Documents per batch (each side).")
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Rounds; the first includes compilation, later ones are "
-                               "the steady state of a long-running refresher.")
-_SETTINGS = flags.DEFINE_list("settings", ["default", "padded_float32_xla", "bucketed_float32_xla",
-                                           "bucketed_float32", "bucketed_bfloat16",
-                                           "sentence_transformers"], "Settings to run.")
+_ROUNDS = flags.DEFINE_integer(
+    "rounds", 3, "Rounds; the first includes compilation, later ones are "
+    "the steady state of a long-running refresher.")
+_SETTINGS = flags.DEFINE_list("settings", [
+    "default", "padded_float32_xla", "bucketed_float32_xla", "bucketed_float32", "bucketed_bfloat16",
+    "sentence_transformers"
+], "Settings to run.")
 _HF_PYTHON = flags.DEFINE_string("hf_python", os.path.join(_REPO, ".venv-hf", "bin", "python"),
                                  "Python of the optional PyTorch environment (bench/setup_hf_env.sh).")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "refresh_bench.json"),
@@ -106,12 +108,17 @@ def _embed_fn(embedder):
 
 
 def _sentence_transformers(directory: str, texts_json: str, vectors_npy: str) -> dict:
-  result = subprocess.run(
-      [_HF_PYTHON.value, os.path.join(_REPO, "bench", "st_encode.py"), f"--model_dir={directory}",
-       f"--texts_json={texts_json}", f"--batch_size={_BATCH.value}", f"--max_seq_length={_SEQ_LEN.value}",
-       f"--vectors_npy={vectors_npy}"],
-      capture_output=True, text=True, check=False,
-      env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})  # nothing of .venv leaks in
+  result = subprocess.run([
+      _HF_PYTHON.value,
+      os.path.join(_REPO, "bench", "st_encode.py"), f"--model_dir={directory}", f"--texts_json={texts_json}",
+      f"--batch_size={_BATCH.value}", f"--max_seq_length={_SEQ_LEN.value}", f"--vectors_npy={vectors_npy}"
+  ],
+                          capture_output=True,
+                          text=True,
+                          check=False,
+                          env={
+                              k: v for k, v in os.environ.items() if k != "PYTHONPATH"
+                          })  # nothing of .venv leaks in
   lines = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")]
   if result.returncode or not lines:
     raise RuntimeError(f"bench/st_encode.py failed ({result.returncode}): {result.stderr[-2000:]}")
@@ -123,10 +130,11 @@ def _quality(vectors: np.ndarray, reference: np.ndarray, questions: np.ndarray, 
   index = index_lib.BruteForceIndex.build(vectors)
   rows, _ = index.search(questions, top)
   reference_rows, _ = index_lib.BruteForceIndex.build(reference).search(questions, 10)
-  cosine = np.sum(vectors * reference, -1) / (np.linalg.norm(vectors, axis=-1) *
-                                              np.linalg.norm(reference, axis=-1))
+  cosine = np.sum(vectors * reference,
+                  -1) / (np.linalg.norm(vectors, axis=-1) * np.linalg.norm(reference, axis=-1))
   out = evaluation.rankings_recall(rows, ks=_KS, **recall_inputs)
-  out.update(min_cosine_to_float32=float(cosine.min()), mean_cosine_to_float32=float(cosine.mean()),
+  out.update(min_cosine_to_float32=float(cosine.min()),
+             mean_cosine_to_float32=float(cosine.mean()),
              top10_overlap_with_float32=index_lib.recall_at_k(rows[:, :10], reference_rows, 10))
   return out
 
@@ -149,13 +157,17 @@ def main(argv):
   embedder, tokenizer = minilm_lib.load(directory)
   if not os.path.exists(prefix + corpus_lib.MANIFEST_SUFFIX):
     corpus_lib.write_corpus(lambda: documents, tokenizer, prefix, num_shards=1)
-  featurizer = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=32,
-                                                       candidate_seq_len=_SEQ_LEN.value, max_masks=1)
-  lengths = [int(sum(d["mask"])) for d in corpus_embedding.candidate_dataset(prefix, featurizer)
-             .as_numpy_iterator()]
-  print(f"{len(documents)} SQuAD {_CORPUS.value} paragraphs, {np.mean(lengths):.0f} wordpieces on average "
-        f"(median {np.median(lengths):.0f}, p95 {np.percentile(lengths, 95):.0f}) of {_SEQ_LEN.value}",
-        flush=True)
+  featurizer = featurization.Featurizer.from_tokenizer(tokenizer,
+                                                       query_seq_len=32,
+                                                       candidate_seq_len=_SEQ_LEN.value,
+                                                       max_masks=1)
+  lengths = [
+      int(sum(d["mask"])) for d in corpus_embedding.candidate_dataset(prefix, featurizer).as_numpy_iterator()
+  ]
+  print(
+      f"{len(documents)} SQuAD {_CORPUS.value} paragraphs, {np.mean(lengths):.0f} wordpieces on average "
+      f"(median {np.median(lengths):.0f}, p95 {np.percentile(lengths, 95):.0f}) of {_SEQ_LEN.value}",
+      flush=True)
 
   default = refresh_precision.choose("cpu", refresh_precision.AUTO, None, refresh_precision.cpu_info())
   realm_tf_settings = dict(_REALM_TF, **{_DEFAULT: (None, default.mixed_precision, default.jit_compile)})
@@ -176,9 +188,11 @@ def main(argv):
     buckets, policy, jit = realm_tf_settings[name]
     if policy not in policy_embedders:
       policy_embedders[policy] = _embedder(directory, policy)
-    embedders[name] = corpus_embedding.CorpusEmbedder(
-        _embed_fn(policy_embedders[policy]), featurizer, batch_size=_BATCH.value, jit_compile=jit,
-        num_length_buckets=buckets)
+    embedders[name] = corpus_embedding.CorpusEmbedder(_embed_fn(policy_embedders[policy]),
+                                                      featurizer,
+                                                      batch_size=_BATCH.value,
+                                                      jit_compile=jit,
+                                                      num_length_buckets=buckets)
   texts_json = os.path.join(work, "st_texts.json")
   st_vectors = os.path.join(work, "st_vectors.npy")
   with open(texts_json, "w", encoding="utf-8") as f:
@@ -198,21 +212,27 @@ def main(argv):
         wall, cpu = time.perf_counter(), time.process_time()
         vectors[name] = embedders[name](prefix, log=lambda _: None)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-      timings[name].append({"seconds": wall, "cpu_seconds": cpu, "docs_per_second": len(documents) / wall,
-                            "load_average_1min": os.getloadavg()[0]})
-      print(f"round {round_index}: {name:<22} {len(documents) / wall:7.2f} docs/s ({wall:6.1f} s wall, "
-            f"{cpu:6.1f} s CPU)", flush=True)
+      timings[name].append({
+          "seconds": wall,
+          "cpu_seconds": cpu,
+          "docs_per_second": len(documents) / wall,
+          "load_average_1min": os.getloadavg()[0]
+      })
+      print(
+          f"round {round_index}: {name:<22} {len(documents) / wall:7.2f} docs/s ({wall:6.1f} s wall, "
+          f"{cpu:6.1f} s CPU)",
+          flush=True)
 
   later = lambda name: timings[name][1:] or timings[name]
   speed = {name: statistics.median(t["docs_per_second"] for t in later(name)) for name in settings}
-  per_cpu = {name: statistics.median(len(documents) / t["cpu_seconds"] for t in later(name))
-             for name in settings}
+  per_cpu = {
+      name: statistics.median(len(documents) / t["cpu_seconds"] for t in later(name)) for name in settings
+  }
   first_call = {name: timings[name][0]["seconds"] for name in settings}
 
   print("embedding the dev questions (float32, TextEmbedder) for the quality check", flush=True)
   questions = text_embedder.TextEmbedder(embedder, tokenizer, max_seq_length=_SEQ_LEN.value,
-                                         batch_size=64).embed(
-                                                          [q.question for q in data.questions])
+                                         batch_size=64).embed([q.question for q in data.questions])
   reference = vectors.get(_REFERENCE)
   quality = {}
   if reference is not None:
@@ -222,19 +242,37 @@ def main(argv):
   ratios = {}
   if _ST in speed:
     ratios = {f"{name}_over_{_ST}": speed[name] / speed[_ST] for name in speed if name != _ST}
-  out = {"command": " ".join(["bench/refresh_bench.py"] + sys.argv[1:]), "machine": machine, "corpus": _CORPUS.value, "num_paragraphs": len(documents),
-         "seq_len": _SEQ_LEN.value, "batch_size": _BATCH.value, "rounds": _ROUNDS.value,
-         "default_choice": dataclasses.asdict(default),
-         "buckets": {name: corpus_embedding.length_buckets(
-             _SEQ_LEN.value, realm_tf_settings[name][0] or corpus_embedding.default_length_buckets(
-                 _SEQ_LEN.value, realm_tf_settings[name][2])) for name in settings
-                     if name in realm_tf_settings},
-         "wordpieces": {"mean": float(np.mean(lengths)), "median": float(np.median(lengths)),
-                        "p95": float(np.percentile(lengths, 95))},
-         "timings": timings, "median_docs_per_second_after_first_round": speed,
-         "median_docs_per_cpu_second_after_first_round": per_cpu, "first_round_seconds": first_call,
-         "speed_ratios": ratios, "quality": quality, "notes": notes,
-         "total_seconds": time.time() - started}
+  out = {
+      "command": " ".join(["bench/refresh_bench.py"] + sys.argv[1:]),
+      "machine": machine,
+      "corpus": _CORPUS.value,
+      "num_paragraphs": len(documents),
+      "seq_len": _SEQ_LEN.value,
+      "batch_size": _BATCH.value,
+      "rounds": _ROUNDS.value,
+      "default_choice": dataclasses.asdict(default),
+      "buckets": {
+          name:
+              corpus_embedding.length_buckets(
+                  _SEQ_LEN.value, realm_tf_settings[name][0] or
+                  corpus_embedding.default_length_buckets(_SEQ_LEN.value, realm_tf_settings[name][2]))
+          for name in settings
+          if name in realm_tf_settings
+      },
+      "wordpieces": {
+          "mean": float(np.mean(lengths)),
+          "median": float(np.median(lengths)),
+          "p95": float(np.percentile(lengths, 95))
+      },
+      "timings": timings,
+      "median_docs_per_second_after_first_round": speed,
+      "median_docs_per_cpu_second_after_first_round": per_cpu,
+      "first_round_seconds": first_call,
+      "speed_ratios": ratios,
+      "quality": quality,
+      "notes": notes,
+      "total_seconds": time.time() - started
+  }
   if _ST in settings:
     out["sentence_transformers_environment"] = environment
   out["machine"]["load_average_at_end"] = throughput_lib.load_average()

@@ -36,17 +36,19 @@ from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.training import orqa_model
 
-_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A bin/train_orqa model dir to export (its best "
-                                 "checkpoint); default: random weights over the 300 testdata documents.")
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "A bin/train_orqa model dir to export (its best "
+    "checkpoint); default: random weights over the 300 testdata documents.")
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(tempfile.gettempdir(), "realm_tf_serve_bench"),
                                 "Where the exports are written (and reused by a later run).")
 _INDEXES = flags.DEFINE_list("indexes", list(saved_models.INDEX_CHOICES), "Exports served in turn.")
 _CLIENTS = flags.DEFINE_list("clients", ["1", "4"], "Concurrent client counts.")
 _SECONDS = flags.DEFINE_float("seconds", 30.0, "Measured time per (index, clients).")
 _WARMUP = flags.DEFINE_float("warmup_seconds", 3.0, "Unmeasured load first, per (index, clients).")
-_IN_PROCESS = flags.DEFINE_float("in_process_seconds", 10.0, "Per index, the signature called directly "
-                                  "(one question a call, no HTTP) for this long first: the model's share "
-                                  "of a request's latency. 0 skips it.")
+_IN_PROCESS = flags.DEFINE_float(
+    "in_process_seconds", 10.0, "Per index, the signature called directly "
+    "(one question a call, no HTTP) for this long first: the model's share "
+    "of a request's latency. 0 skips it.")
 _SCANN_TREE_MIN_DOCS = flags.DEFINE_integer(
     "scann_tree_min_docs", 100, "ScannOptions.tree_min_docs of the ScaNN export: lower than the default "
     "(5000) so that a small corpus gets ScaNN's tree and AH scoring rather than its brute force.")
@@ -83,10 +85,17 @@ def _exports(work_dir: str) -> Dict[str, str]:
 
 def _summary(latencies: np.ndarray, seconds: float) -> Dict:
   ms = latencies * 1000
-  return {"requests": int(ms.size), "queries_per_second": ms.size / seconds,
-          "latency_ms": {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)),
-                         "p90": float(np.percentile(ms, 90)), "p99": float(np.percentile(ms, 99)),
-                         "max": float(ms.max())} if ms.size else None}
+  return {
+      "requests": int(ms.size),
+      "queries_per_second": ms.size / seconds,
+      "latency_ms": {
+          "mean": float(ms.mean()),
+          "p50": float(np.percentile(ms, 50)),
+          "p90": float(np.percentile(ms, 90)),
+          "p99": float(np.percentile(ms, 99)),
+          "max": float(ms.max())
+      } if ms.size else None
+  }
 
 
 def _in_process(path: str, questions: List[str], seconds: float) -> Dict:
@@ -121,7 +130,9 @@ def _load(port: int, clients: int, questions: List[str], warmup_s: float, second
           return
         body = json.dumps({"instances": [questions[n % len(questions)]]}).encode("utf-8")
         n += clients
-        connection.request("POST", "/v1/models/open_qa:predict", body=body,
+        connection.request("POST",
+                           "/v1/models/open_qa:predict",
+                           body=body,
                            headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         data = response.read()
@@ -141,8 +152,12 @@ def _load(port: int, clients: int, questions: List[str], warmup_s: float, second
   for thread in threads:
     thread.join()
   flat = np.array([x for per_client in latencies for x in per_client])
-  return dict(_summary(flat, seconds), clients=clients, seconds=seconds, mode="http",
-              failures=len(failures), first_failures=failures[:5])
+  return dict(_summary(flat, seconds),
+              clients=clients,
+              seconds=seconds,
+              mode="http",
+              failures=len(failures),
+              first_failures=failures[:5])
 
 
 def main(argv):
@@ -150,29 +165,40 @@ def main(argv):
   clients = [int(c) for c in _CLIENTS.value]
   questions = _questions()
   paths = _exports(_WORK_DIR.value)
-  results = {"machine": dict(throughput_lib.machine(), load_average_at_start=throughput_lib.load_average()),
-             "model_dir": _MODEL_DIR.value or "random weights",
-             "questions": "testdata/qa.test.jsonl", "warmup_seconds": _WARMUP.value, "runs": []}
+  results = {
+      "machine": dict(throughput_lib.machine(), load_average_at_start=throughput_lib.load_average()),
+      "model_dir": _MODEL_DIR.value or "random weights",
+      "questions": "testdata/qa.test.jsonl",
+      "warmup_seconds": _WARMUP.value,
+      "runs": []
+  }
   for index, path in paths.items():
     info = loader.export_info(path)
-    details = dict(index=index, num_blocks=info["num_blocks"], reader_beam=info["reader_beam"],
+    details = dict(index=index,
+                   num_blocks=info["num_blocks"],
+                   reader_beam=info["reader_beam"],
                    scann_parameters=info.get("scann_parameters"))
     if _IN_PROCESS.value > 0:
       run = dict(_in_process(path, questions, _IN_PROCESS.value), failures=0, **details)
       results["runs"].append(run)
-      print(f"{index:12s} in process: {run['queries_per_second']:7.1f} calls/s, latency p50 "
-            f"{run['latency_ms']['p50']:7.1f} ms", flush=True)
+      print(
+          f"{index:12s} in process: {run['queries_per_second']:7.1f} calls/s, latency p50 "
+          f"{run['latency_ms']['p50']:7.1f} ms",
+          flush=True)
     with process.ServeProcess(path, "--noaccess_log") as served:
       for n in clients:
         run = _load(served.port, n, questions, _WARMUP.value, _SECONDS.value)
         run.update(details)
         results["runs"].append(run)
         latency = run["latency_ms"] or {}
-        print(f"{index:12s} clients {n:3d}: {run['queries_per_second']:7.1f} queries/s, latency p50 "
-              f"{latency.get('p50', float('nan')):7.1f} ms, p99 {latency.get('p99', float('nan')):7.1f} ms, "
-              f"{run['failures']} failed", flush=True)
+        print(
+            f"{index:12s} clients {n:3d}: {run['queries_per_second']:7.1f} queries/s, latency p50 "
+            f"{latency.get('p50', float('nan')):7.1f} ms, p99 {latency.get('p99', float('nan')):7.1f} ms, "
+            f"{run['failures']} failed",
+            flush=True)
   results["machine"]["load_average_at_end"] = throughput_lib.load_average()
-  print("\n| index | clients | queries/s | p50 ms | p90 ms | p99 ms | failed |\n|---|---|---|---|---|---|---|")
+  print(
+      "\n| index | clients | queries/s | p50 ms | p90 ms | p99 ms | failed |\n|---|---|---|---|---|---|---|")
   for run in results["runs"]:
     latency = run["latency_ms"] or {}
     who = "in process, no HTTP" if run["mode"] == "in_process" else run["clients"]

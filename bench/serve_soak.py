@@ -55,7 +55,6 @@ from realm_tf.training import orqa_model
 PREDICT = "/v1/models/open_qa:predict"
 _HOST = "127.0.0.1"  # the only address any request of this file goes to
 
-
 # --------------------------------------------------------------------------------------------------
 # The server under test
 
@@ -190,8 +189,8 @@ def ask(port: int, question: str, timeout_s: float = 120.0) -> Dict[str, Any]:
     connection.close()
 
 
-def _valid_client(port: int, questions: List[str], expected: List[Dict], rng: random.Random,
-                  deadline: float, max_actions: int, tally: _Tally):
+def _valid_client(port: int, questions: List[str], expected: List[Dict], rng: random.Random, deadline: float,
+                  max_actions: int, tally: _Tally):
   """Keep-alive requests (row, columnar or page, at random), each answer checked against expected."""
   connection = None
   for _ in range(max_actions):
@@ -289,9 +288,9 @@ def _answered(outcome: str, allowed: Tuple[str, ...]) -> Tuple[str, Optional[str
 
 
 # Each is a method of _Hostile: one bounded exchange of that kind.
-HOSTILE_KINDS = ("fuzzed_json", "invalid_utf8", "deep_or_long_json", "huge_body", "slow_body",
-                 "slow_headers", "half_closed", "dropped_before_answer", "connect_and_drop",
-                 "wrong_method", "wrong_path", "bad_headers", "bad_request_line")
+HOSTILE_KINDS = ("fuzzed_json", "invalid_utf8", "deep_or_long_json", "huge_body", "slow_body", "slow_headers",
+                 "half_closed", "dropped_before_answer", "connect_and_drop", "wrong_method", "wrong_path",
+                 "bad_headers", "bad_request_line")
 
 
 class _Hostile:
@@ -305,7 +304,8 @@ class _Hostile:
     # A slow client must be cut off within the timeout plus scheduling slack.
     self.slow_bound_s = 1.5 * timeout_s + 3
     self.kinds: Dict[str, Callable[[random.Random], Tuple[str, Optional[str]]]] = {
-        kind: getattr(self, kind) for kind in HOSTILE_KINDS}
+        kind: getattr(self, kind) for kind in HOSTILE_KINDS
+    }
 
   def _exchange(self, request: bytes, shutdown_write: bool = False) -> str:
     return _exchange(self.port, request, self.reply_s, shutdown_write)
@@ -422,17 +422,17 @@ class _Hostile:
     return "dropped", None
 
   def wrong_method(self, rng):
-    method = rng.choice(("PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "HEAD", "get", "FOO",
-                         "P\xd3ST"))
+    method = rng.choice(
+        ("PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "HEAD", "get", "FOO", "P\xd3ST"))
     request = f"{method} {rng.choice((PREDICT, '/'))} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}"
     return _answered(self._exchange(request.encode("latin-1")), ("501", "400"))
 
   def wrong_path(self, rng):
-    path = rng.choice(("/v2/predict", "/v1/models/open_qb:predict", "/v1/models/open_qa/versions/9:predict",
-                       "/v1/models/open_qa:classify", "/v1/models/%ff%fe:predict", "//[/v1",
-                       "http://[::1/v1/models/open_qa:predict", "/v1/models/open_qa/metadata",
-                       "/v1/models/" + "x" * 5000, "/?q=%ff", "/?q=" + "%e2%82" * 10, "/../../etc/passwd",
-                       "*", "/\x7f"))
+    path = rng.choice(
+        ("/v2/predict", "/v1/models/open_qb:predict", "/v1/models/open_qa/versions/9:predict",
+         "/v1/models/open_qa:classify", "/v1/models/%ff%fe:predict", "//[/v1",
+         "http://[::1/v1/models/open_qa:predict", "/v1/models/open_qa/metadata", "/v1/models/" + "x" * 5000,
+         "/?q=%ff", "/?q=" + "%e2%82" * 10, "/../../etc/passwd", "*", "/\x7f"))
     method = rng.choice(("GET", "POST"))
     head = f"{method} {path} HTTP/1.1\r\nHost: x\r\n".encode("latin-1")
     request = _post(self._valid_body(rng), path) if method == "POST" else head + b"\r\n"
@@ -459,15 +459,15 @@ class _Hostile:
       extra = b"X-Bytes: \xff\xfe\x00\xc3\r\nContent-Type: \xe2\x82\r\n"  # not Latin-1 text
       request, allowed = _post(body, extra=extra), ("200",)
     else:  # a body longer than announced: the rest is read as the next request line
-      request, allowed = _post(body)[:-len(body)].replace(
-          f"Content-Length: {len(body)}".encode(), b"Content-Length: 5") + body, ("400",)
+      request, allowed = _post(body)[:-len(body)].replace(f"Content-Length: {len(body)}".encode(),
+                                                          b"Content-Length: 5") + body, ("400",)
     return _answered(self._exchange(request), allowed)
 
   def bad_request_line(self, rng):
-    line = rng.choice((b"GARBAGE\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET /\r\n\r\n", b"\r\n\r\n",
-                       b"GET / HTTP/1.1 extra\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
-                       b"GET " + b"/a" * 40000 + b" HTTP/1.1\r\n\r\n",
-                       bytes(rng.randrange(256) for _ in range(64))))
+    line = rng.choice(
+        (b"GARBAGE\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"GET /\r\n\r\n", b"\r\n\r\n",
+         b"GET / HTTP/1.1 extra\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+         b"GET " + b"/a" * 40000 + b" HTTP/1.1\r\n\r\n", bytes(rng.randrange(256) for _ in range(64))))
     outcome = self._exchange(line, shutdown_write=True)
     # http.server answers 400/414/505 or, for an empty line or no request at all, just closes.
     return _answered(outcome, ("400", "414", "505", "closed", "http/0.9"))
@@ -482,8 +482,7 @@ class _Hostile:
     tally.hostile(kind, outcome, problem)
 
 
-def _hostile_client(hostile: _Hostile, rng: random.Random, deadline: float, max_actions: int,
-                    tally: _Tally):
+def _hostile_client(hostile: _Hostile, rng: random.Random, deadline: float, max_actions: int, tally: _Tally):
   """The kinds in a seeded order, round and round: a short run still tries every kind."""
   kinds = sorted(hostile.kinds)
   rng.shuffle(kinds)
@@ -508,13 +507,17 @@ def _phase(port: int, questions: List[str], expected: List[Dict], seconds: float
            attackers: int, seed: int, max_actions: int, hostile: _Hostile) -> _Tally:
   tally = _Tally()
   deadline = time.monotonic() + seconds
-  threads = [threading.Thread(target=_valid_client, args=(port, questions, expected,
-                                                          random.Random(f"{seed}-valid-{i}"), deadline,
-                                                          max_actions, tally), daemon=True)
-             for i in range(clients)]
-  threads += [threading.Thread(target=_hostile_client, args=(hostile, random.Random(f"{seed}-hostile-{i}"),
-                                                             deadline, max_actions, tally), daemon=True)
-              for i in range(attackers)]
+  threads = [
+      threading.Thread(target=_valid_client,
+                       args=(port, questions, expected, random.Random(f"{seed}-valid-{i}"), deadline,
+                             max_actions, tally),
+                       daemon=True) for i in range(clients)
+  ]
+  threads += [
+      threading.Thread(target=_hostile_client,
+                       args=(hostile, random.Random(f"{seed}-hostile-{i}"), deadline, max_actions, tally),
+                       daemon=True) for i in range(attackers)
+  ]
   for thread in threads:
     thread.start()
   for thread in threads:  # each loop ends at the deadline; its last exchange is bounded by reply_s
@@ -524,10 +527,19 @@ def _phase(port: int, questions: List[str], expected: List[Dict], seconds: float
   return tally
 
 
-def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients: int = 4,
-             attackers: int = 4, seed: int = 0, request_timeout_s: float = 2.0,
-             max_body_bytes: int = 1 << 20, max_actions: int = 1_000_000, max_rss_growth_mb: float = 256,
-             questions: Optional[List[str]] = None, log: Callable[[str], None] = print) -> Dict[str, Any]:
+def run_soak(saved_model: str,
+             *,
+             seconds: float,
+             quiet_seconds: float,
+             clients: int = 4,
+             attackers: int = 4,
+             seed: int = 0,
+             request_timeout_s: float = 2.0,
+             max_body_bytes: int = 1 << 20,
+             max_actions: int = 1_000_000,
+             max_rss_growth_mb: float = 256,
+             questions: Optional[List[str]] = None,
+             log: Callable[[str], None] = print) -> Dict[str, Any]:
   """The soak against a fresh bin/serve of saved_model; its results (JSON-ready), invariants included."""
   questions = questions or test_questions()
   machine = throughput_lib.machine()  # with the load average before the soak adds its own
@@ -566,8 +578,8 @@ def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients:
       "valid_failed_requests": (quiet.failed + attack.failed, quiet.failed + attack.failed == 0),
       "final_pass_wrong_answers": (final_wrong, final_wrong == 0),
       "hostile_requests_misanswered": (len(hostile_problems), not hostile_problems),
-      "slow_client_longest_hold_s": (max(hostile.held_s, default=0.0),
-                                     max(hostile.held_s, default=0.0) <= hostile.slow_bound_s),
+      "slow_client_longest_hold_s": (max(hostile.held_s, default=0.0), max(hostile.held_s, default=0.0)
+                                     <= hostile.slow_bound_s),
       "tracebacks_in_server_log": (tracebacks, tracebacks == 0),
       "rss_growth_mb": (settled[1] - after_quiet[1], settled[1] - after_quiet[1] <= max_rss_growth_mb),
       "threads_left_after_settle": (settled[2] - after_quiet[2], settled[2] <= after_quiet[2] + 2),
@@ -576,33 +588,77 @@ def run_soak(saved_model: str, *, seconds: float, quiet_seconds: float, clients:
   traceback_at = stderr.find("Traceback (most recent call last)")
   return {
       "command": " ".join([os.path.relpath(sys.argv[0], testing_utils.repo_root())] + sys.argv[1:]),
-      "machine": machine, "load_average_at_end": throughput_lib.load_average(),
+      "machine": machine,
+      "load_average_at_end": throughput_lib.load_average(),
       "note": "client and server share this machine's cores with other jobs: latencies are the "
               "loaded machine's (load averages above)",
-      "config": {"saved_model": saved_model, "seconds": seconds, "quiet_seconds": quiet_seconds,
-                 "clients": clients, "attackers": attackers, "seed": seed,
-                 "request_timeout_s": request_timeout_s, "max_body_bytes": max_body_bytes,
-                 "max_rss_growth_mb": max_rss_growth_mb, "questions": len(questions)},
-      "invariants": {name: {"value": value, "held": bool(ok)} for name, (value, ok) in invariants.items()},
+      "config": {
+          "saved_model": saved_model,
+          "seconds": seconds,
+          "quiet_seconds": quiet_seconds,
+          "clients": clients,
+          "attackers": attackers,
+          "seed": seed,
+          "request_timeout_s": request_timeout_s,
+          "max_body_bytes": max_body_bytes,
+          "max_rss_growth_mb": max_rss_growth_mb,
+          "questions": len(questions)
+      },
+      "invariants": {
+          name: {
+              "value": value,
+              "held": bool(ok)
+          } for name, (value, ok) in invariants.items()
+      },
       "held": all(ok for _, ok in invariants.values()),
-      "server": {"exit_code": exit_code, "rss_mb": {
-          "start": start_sample[1], "after_quiet": after_quiet[1], "after_attack": after_attack[1],
-          "settled": settled[1], "max": max(rss)},
-                 "threads": {"start": start_sample[2], "after_quiet": after_quiet[2],
-                             "max": sampler.max(2), "settled": settled[2]},
-                 "open_files": {"start": start_sample[3], "after_quiet": after_quiet[3],
-                                "max": sampler.max(3), "settled": settled[3]},
-                 "stderr_lines": stderr.count("\n"),
-                 "first_traceback": stderr[traceback_at:traceback_at + 3000] if traceback_at >= 0 else None},
-      "valid": {"quiet": {"answered": len(quiet.latencies), "wrong": quiet.wrong, "failed": quiet.failed,
-                          "latency_ms": _latency_ms(quiet.latencies),
-                          "by_kind": {k: dict(c) for k, c in sorted(quiet.counts.items())}},
-                "attack": {"answered": len(attack.latencies), "wrong": attack.wrong, "failed": attack.failed,
-                           "latency_ms": _latency_ms(attack.latencies),
-                           "by_kind": {k: dict(c) for k, c in sorted(attack.counts.items())
-                                       if k.startswith("valid_")}}},
-      "hostile": {"actions": sum(sum(c.values()) for c in hostile_counts.values()),
-                  "by_kind": hostile_counts},
+      "server": {
+          "exit_code": exit_code,
+          "rss_mb": {
+              "start": start_sample[1],
+              "after_quiet": after_quiet[1],
+              "after_attack": after_attack[1],
+              "settled": settled[1],
+              "max": max(rss)
+          },
+          "threads": {
+              "start": start_sample[2],
+              "after_quiet": after_quiet[2],
+              "max": sampler.max(2),
+              "settled": settled[2]
+          },
+          "open_files": {
+              "start": start_sample[3],
+              "after_quiet": after_quiet[3],
+              "max": sampler.max(3),
+              "settled": settled[3]
+          },
+          "stderr_lines": stderr.count("\n"),
+          "first_traceback": stderr[traceback_at:traceback_at + 3000] if traceback_at >= 0 else None
+      },
+      "valid": {
+          "quiet": {
+              "answered": len(quiet.latencies),
+              "wrong": quiet.wrong,
+              "failed": quiet.failed,
+              "latency_ms": _latency_ms(quiet.latencies),
+              "by_kind": {
+                  k: dict(c) for k, c in sorted(quiet.counts.items())
+              }
+          },
+          "attack": {
+              "answered": len(attack.latencies),
+              "wrong": attack.wrong,
+              "failed": attack.failed,
+              "latency_ms": _latency_ms(attack.latencies),
+              "by_kind": {
+                  k: dict(c) for k, c in sorted(attack.counts.items()) if k.startswith("valid_")
+              }
+          }
+      },
+      "hostile": {
+          "actions": sum(sum(c.values()) for c in hostile_counts.values()),
+          "by_kind": hostile_counts
+      },
       "problems": (quiet.problems + attack.problems)[:50],
   }
 
@@ -614,8 +670,10 @@ def table(results: Dict[str, Any]) -> str:
     value = invariant["value"]
     shown = f"{value:.1f}" if isinstance(value, float) else str(value)
     lines.append(f"| {name} | {shown} | {'yes' if invariant['held'] else 'NO'} |")
-  lines += ["", "| valid requests | answered | wrong | failed | p50 ms | p99 ms | max ms |",
-            "|---|---|---|---|---|---|---|"]
+  lines += [
+      "", "| valid requests | answered | wrong | failed | p50 ms | p99 ms | max ms |",
+      "|---|---|---|---|---|---|---|"
+  ]
   for phase in ("quiet", "attack"):
     v = results["valid"][phase]
     latency = v["latency_ms"] or {}
@@ -624,12 +682,14 @@ def table(results: Dict[str, Any]) -> str:
                  f"{latency.get('max', float('nan')):.1f} |")
   lines += ["", "| hostile kind | requests | outcomes |", "|---|---|---|"]
   for kind, outcomes in results["hostile"]["by_kind"].items():
-    lines.append(f"| {kind} | {sum(outcomes.values())} | "
-                 + ", ".join(f"{k}: {v}" for k, v in sorted(outcomes.items())) + " |")
+    lines.append(f"| {kind} | {sum(outcomes.values())} | " +
+                 ", ".join(f"{k}: {v}" for k, v in sorted(outcomes.items())) + " |")
   rss = results["server"]["rss_mb"]
-  lines += ["", f"server RSS MB: start {rss['start']:.0f}, after quiet {rss['after_quiet']:.0f}, after "
-                f"attack {rss['after_attack']:.0f}, settled {rss['settled']:.0f}, max {rss['max']:.0f}; "
-                f"exit code {results['server']['exit_code']}"]
+  lines += [
+      "", f"server RSS MB: start {rss['start']:.0f}, after quiet {rss['after_quiet']:.0f}, after "
+      f"attack {rss['after_attack']:.0f}, settled {rss['settled']:.0f}, max {rss['max']:.0f}; "
+      f"exit code {results['server']['exit_code']}"
+  ]
   return "\n".join(lines)
 
 
@@ -638,8 +698,9 @@ _QUIET = flags.DEFINE_float("quiet_seconds", 60.0, "Valid clients alone, before 
 _CLIENTS = flags.DEFINE_integer("clients", 4, "Valid client threads.")
 _ATTACKERS = flags.DEFINE_integer("attackers", 4, "Hostile client threads (during the attack).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds every client's choices.")
-_TIMEOUT = flags.DEFINE_float("request_timeout_s", 2.0, "The server's --request_timeout_s (short, so "
-                              "slow clients are cut off often).")
+_TIMEOUT = flags.DEFINE_float(
+    "request_timeout_s", 2.0, "The server's --request_timeout_s (short, so "
+    "slow clients are cut off often).")
 _MAX_BODY = flags.DEFINE_integer("max_body_bytes", 1 << 20, "The server's --max_body_bytes.")
 _MAX_ACTIONS = flags.DEFINE_integer("max_actions", 1_000_000, "Most requests per client thread.")
 _NUM_DOCS = flags.DEFINE_integer("num_docs", 40, "Documents of the random-weight export.")
@@ -653,9 +714,14 @@ _OUTPUT = flags.DEFINE_string(
 def main(argv):
   del argv
   saved_model = export_model(_WORK_DIR.value, _NUM_DOCS.value)
-  results = run_soak(saved_model, seconds=_MINUTES.value * 60, quiet_seconds=_QUIET.value,
-                     clients=_CLIENTS.value, attackers=_ATTACKERS.value, seed=_SEED.value,
-                     request_timeout_s=_TIMEOUT.value, max_body_bytes=_MAX_BODY.value,
+  results = run_soak(saved_model,
+                     seconds=_MINUTES.value * 60,
+                     quiet_seconds=_QUIET.value,
+                     clients=_CLIENTS.value,
+                     attackers=_ATTACKERS.value,
+                     seed=_SEED.value,
+                     request_timeout_s=_TIMEOUT.value,
+                     max_body_bytes=_MAX_BODY.value,
                      max_actions=_MAX_ACTIONS.value)
   print(table(results))
   os.makedirs(os.path.dirname(_OUTPUT.value), exist_ok=True)

@@ -12,11 +12,16 @@ class ServeSoakTest(absltest.TestCase):
 
   def test_short_soak_holds_every_invariant(self):
     saved_model = serve_soak.export_model(self.create_tempdir().full_path, num_docs=20)
-    results = serve_soak.run_soak(saved_model, seconds=8, quiet_seconds=2, clients=2, attackers=3,
-                                  seed=0, request_timeout_s=1, max_body_bytes=1 << 16,
+    results = serve_soak.run_soak(saved_model,
+                                  seconds=8,
+                                  quiet_seconds=2,
+                                  clients=2,
+                                  attackers=3,
+                                  seed=0,
+                                  request_timeout_s=1,
+                                  max_body_bytes=1 << 16,
                                   questions=serve_soak.test_questions()[:20])
-    failed = {name: invariant for name, invariant in results["invariants"].items()
-              if not invariant["held"]}
+    failed = {name: invariant for name, invariant in results["invariants"].items() if not invariant["held"]}
     self.assertEqual(failed, {}, (results["problems"], results["server"]["first_traceback"]))
     self.assertTrue(results["held"])
     self.assertCountEqual(results["hostile"]["by_kind"], serve_soak.HOSTILE_KINDS)

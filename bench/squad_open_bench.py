@@ -44,7 +44,7 @@ _CORPORA = flags.DEFINE_list("corpora", ["all", "dev"], "Corpora: all (train + d
 _METHODS = flags.DEFINE_list("methods", ["bm25", "bm25_title", "minilm", "hybrid"],
                              "Methods: bm25, bm25_title, minilm, hybrid.")
 _FUSION_DEPTH = flags.DEFINE_integer("fusion_depth", minilm_lib.HYBRID_DEPTH,
-                                    "hybrid: documents taken from each ranking.")
+                                     "hybrid: documents taken from each ranking.")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", minilm_lib.CACHED_SEQ_LENGTH,
                                        "MiniLM wordpieces per text, [CLS] and [SEP] included.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "MiniLM texts per forward pass.")
@@ -54,7 +54,6 @@ _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", 
 
 _KS = (1, 5, 20, 100)
 _CORPUS_NAMES = {"all": "all 20,963 paragraphs (train + dev)", "dev": "2,067 dev paragraphs"}
-
 
 _log = minilm_lib.log
 
@@ -69,9 +68,11 @@ class _MiniLM:
     self.weights_sha256 = minilm_lib.weights_sha256(self.directory)
     self.model_id = minilm_lib.model_id(self.weights_sha256, _MAX_SEQ_LENGTH.value)
     embedder, tokenizer = minilm_lib.load(self.directory)
-    self._embedder = text_embedder.TextEmbedder(
-        embedder, tokenizer, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-        jit_compile=_JIT_COMPILE.value)
+    self._embedder = text_embedder.TextEmbedder(embedder,
+                                                tokenizer,
+                                                max_seq_length=_MAX_SEQ_LENGTH.value,
+                                                batch_size=_BATCH_SIZE.value,
+                                                jit_compile=_JIT_COMPILE.value)
 
   def embeddings(self, name, texts):
     from realm_tf.retrieval import embedding_cache  # pylint: disable=g-import-not-at-top
@@ -95,8 +96,7 @@ def _run_bm25(data, with_title: bool, depth: int = max(_KS)):
   index_s = time.perf_counter() - start
   start = time.perf_counter()
   rows, _ = index.search([q.question for q in data.questions], depth)
-  return rows, {"index_s": index_s, "query_s": time.perf_counter() - start,
-                "parameters": index.parameters}
+  return rows, {"index_s": index_s, "query_s": time.perf_counter() - start, "parameters": index.parameters}
 
 
 def _run_bm25_minilm_hybrid(data, corpus_name, full, minilm):
@@ -106,11 +106,17 @@ def _run_bm25_minilm_hybrid(data, corpus_name, full, minilm):
   dense_rows, dense_details = _run_minilm(data, corpus_name, full, minilm, depth=depth)
   start = time.perf_counter()
   rows = fusion.reciprocal_rank_fusion([bm25_rows, dense_rows], depth=max(_KS))
-  return rows, {"index_s": bm25_details["index_s"] + dense_details["index_s"],
-                "query_s": bm25_details["query_s"] + dense_details["query_s"] + time.perf_counter() - start,
-                "parameters": {"fusion": "reciprocal rank fusion", "k": fusion.DEFAULT_K,
-                               "depth_per_ranking": depth, "bm25": bm25_details["parameters"],
-                               "minilm": dense_details["parameters"]}}
+  return rows, {
+      "index_s": bm25_details["index_s"] + dense_details["index_s"],
+      "query_s": bm25_details["query_s"] + dense_details["query_s"] + time.perf_counter() - start,
+      "parameters": {
+          "fusion": "reciprocal rank fusion",
+          "k": fusion.DEFAULT_K,
+          "depth_per_ranking": depth,
+          "bm25": bm25_details["parameters"],
+          "minilm": dense_details["parameters"]
+      }
+  }
 
 
 def _run_minilm(data, corpus_name, full, minilm, depth: int = max(_KS)):
@@ -129,22 +135,36 @@ def _run_minilm(data, corpus_name, full, minilm, depth: int = max(_KS)):
   rows, _ = index.search(queries, depth)
   search_s = time.perf_counter() - start
   return rows, {
-      "index_s": doc_info["compute_seconds"], "query_s": query_info["compute_seconds"] + search_s,
+      "index_s": doc_info["compute_seconds"],
+      "query_s": query_info["compute_seconds"] + search_s,
       # index_s is the time of embedding paragraphs_embedded paragraphs (the full corpus, when the dev
       # corpus is sliced out of it).
       "paragraphs_embedded": doc_info["num_texts"],
-      "paragraph_embedding": {k: doc_info[k] for k in ("path", "cached", "compute_seconds", "dim")},
-      "question_embedding": {k: query_info[k] for k in ("path", "cached", "compute_seconds")},
+      "paragraph_embedding": {
+          k: doc_info[k] for k in ("path", "cached", "compute_seconds", "dim")
+      },
+      "question_embedding": {
+          k: query_info[k] for k in ("path", "cached", "compute_seconds")
+      },
       "exact_search_s": search_s,
-      "parameters": {"model": "all-MiniLM-L6-v2", "weights_sha256": minilm.weights_sha256,
-                     "pooling": "mean over non-padding tokens, L2-normalised",
-                     "max_seq_length": _MAX_SEQ_LENGTH.value, "batch_size": _BATCH_SIZE.value,
-                     "jit_compile": _JIT_COMPILE.value, "search": "exact inner product (brute force)"},
+      "parameters": {
+          "model": "all-MiniLM-L6-v2",
+          "weights_sha256": minilm.weights_sha256,
+          "pooling": "mean over non-padding tokens, L2-normalised",
+          "max_seq_length": _MAX_SEQ_LENGTH.value,
+          "batch_size": _BATCH_SIZE.value,
+          "jit_compile": _JIT_COMPILE.value,
+          "search": "exact inner product (brute force)"
+      },
   }
 
 
-_METHOD_NAMES = {"bm25": "BM25 (body)", "bm25_title": "BM25 (title + body)",
-                 "minilm": "all-MiniLM-L6-v2 zero-shot", "hybrid": "hybrid: BM25 + MiniLM (RRF)"}
+_METHOD_NAMES = {
+    "bm25": "BM25 (body)",
+    "bm25_title": "BM25 (title + body)",
+    "minilm": "all-MiniLM-L6-v2 zero-shot",
+    "hybrid": "hybrid: BM25 + MiniLM (RRF)"
+}
 
 
 def _format(row) -> str:
@@ -161,16 +181,21 @@ def _machine():
   if os.path.exists("/proc/cpuinfo"):
     with open("/proc/cpuinfo") as f:
       model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-  return {"platform": platform.platform(), "cpu_model": model,
-          "cpus_available": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-          "tensorflow": tf.__version__, "load_average_at_start": list(os.getloadavg())}
+  return {
+      "platform": platform.platform(),
+      "cpu_model": model,
+      "cpus_available": len(os.sched_getaffinity(0)),
+      "python": platform.python_version(),
+      "tensorflow": tf.__version__,
+      "load_average_at_start": list(os.getloadavg())
+  }
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  for name, values, allowed in (("--corpora", _CORPORA.value, _CORPUS_NAMES),
-                                ("--methods", _METHODS.value, _METHOD_NAMES)):
+  for name, values, allowed in (("--corpora", _CORPORA.value, _CORPUS_NAMES), ("--methods", _METHODS.value,
+                                                                               _METHOD_NAMES)):
     unknown = [v for v in values if v not in allowed]
     if unknown or not values:
       raise app.UsageError(f"{name}: unknown or no values {unknown}; choose from {sorted(allowed)}")
@@ -187,8 +212,8 @@ def main(argv):
   rows = []
   print(f"{'':40} {'answer string in top-k':^29}   {'gold paragraph in top-k':^23}   {'index s':>8} "
         f"{'query s':>8}")
-  print(f"{'corpus':<4} {'N':>6} {'method':<28} " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   "
-        + " ".join(f"{'@' + str(k):>5}" for k in _KS))
+  print(f"{'corpus':<4} {'N':>6} {'method':<28} " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   " +
+        " ".join(f"{'@' + str(k):>5}" for k in _KS))
   for corpus_name in _CORPORA.value:
     data = full if corpus_name == "all" else full.dev_corpus()
     for method in _METHODS.value:
@@ -200,10 +225,17 @@ def main(argv):
         ranked, details = _run_bm25(data, with_title=method == "bm25_title")
       start = time.perf_counter()
       recall = evaluation.rankings_recall(ranked, ks=_KS, **data.recall_inputs())
-      row = dict(details, corpus=corpus_name, corpus_description=_CORPUS_NAMES[corpus_name],
-                 num_docs=len(data.documents), num_questions=len(data.questions), method=method,
-                 method_description=_METHOD_NAMES[method], training_steps=0, recall=recall,
-                 scoring_s=time.perf_counter() - start, load_average_1min=os.getloadavg()[0])
+      row = dict(details,
+                 corpus=corpus_name,
+                 corpus_description=_CORPUS_NAMES[corpus_name],
+                 num_docs=len(data.documents),
+                 num_questions=len(data.questions),
+                 method=method,
+                 method_description=_METHOD_NAMES[method],
+                 training_steps=0,
+                 recall=recall,
+                 scoring_s=time.perf_counter() - start,
+                 load_average_1min=os.getloadavg()[0])
       rows.append(row)
       print(_format(row), flush=True)
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
@@ -216,18 +248,24 @@ def main(argv):
       raise app.UsageError(f"{_OUTPUT.value} cannot be read as this bench's results ({e}); move it aside "
                            "or pass another --output") from e
   rows = minilm_lib.merged_rows(previous, rows)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "machine": machine,
-      "settings": {"squad_dir": minilm_lib.SQUAD_DIR.value, "corpora": _CORPORA.value, "methods": _METHODS.value,
-                   "ks": list(_KS), "answer_match": "lower-cased, whitespace-normalised substring of the "
-                   "paragraph body (evaluation.has_answer mode=normalized)"},
-      "notes": "index_s: BM25 indexing, or MiniLM paragraph embedding (from the run that computed the "
-               "cached vectors); query_s: BM25 search of every question, or MiniLM question embedding "
-               "plus exact search.",
-      "results": rows,
-  })
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "squad_open_bench",
+          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine": machine,
+          "settings": {
+              "squad_dir": minilm_lib.SQUAD_DIR.value,
+              "corpora": _CORPORA.value,
+              "methods": _METHODS.value,
+              "ks": list(_KS),
+              "answer_match": "lower-cased, whitespace-normalised substring of the "
+                              "paragraph body (evaluation.has_answer mode=normalized)"
+          },
+          "notes": "index_s: BM25 indexing, or MiniLM paragraph embedding (from the run that computed the "
+                   "cached vectors); query_s: BM25 search of every question, or MiniLM question embedding "
+                   "plus exact search.",
+          "results": rows,
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

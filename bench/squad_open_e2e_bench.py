@@ -48,15 +48,17 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_e2e"),
                                 "Where the corpus, QA files, model dir, evaluations and logs go.")
-_RETRIEVERS = flags.DEFINE_list("retrievers", list(hybrid.RETRIEVERS),
-                                "bin/eval_orqa --retriever values to evaluate with (gold: the question's "
-                                "own paragraph given).")
+_RETRIEVERS = flags.DEFINE_list(
+    "retrievers", list(hybrid.RETRIEVERS),
+    "bin/eval_orqa --retriever values to evaluate with (gold: the question's "
+    "own paragraph given).")
 _HYBRID_WEIGHT = flags.DEFINE_float(
     "hybrid_bm25_weight", None, "Passed to bin/eval_orqa: the hybrid as a weighted score sum (its row "
     "hybrid_wW) instead of rank fusion; 0.5 was chosen on held-out train questions "
     "(bench/squad_open_hybrid_tuning_bench.py).")
-_HELDOUT_EVERY = flags.DEFINE_integer("heldout_every", 20, "Every N-th SQuAD train article is held out of "
-                                      "training (checkpoint selection reads its questions).")
+_HELDOUT_EVERY = flags.DEFINE_integer(
+    "heldout_every", 20, "Every N-th SQuAD train article is held out of "
+    "training (checkpoint selection reads its questions).")
 # 700 x 8 questions: about 2-2.5 hours beside other jobs at nice 19 on 2 cores (10-13 s a step under load
 # 4 in a 30-step probe), after about half an hour of embedding the 20,963 paragraphs.
 _STEPS = flags.DEFINE_integer("num_train_steps", 700, "bin/train_orqa steps.")
@@ -70,14 +72,16 @@ _READER_LEN = flags.DEFINE_integer("reader_seq_len", 256, "Reader wordpieces: [C
 _READER_BEAM = flags.DEFINE_integer("reader_beam_size", 3, "Paragraphs the reader reads (training and "
                                     "evaluation).")
 _RETRIEVER_BEAM = flags.DEFINE_integer("retriever_beam_size", 100, "Paragraphs of the retriever loss.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every_steps", 350, "Held-out evaluation interval (and at the "
-                                   "end); the best checkpoint by its exact match is evaluated on dev.")
+_EVAL_EVERY = flags.DEFINE_integer(
+    "eval_every_steps", 350, "Held-out evaluation interval (and at the "
+    "end); the best checkpoint by its exact match is evaluated on dev.")
 _MAX_EVAL = flags.DEFINE_integer("max_eval_examples", 300, "Held-out train questions of each selection "
                                  "evaluation.")
 _SAVE_EVERY = flags.DEFINE_integer("save_checkpoints_steps", 100, "Checkpoint interval (resume point).")
-_STOP_AFTER = flags.DEFINE_enum("stop_after", None, ["corpus", "questions", "train"],
-                                "Stop after this stage (e.g. train now, evaluate once bin/eval_orqa's "
-                                "retrievers are there).")
+_STOP_AFTER = flags.DEFINE_enum(
+    "stop_after", None, ["corpus", "questions", "train"],
+    "Stop after this stage (e.g. train now, evaluate once bin/eval_orqa's "
+    "retrievers are there).")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_e2e.json"),
                               "Where to write the JSON results.")
 
@@ -107,8 +111,12 @@ def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every:
   heldout_titles = set(titles[heldout_every - 1::heldout_every])
 
   def record(example):
-    return {"question": example.question, "answer": list(example.answers),
-            "doc_id": example.metadata["doc_id"], "title": example.metadata["title"]}
+    return {
+        "question": example.question,
+        "answer": list(example.answers),
+        "doc_id": example.metadata["doc_id"],
+        "title": example.metadata["title"]
+    }
 
   kept = [record(q) for q in train if q.metadata["title"] not in heldout_titles]
   heldout = [record(q) for q in train if q.metadata["title"] in heldout_titles]
@@ -124,22 +132,39 @@ def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every:
 def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, str]) -> Dict:
   """bin/train_orqa's flags for this run."""
   return dict(
-      model_dir=os.path.join(work_dir, "orqa"), train_path=questions["train"],
-      dev_path=questions["heldout"], max_eval_examples=_MAX_EVAL.value, retrieval_corpus_path=corpus,
-      vocab_path=os.path.join(minilm, "vocab.txt"), bert_config=os.path.join(minilm, "config.json"),
-      retriever_checkpoint=minilm, reader_checkpoint=minilm,
+      model_dir=os.path.join(work_dir, "orqa"),
+      train_path=questions["train"],
+      dev_path=questions["heldout"],
+      max_eval_examples=_MAX_EVAL.value,
+      retrieval_corpus_path=corpus,
+      vocab_path=os.path.join(minilm, "vocab.txt"),
+      bert_config=os.path.join(minilm, "config.json"),
+      retriever_checkpoint=minilm,
+      reader_checkpoint=minilm,
       # all-MiniLM-L6-v2 as sentence-transformers uses it: mean pooling, no projection, cosine scores.
-      projection_size=0, embedder_pooling="mean", cosine_score_scale=_SCALE.value,
-      query_seq_len=48, candidate_seq_len=256, reader_seq_len=_READER_LEN.value,
-      reader_beam_size=_READER_BEAM.value, retriever_beam_size=_RETRIEVER_BEAM.value,
-      batch_size=_BATCH.value, learning_rate=_LR.value, num_train_steps=_STEPS.value,
-      save_checkpoints_steps=_SAVE_EVERY.value, keep_checkpoint_max=2, log_every_steps=20,
-      eval_every_steps=_EVAL_EVERY.value, eval_batch_size=16, embed_batch_size=32)
+      projection_size=0,
+      embedder_pooling="mean",
+      cosine_score_scale=_SCALE.value,
+      query_seq_len=48,
+      candidate_seq_len=256,
+      reader_seq_len=_READER_LEN.value,
+      reader_beam_size=_READER_BEAM.value,
+      retriever_beam_size=_RETRIEVER_BEAM.value,
+      batch_size=_BATCH.value,
+      learning_rate=_LR.value,
+      num_train_steps=_STEPS.value,
+      save_checkpoints_steps=_SAVE_EVERY.value,
+      keep_checkpoint_max=2,
+      log_every_steps=20,
+      eval_every_steps=_EVAL_EVERY.value,
+      eval_batch_size=16,
+      embed_batch_size=32)
 
 
 def _command_line(binary: str, flag_values: Dict) -> str:
-  return " ".join(os.path.relpath(a, _REPO) if a.startswith(_REPO) else a
-                  for a in demo_pipeline.binary_command(binary, **flag_values)[1:])
+  return " ".join(
+      os.path.relpath(a, _REPO) if a.startswith(_REPO) else a
+      for a in demo_pipeline.binary_command(binary, **flag_values)[1:])
 
 
 def _show(line: str) -> bool:
@@ -169,8 +194,10 @@ def main(argv):
   minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
 
   corpus = os.path.join(work_dir, "corpus", "blocks")
-  corpus_flags = dict(input_path=os.path.abspath(tsv), vocab_path=os.path.join(minilm, "vocab.txt"),
-                      output_prefix=corpus, num_output_shards=4)
+  corpus_flags = dict(input_path=os.path.abspath(tsv),
+                      vocab_path=os.path.join(minilm, "vocab.txt"),
+                      output_prefix=corpus,
+                      num_output_shards=4)
   stages["corpus"] = {"command": _command_line("generate_retrieval_corpus", corpus_flags)}
   if not os.path.exists(corpus + corpus_lib.MANIFEST_SUFFIX):
     start = time.time()
@@ -206,8 +233,12 @@ def main(argv):
     # One invocation per retriever: each is resumable by itself (bin/eval_orqa takes several at once).
     weight = _HYBRID_WEIGHT.value if retriever == hybrid.HYBRID else None
     label = hybrid.label(retriever, weight)
-    eval_flags = dict(model_dir=model_dir, qa_path=questions["dev"], output_dir=out, retriever=retriever,
-                      hybrid_bm25_weight=weight, batch_size=16)
+    eval_flags = dict(model_dir=model_dir,
+                      qa_path=questions["dev"],
+                      output_dir=out,
+                      retriever=retriever,
+                      hybrid_bm25_weight=weight,
+                      batch_size=16)
     stages[f"eval_{label}"] = {"command": _command_line("eval_orqa", eval_flags)}
     metrics_path = os.path.join(out, orqa_evaluation.output_name(questions["dev"], label) + ".metrics.json")
     if not os.path.exists(metrics_path):
@@ -226,18 +257,23 @@ def main(argv):
   for name, m in results.items():
     print(f"{name:<10} " + " ".join(f"{m.get(k, float('nan')):10.2f}" for k in keys))
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_e2e_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "command": " ".join(sys.argv),
-      "machine": machine,
-      "load_average_at_end": list(throughput_lib.load_average()),
-      "settings": {"squad_dir": minilm_lib.SQUAD_DIR.value, "heldout_every": _HELDOUT_EVERY.value,
-                   "minilm": minilm, "minilm_weights_sha256": minilm_lib.weights_sha256(minilm)},
-      "stages": stages,
-      "results": results,
-      "seconds_this_invocation": time.time() - started,
-  })
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "squad_open_e2e_bench",
+          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "command": " ".join(sys.argv),
+          "machine": machine,
+          "load_average_at_end": list(throughput_lib.load_average()),
+          "settings": {
+              "squad_dir": minilm_lib.SQUAD_DIR.value,
+              "heldout_every": _HELDOUT_EVERY.value,
+              "minilm": minilm,
+              "minilm_weights_sha256": minilm_lib.weights_sha256(minilm)
+          },
+          "stages": stages,
+          "results": results,
+          "seconds_this_invocation": time.time() - started,
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

@@ -17,11 +17,22 @@ def _squad(path, articles):
   text holds its answers."""
   data = []
   for title, paragraphs in articles:
-    data.append({"title": title, "paragraphs": [
-        {"context": f"{title} paragraph {i}: " + " ".join(a for _, a in qas),
-         "qas": [{"id": f"{title}-{i}-{j}", "question": q, "answers": [{"text": a, "answer_start": 0}]}
-                 for j, (q, a) in enumerate(qas)]}
-        for i, qas in enumerate(paragraphs)]})
+    data.append({
+        "title":
+            title,
+        "paragraphs": [{
+            "context":
+                f"{title} paragraph {i}: " + " ".join(a for _, a in qas),
+            "qas": [{
+                "id": f"{title}-{i}-{j}",
+                "question": q,
+                "answers": [{
+                    "text": a,
+                    "answer_start": 0
+                }]
+            } for j, (q, a) in enumerate(qas)]
+        } for i, qas in enumerate(paragraphs)]
+    })
   with open(path, "w", encoding="utf-8") as f:
     json.dump({"version": "1.1", "data": data}, f)
 
@@ -36,8 +47,9 @@ class WriteQuestionsTest(absltest.TestCase):
   def test_split_by_article_and_dev_numbered_after_train(self):
     tmp = tempfile.mkdtemp()
     train_path, dev_path = os.path.join(tmp, "train.json"), os.path.join(tmp, "dev.json")
-    _squad(train_path, [(f"T{a}", [[(f"q{a}{p}{j}?", f"a{a}{p}{j}") for j in range(2)] for p in range(2)])
-                        for a in range(4)])
+    _squad(train_path, [
+        (f"T{a}", [[(f"q{a}{p}{j}?", f"a{a}{p}{j}") for j in range(2)] for p in range(2)]) for a in range(4)
+    ])
     _squad(dev_path, [("D", [[("dq0?", "da0")], [("dq1?", "da1"), ("dq2?", "da2")]])])
     paths = squad_open_e2e_bench.write_questions(train_path, dev_path, os.path.join(tmp, "qa"), 2)
 

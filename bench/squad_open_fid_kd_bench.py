@@ -63,22 +63,39 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the drawn paragraphs and select
 # with gradients) ~36 s, so the paper's sizes would take days a round; 5 passages of 160 wordpieces
 # (most SQuAD paragraphs fit) cut a step to about a third.
 _FID_KD_DEFAULTS = {
-    "projection_size": 0, "embedder_pooling": "mean", "cosine_score_scale": 20.0,
-    "initial_passages": "dense", "num_passages": 5, "query_seq_len": 48, "candidate_seq_len": 160,
-    "passage_seq_len": 160, "answer_seq_len": 16,
+    "projection_size": 0,
+    "embedder_pooling": "mean",
+    "cosine_score_scale": 20.0,
+    "initial_passages": "dense",
+    "num_passages": 5,
+    "query_seq_len": 48,
+    "candidate_seq_len": 160,
+    "passage_seq_len": 160,
+    "answer_seq_len": 16,
     # The encoder reads from the first step; the decoder (2 layers at MiniLM's width) emits through
     # MiniLM's word embeddings and copies through its last cross-attention. Measured on this data
     # (docs/experiments/benchmarks_notebook.md): a 128-wide decoder with its own embeddings, or shared
     # embeddings without the copy path, stayed at 6-8.5 nats a token; with the copy path the loss was
     # ~3 by step 110. Answer substitution (testdata's device for a reader from scratch) changed nothing
     # here, so it is off.
-    "reader_hidden_size": 384, "reader_num_heads": 6, "reader_decoder_layers": 2,
-    "reader_intermediate_size": 1024, "reader_share_embeddings": True, "reader_copy_attention": True,
-    "reader_answer_substitution_rate": 0, "reader_single_passage_steps": 300, "reader_steps": 100,
-    "reader_batch_size": 8, "reader_learning_rate": 2e-4,
+    "reader_hidden_size": 384,
+    "reader_num_heads": 6,
+    "reader_decoder_layers": 2,
+    "reader_intermediate_size": 1024,
+    "reader_share_embeddings": True,
+    "reader_copy_attention": True,
+    "reader_answer_substitution_rate": 0,
+    "reader_single_passage_steps": 300,
+    "reader_steps": 100,
+    "reader_batch_size": 8,
+    "reader_learning_rate": 2e-4,
     # BERT fine-tuning rates for the pre-trained towers (1e-3, testdata's, is for its tiny retriever).
-    "retriever_steps": 100, "retriever_batch_size": 8, "retriever_learning_rate": 2e-5,
-    "selection_metric": "answer_recall@5", "recall_ks": "1,5,20", "embed_batch_size": 64,
+    "retriever_steps": 100,
+    "retriever_batch_size": 8,
+    "retriever_learning_rate": 2e-5,
+    "selection_metric": "answer_recall@5",
+    "recall_ks": "1,5,20",
+    "embed_batch_size": 64,
 }
 _EXTRA = flags.DEFINE_list("train_fid_kd_flags", [],
                            "More bin/train_fid_kd flags, e.g. --num_passages=20 (override the bench's).")
@@ -107,11 +124,11 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
   if table.doc_ids[:] != [d.doc_id for d in squad.documents]:
     raise RuntimeError(f"{dev_prefix}: its rows are not the SQuAD-open dev paragraphs in order; delete it "
                        "and rerun")
-  documents = corpus_embedding.embed_corpus(
-      lambda inputs: retriever.embed_documents(inputs, training=False), dev_prefix, config.featurizer(),
-      log=lambda _: None)
-  rows, _ = fid_kd.dense_top_k(retriever, config, documents, [q.question for q in squad.questions],
-                               max(_KS))
+  documents = corpus_embedding.embed_corpus(lambda inputs: retriever.embed_documents(inputs, training=False),
+                                            dev_prefix,
+                                            config.featurizer(),
+                                            log=lambda _: None)
+  rows, _ = fid_kd.dense_top_k(retriever, config, documents, [q.question for q in squad.questions], max(_KS))
   return evaluation.rankings_recall(rows, ks=_KS, **squad.recall_inputs())
 
 
@@ -126,17 +143,24 @@ def _evaluate(model_dir: str, work_dir: str, dev_prefix: str, squad) -> List[Dic
       started = time.time()
       recall = _recall(entry["retriever"], model_dir, dev_prefix, squad)
       os.makedirs(os.path.dirname(cache), exist_ok=True)
-      io_utils.write_json_atomic(cache, {"recall": recall, "retriever": entry["retriever"],
-                                         "eval_seconds": time.time() - started})
+      io_utils.write_json_atomic(cache, {
+          "recall": recall,
+          "retriever": entry["retriever"],
+          "eval_seconds": time.time() - started
+      })
       _log(f"round {entry['round']}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
     metrics = entry["metrics"] or {}
-    rows.append({"round": entry["round"], "retriever": os.path.relpath(entry["retriever"], model_dir),
-                 "recall": recall, "accepted": metrics.get("accepted"),
-                 "reader_exact_match": metrics.get("reader_exact_match"),
-                 "reader_gold_top1": metrics.get("reader_gold_top1"),
-                 "selection_recall_before": metrics.get("recall_before"),
-                 "selection_recall_after": metrics.get("recall_after"),
-                 "seconds": metrics.get("seconds")})
+    rows.append({
+        "round": entry["round"],
+        "retriever": os.path.relpath(entry["retriever"], model_dir),
+        "recall": recall,
+        "accepted": metrics.get("accepted"),
+        "reader_exact_match": metrics.get("reader_exact_match"),
+        "reader_gold_top1": metrics.get("reader_gold_top1"),
+        "selection_recall_before": metrics.get("recall_before"),
+        "selection_recall_after": metrics.get("recall_after"),
+        "seconds": metrics.get("seconds")
+    })
   return rows
 
 
@@ -149,7 +173,9 @@ def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   for k, style in ((1, "v-"), (5, "o-"), (20, "^-")):
     axis.plot(x, [r["recall"][f"answer_recall@{k}"] for r in rows], style, label=f"FiD-KD, recall@{k}")
   for reference, color in zip(references, ("tab:red", "tab:gray", "tab:green")):
-    axis.axhline(reference["recall"]["answer_recall@5"], color=color, linestyle=":",
+    axis.axhline(reference["recall"]["answer_recall@5"],
+                 color=color,
+                 linestyle=":",
                  label=f"{reference['method_description']} @5")
   axis.set_xticks(x, ["start"] + [f"round {r['round']}" for r in rows[1:]])
   axis.set_ylabel("answer recall of the 10,570 dev questions (%)")
@@ -170,37 +196,43 @@ def main(argv):
   started = time.time()
   minilm = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   full, train = minilm_lib.load_squad("squad_open_fid_kd_bench")
-  paths = squad_open_fid_kd_data.prepare(
-      work_dir, full, train, os.path.join(minilm, "vocab.txt"), _TRAIN_PARAGRAPHS.value,
-      _SELECTION_QUESTIONS.value, _SEED.value, _log)
+  paths = squad_open_fid_kd_data.prepare(work_dir, full, train, os.path.join(minilm, "vocab.txt"),
+                                         _TRAIN_PARAGRAPHS.value, _SELECTION_QUESTIONS.value, _SEED.value,
+                                         _log)
   dev = full.dev_corpus()
   squad = type(dev)(dev.documents, dev.questions[:_EVAL_QUESTIONS.value or None], 0)
   model_dir = os.path.join(work_dir, "fid_kd")
-  command = dict(_FID_KD_DEFAULTS, model_dir=model_dir, vocab_path=os.path.join(minilm, "vocab.txt"),
-                 bert_config=os.path.join(minilm, "config.json"), retriever_checkpoint=minilm,
-                 reader_init_checkpoint=minilm, retrieval_corpus_path=paths["retrieval"],
-                 train_path=paths["train.jsonl"], dev_path=paths["selection.jsonl"],
-                 iterations=_ITERATIONS.value, seed=_SEED.value)
+  command = dict(_FID_KD_DEFAULTS,
+                 model_dir=model_dir,
+                 vocab_path=os.path.join(minilm, "vocab.txt"),
+                 bert_config=os.path.join(minilm, "config.json"),
+                 retriever_checkpoint=minilm,
+                 reader_init_checkpoint=minilm,
+                 retrieval_corpus_path=paths["retrieval"],
+                 train_path=paths["train.jsonl"],
+                 dev_path=paths["selection.jsonl"],
+                 iterations=_ITERATIONS.value,
+                 seed=_SEED.value)
   for flag in _EXTRA.value:
     name, equals, value = flag.lstrip("-").partition("=")
     command[name] = value if equals else True  # a bare --flag is absl's --flag=true
   _log(f"bin/train_fid_kd for {_ITERATIONS.value} rounds (resumes; log {work_dir}/logs/train_fid_kd.log)")
-  demo_pipeline.run_binary(
-      "train_fid_kd", os.path.join(work_dir, "logs", "train_fid_kd.log"),
-      lambda line: "fid_kd.py" in line and ("iteration " in line or "step " in line), _log, **command)
+  demo_pipeline.run_binary("train_fid_kd", os.path.join(work_dir, "logs", "train_fid_kd.log"),
+                           lambda line: "fid_kd.py" in line and ("iteration " in line or "step " in line),
+                           _log, **command)
   rows = _evaluate(model_dir, work_dir, paths["dev_retrieval"], squad)
   references = minilm_lib.reference_rows("dev")
   header = " ".join(f"{'@' + str(k):>5}" for k in _KS)
   print(f"\n{'':48s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
   print(f"{'':48s} {header}   {header}")
   for reference in references:
-    print(minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)",
-                                reference["recall"], _KS, 48))
+    print(
+        minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)", reference["recall"],
+                              _KS, 48))
   for row in rows:
     label = ("start (MiniLM as the retriever)" if row["round"] == "start" else
              f"round {row['round']} ({'accepted' if row['accepted'] else 'REJECTED, kept the previous'})")
-    reader = ("" if row["reader_exact_match"] is None
-              else f"   reader EM {row['reader_exact_match']:.1f}")
+    reader = ("" if row["reader_exact_match"] is None else f"   reader EM {row['reader_exact_match']:.1f}")
     print(minilm_lib.recall_row(label, row["recall"], _KS, 48) + reader)
   ends = [r["recall"]["answer_recall@5"] for r in rows]
   passed = len(ends) > 2 and ends[-1] > ends[0]
@@ -209,15 +241,30 @@ def main(argv):
   if _PLOT.value and rows:
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_fid_kd", "created": time.strftime("%Y-%m-%d"),
-      "command": " ".join(["bench/squad_open_fid_kd_bench.py"] + sys.argv[1:]),
-      "train_fid_kd_flags": {k: v for k, v in command.items()},
-      "train_paragraphs": _TRAIN_PARAGRAPHS.value, "selection_questions": _SELECTION_QUESTIONS.value,
-      "num_eval_questions": len(squad.questions), "num_dev_paragraphs": len(squad.documents),
-      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references],
-      "rounds": rows, "learning_check": {"answer_recall@5": ends, "passed": passed},
-      "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine()})
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "squad_open_fid_kd",
+          "created": time.strftime("%Y-%m-%d"),
+          "command": " ".join(["bench/squad_open_fid_kd_bench.py"] + sys.argv[1:]),
+          "train_fid_kd_flags": {
+              k: v for k, v in command.items()
+          },
+          "train_paragraphs": _TRAIN_PARAGRAPHS.value,
+          "selection_questions": _SELECTION_QUESTIONS.value,
+          "num_eval_questions": len(squad.questions),
+          "num_dev_paragraphs": len(squad.documents),
+          "reference_rows": [{
+              "method": r["method"],
+              "recall": r["recall"]
+          } for r in references],
+          "rounds": rows,
+          "learning_check": {
+              "answer_recall@5": ends,
+              "passed": passed
+          },
+          "seconds_this_invocation": time.time() - started,
+          "machine": throughput_lib.machine()
+      })
   print(f"wrote {_OUTPUT.value}" + (f" and {_PLOT.value}" if _PLOT.value and rows else ""))
 
 

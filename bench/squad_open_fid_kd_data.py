@@ -27,8 +27,14 @@ def _write_jsonl(path: str, records) -> None:
     io_utils.write_jsonl_atomic(path, records)
 
 
-def prepare(work_dir: str, full, train, vocab: str, train_paragraphs: int, selection_questions: int,
-            seed: int, log: Callable[[str], None] = print) -> Dict[str, str]:
+def prepare(work_dir: str,
+            full,
+            train,
+            vocab: str,
+            train_paragraphs: int,
+            selection_questions: int,
+            seed: int,
+            log: Callable[[str], None] = print) -> Dict[str, str]:
   """Writes (once) Z, its dev-only part, the training and selection questions under work_dir/data and
   tokenizes both corpora; returns their paths.
 
@@ -52,8 +58,10 @@ def prepare(work_dir: str, full, train, vocab: str, train_paragraphs: int, selec
   documents = [full.documents[i] for i in sorted(drawn.tolist())]
   chosen = {d.doc_id for d in documents}
   dev = full.dev_corpus()
-  paths = {name: os.path.join(work_dir, "data", name) for name in (
-      "corpus.jsonl", "dev_corpus.jsonl", "train.jsonl", "selection.jsonl")}
+  paths = {
+      name: os.path.join(work_dir, "data", name)
+      for name in ("corpus.jsonl", "dev_corpus.jsonl", "train.jsonl", "selection.jsonl")
+  }
   paths.update(retrieval=os.path.join(work_dir, "data", "corpus", "blocks"),
                dev_retrieval=os.path.join(work_dir, "data", "dev_corpus", "blocks"))
   questions = [q for q in train if q.metadata["doc_id"] in chosen]
@@ -73,8 +81,10 @@ def prepare(work_dir: str, full, train, vocab: str, train_paragraphs: int, selec
       log(f"tokenizing {paths[corpus_jsonl]} with the vocab {vocab} (bin/generate_retrieval_corpus)")
       demo_pipeline.run_binary("generate_retrieval_corpus",
                                os.path.join(work_dir, "logs", f"{prefix}_corpus.log"),
-                               input_path=paths[corpus_jsonl], vocab_path=vocab,
-                               output_prefix=paths[prefix], num_output_shards=4)
+                               input_path=paths[corpus_jsonl],
+                               vocab_path=vocab,
+                               output_prefix=paths[prefix],
+                               num_output_shards=4)
   if not os.path.exists(draw_path):
     io_utils.write_json_atomic(draw_path, draw)
   log(f"Z: {len(documents)} train + {len(dev.documents)} dev paragraphs; {len(questions)} training "
@@ -85,13 +95,19 @@ def prepare(work_dir: str, full, train, vocab: str, train_paragraphs: int, selec
 def round_retrievers(model_dir: str) -> List[Dict]:
   """[{round, retriever (directory), metrics}]: "start", then each finished round (0, 1, ...)."""
   from realm_tf.training import fid_kd  # pylint: disable=g-import-not-at-top (TF-heavy)
-  rounds = [{"round": "start", "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),
-             "metrics": None}]
+  rounds = [{
+      "round": "start",
+      "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),
+      "metrics": None
+  }]
   for iteration in itertools.count():
     path = os.path.join(fid_kd.iteration_dir(model_dir, iteration), fid_kd.METRICS_NAME)
     if not os.path.exists(path):
       return rounds
     with open(path, encoding="utf-8") as f:
       metrics = json.load(f)
-    rounds.append({"round": iteration, "retriever": os.path.join(model_dir, metrics["retriever_after"]),
-                   "metrics": metrics})
+    rounds.append({
+        "round": iteration,
+        "retriever": os.path.join(model_dir, metrics["retriever_after"]),
+        "metrics": metrics
+    })

@@ -25,22 +25,35 @@ def _read_jsonl(path):
 def _squad():
   """6 train paragraphs (ids 1-6), 3 dev paragraphs (ids 7-9); one question per train paragraph, two
   per dev paragraph."""
-  train_docs = [corpus.Document(f"train title {i}", f"the river {i} runs past the mill", str(i))
-                for i in range(1, 7)]
-  dev_docs = [corpus.Document(f"dev title {i}", f"the village {i} lies on a hill", str(i))
-              for i in range(7, 10)]
-  train = [qa.QAExample(f"where does river {i} run", [f"mill {i}"], metadata={"doc_id": str(i)})
-           for i in range(1, 7)]
-  dev = [qa.QAExample(f"where is village {i} number {j}", ["hill"], metadata={"doc_id": str(i)})
-         for i in range(7, 10) for j in range(2)]
+  train_docs = [
+      corpus.Document(f"train title {i}", f"the river {i} runs past the mill", str(i)) for i in range(1, 7)
+  ]
+  dev_docs = [
+      corpus.Document(f"dev title {i}", f"the village {i} lies on a hill", str(i)) for i in range(7, 10)
+  ]
+  train = [
+      qa.QAExample(f"where does river {i} run", [f"mill {i}"], metadata={"doc_id": str(i)})
+      for i in range(1, 7)
+  ]
+  dev = [
+      qa.QAExample(f"where is village {i} number {j}", ["hill"], metadata={"doc_id": str(i)})
+      for i in range(7, 10)
+      for j in range(2)
+  ]
   return squad_open.SquadOpen(train_docs + dev_docs, dev, num_train_paragraphs=6), train
 
 
 class PrepareTest(tf.test.TestCase):
 
   def _prepare(self, work_dir, full, train, vocab, seed=3):
-    return data.prepare(work_dir, full, train, vocab, train_paragraphs=2, selection_questions=4,
-                        seed=seed, log=lambda _: None)
+    return data.prepare(work_dir,
+                        full,
+                        train,
+                        vocab,
+                        train_paragraphs=2,
+                        selection_questions=4,
+                        seed=seed,
+                        log=lambda _: None)
 
   def test_drawn_paragraphs_and_their_questions(self):
     work_dir = self.create_tempdir().full_path

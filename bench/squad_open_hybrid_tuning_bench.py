@@ -30,12 +30,13 @@ from bench import minilm_lib
 from bench import throughput_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_WORK_DIR = flags.DEFINE_string("work_dir", os.path.join(_REPO, ".bench_cache", "squad_e2e"),
-                                "bench/squad_open_e2e_bench.py's work dir (corpus/, qa/, orqa/frozen_index).")
+_WORK_DIR = flags.DEFINE_string(
+    "work_dir", os.path.join(_REPO, ".bench_cache", "squad_e2e"),
+    "bench/squad_open_e2e_bench.py's work dir (corpus/, qa/, orqa/frozen_index).")
 _WEIGHTS = flags.DEFINE_list("weights", ["0.3", "0.4", "0.5", "0.6", "0.7"],
                              "BM25 weights of the weighted score sum (the dense tower gets 1 minus it).")
-_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
-                                                     "squad_open_hybrid_tuning.json"),
+_OUTPUT = flags.DEFINE_string("output",
+                              os.path.join(_REPO, "bench", "results", "squad_open_hybrid_tuning.json"),
                               "Where to write the JSON results.")
 _KS = (1, 5, 20, 100)
 _log = minilm_lib.log
@@ -80,7 +81,10 @@ def main(argv):
   started = time.time()
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   embedder, tokenizer = minilm_lib.load(directory)
-  queries = text_embedder.TextEmbedder(embedder, tokenizer, max_seq_length=48, batch_size=64,
+  queries = text_embedder.TextEmbedder(embedder,
+                                       tokenizer,
+                                       max_seq_length=48,
+                                       batch_size=64,
                                        jit_compile=False).embed(questions)
   scores = queries @ paragraphs.T
   depth = min(hybrid.FUSION_DEPTH, len(bodies))
@@ -90,12 +94,18 @@ def main(argv):
   sparse_rows, sparse_scores = sparse.search(questions, depth)
   _log(f"{len(questions)} held-out train questions ranked by both in {time.time() - started:.0f} s")
 
-  rows = {"bm25 (title + body)": sparse_rows[:, :max(_KS)],
-          "MiniLM zero-shot (the e2e run's step-0 dense tower)": dense_rows[:, :max(_KS)],
-          "hybrid: reciprocal rank fusion, k = 60": hybrid.fuse(sparse_rows, dense_rows, max(_KS))}
+  rows = {
+      "bm25 (title + body)": sparse_rows[:, :max(_KS)],
+      "MiniLM zero-shot (the e2e run's step-0 dense tower)": dense_rows[:, :max(_KS)],
+      "hybrid: reciprocal rank fusion, k = 60": hybrid.fuse(sparse_rows, dense_rows, max(_KS))
+  }
   for w in weights:
-    rows[f"hybrid: z-score sum, BM25 weight {w:g}"] = hybrid.fuse(
-        sparse_rows, dense_rows, max(_KS), sparse_scores, dense_scores, bm25_weight=w)
+    rows[f"hybrid: z-score sum, BM25 weight {w:g}"] = hybrid.fuse(sparse_rows,
+                                                                  dense_rows,
+                                                                  max(_KS),
+                                                                  sparse_scores,
+                                                                  dense_scores,
+                                                                  bm25_weight=w)
   results = []
   for name, ranked in rows.items():
     hits = evaluation.answer_first_hits(ranked, bodies, answers, mode="normalized")
@@ -105,19 +115,31 @@ def main(argv):
   rrf = next(r for r in results if "reciprocal" in r["retriever"])
   best = max(results[3:], key=lambda r: r["recall"]["answer_recall@5"])
   change = evaluation.paired_recall_change(best["answer_first_hits"], rrf["answer_first_hits"], _KS)
-  print(f"best weighted ({best['retriever']}) against RRF, gained/lost and sign-test p at k = 1/5/20/100: "
-        + "; ".join(f"+{c['gained']}/-{c['lost']} p {c['p_value']:.2g}" for c in change.values()))
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_hybrid_tuning_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "machine": machine, "load_average_at_end": list(throughput_lib.load_average()),
-      "settings": {"questions": heldout_path, "num_questions": len(questions),
-                   "corpus": f"{len(bodies)} SQuAD paragraphs", "depth_per_ranking": depth,
-                   "answer_match": "normalized", "weights": weights},
-      "results": [{k: v for k, v in r.items() if k != "answer_first_hits"} for r in results],
-      "best_weighted_against_rrf": {"retriever": best["retriever"], "paired": change},
-      "seconds": time.time() - started,
-  })
+  print(f"best weighted ({best['retriever']}) against RRF, gained/lost and sign-test p at k = 1/5/20/100: " +
+        "; ".join(f"+{c['gained']}/-{c['lost']} p {c['p_value']:.2g}" for c in change.values()))
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "squad_open_hybrid_tuning_bench",
+          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine": machine,
+          "load_average_at_end": list(throughput_lib.load_average()),
+          "settings": {
+              "questions": heldout_path,
+              "num_questions": len(questions),
+              "corpus": f"{len(bodies)} SQuAD paragraphs",
+              "depth_per_ranking": depth,
+              "answer_match": "normalized",
+              "weights": weights
+          },
+          "results": [{
+              k: v for k, v in r.items() if k != "answer_first_hits"
+          } for r in results],
+          "best_weighted_against_rrf": {
+              "retriever": best["retriever"],
+              "paired": change
+          },
+          "seconds": time.time() - started,
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

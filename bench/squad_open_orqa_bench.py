@@ -63,8 +63,9 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STEPS = flags.DEFINE_integer("steps", 2000, "Training steps (2000 x 32: 73% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Training questions per step.")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", None, "Linear warmup steps; default: the original "
-                                     "BERT rule, max(100, steps // 10).")
+_WARMUP_STEPS = flags.DEFINE_integer(
+    "warmup_steps", None, "Linear warmup steps; default: the original "
+    "BERT rule, max(100, steps // 10).")
 _SCALE = flags.DEFINE_float("scale", 50.0, "Fixed inverse temperature: logits = scale x cosine.")
 _MAX_QUESTION_LEN = flags.DEFINE_integer("max_question_len", 64,
                                          "Question wordpieces, [CLS] and [SEP] included.")
@@ -85,8 +86,7 @@ _INIT_RETRIEVER = flags.DEFINE_string(
     "realm_config.json in the model_dir) instead of all-MiniLM-L6-v2: its query tower is the question "
     "tower that trains, its document tower embeds the fixed paragraph index (cached under "
     "--cache_dir/embeddings). The REALM + ORQA row of issue 18.")
-_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results",
-                                                     "squad_open_orqa_bench.json"),
+_OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_orqa_bench.json"),
                               "Where to write the JSON results.")
 
 _KS = (1, 5, 20, 100)
@@ -105,25 +105,34 @@ def positive_mask(rows: Sequence[np.ndarray], num_docs: int) -> np.ndarray:
   return mask
 
 
-def training_dataset_fn(question_embedder, token_ids: Sequence[np.ndarray],
-                        positives: Sequence[np.ndarray], num_docs: int, batch_size: int
-                        ) -> Callable[[int], tf.data.Dataset]:
+def training_dataset_fn(question_embedder, token_ids: Sequence[np.ndarray], positives: Sequence[np.ndarray],
+                        num_docs: int, batch_size: int) -> Callable[[int], tf.data.Dataset]:
   """loop.train's dataset_fn: batch i holds questions [i * batch_size, (i + 1) * batch_size) of token_ids
   (padded as question_embedder pads them for evaluation) with their answer-bearing paragraphs as
   OrqaRetriever's retriever_correct; batches are made on the host ahead of the step (prefetch)."""
   num_batches = len(token_ids) // batch_size
   query_ids, query_mask, query_segment_ids = orqa_features.QUERY_FIELDS
   spec = tf.TensorSpec([None, None], tf.int32)
-  signature = {query_ids: spec, query_mask: spec, query_segment_ids: spec,
-               orqa_retriever.RETRIEVER_CORRECT: tf.TensorSpec([None, num_docs], tf.float32)}
+  signature = {
+      query_ids: spec,
+      query_mask: spec,
+      query_segment_ids: spec,
+      orqa_retriever.RETRIEVER_CORRECT: tf.TensorSpec([None, num_docs], tf.float32)
+  }
 
   def dataset_fn(start: int) -> tf.data.Dataset:
+
     def batches():
       for step in range(start, num_batches):
         rows = slice(step * batch_size, (step + 1) * batch_size)
         ids, mask = question_embedder.pad(token_ids[rows])
-        yield {query_ids: ids, query_mask: mask, query_segment_ids: np.zeros_like(ids),
-               orqa_retriever.RETRIEVER_CORRECT: positive_mask(positives[rows], num_docs)}
+        yield {
+            query_ids: ids,
+            query_mask: mask,
+            query_segment_ids: np.zeros_like(ids),
+            orqa_retriever.RETRIEVER_CORRECT: positive_mask(positives[rows], num_docs)
+        }
+
     return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
 
   return dataset_fn
@@ -153,17 +162,23 @@ def _evaluate(question_embedder, index, dev_index, full, label: str) -> Tuple[Di
   recall, first_hits = _ranked(index, queries, full)
   dev_recall, dev_first_hits = _ranked(dev_index, queries, full.dev_corpus())
   seconds = time.perf_counter() - start
-  _log(f"{label}: answer recall@1/5/20/100 "
-       + "/".join(f"{recall[f'answer_recall@{k}']:.1f}" for k in _KS) + ", gold "
-       + "/".join(f"{recall[f'gold_recall@{k}']:.1f}" for k in _KS) + "; dev paragraphs alone: answer "
-       + "/".join(f"{dev_recall[f'answer_recall@{k}']:.1f}" for k in _KS) + f" ({seconds:.0f} s)")
-  record = {"recall": recall, "answer_first_hits": first_hits,
-            "dev_paragraphs": {"recall": dev_recall, "answer_first_hits": dev_first_hits}}
+  _log(f"{label}: answer recall@1/5/20/100 " + "/".join(f"{recall[f'answer_recall@{k}']:.1f}" for k in _KS) +
+       ", gold " + "/".join(f"{recall[f'gold_recall@{k}']:.1f}" for k in _KS) +
+       "; dev paragraphs alone: answer " + "/".join(f"{dev_recall[f'answer_recall@{k}']:.1f}" for k in _KS) +
+       f" ({seconds:.0f} s)")
+  record = {
+      "recall": recall,
+      "answer_first_hits": first_hits,
+      "dev_paragraphs": {
+          "recall": dev_recall,
+          "answer_first_hits": dev_first_hits
+      }
+  }
   return record, queries, seconds
 
 
-def _training_questions(train, answer_index, needed: int, seed: int
-                        ) -> Tuple[List[int], List[np.ndarray], int, int]:
+def _training_questions(train, answer_index, needed: int,
+                        seed: int) -> Tuple[List[int], List[np.ndarray], int, int]:
   """(question indices, their answer-bearing rows, questions examined, skipped) for `needed` usable
   questions in a seeded shuffled order; the order starts over (newly shuffled) after each epoch."""
   rng = np.random.default_rng(seed)
@@ -213,8 +228,9 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   # Scale 1: unit-norm towers, as the MiniLM start; --scale sets the softmax temperature here. Built
   # with one tower or two as the checkpoint holds them.
   try:
-    retriever = warm_start.load_retriever_checkpoint(
-        dataclasses.replace(config, cosine_score_scale=1.0), path, flag="--init_retriever_checkpoint")
+    retriever = warm_start.load_retriever_checkpoint(dataclasses.replace(config, cosine_score_scale=1.0),
+                                                     path,
+                                                     flag="--init_retriever_checkpoint")
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   resolved = sources.resolve_checkpoint(path)
@@ -223,14 +239,16 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   # The paragraph bodies at MiniLM's cached length, as the MiniLM index, so only the weights differ.
   model_id = (f"retriever document tower of {os.path.realpath(resolved)} (.index sha256 {digest}), mean "
               f"pooling, L2-normalised, max_seq_length {minilm_lib.CACHED_SEQ_LENGTH}")
-  documents = text_embedder.TextEmbedder(retriever.doc_embedder, tokenizer,
+  documents = text_embedder.TextEmbedder(retriever.doc_embedder,
+                                         tokenizer,
                                          max_seq_length=minilm_lib.CACHED_SEQ_LENGTH,
                                          batch_size=_EVAL_BATCH_SIZE.value,
                                          jit_compile=_EMBED_JIT_COMPILE.value)
   _log(f"embedding {len(paragraphs)} paragraphs with the document tower of {resolved} (cached)")
-  vectors, info = embedding_cache.cached_embeddings(
-      os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"), "squad_open.retriever_start.paragraphs",
-      model_id, paragraphs, lambda texts: documents.embed(texts, log=_log))
+  vectors, info = embedding_cache.cached_embeddings(os.path.join(minilm_lib.CACHE_DIR.value, "embeddings"),
+                                                    "squad_open.retriever_start.paragraphs", model_id,
+                                                    paragraphs,
+                                                    lambda texts: documents.embed(texts, log=_log))
   # The fixed index is these vectors: training the query tower (the document tower too, when shared)
   # cannot move them.
   return retriever.query_embedder, vectors, info, resolved
@@ -245,9 +263,9 @@ def _format(name: str, recall: Dict, steps: int) -> str:
 def _check_flags():
   problems = []
   for name, value, minimum in (("--steps", _STEPS.value, 1), ("--batch_size", _BATCH_SIZE.value, 1),
-                               ("--max_question_len", _MAX_QUESTION_LEN.value, 3),
-                               ("--eval_batch_size", _EVAL_BATCH_SIZE.value, 1),
-                               ("--log_every", _LOG_EVERY.value, 1)):
+                               ("--max_question_len", _MAX_QUESTION_LEN.value,
+                                3), ("--eval_batch_size", _EVAL_BATCH_SIZE.value, 1), ("--log_every",
+                                                                                       _LOG_EVERY.value, 1)):
     if value < minimum:
       problems.append(f"{name} must be >= {minimum}, got {value}")
   if _LEARNING_RATE.value <= 0 or _SCALE.value <= 0:
@@ -284,31 +302,36 @@ def main(argv):
     embedder, paragraph_emb, paragraph_info, start_checkpoint = _retriever_start(
         _INIT_RETRIEVER.value, tokenizer, [d.body for d in full.documents])
   else:
-    paragraph_emb, paragraph_info = minilm_lib.required_vectors(
-        me, directory, "paragraphs", [d.body for d in full.documents])
+    paragraph_emb, paragraph_info = minilm_lib.required_vectors(me, directory, "paragraphs",
+                                                                [d.body for d in full.documents])
   _log(f"fixed index: {paragraph_emb.shape} from {paragraph_info['path']}")
-  question_embedder = text_embedder.TextEmbedder(
-      embedder, tokenizer, max_seq_length=_MAX_QUESTION_LEN.value, batch_size=_EVAL_BATCH_SIZE.value,
-      length_bucket=_LENGTH_BUCKET, jit_compile=_EMBED_JIT_COMPILE.value)
+  question_embedder = text_embedder.TextEmbedder(embedder,
+                                                 tokenizer,
+                                                 max_seq_length=_MAX_QUESTION_LEN.value,
+                                                 batch_size=_EVAL_BATCH_SIZE.value,
+                                                 length_bucket=_LENGTH_BUCKET,
+                                                 jit_compile=_EMBED_JIT_COMPILE.value)
   index = index_lib.build_index(paragraph_emb, implementation="brute_force")
   dev_index = index_lib.build_index(paragraph_emb[full.num_train_paragraphs:], implementation="brute_force")
 
   evaluations = []
   zero_shot_check = None
   if _ZERO_SHOT_EVAL.value:
-    record, queries, seconds = _evaluate(question_embedder, index, dev_index, full,
-                                         "step 0 (the retriever's start)" if start_checkpoint
-                                         else "step 0 (zero-shot)")
+    record, queries, seconds = _evaluate(
+        question_embedder, index, dev_index, full,
+        "step 0 (the retriever's start)" if start_checkpoint else "step 0 (zero-shot)")
     evaluations.append(dict(step=0, seconds=seconds, **record))
-    reference = (None if start_checkpoint else
-                 minilm_lib.cached_vectors(directory, "questions", [q.question for q in full.questions]))
+    reference = (None if start_checkpoint else minilm_lib.cached_vectors(
+        directory, "questions", [q.question for q in full.questions]))
     if reference is not None:
       # Those cached vectors used CACHED_SEQ_LENGTH wordpieces; only questions longer than
       # max_question_len differ.
       differs = np.abs(reference[0] - queries).max(axis=1) > 1e-4
-      zero_shot_check = {"cached_questions": reference[1]["path"],
-                         "max_abs_difference": float(np.abs(reference[0] - queries).max()),
-                         "questions_differing_by_more_than_1e-4": int(differs.sum())}
+      zero_shot_check = {
+          "cached_questions": reference[1]["path"],
+          "max_abs_difference": float(np.abs(reference[0] - queries).max()),
+          "questions_differing_by_more_than_1e-4": int(differs.sum())
+      }
       _log(f"step-0 question vectors vs squad_open_bench's cache: {zero_shot_check}")
 
   start = time.perf_counter()
@@ -316,8 +339,7 @@ def main(argv):
   needed = _STEPS.value * _BATCH_SIZE.value
   chosen, positives, examined, skipped = _training_questions(train, answer_index, needed, _SEED.value)
   # The evaluation embedder's own tokenization, so training sees questions as evaluation embeds them.
-  token_ids = question_embedder.token_ids(
-      [train[i].question for i in chosen])
+  token_ids = question_embedder.token_ids([train[i].question for i in chosen])
   mining_s = time.perf_counter() - start
   num_positives = np.array([len(r) for r in positives])
   _log(f"{len(chosen)} training questions in {mining_s:.0f} s: {examined} examined, {skipped} skipped "
@@ -326,15 +348,22 @@ def main(argv):
 
   # The query tower is the evaluation embedder itself: training moves the weights evaluation embeds with.
   model = orqa_retriever.OrqaRetriever(embedder, paragraph_emb, scale=_SCALE.value)
-  optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value,
+  optimizer = optimization.create_optimizer(_LEARNING_RATE.value,
+                                            _STEPS.value,
                                             num_warmup_steps=_WARMUP_STEPS.value)
-  warmup_steps = (optimization.num_warmup_steps(_STEPS.value) if _WARMUP_STEPS.value is None
-                  else _WARMUP_STEPS.value)
+  warmup_steps = (optimization.num_warmup_steps(_STEPS.value)
+                  if _WARMUP_STEPS.value is None else _WARMUP_STEPS.value)
   batch = _BATCH_SIZE.value
   dataset_fn = training_dataset_fn(question_embedder, token_ids, positives, len(full.documents), batch)
   model(next(iter(dataset_fn(0))))
   curve = loss_curve.train(
-      model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value, _JIT_COMPILE.value, _log,
+      model,
+      optimizer,
+      dataset_fn,
+      _STEPS.value,
+      _LOG_EVERY.value,
+      _JIT_COMPILE.value,
+      _log,
       point_extras=lambda step: {"learning_rate": optimization.learning_rate_at(optimizer, step)})
   step_seconds, train_s = curve.step_seconds, curve.seconds
   # The median leaves out the steps that (re)compile for a new padded length, and most of the load
@@ -350,13 +379,15 @@ def main(argv):
 
   print(f"\nSQuAD-open, {len(full.questions)} dev questions, all {len(full.documents)} paragraphs")
   print(f"{'':48} {'':5}  {'answer string in top-k':^23}   {'gold paragraph in top-k':^23}")
-  print(f"{'method':<48} {'steps':>5}  " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   "
-        + " ".join(f"{'@' + str(k):>5}" for k in _KS))
+  print(f"{'method':<48} {'steps':>5}  " + " ".join(f"{'@' + str(k):>5}" for k in _KS) + "   " +
+        " ".join(f"{'@' + str(k):>5}" for k in _KS))
   for row in minilm_lib.reference_rows("all"):
     print(_format(row["method_description"] + " (squad_open_bench)", row["recall"], 0))
   start_name = "REALM retriever" if start_checkpoint else "all-MiniLM-L6-v2"
-  names = [f"{start_name} zero-shot (this script)" if e["step"] == 0 else f"{start_name} + ORQA question tower"
-           for e in evaluations]
+  names = [
+      f"{start_name} zero-shot (this script)" if e["step"] == 0 else f"{start_name} + ORQA question tower"
+      for e in evaluations
+  ]
   for name, e in zip(names, evaluations):
     print(_format(name, e["recall"], e["step"]))
   print(f"\nthe same question towers and vectors, the {len(full.documents) - full.num_train_paragraphs} dev "
@@ -365,44 +396,81 @@ def main(argv):
     print(_format(name, e["dev_paragraphs"]["recall"], e["step"]))
 
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_orqa_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "machine": machine,
-      "load_average_at_end": list(throughput_lib.load_average()),
-      "settings": {
-          "squad_dir": minilm_lib.SQUAD_DIR.value, "corpus": f"all {len(full.documents)} paragraphs (train + dev)",
-          "dev_questions": len(full.questions), "train_questions": len(train), "ks": list(_KS),
-          "answer_match": "lower-cased, whitespace-normalised substring of the paragraph body "
-                          "(evaluation.has_answer mode=normalized), for training positives and recall",
-          "model": "all-MiniLM-L6-v2", "weights_sha256": weights_sha256,
-          "init_retriever_checkpoint": start_checkpoint,
-          "paragraph_index": {"path": paragraph_info["path"], "model_id": paragraph_info["model_id"],
-                              "fixed": True},
-          "question_tower": "MiniLM BertEncoderV2, mean pooling over real tokens, L2-normalised",
-          "loss": "ORQA retriever loss (losses.retriever_loss) over all paragraphs, mean per question",
-          "steps": _STEPS.value, "batch_size": batch, "learning_rate": _LEARNING_RATE.value,
-          "warmup_steps": warmup_steps, "schedule": "linear warmup, linear decay to 0 (BERT AdamW, weight "
-          "decay 0.01, global-norm clip 1.0)", "scale": _SCALE.value, "scale_learned": False,
-          "max_question_len": _MAX_QUESTION_LEN.value, "length_bucket": _LENGTH_BUCKET,
-          "dropout": "on while training", "jit_compile": _JIT_COMPILE.value,
-          "embed_jit_compile": _EMBED_JIT_COMPILE.value, "seed": _SEED.value},
-      "training_questions": {"used": len(chosen), "distinct": len(set(chosen)), "examined": examined,
-                             "skipped_no_answer_paragraph": skipped,
-                             "answer_paragraphs_per_question": {
-                                 "median": float(np.median(num_positives)),
-                                 "mean": float(num_positives.mean()),
-                                 "max": int(num_positives.max())}},
-      "timing": {"mining_s": mining_s, "train_s": train_s, "first_step_s": step_seconds[0],
-                 "median_step_s": steady_s, "questions_per_s": batch / steady_s,
-                 "questions_per_s_overall": len(chosen) / train_s,
-                 "eval_s": [e["seconds"] for e in evaluations],
-                 "total_s": time.perf_counter() - started},
-      "zero_shot_check": zero_shot_check,
-      "evaluations": evaluations,
-      "loss_curve": curve.points,
-      "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in minilm_lib.reference_rows("all")],
-  })
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark":
+              "squad_open_orqa_bench",
+          "created":
+              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine":
+              machine,
+          "load_average_at_end":
+              list(throughput_lib.load_average()),
+          "settings": {
+              "squad_dir": minilm_lib.SQUAD_DIR.value,
+              "corpus": f"all {len(full.documents)} paragraphs (train + dev)",
+              "dev_questions": len(full.questions),
+              "train_questions": len(train),
+              "ks": list(_KS),
+              "answer_match": "lower-cased, whitespace-normalised substring of the paragraph body "
+                              "(evaluation.has_answer mode=normalized), for training positives and recall",
+              "model": "all-MiniLM-L6-v2",
+              "weights_sha256": weights_sha256,
+              "init_retriever_checkpoint": start_checkpoint,
+              "paragraph_index": {
+                  "path": paragraph_info["path"],
+                  "model_id": paragraph_info["model_id"],
+                  "fixed": True
+              },
+              "question_tower": "MiniLM BertEncoderV2, mean pooling over real tokens, L2-normalised",
+              "loss": "ORQA retriever loss (losses.retriever_loss) over all paragraphs, mean per question",
+              "steps": _STEPS.value,
+              "batch_size": batch,
+              "learning_rate": _LEARNING_RATE.value,
+              "warmup_steps": warmup_steps,
+              "schedule": "linear warmup, linear decay to 0 (BERT AdamW, weight "
+                          "decay 0.01, global-norm clip 1.0)",
+              "scale": _SCALE.value,
+              "scale_learned": False,
+              "max_question_len": _MAX_QUESTION_LEN.value,
+              "length_bucket": _LENGTH_BUCKET,
+              "dropout": "on while training",
+              "jit_compile": _JIT_COMPILE.value,
+              "embed_jit_compile": _EMBED_JIT_COMPILE.value,
+              "seed": _SEED.value
+          },
+          "training_questions": {
+              "used": len(chosen),
+              "distinct": len(set(chosen)),
+              "examined": examined,
+              "skipped_no_answer_paragraph": skipped,
+              "answer_paragraphs_per_question": {
+                  "median": float(np.median(num_positives)),
+                  "mean": float(num_positives.mean()),
+                  "max": int(num_positives.max())
+              }
+          },
+          "timing": {
+              "mining_s": mining_s,
+              "train_s": train_s,
+              "first_step_s": step_seconds[0],
+              "median_step_s": steady_s,
+              "questions_per_s": batch / steady_s,
+              "questions_per_s_overall": len(chosen) / train_s,
+              "eval_s": [e["seconds"] for e in evaluations],
+              "total_s": time.perf_counter() - started
+          },
+          "zero_shot_check":
+              zero_shot_check,
+          "evaluations":
+              evaluations,
+          "loss_curve":
+              curve.points,
+          "reference_rows": [{
+              "method": r["method"],
+              "recall": r["recall"]
+          } for r in minilm_lib.reference_rows("all")],
+      })
   print(f"wrote {_OUTPUT.value}")
 
 

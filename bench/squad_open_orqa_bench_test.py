@@ -21,11 +21,10 @@ from realm_tf.modeling import orqa_retriever
 from realm_tf.retrieval import text_embedder
 from realm_tf.training import optimization
 
-_TEXTS = ["The city of New  York lies on the Hudson.",
-          "Paris is the capital of France; Parisians say so.",
-          "In 1990 and in the 1990s, nothing happened.",
-          "",
-          "new\nyork, again: NEW YORK."]
+_TEXTS = [
+    "The city of New  York lies on the Hudson.", "Paris is the capital of France; Parisians say so.",
+    "In 1990 and in the 1990s, nothing happened.", "", "new\nyork, again: NEW YORK."
+]
 
 
 class RankedTest(tf.test.TestCase):
@@ -36,15 +35,17 @@ class RankedTest(tf.test.TestCase):
     from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
     bodies = ["Tokyo train text.", "Paris train text.", "Paris is in France.", "Rome is in Italy."]
     documents = [corpus.Document(f"t{i}", body, doc_id=str(i)) for i, body in enumerate(bodies)]
-    questions = [qa.QAExample("q0", ["Paris"], metadata={"doc_id": "2"}),
-                 qa.QAExample("q1", ["Rome"], metadata={"doc_id": "3"})]
+    questions = [
+        qa.QAExample("q0", ["Paris"], metadata={"doc_id": "2"}),
+        qa.QAExample("q1", ["Rome"], metadata={"doc_id": "3"})
+    ]
     full = squad_open.SquadOpen(documents, questions, num_train_paragraphs=2)
     vectors = np.eye(4, dtype=np.float32)
     # q0 is nearest the train paragraph holding "Paris", then its own; q1 nearest the Tokyo paragraph.
     queries = np.array([[0.1, 1.0, 0.5, 0.0], [1.0, 0.0, 0.2, 0.6]], np.float32)
     with mock.patch.object(orqa, "_KS", (1, 2)):
-      recall, first_hits = orqa._ranked(index_lib.build_index(vectors, implementation="brute_force"),
-                                        queries, full)
+      recall, first_hits = orqa._ranked(index_lib.build_index(vectors, implementation="brute_force"), queries,
+                                        full)
       dev_recall, dev_first_hits = orqa._ranked(
           index_lib.build_index(vectors[2:], implementation="brute_force"), queries, full.dev_corpus())
     self.assertEqual(first_hits, [1, 2])  # answer strings: row 1 holds "Paris" too
@@ -57,8 +58,12 @@ class TrainingQuestionsTest(tf.test.TestCase):
 
   def test_skips_and_counts(self):
     index = answer_index.AnswerIndex(_TEXTS)
-    train = [qa.QAExample("q0", ["Tokyo"]), qa.QAExample("q1", ["new york"]),
-             qa.QAExample("q2", ["Berlin"]), qa.QAExample("q3", ["1990"])]
+    train = [
+        qa.QAExample("q0", ["Tokyo"]),
+        qa.QAExample("q1", ["new york"]),
+        qa.QAExample("q2", ["Berlin"]),
+        qa.QAExample("q3", ["1990"])
+    ]
     chosen, positives, examined, skipped = orqa._training_questions(train, index, needed=5, seed=3)
     self.assertLen(chosen, 5)  # more than the two usable questions: the order starts over
     self.assertContainsSubset(set(chosen), {1, 3})
@@ -82,9 +87,12 @@ class TrainingTest(tf.test.TestCase):
   def test_batches_train_the_tower_through_the_loop(self):
     tf.keras.utils.set_random_seed(0)
     tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
-    tower = embedder.sentence_transformers_embedder(bert.tiny_config(
-        tokenizer.vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    questions = text_embedder.TextEmbedder(tower, tokenizer, max_seq_length=8, length_bucket=4,
+    tower = embedder.sentence_transformers_embedder(
+        bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    questions = text_embedder.TextEmbedder(tower,
+                                           tokenizer,
+                                           max_seq_length=8,
+                                           length_bucket=4,
                                            jit_compile=False)
     paragraphs = np.random.default_rng(0).normal(size=[6, 64]).astype(np.float32)
     paragraphs /= np.linalg.norm(paragraphs, axis=1, keepdims=True)
@@ -100,8 +108,13 @@ class TrainingTest(tf.test.TestCase):
     model = orqa_retriever.OrqaRetriever(tower, paragraphs, scale=20.0)
     model(first)
     before = [w.numpy() for w in tower.trainable_weights]
-    curve = loss_curve.train(model, optimization.create_optimizer(1e-3, 4, num_warmup_steps=0),
-                             dataset_fn, num_steps=4, log_every=2, jit_compile=False, log=lambda _: None,
+    curve = loss_curve.train(model,
+                             optimization.create_optimizer(1e-3, 4, num_warmup_steps=0),
+                             dataset_fn,
+                             num_steps=4,
+                             log_every=2,
+                             jit_compile=False,
+                             log=lambda _: None,
                              point_extras=lambda step: {"extra": step})
     self.assertEqual([p["step"] for p in curve.points], [2, 4])
     self.assertEqual([p["extra"] for p in curve.points], [2, 4])
@@ -116,16 +129,20 @@ class RetrieverStartTest(tf.test.TestCase):
   """--init_retriever_checkpoint: a REALM run's towers are the start (the REALM + ORQA row)."""
 
   def _realm_run(self, model_dir, vocab, projection_size=0, share_embedders=True):
-    config = realm_config.RealmConfig(
-        retriever_bert=bert.tiny_config(tokenization.Tokenizer(vocab).vocab_size),
-        reader_bert=bert.tiny_config(tokenization.Tokenizer(vocab).vocab_size), vocab_path=vocab,
-        projection_size=projection_size, embedder_pooling=embedder.MEAN, cosine_score_scale=20.0,
-        share_embedders=share_embedders)
+    config = realm_config.RealmConfig(retriever_bert=bert.tiny_config(
+        tokenization.Tokenizer(vocab).vocab_size),
+                                      reader_bert=bert.tiny_config(tokenization.Tokenizer(vocab).vocab_size),
+                                      vocab_path=vocab,
+                                      projection_size=projection_size,
+                                      embedder_pooling=embedder.MEAN,
+                                      cosine_score_scale=20.0,
+                                      share_embedders=share_embedders)
     config.save(model_dir)
     tf.keras.utils.set_random_seed(1)
     retriever = config.build_retriever()
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)), model_dir, max_to_keep=2)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)),
+                                         model_dir,
+                                         max_to_keep=2)
     return retriever, manager.save(checkpoint_number=50)
 
   def test_towers_and_cached_index_come_from_the_checkpoint(self):
@@ -142,7 +159,9 @@ class RetrieverStartTest(tf.test.TestCase):
       self.assertTrue(again[2]["cached"])
       self.assertAllClose(again[1], vectors)
     # The saved document tower's embeddings, unit norm (its cosine score scale 20 dropped).
-    expected = text_embedder.TextEmbedder(saved.doc_embedder, tokenizer, max_seq_length=256,
+    expected = text_embedder.TextEmbedder(saved.doc_embedder,
+                                          tokenizer,
+                                          max_seq_length=256,
                                           jit_compile=False).embed(texts)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     self.assertAllClose(vectors, expected, atol=1e-5)

@@ -45,9 +45,10 @@ from bench import throughput_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_RETRIEVERS = flags.DEFINE_list("retrievers", ["bm25", "minilm", "hybrid"],
-                                "Retrievers to read from: bm25, minilm, hybrid (the two fused as in "
-                                "squad_open_bench).")
+_RETRIEVERS = flags.DEFINE_list(
+    "retrievers", ["bm25", "minilm", "hybrid"],
+    "Retrievers to read from: bm25, minilm, hybrid (the two fused as in "
+    "squad_open_bench).")
 _STEPS = flags.DEFINE_integer("steps", 1200, "Reader training steps (1,200 x 8: 11% of an epoch).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Training questions per step (x 2 paragraphs).")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate.")
@@ -79,13 +80,15 @@ def train_reader(reader, featurize, bodies: List[str], train, pairs: np.ndarray,
   model = orqa_reader.OrqaReader(reader)
   optimizer = optimization.create_optimizer(_LEARNING_RATE.value, _STEPS.value)
   batch = _BATCH_SIZE.value
-  dataset_fn = open_qa_lib.training_dataset_fn(featurize, _SEQ_LEN.value, bodies, train, pairs, order,
-                                               batch)
-  curve = loss_curve.train(model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value,
-                           _JIT_COMPILE.value, _log)
+  dataset_fn = open_qa_lib.training_dataset_fn(featurize, _SEQ_LEN.value, bodies, train, pairs, order, batch)
+  curve = loss_curve.train(model, optimizer, dataset_fn, _STEPS.value, _LOG_EVERY.value, _JIT_COMPILE.value,
+                           _log)
   median_step_s = float(np.median(curve.step_seconds))
-  return curve.points, {"train_s": curve.seconds, "median_step_s": median_step_s,
-                        "questions_per_s": batch / median_step_s}
+  return curve.points, {
+      "train_s": curve.seconds,
+      "median_step_s": median_step_s,
+      "questions_per_s": batch / median_step_s
+  }
 
 
 def main(argv):
@@ -114,8 +117,9 @@ def main(argv):
   train_rows = np.array([int(train[i].metadata["doc_id"]) - 1 for i in range(len(train))])
   mismatched = [i for i in used if full.documents[train_rows[i]].doc_id != train[i].metadata["doc_id"]]
   if mismatched:
-    raise RuntimeError(f"--squad_dir: train question {train[mismatched[0]].metadata['id']}'s paragraph is not at "
-                       "its doc_id's row of the corpus; the train file changed between loads?")
+    raise RuntimeError(
+        f"--squad_dir: train question {train[mismatched[0]].metadata['id']}'s paragraph is not at "
+        "its doc_id's row of the corpus; the train file changed between loads?")
   pairs = np.zeros([len(train), 2], np.int64)
   bm25_train, _ = index.search([train[i].question for i in used], 2)
   pairs[used] = open_qa_lib.training_paragraphs([train[i] for i in used], train_rows[used], bm25_train)
@@ -131,9 +135,14 @@ def main(argv):
   retrieval_s["dev_retrieval_s"] = time.perf_counter() - start
   reader, tokenizer = open_qa_lib.build_reader(directory, _SEQ_LEN.value, _MAX_SPAN_WIDTH.value)
   featurize = open_qa_lib.make_featurizer(tokenizer, _SEQ_LEN.value)
-  reader_settings = {"steps": _STEPS.value, "batch_size": _BATCH_SIZE.value,
-                     "learning_rate": _LEARNING_RATE.value, "seq_len": _SEQ_LEN.value,
-                     "max_span_width": _MAX_SPAN_WIDTH.value, "seed": _SEED.value}
+  reader_settings = {
+      "steps": _STEPS.value,
+      "batch_size": _BATCH_SIZE.value,
+      "learning_rate": _LEARNING_RATE.value,
+      "seq_len": _SEQ_LEN.value,
+      "max_span_width": _MAX_SPAN_WIDTH.value,
+      "seed": _SEED.value
+  }
   try:
     restored = bool(_READER_DIR.value) and open_qa_lib.restore_reader(reader, _READER_DIR.value,
                                                                       reader_settings)
@@ -149,16 +158,19 @@ def main(argv):
       open_qa_lib.save_reader(reader, _READER_DIR.value, reader_settings)
 
   gold_rows = full.gold_rows()[:len(dev)]
-  eval_args = {"max_span_width": _MAX_SPAN_WIDTH.value, "batch_size": _EVAL_BATCH_SIZE.value,
-               "jit_compile": _JIT_COMPILE.value}
-  results = {"gold paragraph": open_qa_lib.answer_questions(reader, featurize, bodies, dev,
-                                                gold_rows[:, None], (1,), **eval_args)}
+  eval_args = {
+      "max_span_width": _MAX_SPAN_WIDTH.value,
+      "batch_size": _EVAL_BATCH_SIZE.value,
+      "jit_compile": _JIT_COMPILE.value
+  }
+  results = {
+      "gold paragraph":
+          open_qa_lib.answer_questions(reader, featurize, bodies, dev, gold_rows[:, None], (1,), **eval_args)
+  }
   _log(f"gold paragraph given: EM {results['gold paragraph']['per_k']['1']['exact_match']:.1f}")
   for name, rows in rankings.items():
-    results[name] = open_qa_lib.answer_questions(reader, featurize, bodies, dev, rows, ks,
-                                                 **eval_args)
-    _log(f"{name}: " + ", ".join(f"EM@{k} {results[name]['per_k'][str(k)]['exact_match']:.1f}"
-                                  for k in ks))
+    results[name] = open_qa_lib.answer_questions(reader, featurize, bodies, dev, rows, ks, **eval_args)
+    _log(f"{name}: " + ", ".join(f"EM@{k} {results[name]['per_k'][str(k)]['exact_match']:.1f}" for k in ks))
 
   print(f"\nSQuAD-open, {len(dev)} dev questions, {len(bodies)} paragraphs; reader: MiniLM span reader, "
         f"{_STEPS.value} steps x {_BATCH_SIZE.value} questions")
@@ -168,28 +180,38 @@ def main(argv):
       print(f"{name:<36} {k:>3} {m['exact_match']:6.1f} {m['f1']:6.1f} "
             f"{m['answer_in_read_paragraphs']:15.1f}")
   os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-  io_utils.write_json_atomic(_OUTPUT.value, {
-      "benchmark": "squad_open_qa_bench",
-      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-      "machine": machine,
-      "load_average_at_end": list(throughput_lib.load_average()),
-      "settings": {"corpus": f"all {len(bodies)} paragraphs (train + dev)", "dev_questions": len(dev),
-                   "retrievers": _RETRIEVERS.value, "read_k": _READ_K.value,
-                   "reader": "realm_tf SpanReader, BERT from all-MiniLM-L6-v2, fresh span head",
-                   "seq_len": _SEQ_LEN.value, "max_span_width": _MAX_SPAN_WIDTH.value,
-                   "span_hidden_size": open_qa_lib.SPAN_HIDDEN_SIZE, "steps": _STEPS.value,
-                   "batch_size": _BATCH_SIZE.value, "training_paragraphs": "gold + BM25's best other",
-                   "learning_rate": _LEARNING_RATE.value, "jit_compile": _JIT_COMPILE.value,
-                   "seed": _SEED.value, "training_questions_distinct": int(len(used))},
-      "timing": dict(train_timing, **retrieval_s, total_s=time.perf_counter() - started),
-      "loss_curve": curve,
-      "results": results,
-  })
+  io_utils.write_json_atomic(
+      _OUTPUT.value, {
+          "benchmark": "squad_open_qa_bench",
+          "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine": machine,
+          "load_average_at_end": list(throughput_lib.load_average()),
+          "settings": {
+              "corpus": f"all {len(bodies)} paragraphs (train + dev)",
+              "dev_questions": len(dev),
+              "retrievers": _RETRIEVERS.value,
+              "read_k": _READ_K.value,
+              "reader": "realm_tf SpanReader, BERT from all-MiniLM-L6-v2, fresh span head",
+              "seq_len": _SEQ_LEN.value,
+              "max_span_width": _MAX_SPAN_WIDTH.value,
+              "span_hidden_size": open_qa_lib.SPAN_HIDDEN_SIZE,
+              "steps": _STEPS.value,
+              "batch_size": _BATCH_SIZE.value,
+              "training_paragraphs": "gold + BM25's best other",
+              "learning_rate": _LEARNING_RATE.value,
+              "jit_compile": _JIT_COMPILE.value,
+              "seed": _SEED.value,
+              "training_questions_distinct": int(len(used))
+          },
+          "timing": dict(train_timing, **retrieval_s, total_s=time.perf_counter() - started),
+          "loss_curve": curve,
+          "results": results,
+      })
   print(f"wrote {_OUTPUT.value}")
 
 
-def _rankings(me: str, names: Sequence[str], index, full, dev, directory: str, depth: int
-              ) -> Dict[str, np.ndarray]:
+def _rankings(me: str, names: Sequence[str], index, full, dev, directory: str,
+              depth: int) -> Dict[str, np.ndarray]:
   """{retriever: int64 [len(dev), depth] paragraph rows, best first}. BM25 and MiniLM search once each,
   as deep as the hybrid needs (squad_open_bench's hybrid: each one's top HYBRID_DEPTH, fused by reciprocal
   rank fusion)."""
@@ -201,14 +223,16 @@ def _rankings(me: str, names: Sequence[str], index, full, dev, directory: str, d
     base["bm25"] = index.search([q.question for q in dev], base_depth)[0]
   if {"minilm", "hybrid"} & set(names):
     otherwise = ", or leave minilm and hybrid out of --retrievers"
-    paragraphs, _ = minilm_lib.required_vectors(me, directory, "paragraphs",
-                                                [d.body for d in full.documents], otherwise)
+    paragraphs, _ = minilm_lib.required_vectors(me, directory, "paragraphs", [d.body for d in full.documents],
+                                                otherwise)
     questions, _ = minilm_lib.required_vectors(me, directory, "questions",
                                                [q.question for q in full.questions], otherwise)
     dense = index_lib.build_index(paragraphs, implementation="brute_force")
     base["minilm"] = dense.search(questions[:len(dev)], base_depth)[0]
-  return {name: (fusion.reciprocal_rank_fusion([base["bm25"], base["minilm"]], depth) if name == "hybrid"
-                 else base[name][:, :depth]) for name in names}
+  return {
+      name: (fusion.reciprocal_rank_fusion([base["bm25"], base["minilm"]], depth)
+             if name == "hybrid" else base[name][:, :depth]) for name in names
+  }
 
 
 if __name__ == "__main__":

@@ -62,12 +62,13 @@ _MLM_STEPS = flags.DEFINE_integer("mlm_steps", 2000, "bin/train_mlm steps of bat
 # docs/experiments/benchmarks_notebook.md).
 _MLM_LR = flags.DEFINE_float("mlm_learning_rate", 2e-4, "bin/train_mlm's peak learning rate.")
 _MLM_WARMUP = flags.DEFINE_integer("mlm_warmup_steps", 100, "bin/train_mlm's warm-up steps.")
-_READER_INIT = flags.DEFINE_string("reader_init_checkpoint", None,
-                                   "An existing BERT with a masked-LM head for the reader (skips "
-                                   "--mlm_steps).")
+_READER_INIT = flags.DEFINE_string(
+    "reader_init_checkpoint", None, "An existing BERT with a masked-LM head for the reader (skips "
+    "--mlm_steps).")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", 200, "REALM steps.")
 _BATCH = flags.DEFINE_integer("batch_size", 4, "REALM batch size.")
-_CANDIDATES = flags.DEFINE_integer("num_candidates", 4, "Candidates per sentence, the null document included.")
+_CANDIDATES = flags.DEFINE_integer("num_candidates", 4,
+                                   "Candidates per sentence, the null document included.")
 _LR = flags.DEFINE_float("learning_rate", 3e-5, "REALM's peak learning rate (the paper's 3e-5).")
 _QUERY_LEN = flags.DEFINE_integer("query_seq_len", 48, "Query (masked sentence) wordpieces.")
 _CANDIDATE_LEN = flags.DEFINE_integer("candidate_seq_len", 192, "Document wordpieces (title + paragraph).")
@@ -89,32 +90,39 @@ _CLOZE_QUERIES = flags.DEFINE_integer(
     "recall is measured with each index: does REALM learn its own task? 0: none.")
 
 _KS = (1, 5, 20, 100)
+
+
 def _log(message: str) -> None:
   minilm_lib.log(message)
 
 
 def _write_corpus(documents, path: str) -> None:
   if not os.path.exists(path):
-    io_utils.write_jsonl_atomic(path, ({"id": d.doc_id, "title": d.title, "text": d.body}
-                                       for d in documents))
+    io_utils.write_jsonl_atomic(path, ({"id": d.doc_id, "title": d.title, "text": d.body} for d in documents))
 
 
 def _prepare(work_dir: str, documents, vocab: str) -> Dict[str, str]:
   """The JSONL corpus, Z (retrieval corpus) and X (pre-training corpus); each made once."""
-  paths = {"jsonl": os.path.join(work_dir, "corpus.jsonl"),
-           "retrieval": os.path.join(work_dir, "corpus", "blocks"),
-           "pretraining": os.path.join(work_dir, "pretraining", "sentences")}
+  paths = {
+      "jsonl": os.path.join(work_dir, "corpus.jsonl"),
+      "retrieval": os.path.join(work_dir, "corpus", "blocks"),
+      "pretraining": os.path.join(work_dir, "pretraining", "sentences")
+  }
   _write_corpus(documents, paths["jsonl"])
   if not os.path.exists(paths["retrieval"] + ".manifest.json"):
     _log(f"tokenizing {len(documents)} paragraphs with MiniLM's vocab (bin/generate_retrieval_corpus)")
-    demo_pipeline.run_binary("generate_retrieval_corpus", os.path.join(work_dir, "logs", "corpus.log"),
-                             input_path=paths["jsonl"], vocab_path=vocab, output_prefix=paths["retrieval"],
+    demo_pipeline.run_binary("generate_retrieval_corpus",
+                             os.path.join(work_dir, "logs", "corpus.log"),
+                             input_path=paths["jsonl"],
+                             vocab_path=vocab,
+                             output_prefix=paths["retrieval"],
                              num_output_shards=10)
   if not os.path.exists(paths["pretraining"] + ".manifest.json"):
     _log("splitting sentences, annotating salient spans (bin/generate_pretraining_corpus)")
     demo_pipeline.run_binary("generate_pretraining_corpus",
                              os.path.join(work_dir, "logs", "pretraining_corpus.log"),
-                             input_path=paths["jsonl"], output_prefix=paths["pretraining"],
+                             input_path=paths["jsonl"],
+                             output_prefix=paths["pretraining"],
                              num_output_shards=10)
   return paths
 
@@ -132,14 +140,20 @@ def _reader(work_dir: str, minilm: str) -> str:
     _log(f"reader: {export}, adapted for {done['step']} steps")
     return export
   _log(f"adapting MiniLM to masked LM for {_MLM_STEPS.value} steps (bin/train_mlm; resumes)")
-  demo_pipeline.run_binary(
-      "train_mlm", os.path.join(work_dir, "logs", "train_mlm.log"),
-      lambda line: "held-out masked-token accuracy" in line, _log,
-      model_dir=mlm_dir, input_path=os.path.realpath(tsv), vocab_path=os.path.join(minilm, "vocab.txt"),
-      bert_config=os.path.join(minilm, "config.json"), init_checkpoint=minilm,
-      num_train_steps=_MLM_STEPS.value, save_checkpoints_steps=min(250, _MLM_STEPS.value),
-      log_every_steps=min(50, _MLM_STEPS.value), learning_rate=_MLM_LR.value,
-      warmup_steps=_MLM_WARMUP.value)
+  demo_pipeline.run_binary("train_mlm",
+                           os.path.join(work_dir, "logs", "train_mlm.log"),
+                           lambda line: "held-out masked-token accuracy" in line,
+                           _log,
+                           model_dir=mlm_dir,
+                           input_path=os.path.realpath(tsv),
+                           vocab_path=os.path.join(minilm, "vocab.txt"),
+                           bert_config=os.path.join(minilm, "config.json"),
+                           init_checkpoint=minilm,
+                           num_train_steps=_MLM_STEPS.value,
+                           save_checkpoints_steps=min(250, _MLM_STEPS.value),
+                           log_every_steps=min(50, _MLM_STEPS.value),
+                           learning_rate=_MLM_LR.value,
+                           warmup_steps=_MLM_WARMUP.value)
   return os.path.join(mlm_dir, "bert")
 
 
@@ -179,7 +193,8 @@ def _first_hits(rows: np.ndarray, questions, squad) -> List[int]:
   (paired_recall_change)."""
   from realm_tf import evaluation  # pylint: disable=g-import-not-at-top (TF-heavy)
   inputs = squad.recall_inputs()
-  return evaluation.answer_first_hits(rows[:, :max(_KS)], inputs["texts"], [q.answers for q in questions],
+  return evaluation.answer_first_hits(rows[:, :max(_KS)],
+                                      inputs["texts"], [q.answers for q in questions],
                                       mode=inputs["mode"]).tolist()
 
 
@@ -210,6 +225,7 @@ def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]
   gold = inputs["gold_rows"][:len(questions)]
   bodies = [evaluation.normalize_for_search(text) for text in inputs["texts"]]
   holders = {}  # normalised answer -> rows of the paragraphs holding it
+
   def held_elsewhere(question, own):
     for answer in question.answers:
       key = evaluation.normalize_for_search(answer)
@@ -218,10 +234,14 @@ def _own_excluded_recall(rows: np.ndarray, questions, squad) -> Dict[str, float]
       if key.strip() and holders[key] - {own}:
         return True
     return False
+
   keep = [i for i, (q, own) in enumerate(zip(questions, gold)) if held_elsewhere(q, own)]
   others = np.asarray([[r for r in rows[i] if r != gold[i]][:max(_KS)] for i in keep])
-  recall = evaluation.rankings_recall(others, texts=inputs["texts"], answers=[questions[i].answers for i in keep],
-                                      ks=_KS, mode=inputs["mode"])
+  recall = evaluation.rankings_recall(others,
+                                      texts=inputs["texts"],
+                                      answers=[questions[i].answers for i in keep],
+                                      ks=_KS,
+                                      mode=inputs["mode"])
   return {f"own_excluded_{name}": value for name, value in recall.items()}
 
 
@@ -253,19 +273,26 @@ def _cloze_queries(pretraining_prefix: str, documents, config) -> Dict[str, np.n
   masked = featurizer.mask_salient_span(ids, starts, limits, [a for a, _ in spans], [b for _, b in spans])
   ok = masked.status.numpy() == featurization.MaskingStatus.OK
   query = featurizer.query_inputs(masked.token_ids)
-  return {"inputs": tuple(np.asarray(t)[ok] for t in query),
-          "owners": np.asarray(owners)[chosen][ok],
-          "spans": [s[a:b].decode("utf-8").lower() for s, (a, b), keep in zip(sentences, spans, ok) if keep]}
+  return {
+      "inputs": tuple(np.asarray(t)[ok] for t in query),
+      "owners": np.asarray(owners)[chosen][ok],
+      "spans": [s[a:b].decode("utf-8").lower() for s, (a, b), keep in zip(sentences, spans, ok) if keep]
+  }
 
 
 def _cloze_recall_of_index(loaded, exact, cloze, bodies: List[str]) -> Dict[str, float]:
   """Of REALM's own queries, the share (%) whose top k, their own paragraph excluded as in training,
   hold a paragraph that contains the masked span (case-insensitive): what REALM's objective rewards."""
-  queries = np.concatenate([np.asarray(loaded.embed_queries(*(t[i:i + 256] for t in cloze["inputs"])))
-                            for i in range(0, len(cloze["owners"]), 256)])
+  queries = np.concatenate([
+      np.asarray(loaded.embed_queries(*(t[i:i + 256]
+                                        for t in cloze["inputs"])))
+      for i in range(0, len(cloze["owners"]), 256)
+  ])
   rows, _ = exact.search(queries, max(_KS) + 1)
   # Per query and rank (own paragraph dropped): does that paragraph hold the span?
-  holds = np.asarray([[span in bodies[r] for r in ranked if r != owner][:max(_KS)]
+  holds = np.asarray([[span in bodies[r]
+                       for r in ranked
+                       if r != owner][:max(_KS)]
                       for ranked, owner, span in zip(rows, cloze["owners"], cloze["spans"])])
   recall = {f"cloze_recall@{k}": 100.0 * float(np.mean(holds[:, :k].any(axis=1))) for k in _KS}
   recall["cloze_queries"] = len(cloze["owners"])
@@ -287,10 +314,12 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
   if not os.path.exists(output):
     _log(f"ORQA fine-tuning from REALM's step {step} for {_ORQA_STEPS.value} steps "
          f"(bench/squad_open_orqa_bench.py; 20,963 paragraphs)")
-    command = [sys.executable, os.path.join(_REPO, "bench", "squad_open_orqa_bench.py"),
-               f"--init_retriever_checkpoint={checkpoint}", f"--steps={_ORQA_STEPS.value}",
-               f"--output={output}", f"--squad_dir={minilm_lib.SQUAD_DIR.value}",
-               f"--cache_dir={minilm_lib.CACHE_DIR.value}"]
+    command = [
+        sys.executable,
+        os.path.join(_REPO, "bench", "squad_open_orqa_bench.py"), f"--init_retriever_checkpoint={checkpoint}",
+        f"--steps={_ORQA_STEPS.value}", f"--output={output}", f"--squad_dir={minilm_lib.SQUAD_DIR.value}",
+        f"--cache_dir={minilm_lib.CACHE_DIR.value}"
+    ]
     if minilm_lib.MINILM_DIR.value:
       command.append(f"--minilm_dir={minilm_lib.MINILM_DIR.value}")
     log_path = os.path.join(work_dir, "logs", "orqa_from_realm.log")
@@ -303,8 +332,12 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
   # The MiniLM + ORQA rows to compare with: that bench's committed result, same questions and settings;
   # question by question at each step (0: before ORQA) both runs evaluated and kept first hits at.
   def without_first_hits(record):
-    return {k: (without_first_hits(v) if isinstance(v, dict) else v) for k, v in record.items()
-            if k != "answer_first_hits"}
+    return {
+        k: (without_first_hits(v) if isinstance(v, dict) else v)
+        for k, v in record.items()
+        if k != "answer_first_hits"
+    }
+
   evaluations = [without_first_hits(e) for e in result["evaluations"]]
   minilm_orqa = os.path.join(_REPO, "bench", "results", "squad_open_orqa_bench.json")
   if os.path.exists(minilm_orqa):
@@ -312,8 +345,10 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
     with open(minilm_orqa, encoding="utf-8") as f:
       minilm_runs = {e["step"]: e for e in json.load(f)["evaluations"]}
     last = minilm_runs[max(minilm_runs)]
-    result["reference_rows"].append({"method": f"MiniLM + ORQA ({last['step']} steps)",
-                                     "recall": last["recall"]})
+    result["reference_rows"].append({
+        "method": f"MiniLM + ORQA ({last['step']} steps)",
+        "recall": last["recall"]
+    })
     for ours, kept in zip(result["evaluations"], evaluations):
       theirs = minilm_runs.get(ours["step"], {})
       if "answer_first_hits" in theirs and "answer_first_hits" in ours:
@@ -323,8 +358,13 @@ def _realm_then_orqa(model_dir: str, work_dir: str):
         kept["dev_paragraphs"]["versus_minilm"] = evaluation.paired_recall_change(
             ours["dev_paragraphs"]["answer_first_hits"], theirs["dev_paragraphs"]["answer_first_hits"], _KS)
   # The per-question ranks stay in the ORQA bench's own result file.
-  return {"realm_checkpoint_step": step, "result": output, "steps": _ORQA_STEPS.value,
-          "evaluations": evaluations, "reference_rows": result["reference_rows"]}
+  return {
+      "realm_checkpoint_step": step,
+      "result": output,
+      "steps": _ORQA_STEPS.value,
+      "evaluations": evaluations,
+      "reference_rows": result["reference_rows"]
+  }
 
 
 def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
@@ -356,8 +396,12 @@ def _evaluate(model_dir: str, work_dir: str, squad) -> List[Dict]:
       rankings = _question_rankings(*opened, config, questions)
       first_hits = _first_hits(rankings, questions, squad)
       recall = _recall_of_index(rankings, first_hits, questions, squad)
-      row = {"step": step, "recall": recall, "eval_seconds": time.time() - started,
-             "answer_first_hits": first_hits}
+      row = {
+          "step": step,
+          "recall": recall,
+          "eval_seconds": time.time() - started,
+          "answer_first_hits": first_hits
+      }
       _log(f"index step {step}: " + ", ".join(f"{k} {v:.1f}" for k, v in recall.items() if "@" in k))
     if "own_excluded" not in row or "answer_first_hits" not in row:  # new, or cached before these existed
       if rankings is None:
@@ -398,7 +442,9 @@ def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
   for kind, style in (("answer", "o-"), ("gold", "s--")):
     axis.plot(steps, [r["recall"][f"{kind}_recall@5"] for r in rows], style, label=f"REALM, {kind} recall@5")
   for reference, color in zip(references, ("tab:red", "tab:gray", "tab:green", "tab:purple")):
-    axis.axhline(reference["recall"]["answer_recall@5"], color=color, linestyle=":",
+    axis.axhline(reference["recall"]["answer_recall@5"],
+                 color=color,
+                 linestyle=":",
                  label=f"{reference['method_description']} (answer)")
   axis.set_xlabel("REALM step of the index")
   axis.set_ylabel("recall@5 of the 10,570 dev questions (%)")
@@ -411,8 +457,10 @@ def _plot(rows: List[Dict], references: List[Dict], path: str) -> None:
       axis.plot(steps, [r["cloze"][f"cloze_recall@{k}"] for r in rows], style, label=f"cloze recall@{k}")
     axis.set_xlabel("REALM step of the index")
     axis.set_ylabel("masked span in a top-k paragraph (%)")
-    axis.set_title(f"REALM's own queries ({rows[0]['cloze']['cloze_queries']} sentences; own paragraph "
-                   "excluded)", fontsize=9)
+    axis.set_title(
+        f"REALM's own queries ({rows[0]['cloze']['cloze_queries']} sentences; own paragraph "
+        "excluded)",
+        fontsize=9)
     axis.legend(fontsize=7)
     axis.grid(alpha=0.3)
   figure.tight_layout()
@@ -434,22 +482,39 @@ def main(argv):
   model_dir = os.path.join(work_dir, "realm")
   _log(f"REALM for {_REALM_STEPS.value} steps (bin/train_realm + bin/refresh_doc_embeds; resumes)")
   summary = demo_pipeline.run_realm_processes(
-      model_dir, os.path.join(work_dir, "logs"),
-      dict(pretraining_corpus_path=paths["pretraining"], retrieval_corpus_path=paths["retrieval"],
-           vocab_path=os.path.join(minilm, "vocab.txt"), bert_config=os.path.join(minilm, "config.json"),
-           projection_size=0, embedder_pooling="mean", cosine_score_scale=_SCALE.value,
-           query_seq_len=_QUERY_LEN.value, candidate_seq_len=_CANDIDATE_LEN.value,
-           max_masks=_MAX_MASKS.value, num_candidates=_CANDIDATES.value, batch_size=_BATCH.value,
-           learning_rate=_LR.value, num_train_steps=_REALM_STEPS.value,
-           save_checkpoints_steps=_SAVE_EVERY.value, keep_checkpoint_max=2, log_every_steps=10,
-           init_retriever_checkpoint=minilm, init_reader_checkpoint=reader, bootstrap_index=True,
-           index_implementation="brute_force", check_index_every_batches=2,
+      model_dir,
+      os.path.join(work_dir, "logs"),
+      dict(pretraining_corpus_path=paths["pretraining"],
+           retrieval_corpus_path=paths["retrieval"],
+           vocab_path=os.path.join(minilm, "vocab.txt"),
+           bert_config=os.path.join(minilm, "config.json"),
+           projection_size=0,
+           embedder_pooling="mean",
+           cosine_score_scale=_SCALE.value,
+           query_seq_len=_QUERY_LEN.value,
+           candidate_seq_len=_CANDIDATE_LEN.value,
+           max_masks=_MAX_MASKS.value,
+           num_candidates=_CANDIDATES.value,
+           batch_size=_BATCH.value,
+           learning_rate=_LR.value,
+           num_train_steps=_REALM_STEPS.value,
+           save_checkpoints_steps=_SAVE_EVERY.value,
+           keep_checkpoint_max=2,
+           log_every_steps=10,
+           init_retriever_checkpoint=minilm,
+           init_reader_checkpoint=reader,
+           bootstrap_index=True,
+           index_implementation="brute_force",
+           check_index_every_batches=2,
            max_index_staleness_steps=_STALENESS.value,
            gradient_accumulation_steps=_ACCUMULATION.value),
       # Every index is kept: the evaluation reads each step's embeddings and query tower.
-      dict(retrieval_corpus_path=paths["retrieval"], index_implementation="brute_force", poll_seconds=5,
+      dict(retrieval_corpus_path=paths["retrieval"],
+           index_implementation="brute_force",
+           poll_seconds=5,
            keep=1000),
-      _log, refresher_timeout_s=1800)
+      _log,
+      refresher_timeout_s=1800)
   rows = _evaluate(model_dir, work_dir, squad)
   # The anchors: bench/squad_open_bench.py's measured rows of the same corpus and questions.
   references = minilm_lib.reference_rows(_CORPUS.value)
@@ -457,15 +522,17 @@ def main(argv):
   print(f"\n{'':46s} {'answer in top-k':^23}   {'gold paragraph in top-k':^23}")
   print(f"{'':46s} {header}   {header}")
   for reference in references:
-    print(minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)",
-                                reference["recall"], _KS, 46))
+    print(
+        minilm_lib.recall_row(reference["method_description"] + " (squad_open_bench)", reference["recall"],
+                              _KS, 46))
   for row in rows:
-    label = ("start (MiniLM as REALM's retriever)" if row["step"] == 0
-             else f"REALM, index of step {row['step']}")
+    label = ("start (MiniLM as REALM's retriever)"
+             if row["step"] == 0 else f"REALM, index of step {row['step']}")
     print(minilm_lib.recall_row(label, row["recall"], _KS, 46))
   if any("cloze" in row for row in rows):
-    print(f"\nREALM's own queries ({rows[0]['cloze']['cloze_queries']} pre-training sentences, a salient span "
-          f"masked): a top-k paragraph, own excluded, holds the span")
+    print(
+        f"\nREALM's own queries ({rows[0]['cloze']['cloze_queries']} pre-training sentences, a salient span "
+        f"masked): a top-k paragraph, own excluded, holds the span")
     print(f"{'':46s} {header}")
     for row in rows:
       print(f"{'index of step ' + str(row['step']):46s} " +
@@ -490,16 +557,17 @@ def main(argv):
     for reference in orqa["reference_rows"]:
       print(minilm_lib.recall_row(reference["method"], reference["recall"], _KS, 46))
     for evaluation in orqa["evaluations"]:
-      label = f"REALM step {orqa['realm_checkpoint_step']}" + (
-          f" + ORQA ({evaluation['step']} steps)" if evaluation["step"] else " (before ORQA)")
+      label = f"REALM step {orqa['realm_checkpoint_step']}" + (f" + ORQA ({evaluation['step']} steps)"
+                                                               if evaluation["step"] else " (before ORQA)")
       print(minilm_lib.recall_row(label, evaluation["recall"], _KS, 46))
       if "versus_minilm" in evaluation:
         print(f"{'  against MiniLM at that step, per question':46s} " +
               _change_cells(evaluation["versus_minilm"]))
     for evaluation in orqa["evaluations"]:
       if "dev_paragraphs" in evaluation:
-        print(minilm_lib.recall_row(f"  the 2,067 dev paragraphs alone, step {evaluation['step']}",
-                                    evaluation["dev_paragraphs"]["recall"], _KS, 46))
+        print(
+            minilm_lib.recall_row(f"  the 2,067 dev paragraphs alone, step {evaluation['step']}",
+                                  evaluation["dev_paragraphs"]["recall"], _KS, 46))
         if "versus_minilm" in evaluation["dev_paragraphs"]:
           print(f"{'  against MiniLM there, per question':46s} " +
                 _change_cells(evaluation["dev_paragraphs"]["versus_minilm"]))
@@ -507,21 +575,36 @@ def main(argv):
     _plot(rows, references, _PLOT.value)
   from bench import throughput_lib  # pylint: disable=g-import-not-at-top (describes the machine)
   result = {
-      "benchmark": "squad_open_realm", "created": time.strftime("%Y-%m-%d"),
+      "benchmark": "squad_open_realm",
+      "created": time.strftime("%Y-%m-%d"),
       "command": " ".join(["bench/squad_open_realm_bench.py"] + sys.argv[1:]),
-      "corpus": _CORPUS.value, "num_documents": len(squad.documents),
+      "corpus": _CORPUS.value,
+      "num_documents": len(squad.documents),
       "num_questions": len(squad.questions[:_EVAL_QUESTIONS.value or None]),
-      "reader": reader, "reader_mlm_held_out": _mlm_eval(reader),
-      "realm": {name: flag.value for name, flag in (
-          ("realm_steps", _REALM_STEPS), ("batch_size", _BATCH), ("num_candidates", _CANDIDATES),
-          ("learning_rate", _LR), ("query_seq_len", _QUERY_LEN), ("candidate_seq_len", _CANDIDATE_LEN),
-          ("max_masks", _MAX_MASKS), ("cosine_score_scale", _SCALE),
-          ("gradient_accumulation_steps", _ACCUMULATION))},
-      "trainer_summary": summary, "reference_rows": [{"method": r["method"], "recall": r["recall"]} for r in references], "per_index_step": [
+      "reader": reader,
+      "reader_mlm_held_out": _mlm_eval(reader),
+      "realm": {
+          name: flag.value
+          for name, flag in (("realm_steps", _REALM_STEPS), ("batch_size", _BATCH),
+                             ("num_candidates", _CANDIDATES), ("learning_rate", _LR),
+                             ("query_seq_len", _QUERY_LEN), ("candidate_seq_len",
+                                                             _CANDIDATE_LEN), ("max_masks", _MAX_MASKS),
+                             ("cosine_score_scale", _SCALE), ("gradient_accumulation_steps", _ACCUMULATION))
+      },
+      "trainer_summary": summary,
+      "reference_rows": [{
+          "method": r["method"],
+          "recall": r["recall"]
+      } for r in references],
+      "per_index_step": [
           # The per-question ranks stay in work_dir/eval's cache; the comparisons they give are kept.
-          {k: v for k, v in row.items() if k != "answer_first_hits"} for row in rows],
+          {
+              k: v for k, v in row.items() if k != "answer_first_hits"
+          } for row in rows
+      ],
       "realm_then_orqa": orqa,
-      "seconds_this_invocation": time.time() - started, "machine": throughput_lib.machine(),
+      "seconds_this_invocation": time.time() - started,
+      "machine": throughput_lib.machine(),
   }
   io_utils.write_json_atomic(_OUTPUT.value, result)
   print(f"wrote {_OUTPUT.value}" + (f" and {_PLOT.value}" if _PLOT.value and rows else ""))

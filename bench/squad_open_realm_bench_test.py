@@ -11,14 +11,18 @@ from realm_tf.data import corpus
 from realm_tf.data import qa
 from realm_tf.data import squad_open
 
-_BODIES = ["Paris is the capital of France.", "The Louvre in PARIS holds the Mona  Lisa.",
-           "Berlin is the capital of Germany.", "Rome is older than both.", "The Mona Lisa smiles."]
+_BODIES = [
+    "Paris is the capital of France.", "The Louvre in PARIS holds the Mona  Lisa.",
+    "Berlin is the capital of Germany.", "Rome is older than both.", "The Mona Lisa smiles."
+]
 
 
 def _squad(answers_and_gold):
   documents = [corpus.Document(f"title {i}", body, doc_id=str(i)) for i, body in enumerate(_BODIES)]
-  questions = [qa.QAExample(f"q{i}", answers, metadata={"doc_id": str(gold)})
-               for i, (answers, gold) in enumerate(answers_and_gold)]
+  questions = [
+      qa.QAExample(f"q{i}", answers, metadata={"doc_id": str(gold)})
+      for i, (answers, gold) in enumerate(answers_and_gold)
+  ]
   return squad_open.SquadOpen(documents, questions, 0)
 
 
@@ -26,17 +30,21 @@ class OwnExcludedRecallTest(tf.test.TestCase):
 
   @mock.patch.object(realm_bench, "_KS", (1, 2))
   def test_counts_questions_answered_elsewhere_and_skips_their_own_paragraph(self):
-    squad = _squad([(["paris"], 0),      # also in row 1 (case differs)
-                    (["Berlin"], 2),     # only its own paragraph: not counted
-                    (["Tokyo", "Paris"], 1),  # its second answer is in row 0
-                    (["mona lisa"], 4),  # also in row 1 (whitespace differs)
-                    (["Rome"], 3)])      # only its own paragraph: not counted
+    squad = _squad([
+        (["paris"], 0),  # also in row 1 (case differs)
+        (["Berlin"], 2),  # only its own paragraph: not counted
+        (["Tokyo", "Paris"], 1),  # its second answer is in row 0
+        (["mona lisa"], 4),  # also in row 1 (whitespace differs)
+        (["Rome"], 3)
+    ])  # only its own paragraph: not counted
     # Rankings of max(_KS) + 1 rows, the own paragraph anywhere in them or not at all.
-    rows = np.array([[0, 2, 1],   # own first: the rest is [2, 1], a hit at 2
-                     [2, 0, 1],
-                     [0, 1, 2],   # own second: [0, 2], a hit at 1
-                     [3, 2, 0],   # own absent: the first two, [3, 2], no hit
-                     [3, 0, 1]])
+    rows = np.array([
+        [0, 2, 1],  # own first: the rest is [2, 1], a hit at 2
+        [2, 0, 1],
+        [0, 1, 2],  # own second: [0, 2], a hit at 1
+        [3, 2, 0],  # own absent: the first two, [3, 2], no hit
+        [3, 0, 1]
+    ])
     recall = realm_bench._own_excluded_recall(rows, squad.questions, squad)
     self.assertEqual(recall["own_excluded_num_questions"], 3.0)
     self.assertAlmostEqual(recall["own_excluded_answer_recall@1"], 100 / 3)

@@ -26,7 +26,9 @@ import transformers
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  parser.add_argument("--model_dir", required=True, help="all-MiniLM-L6-v2 (a sentence-transformers "
+  parser.add_argument("--model_dir",
+                      required=True,
+                      help="all-MiniLM-L6-v2 (a sentence-transformers "
                       "directory: modules.json, config.json, model.safetensors, ...).")
   parser.add_argument("--texts_json", required=True, help="A JSON list of strings.")
   parser.add_argument("--batch_size", type=int, default=32)
@@ -40,16 +42,23 @@ def main():
   model.max_seq_length = args.max_seq_length
   model.encode(texts[:args.batch_size], batch_size=args.batch_size)  # warm-up, not timed
   wall, cpu = time.perf_counter(), time.process_time()
-  vectors = model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True,
-                         convert_to_numpy=True)
+  vectors = model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True)
   wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
   if args.vectors_npy:
     np.save(args.vectors_npy, vectors.astype(np.float32), allow_pickle=False)
   print("RESULT " + json.dumps({
-      "wall_s": wall, "cpu_s": cpu, "num_texts": len(texts), "threads": torch.get_num_threads(),
-      "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                   "sentence_transformers": sentence_transformers.__version__,
-                   "python": platform.python_version()}}), flush=True)
+      "wall_s": wall,
+      "cpu_s": cpu,
+      "num_texts": len(texts),
+      "threads": torch.get_num_threads(),
+      "versions": {
+          "torch": torch.__version__,
+          "transformers": transformers.__version__,
+          "sentence_transformers": sentence_transformers.__version__,
+          "python": platform.python_version()
+      }
+  }),
+        flush=True)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,16 @@ def machine() -> Dict:
       model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
   except OSError:
     model = ""
-  return {"platform": platform.platform(), "processor": model or platform.processor(),
-          "cpu_count": os.cpu_count(),
-          "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-          "python": platform.python_version(), "tensorflow": tf.__version__,
-          "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-          "load_average_at_start": load_average()}
+  return {
+      "platform": platform.platform(),
+      "processor": model or platform.processor(),
+      "cpu_count": os.cpu_count(),
+      "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+      "python": platform.python_version(),
+      "tensorflow": tf.__version__,
+      "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+      "load_average_at_start": load_average()
+  }
 
 
 def bench_config(name: str) -> bert.BertConfig:
@@ -73,7 +77,7 @@ def matmul_peak(size: int = 2048, repeats: int = 5) -> Tuple[float, float]:
   f = tf.function(lambda x: tf.matmul(x, x))
   f(a).numpy()
   walls, cpus = zip(*(timed(lambda: f(a).numpy()) for _ in range(repeats)))
-  flops = 2 * size ** 3
+  flops = 2 * size**3
   return flops / statistics.median(walls), flops / statistics.median(cpus)
 
 
@@ -89,8 +93,8 @@ def doc_inputs(batch_size: int, seq_len: int, seed: int):
   """A (token_ids, mask, segment_ids) batch of full-length random documents."""
   rng = np.random.default_rng(seed)
   shape = [batch_size, seq_len]
-  return (tf.constant(rng.integers(1000, 30000, shape), tf.int32), tf.ones(shape, tf.int32),
-          tf.zeros(shape, tf.int32))
+  return (tf.constant(rng.integers(1000, 30000, shape),
+                      tf.int32), tf.ones(shape, tf.int32), tf.zeros(shape, tf.int32))
 
 
 def embedding_call(config: bert.BertConfig, batch_size: int, seq_len: int,
@@ -117,8 +121,7 @@ class DocTowerTrainer(tf_keras.Model):
 
   def compute_loss(self, features, training=None) -> losses.LossOutput:
     embeddings = self(features, training=training)
-    return losses.in_batch_softmax_loss(features["queries"], embeddings,
-                                        tf.range(tf.shape(embeddings)[0]))
+    return losses.in_batch_softmax_loss(features["queries"], embeddings, tf.range(tf.shape(embeddings)[0]))
 
 
 def train_step_call(config: bert.BertConfig, batch_size: int, seq_len: int,
@@ -126,8 +129,7 @@ def train_step_call(config: bert.BertConfig, batch_size: int, seq_len: int,
   """A no-argument call of one training step (train_lib.TrainStep with the project's AdamW: forward,
   backward, clipping, update) of DocTowerTrainer; returns the loss."""
   token_ids, mask, segment_ids = doc_inputs(batch_size, seq_len, seed=1)
-  queries = tf.constant(np.random.default_rng(2).normal(size=[batch_size, PROJECTION_SIZE]),
-                        tf.float32)
+  queries = tf.constant(np.random.default_rng(2).normal(size=[batch_size, PROJECTION_SIZE]), tf.float32)
   features = {"token_ids": token_ids, "mask": mask, "segment_ids": segment_ids, "queries": queries}
   model = DocTowerTrainer(config)
   model(features)

@@ -71,10 +71,13 @@ def _realm_features(vocab_size, B, N, Q, C, M):
   query[0][:, 1:M + 1] = _MASK
   candidates = _triple(rng, vocab_size, [B, N, C], C // 4)
   joint_ids = np.concatenate([np.repeat(query[0][:, np.newaxis], N, 1), candidates[0][:, :, 1:]], -1)
-  joint = (joint_ids, np.ones_like(joint_ids), (np.arange(Q + C - 1) >= Q).astype(np.int32)
-           * np.ones_like(joint_ids))
-  features = {realm.MLM_POSITIONS: positions, realm.MLM_TARGETS: targets,
-              realm.MLM_MASK: np.ones([B, M], np.float32)}
+  joint = (joint_ids, np.ones_like(joint_ids),
+           (np.arange(Q + C - 1) >= Q).astype(np.int32) * np.ones_like(joint_ids))
+  features = {
+      realm.MLM_POSITIONS: positions,
+      realm.MLM_TARGETS: targets,
+      realm.MLM_MASK: np.ones([B, M], np.float32)
+  }
   _add(features, realm.QUERY, query)
   _add(features, realm.CANDIDATE, candidates)
   _add(features, realm.JOINT, joint)
@@ -100,9 +103,13 @@ def _orqa_features(vocab_size, B, N, Q, C, M):
   gold_ends = np.full([B, N, 2], -1, np.int32)
   gold_starts[:, 0, 0], gold_ends[:, 0, 0] = Q + 3, Q + 5
   retriever_beam = 4 * N
-  features = {"block_mask": block_mask, "gold_starts": gold_starts, "gold_ends": gold_ends,
-              "retriever_logits": rng.normal(size=[B, retriever_beam]).astype(np.float32),
-              "retriever_correct": rng.random([B, retriever_beam]) < 0.2}
+  features = {
+      "block_mask": block_mask,
+      "gold_starts": gold_starts,
+      "gold_ends": gold_ends,
+      "retriever_logits": rng.normal(size=[B, retriever_beam]).astype(np.float32),
+      "retriever_correct": rng.random([B, retriever_beam]) < 0.2
+  }
   _add(features, "reader", _triple(rng, vocab_size, [B, N, length], Q))
   return features
 
@@ -118,9 +125,11 @@ def task(name, config, shapes):
     features = _ict_features(vocab, **shapes)
   elif name == "orqa":
     # ORQA's loss with the retriever's outputs given as features: the reader's step and the loss.
-    model = orqa_reader.OrqaReader(reader.SpanReader(
-        config, seq_len=shapes["Q"] + shapes["C"], span_hidden_size=SPAN_HIDDEN_SIZE,
-        max_span_width=MAX_SPAN_WIDTH), name="orqa")
+    model = orqa_reader.OrqaReader(reader.SpanReader(config,
+                                                     seq_len=shapes["Q"] + shapes["C"],
+                                                     span_hidden_size=SPAN_HIDDEN_SIZE,
+                                                     max_span_width=MAX_SPAN_WIDTH),
+                                   name="orqa")
     features = _orqa_features(vocab, **shapes)
   else:
     raise ValueError(f"unknown task {name!r}; use realm, ict or orqa")

@@ -52,9 +52,9 @@ _TASKS = flags.DEFINE_list("tasks", ["realm", "ict", "orqa"], "Training steps to
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per measurement (the median is reported).")
 _WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 1, "Untimed steps first (the first compiles).")
 _OUTPUT = flags.DEFINE_string(
-    "output", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                           "train_step_bench.json"),
+    "output", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "train_step_bench.json"),
     "Where to write the JSON results.")
+
 
 def _count(model) -> int:
   """Parameters (each variable once, trainable or not) of a model whose variables exist."""
@@ -79,7 +79,9 @@ def _parameter_counts(config: bert.BertConfig):
   small = dict(B=1, N=2, Q=4, C=4, M=1)
   counts["RealmPretrainer"] = _count(tiny_tasks.task("realm", config, small)[0])
   counts["IctModel"] = _count(tiny_tasks.task("ict", config, small)[0])
-  span_reader = reader.SpanReader(config, seq_len=8, span_hidden_size=tiny_tasks.SPAN_HIDDEN_SIZE,
+  span_reader = reader.SpanReader(config,
+                                  seq_len=8,
+                                  span_hidden_size=tiny_tasks.SPAN_HIDDEN_SIZE,
                                   max_span_width=tiny_tasks.MAX_SPAN_WIDTH)
   reader_ids = tf.zeros([1, 1, 8], tf.int32)
   span_reader(((reader_ids,) * 3, tf.ones([1, 1, 8], tf.int32), tf.zeros([1, 1])))
@@ -126,23 +128,33 @@ def _time_task(task_name: str, config: bert.BertConfig, shapes):
     walls, cpus, losses_ = zip(*runs)
     if not all(np.isfinite(losses_)):
       raise RuntimeError(f"{task_name} ({variant}) produced a non-finite loss: {losses_}")
-    timings[variant] = {"first_step_s": first[variant], "median_step_s": statistics.median(walls),
-                        "min_step_s": min(walls), "median_step_cpu_s": statistics.median(cpus),
-                        "step_times_s": list(walls), "step_cpu_s": list(cpus),
-                        "last_loss": losses_[-1]}
+    timings[variant] = {
+        "first_step_s": first[variant],
+        "median_step_s": statistics.median(walls),
+        "min_step_s": min(walls),
+        "median_step_cpu_s": statistics.median(cpus),
+        "step_times_s": list(walls),
+        "step_cpu_s": list(cpus),
+        "last_loss": losses_[-1]
+    }
   return timings
 
 
 def main(argv):
   del argv
-  results = {"machine": throughput_lib.machine(), "steps": _STEPS.value,
-             "warmup_steps": _WARMUP_STEPS.value,
-             "configs": {}}
+  results = {
+      "machine": throughput_lib.machine(),
+      "steps": _STEPS.value,
+      "warmup_steps": _WARMUP_STEPS.value,
+      "configs": {}
+  }
   for name in _CONFIGS.value:
     config = tiny_tasks.bert_config(name)
     shapes = tiny_tasks.SHAPES[name]
-    print(f"== {name}: {config.num_layers} layers, hidden {config.hidden_size}, vocab "
-          f"{config.vocab_size}; shapes {shapes}", flush=True)
+    print(
+        f"== {name}: {config.num_layers} layers, hidden {config.hidden_size}, vocab "
+        f"{config.vocab_size}; shapes {shapes}",
+        flush=True)
     counts = _parameter_counts(config)
     for model_name, count in counts.items():
       print(f"  {model_name:<28} {count:>13,d} parameters", flush=True)
@@ -151,19 +163,25 @@ def main(argv):
       for variant, timing in _time_task(task_name, config, shapes).items():
         timing["examples_per_second"] = shapes["B"] / timing["median_step_s"]
         timings[f"{task_name}/{variant}"] = timing
-        print(f"  {task_name:<5} {variant:<7} first step {timing['first_step_s']:7.2f} s  median step "
-              f"{timing['median_step_s']:7.3f} s wall, {timing['median_step_cpu_s']:7.3f} s CPU, "
-              f"{timing['examples_per_second']:7.2f} examples/s", flush=True)
-    results["configs"][name] = {"bert": config.to_dict(), "shapes": shapes, "parameters": counts,
-                                "timings": timings}
+        print(
+            f"  {task_name:<5} {variant:<7} first step {timing['first_step_s']:7.2f} s  median step "
+            f"{timing['median_step_s']:7.3f} s wall, {timing['median_step_cpu_s']:7.3f} s CPU, "
+            f"{timing['examples_per_second']:7.2f} examples/s",
+            flush=True)
+    results["configs"][name] = {
+        "bert": config.to_dict(),
+        "shapes": shapes,
+        "parameters": counts,
+        "timings": timings
+    }
   results["machine"]["load_average_at_end"] = throughput_lib.load_average()
 
   print("\nParameters")
   names = list(next(iter(results["configs"].values()))["parameters"])
   print(f"  {'model':<28}" + "".join(f"{c:>15}" for c in results["configs"]))
   for model_name in names:
-    print(f"  {model_name:<28}" + "".join(
-        f"{r['parameters'][model_name]:>15,d}" for r in results["configs"].values()))
+    print(f"  {model_name:<28}" +
+          "".join(f"{r['parameters'][model_name]:>15,d}" for r in results["configs"].values()))
   print("\nStep time: median of %d alternating steps after %d warm-up (the first step compiles); wall "
         "seconds, process CPU seconds in brackets" % (_STEPS.value, _WARMUP_STEPS.value))
   print(f"  {'config':<10}{'task':<6}{'XLA step':>18}{'no-XLA step':>18}{'speedup':>9}"

@@ -87,53 +87,75 @@ def main(argv):
 
 
 def _run(documents, vocab: str, work: str) -> dict:
-  out = {"machine": throughput_lib.machine(), "num_paragraphs": len(documents), "config": _CONFIG.value,
-         "seq_len": _SEQ_LEN.value, "batch_size": _BATCH.value, "index": "scann"}
+  out = {
+      "machine": throughput_lib.machine(),
+      "num_paragraphs": len(documents),
+      "config": _CONFIG.value,
+      "seq_len": _SEQ_LEN.value,
+      "batch_size": _BATCH.value,
+      "index": "scann"
+  }
   tokenizer = tokenization.Tokenizer(vocab)
   base_prefix = os.path.join(work, "corpus", "blocks")
   minilm_lib.log(f"tokenizing {len(documents)} paragraphs")
   out["base_tokenize"] = throughput_lib.timed(
       lambda: corpus_lib.write_corpus(lambda: documents, tokenizer, base_prefix, num_shards=8))
   bert = throughput_lib.bench_config(_CONFIG.value)
-  config = realm_config_lib.RealmConfig(
-      retriever_bert=bert, reader_bert=bert, vocab_path=vocab, projection_size=128, query_seq_len=64,
-      candidate_seq_len=_SEQ_LEN.value, embedder_pooling="mean")
+  config = realm_config_lib.RealmConfig(retriever_bert=bert,
+                                        reader_bert=bert,
+                                        vocab_path=vocab,
+                                        projection_size=128,
+                                        query_seq_len=64,
+                                        candidate_seq_len=_SEQ_LEN.value,
+                                        embedder_pooling="mean")
   model_dir = os.path.join(work, "realm")
   config.save(model_dir)
   tf_keras.utils.set_random_seed(0)
   retriever = config.build_retriever()
-  checkpoint = tf.train.CheckpointManager(
-      tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)), model_dir,
-      max_to_keep=2).save(checkpoint_number=1)
-  options = refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=base_prefix,
-                                       batch_size=_BATCH.value, keep=5)
+  checkpoint = tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)),
+                                          model_dir,
+                                          max_to_keep=2).save(checkpoint_number=1)
+  options = refresher.RefresherOptions(model_dir=model_dir,
+                                       corpus_prefix=base_prefix,
+                                       batch_size=_BATCH.value,
+                                       keep=5)
   embedder = refresher.corpus_embedder(config, retriever, options)
   minilm_lib.log("base refresh")
   paths = {}
   out["base_refresh"] = throughput_lib.timed(lambda: paths.update(base=refresher.build_and_publish(
-      config, retriever, 1, options, info={"checkpoint": checkpoint}, log=minilm_lib.log,
-      embedder=embedder)))
+      config, retriever, 1, options, info={"checkpoint": checkpoint}, log=minilm_lib.log, embedder=embedder)))
 
   # The change set: a third replaced, a third removed, a third added, spread over the corpus.
   count = max(3, round(len(documents) * _CHANGE_PERCENT.value / 100))
   rng = np.random.default_rng(0)
   picked = rng.choice(len(documents), size=count, replace=False)
   replaced, removed, sources = np.array_split(picked, 3)
-  change_records = [_changed(documents[i], _reversed_sentences(documents[i].body), documents[i].doc_id)
-                    for i in replaced]
-  change_records += [_changed(documents[i], _reversed_sentences(documents[i].body), f"added-{j}",
-                              documents[i].title + " (new)") for j, i in enumerate(sources)]
+  change_records = [
+      _changed(documents[i], _reversed_sentences(documents[i].body), documents[i].doc_id) for i in replaced
+  ]
+  change_records += [
+      _changed(documents[i], _reversed_sentences(documents[i].body), f"added-{j}",
+               documents[i].title + " (new)") for j, i in enumerate(sources)
+  ]
   change_path = os.path.join(work, "change.jsonl")
   with open(change_path, "w", encoding="utf-8") as f:
     f.writelines(json.dumps(r) + "\n" for r in change_records)
   removed_ids = [documents[i].doc_id for i in removed]
-  out["change"] = {"replaced": len(replaced), "removed": len(removed), "added": len(sources),
-                   "percent": _CHANGE_PERCENT.value}
+  out["change"] = {
+      "replaced": len(replaced),
+      "removed": len(removed),
+      "added": len(sources),
+      "percent": _CHANGE_PERCENT.value
+  }
 
   minilm_lib.log(f"update: {out['change']}")
   out["update"] = throughput_lib.timed(lambda: paths.update(updated=index_update.update_published_index(
-      paths["base"], index_update.read_change_set(change_path, removed_ids), on_existing="replace",
-      batch_size=_BATCH.value, keep=5, log=minilm_lib.log)))
+      paths["base"],
+      index_update.read_change_set(change_path, removed_ids),
+      on_existing="replace",
+      batch_size=_BATCH.value,
+      keep=5,
+      log=minilm_lib.log)))
 
   # The same change without update_index: the whole changed corpus tokenized and refreshed.
   by_id = {r["id"]: corpus_lib.Document(r["title"], r["body"], r["id"]) for r in change_records}
@@ -145,27 +167,39 @@ def _run(documents, vocab: str, work: str) -> dict:
   out["full_tokenize"] = throughput_lib.timed(
       lambda: corpus_lib.write_corpus(lambda: changed_docs, tokenizer, full_prefix, num_shards=8))
   minilm_lib.log("full: refresh")
-  full_options = refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=full_prefix,
-                                            batch_size=_BATCH.value, keep=5)
-  out["full_refresh"] = throughput_lib.timed(lambda: paths.update(full=refresher.build_and_publish(
-      config, retriever, 10, full_options, info={"checkpoint": checkpoint}, log=minilm_lib.log,
-      embedder=embedder)))
+  full_options = refresher.RefresherOptions(model_dir=model_dir,
+                                            corpus_prefix=full_prefix,
+                                            batch_size=_BATCH.value,
+                                            keep=5)
+  out["full_refresh"] = throughput_lib.timed(
+      lambda: paths.update(full=refresher.build_and_publish(config,
+                                                            retriever,
+                                                            10,
+                                                            full_options,
+                                                            info={"checkpoint": checkpoint},
+                                                            log=minilm_lib.log,
+                                                            embedder=embedder)))
 
   updated = published_index.load_published(paths["updated"])
   full = published_index.load_published(paths["full"])
   updated_ids = [r["doc_id"] for r in corpus_lib.read_corpus(updated.record["corpus_prefix"])]
   full_ids = [r["doc_id"] for r in corpus_lib.read_corpus(full_prefix)]
   a, b = np.asarray(updated.mips.embeddings), np.asarray(full.mips.embeddings)
-  out["agreement"] = {"same_rows": updated_ids == full_ids, "num_docs": len(updated_ids),
-                      "max_abs_difference": float(np.abs(a - b).max()) if a.shape == b.shape else None}
+  out["agreement"] = {
+      "same_rows": updated_ids == full_ids,
+      "num_docs": len(updated_ids),
+      "max_abs_difference": float(np.abs(a - b).max()) if a.shape == b.shape else None
+  }
   for name in ("base_tokenize", "base_refresh", "update", "full_tokenize", "full_refresh"):
     wall, cpu = out[name]
     out[name] = {"wall_seconds": wall, "cpu_seconds": cpu}
   full_wall = out["full_tokenize"]["wall_seconds"] + out["full_refresh"]["wall_seconds"]
   full_cpu = out["full_tokenize"]["cpu_seconds"] + out["full_refresh"]["cpu_seconds"]
   out["full"] = {"wall_seconds": full_wall, "cpu_seconds": full_cpu}
-  out["speedup"] = {"wall": full_wall / out["update"]["wall_seconds"],
-                    "cpu": full_cpu / out["update"]["cpu_seconds"]}
+  out["speedup"] = {
+      "wall": full_wall / out["update"]["wall_seconds"],
+      "cpu": full_cpu / out["update"]["cpu_seconds"]
+  }
   out["update_record"] = updated.record["update"]
   out["machine"]["load_average_at_end"] = throughput_lib.load_average()
   return out
@@ -176,10 +210,9 @@ def _print(out: dict) -> None:
         f"change {out['change']}")
   print(f"{'step':36s} {'wall s':>8s} {'CPU s':>8s}")
   for name, label in (("base_refresh", "base refresh (first, compiling)"),
-                      ("update", "update_index (1 process)"),
-                      ("full_tokenize", "full: tokenize changed corpus"),
-                      ("full_refresh", "full: refresh (compiled embedder)"),
-                      ("full", "full: total")):
+                      ("update", "update_index (1 process)"), ("full_tokenize",
+                                                               "full: tokenize changed corpus"),
+                      ("full_refresh", "full: refresh (compiled embedder)"), ("full", "full: total")):
     print(f"{label:36s} {out[name]['wall_seconds']:8.1f} {out[name]['cpu_seconds']:8.1f}")
   print(f"update is {out['speedup']['wall']:.1f}x faster (wall), {out['speedup']['cpu']:.1f}x less CPU; "
         f"agreement {out['agreement']}")

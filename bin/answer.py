@@ -12,8 +12,10 @@ from absl import flags
 
 from realm_tf.export import loader
 
-_SAVED_MODEL = flags.DEFINE_string("saved_model", None, "An open_qa SavedModel directory "
-                                   "(bin/export_saved_model's OUTPUT_DIR/open_qa).", required=True)
+_SAVED_MODEL = flags.DEFINE_string("saved_model",
+                                   None, "An open_qa SavedModel directory "
+                                   "(bin/export_saved_model's OUTPUT_DIR/open_qa).",
+                                   required=True)
 _PASSAGES = flags.DEFINE_integer("num_passages", 5, "Passages shown per question.")
 _CHARS = flags.DEFINE_integer("max_passage_chars", 240, "Passage text shown per passage.")
 
@@ -40,8 +42,8 @@ def main(argv):
       print(f"  {rank + 1}. [{_text(outputs['doc_ids'][i][rank])}] "
             f"{_text(outputs['block_titles'][i][rank])} "
             f"(retriever {outputs['retriever_scores'][i][rank]:.3f})")
-      print(textwrap.indent(textwrap.shorten(passage, _CHARS.value, placeholder=" ...") or "(empty)",
-                            "     "))
+      print(textwrap.indent(
+          textwrap.shorten(passage, _CHARS.value, placeholder=" ...") or "(empty)", "     "))
     print()
 
 

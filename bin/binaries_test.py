@@ -21,7 +21,11 @@ _TESTDATA = os.path.join(_REPO, "testdata")
 def _run(script, *args):
   env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
-                        capture_output=True, text=True, env=env, timeout=300, check=False)
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        timeout=300,
+                        check=False)
 
 
 class GenerateRetrievalCorpusTest(tf.test.TestCase):
@@ -63,8 +67,7 @@ class GenerateRetrievalCorpusTest(tf.test.TestCase):
 
   def test_missing_vocab_is_a_clear_error(self):
     tmp = self.create_tempdir().full_path
-    result = in_process.run_main("generate_retrieval_corpus.py",
-                                 f"--input_path={_TESTDATA}/corpus.jsonl",
+    result = in_process.run_main("generate_retrieval_corpus.py", f"--input_path={_TESTDATA}/corpus.jsonl",
                                  f"--vocab_path={tmp}/nope.txt", f"--output_prefix={tmp}/blocks")
     self.assertIsNotNone(result.error)
     self.assertIn(f"vocab file {tmp}/nope.txt does not exist", str(result.error))
@@ -76,13 +79,13 @@ class TrainRealmFlagsTest(tf.test.TestCase):
   def test_staleness_below_the_checkpoint_interval_is_refused_before_any_work(self):
     # In this process; VocabChecksTest runs bin/train_realm as a failing process.
     tmp = self.create_tempdir().full_path
-    result = in_process.run_main(
-        "train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
-        f"--pretraining_corpus_path={tmp}/none", f"--retrieval_corpus_path={tmp}/none",
-        "--bert_config=tiny", "--save_checkpoints_steps=250", "--max_index_staleness_steps=100")
+    result = in_process.run_main("train_realm.py", f"--model_dir={tmp}/realm",
+                                 f"--vocab_path={_TESTDATA}/vocab.txt",
+                                 f"--pretraining_corpus_path={tmp}/none",
+                                 f"--retrieval_corpus_path={tmp}/none", "--bert_config=tiny",
+                                 "--save_checkpoints_steps=250", "--max_index_staleness_steps=100")
     self.assertIsNotNone(result.error)
-    self.assertIn("--max_index_staleness_steps=100 is below --save_checkpoints_steps=250",
-                  str(result.error))
+    self.assertIn("--max_index_staleness_steps=100 is below --save_checkpoints_steps=250", str(result.error))
     self.assertFalse(os.path.exists(os.path.join(tmp, "realm")))
 
   def test_index_swaps_off_the_checkpoint_steps_are_refused_before_any_work(self):
@@ -111,11 +114,11 @@ class TrainRealmInputErrorTest(tf.test.TestCase):
     result = in_process.run_main(
         "train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
         f"--pretraining_corpus_path={corpora['pretraining']}",
-        f"--retrieval_corpus_path={corpora['retrieval']}",
-        f"--bert_config={bert_config}", "--jit_compile=false", "--batch_size=2", "--num_candidates=4",
-        "--query_seq_len=16", "--candidate_seq_len=32", "--max_masks=4", "--projection_size=16",
-        "--num_train_steps=6", "--save_checkpoints_steps=2", "--index_swap_steps=2",
-        "--wait_for_index_seconds=0.5", "--bootstrap_index", "--index_implementation=brute_force")
+        f"--retrieval_corpus_path={corpora['retrieval']}", f"--bert_config={bert_config}",
+        "--jit_compile=false", "--batch_size=2", "--num_candidates=4", "--query_seq_len=16",
+        "--candidate_seq_len=32", "--max_masks=4", "--projection_size=16", "--num_train_steps=6",
+        "--save_checkpoints_steps=2", "--index_swap_steps=2", "--wait_for_index_seconds=0.5",
+        "--bootstrap_index", "--index_implementation=brute_force")
     self.assertIsInstance(result.error, TimeoutError, result.traceback)
     self.assertIn("published no index of step 2 in time", str(result.error))
 
@@ -131,20 +134,22 @@ class TrainFidKdFlagsTest(tf.test.TestCase):
     tmp = self.create_tempdir().full_path
     result = self._run(tmp, "--reader_share_embeddings")
     self.assertNotEqual(result.returncode, 0)
-    self.assertIn("--reader_share_embeddings shares the pre-trained encoder's word embeddings: pass "
-                  "--reader_init_checkpoint", result.stderr)
+    self.assertIn(
+        "--reader_share_embeddings shares the pre-trained encoder's word embeddings: pass "
+        "--reader_init_checkpoint", result.stderr)
     self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
 
   def test_bad_reader_shape_names_the_flags(self):
     # In this process; the case above runs bin/train_fid_kd as a failing process.
     tmp = self.create_tempdir().full_path
-    result = in_process.run_main(
-        "train_fid_kd.py", f"--model_dir={tmp}/fid", f"--vocab_path={_TESTDATA}/vocab.txt",
-        f"--retrieval_corpus_path={tmp}/none", f"--train_path={tmp}/none", f"--dev_path={tmp}/none",
-        "--bert_config=tiny", "--reader_hidden_size=30", "--reader_num_heads=4")
+    result = in_process.run_main("train_fid_kd.py", f"--model_dir={tmp}/fid",
+                                 f"--vocab_path={_TESTDATA}/vocab.txt", f"--retrieval_corpus_path={tmp}/none",
+                                 f"--train_path={tmp}/none", f"--dev_path={tmp}/none", "--bert_config=tiny",
+                                 "--reader_hidden_size=30", "--reader_num_heads=4")
     self.assertIsNotNone(result.error)
-    self.assertIn("the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): FidConfig: "
-                  "hidden_size 30 is not a multiple of num_heads 4", str(result.error))
+    self.assertIn(
+        "the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): FidConfig: "
+        "hidden_size 30 is not a multiple of num_heads 4", str(result.error))
     self.assertFalse(os.path.exists(os.path.join(tmp, "fid")))
 
 
@@ -195,10 +200,12 @@ class GradientAccumulationFlagTest(tf.test.TestCase):
   def test_the_trainers_take_it_and_name_it_when_it_does_not_divide_the_batch(self):
     # bin/train_mlm's main in this process (TrainMlmSeedTest runs it as a process).
     model_dir = os.path.join(self.create_tempdir().full_path, "mlm")
-    flags = [f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
-             f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4",
-             "--max_seq_len=32", "--max_predictions_per_seq=4", "--num_train_steps=2",
-             "--save_checkpoints_steps=2", "--jit_compile=false"]
+    flags = [
+        f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
+        f"--vocab_path={_TESTDATA}/vocab.txt", "--bert_config=tiny", "--batch_size=4", "--max_seq_len=32",
+        "--max_predictions_per_seq=4", "--num_train_steps=2", "--save_checkpoints_steps=2",
+        "--jit_compile=false"
+    ]
     result = in_process.run_main("train_mlm.py", *flags, "--gradient_accumulation_steps=3")
     self.assertIsNotNone(result.error)
     self.assertIn("--gradient_accumulation_steps=3 must divide the batch of each replica (4;",
@@ -246,10 +253,11 @@ class VocabChecksTest(tf.test.TestCase):
     self.assertFalse(os.path.exists(f"{tmp}/realm"))
 
     model_dir = f"{tmp}/run"
-    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285),
+    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285),
+                                 reader_bert=bert.tiny_config(285),
                                  vocab_path=swapped).save(model_dir)
-    result = _run("refresh_doc_embeds.py", f"--model_dir={model_dir}",
-                  f"--retrieval_corpus_path={corpus}", "--once", "--index_implementation=brute_force")
+    result = _run("refresh_doc_embeds.py", f"--model_dir={model_dir}", f"--retrieval_corpus_path={corpus}",
+                  "--once", "--index_implementation=brute_force")
     self.assertNotEqual(result.returncode, 0)
     last = result.stderr.strip().splitlines()[-1]
     self.assertIn(f"the vocab {swapped} (realm_config.json's vocab_path", last)
@@ -260,8 +268,13 @@ def _run_as_readme(args, cwd):
   """A README command in a clean environment: no PYTHONPATH and none of TensorFlow's variables, only
   what a new shell has. realm_tf must come from the venv's (editable) install, as for a user."""
   env = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
-  return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd,
-                        timeout=300, check=False)
+  return subprocess.run([sys.executable, *args],
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        cwd=cwd,
+                        timeout=300,
+                        check=False)
 
 
 class ReadmeCommandsTest(tf.test.TestCase):
@@ -269,8 +282,8 @@ class ReadmeCommandsTest(tf.test.TestCase):
   def test_help_lists_own_and_shared_flags_only(self):
     # One README command as a process (absl's --help and nothing of TensorFlow's start-up); what the
     # others list is absl's help of their module, computed in this process (in_process.help_text).
-    for binary, own in (("train_ict.py", "--pretraining_corpus_path"),
-                        ("train_realm.py", "--retrieval_corpus_path"),
+    for binary, own in (("train_ict.py", "--pretraining_corpus_path"), ("train_realm.py",
+                                                                        "--retrieval_corpus_path"),
                         ("train_orqa.py", "--train_path"), ("train_mlm.py", "--input_path")):
       if binary == "train_ict.py":
         result = _run_as_readme([os.path.join(_REPO, "bin", binary), "--help"], self.get_temp_dir())
@@ -288,9 +301,10 @@ class ReadmeCommandsTest(tf.test.TestCase):
   def test_a_real_command_runs_without_pythonpath(self):
     # Also bin/generate_retrieval_corpus's run on the testdata corpus (GenerateRetrievalCorpusTest).
     out = self.create_tempdir().full_path
-    result = _run_as_readme([os.path.join(_REPO, "bin", "generate_retrieval_corpus.py"),
-                             f"--input_path={_TESTDATA}/corpus.jsonl", f"--vocab_path={_TESTDATA}/vocab.txt",
-                             f"--output_prefix={out}/blocks", "--num_output_shards=3"], out)
+    result = _run_as_readme([
+        os.path.join(_REPO, "bin", "generate_retrieval_corpus.py"), f"--input_path={_TESTDATA}/corpus.jsonl",
+        f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_prefix={out}/blocks", "--num_output_shards=3"
+    ], out)
     self.assertEqual(result.returncode, 0, result.stderr)
     with open(os.path.join(out, "blocks.manifest.json")) as f:
       manifest = json.load(f)

@@ -35,38 +35,39 @@ from realm_tf.checkpoints import released
 from realm_tf.conversion import released_conversion
 from realm_tf.training import trainer_flags
 
-_INPUT = flags.DEFINE_string("input_checkpoint", None,
-                             "Released checkpoint prefix, directory, or TF-Hub module directory (its "
+_INPUT = flags.DEFINE_string("input_checkpoint",
+                             None, "Released checkpoint prefix, directory, or TF-Hub module directory (its "
                              "variables/variables; with --layout=block_emb its encoded/encoded.ckpt).",
                              required=True)
-_LAYOUT = flags.DEFINE_enum("layout", released.AUTO, [released.AUTO, *released.LAYOUTS],
-                            "The checkpoint's layout; auto detects it from the variable names, any "
-                            "other value is checked against them.")
-_BERT_CONFIG = flags.DEFINE_string("bert_config_path", None,
-                                   "Google bert_config.json of the BERT(s); default: inferred from the "
-                                   "checkpoint's shapes.")
-_VOCAB = flags.DEFINE_string("vocab_path", None,
-                             "vocab.txt of the checkpoint (checked and copied); default: the hub "
-                             "module's assets/vocab.txt. Needed for the retriever layouts.")
+_LAYOUT = flags.DEFINE_enum(
+    "layout", released.AUTO, [released.AUTO, *released.LAYOUTS],
+    "The checkpoint's layout; auto detects it from the variable names, any "
+    "other value is checked against them.")
+_BERT_CONFIG = flags.DEFINE_string(
+    "bert_config_path", None, "Google bert_config.json of the BERT(s); default: inferred from the "
+    "checkpoint's shapes.")
+_VOCAB = flags.DEFINE_string(
+    "vocab_path", None, "vocab.txt of the checkpoint (checked and copied); default: the hub "
+    "module's assets/vocab.txt. Needed for the retriever layouts.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "New (or empty) output directory.", required=True)
-_BLOCKS = flags.DEFINE_string("blocks_path", None,
-                              "block_emb: ORQA's blocks.tfr (uncompressed TFRecord, one raw string per "
-                              "block, row-aligned with block_emb), written as blocks.jsonl.")
+_BLOCKS = flags.DEFINE_string(
+    "blocks_path", None, "block_emb: ORQA's blocks.tfr (uncompressed TFRecord, one raw string per "
+    "block, row-aligned with block_emb), written as blocks.jsonl.")
 _TITLES = flags.DEFINE_string("titles_path", None,
                               "block_emb: ORQA's titles.tfr, aligned with --blocks_path.")
 _HEADS = flags.DEFINE_integer("num_attention_heads", None,
                               "Attention heads when inferring the config (default hidden_size / 64).")
 _INDEX = trainer_flags.define_index_implementation_flag("block_emb: MIPS implementation of the index.")
-_QUERY_LEN = flags.DEFINE_integer("query_seq_len", None,
-                                  "Retriever layouts: the query length written to realm_config.json; "
-                                  "default min(original, the retriever BERT's position table): "
-                                  "REALM 96, ORQA 64.")
-_CANDIDATE_LEN = flags.DEFINE_integer("candidate_seq_len", None,
-                                      "Retriever layouts: the document length; default min(288, the "
-                                      "retriever BERT's position table).")
-_READER_LEN = flags.DEFINE_integer("reader_seq_len", None,
-                                   "orqa_from_realm: the span reader's length; default min(320, the "
-                                   "reader BERT's position table).")
+_QUERY_LEN = flags.DEFINE_integer(
+    "query_seq_len", None, "Retriever layouts: the query length written to realm_config.json; "
+    "default min(original, the retriever BERT's position table): "
+    "REALM 96, ORQA 64.")
+_CANDIDATE_LEN = flags.DEFINE_integer(
+    "candidate_seq_len", None, "Retriever layouts: the document length; default min(288, the "
+    "retriever BERT's position table).")
+_READER_LEN = flags.DEFINE_integer(
+    "reader_seq_len", None, "orqa_from_realm: the span reader's length; default min(320, the "
+    "reader BERT's position table).")
 
 
 def main(argv):
@@ -77,12 +78,18 @@ def main(argv):
     # report printed below is the one that accounts for the whole checkpoint.
     logging.set_verbosity(logging.WARNING)
   try:
-    result = released_conversion.convert(
-        _INPUT.value, _OUTPUT_DIR.value, layout=_LAYOUT.value, bert_config_path=_BERT_CONFIG.value,
-        vocab_path=_VOCAB.value, num_attention_heads=_HEADS.value, blocks_path=_BLOCKS.value,
-        titles_path=_TITLES.value, index_implementation=_INDEX.value,
-        query_seq_len=_QUERY_LEN.value, candidate_seq_len=_CANDIDATE_LEN.value,
-        reader_seq_len=_READER_LEN.value)
+    result = released_conversion.convert(_INPUT.value,
+                                         _OUTPUT_DIR.value,
+                                         layout=_LAYOUT.value,
+                                         bert_config_path=_BERT_CONFIG.value,
+                                         vocab_path=_VOCAB.value,
+                                         num_attention_heads=_HEADS.value,
+                                         blocks_path=_BLOCKS.value,
+                                         titles_path=_TITLES.value,
+                                         index_implementation=_INDEX.value,
+                                         query_seq_len=_QUERY_LEN.value,
+                                         candidate_seq_len=_CANDIDATE_LEN.value,
+                                         reader_seq_len=_READER_LEN.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # ConversionError is a ValueError.
     sys.exit(f"convert_checkpoint: {e}")
   print(result.summary(list_all=True))

@@ -25,9 +25,9 @@ class CorporaTest(absltest.TestCase):
     with open(os.path.join(demo_pipeline.PipelineOptions.testdata_dir, "pretraining.jsonl")) as f, \
         open(news, "w") as w:
       w.writelines([line for line in f if json.loads(line)["title"] == synthetic.NEWS_TITLE][:7])
-    cls.paths = demo_pipeline.prepare_corpora(
-        demo_pipeline.PipelineOptions(output_dir=cls.out, realm_pretraining_path=news),
-        echo=lambda _: None)
+    cls.paths = demo_pipeline.prepare_corpora(demo_pipeline.PipelineOptions(output_dir=cls.out,
+                                                                            realm_pretraining_path=news),
+                                              echo=lambda _: None)
 
   def test_realm_pretraining_path_gives_realm_its_own_corpus(self):
     self.assertEqual(pretraining.read_manifest(self.paths["realm_pretraining"])["num_documents"], 7)
@@ -39,7 +39,8 @@ class CorporaTest(absltest.TestCase):
     out = self.create_tempdir().full_path
     log_path = os.path.join(self.out, "data", "generate_retrieval_corpus.log")
     with self.assertRaisesRegex(RuntimeError, log_path):
-      demo_pipeline.run_binary("generate_retrieval_corpus", log_path,
+      demo_pipeline.run_binary("generate_retrieval_corpus",
+                               log_path,
                                input_path=os.path.join(out, "second.jsonl"),
                                vocab_path=os.path.join(demo_pipeline.REPO, "testdata", "vocab.txt"),
                                output_prefix=os.path.join(out, "blocks"))

@@ -39,10 +39,16 @@ def _logs_tail(out: str) -> str:
 
 
 def _short_options(output_dir: str, bert_config: str, **overrides) -> demo_pipeline.PipelineOptions:
-  values = dict(output_dir=output_dir, realm_steps=40, save_checkpoints_steps=20, realm_batch_size=4,
-                index_swap_steps=20, realm_learning_rate=1e-3,
-                index_implementation="brute_force", realm_bert_config=bert_config,
-                realm_jit_compile=False, **_SIZES)
+  values = dict(output_dir=output_dir,
+                realm_steps=40,
+                save_checkpoints_steps=20,
+                realm_batch_size=4,
+                index_swap_steps=20,
+                realm_learning_rate=1e-3,
+                index_implementation="brute_force",
+                realm_bert_config=bert_config,
+                realm_jit_compile=False,
+                **_SIZES)
   values.update(overrides)
   return demo_pipeline.PipelineOptions(**values)
 
@@ -57,8 +63,7 @@ class PipelineTest(tf.test.TestCase):
     cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "demo_pipeline")
     os.makedirs(cls.out, exist_ok=True)
     cls.bert_config = testing_utils.write_small_bert_config(cls.out)
-    cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config),
-                                              echo=lambda _: None)
+    cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config), echo=lambda _: None)
 
   def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):
     out = self.create_tempdir().full_path
@@ -80,9 +85,8 @@ class PipelineTest(tf.test.TestCase):
     # them when handed step 20's embeddings; naming the latest checkpoint twice changes nothing.
     qa_paths = [os.path.join(options.testdata_dir, "qa.dev.jsonl")]
     latest, first = tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-20")
-    self.assertEqual(
-        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, latest),
-        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths))
+    self.assertEqual(demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, latest),
+                     demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths))
     config = realm_config.RealmConfig.load(model_dir)
     towers = {}
     for path in (latest, first):
@@ -90,12 +94,18 @@ class PipelineTest(tf.test.TestCase):
       training_state.restore_retriever(towers[path], path)
     corpus = corpus_table.CorpusTable.load(paths["retrieval"])
     first_docs = corpus_embedding.embed_corpus(
-        lambda inputs: towers[first].embed_documents(inputs, training=False), corpus.prefix,
-        config.featurizer(), log=lambda _: None)
+        lambda inputs: towers[first].embed_documents(inputs, training=False),
+        corpus.prefix,
+        config.featurizer(),
+        log=lambda _: None)
     self.assertEqual(
         demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, first),
-        retriever_eval.retriever_recall(towers[latest], config, corpus, qa_lib.load_jsonl(qa_paths[0]),
-                                        ks=(1, 5, 20), doc_embeddings=first_docs))
+        retriever_eval.retriever_recall(towers[latest],
+                                        config,
+                                        corpus,
+                                        qa_lib.load_jsonl(qa_paths[0]),
+                                        ks=(1, 5, 20),
+                                        doc_embeddings=first_docs))
 
     # The refresher published the bootstrap index and one per checkpoint, the final one included, and
     # left no temporary directory behind. (A finished run continued to more steps:

@@ -70,11 +70,9 @@ _NQ_URL = _github_raw("google-research-datasets/natural-questions",
                       "fb26a3073b1fe636c97302890a27b491d6530130", "nq_open/")
 _WEBQUESTIONS_URL = _github_raw("brmson/dataset-factoid-webquestions",
                                 "668890853388010fe6ae9a5eb035a7917b88933b", "main/")
-_CURATED_URL = _github_raw("brmson/dataset-factoid-curated",
-                           "3b757bfe8e88cdadbd070ecbb5d030df720d2a3a")
+_CURATED_URL = _github_raw("brmson/dataset-factoid-curated", "3b757bfe8e88cdadbd070ecbb5d030df720d2a3a")
 # The last commit with large2180-*: the next one renamed them large2470-* and added questions.
-_CURATED_2180_URL = _github_raw("brmson/dataset-factoid-curated",
-                                "087375a260f713cd5991b6cd615e55f972d50989")
+_CURATED_2180_URL = _github_raw("brmson/dataset-factoid-curated", "087375a260f713cd5991b6cd615e55f972d50989")
 _CODALAB_URL = "https://worksheets.codalab.org/rest/bundles/"
 
 # The file names the SQuAD-open loaders look for first (realm_tf.data.squad_open.find_squad_files).
@@ -95,9 +93,8 @@ DATASETS: Dict[str, Tuple[RemoteFile, ...]] = {
                    "0c93aaf13b12f855628489665e4ef85ffb8573ad444646f11f4fabdc57a0aabf"),
         RemoteFile("nq_open/NQ-open.dev.jsonl", _NQ_URL + "NQ-open.dev.jsonl", 391316,
                    "f15567f38099f3615f5b8a685c0aef449c11ad90d3da3735e8d1b98115b40616"),
-        RemoteFile("nq_open/NQ-open.efficientqa.dev.1.1.jsonl",
-                   _NQ_URL + "NQ-open.efficientqa.dev.1.1.jsonl", 194998,
-                   "0ad45e2fa9fd32d10b3cf08c63e6d22f97ba1a0ce44ea98040f4c18bce7e268d"),
+        RemoteFile("nq_open/NQ-open.efficientqa.dev.1.1.jsonl", _NQ_URL + "NQ-open.efficientqa.dev.1.1.jsonl",
+                   194998, "0ad45e2fa9fd32d10b3cf08c63e6d22f97ba1a0ce44ea98040f4c18bce7e268d"),
         RemoteFile("nq_open/NQ-open.efficientqa.dev.1.1.no-annotations.jsonl",
                    _NQ_URL + "NQ-open.efficientqa.dev.1.1.no-annotations.jsonl", 116642,
                    "98db3591bf61106a8d5f3fa16c55b1a5d4294bb3009f838b01a217dd15be4198"),
@@ -125,10 +122,10 @@ DATASETS: Dict[str, Tuple[RemoteFile, ...]] = {
                    "988ee456852a5c96b9081968e16e34932569f020ad0583ab8eec957bd0054c18"),
         RemoteFile("curatedtrec/curated-test.tsv", _CURATED_URL + "curated-test.tsv", 33320,
                    "d1b405b48727640d079bce609052e81f6e4444d35fda060aa23acec74bb33488"),
-        RemoteFile("curatedtrec/large2180-train.tsv", _CURATED_2180_URL + "large2180-train.tsv",
-                   163728, "694f83edacce11b2444c8644fa07a73702b8c862707edc325bf528ada4cf9463"),
-        RemoteFile("curatedtrec/large2180-test.tsv", _CURATED_2180_URL + "large2180-test.tsv",
-                   66204, "ae0208134dfa4067f505ff0da3925f401758c175d1fcfeb7d629edfc91d76ee9"),
+        RemoteFile("curatedtrec/large2180-train.tsv", _CURATED_2180_URL + "large2180-train.tsv", 163728,
+                   "694f83edacce11b2444c8644fa07a73702b8c862707edc325bf528ada4cf9463"),
+        RemoteFile("curatedtrec/large2180-test.tsv", _CURATED_2180_URL + "large2180-test.tsv", 66204,
+                   "ae0208134dfa4067f505ff0da3925f401758c175d1fcfeb7d629edfc91d76ee9"),
         RemoteFile("curatedtrec/large2470-train.tsv", _CURATED_URL + "large2470-train.tsv", 179495,
                    "b3c731a970a0f642dc50ea60395d22a520299fc462d046863e64df3dfbb0d176"),
         RemoteFile("curatedtrec/large2470-test.tsv", _CURATED_URL + "large2470-test.tsv", 71065,
@@ -150,9 +147,8 @@ _DATA_DIR = flags.DEFINE_string(
     "data_dir", "data",
     "Directory the data sets go into (created if absent), one folder per data set. Default: data/ "
     "under the current directory.")
-_DATASETS = flags.DEFINE_list(
-    "datasets", list(DEFAULT_DATASETS),
-    f"Comma-separated data sets to fetch, of: {', '.join(DATASETS)}.")
+_DATASETS = flags.DEFINE_list("datasets", list(DEFAULT_DATASETS),
+                              f"Comma-separated data sets to fetch, of: {', '.join(DATASETS)}.")
 _BASE_URL = flags.DEFINE_string(
     "base_url", None,
     "Fetch every file from BASE_URL/<path under --data_dir> (e.g. BASE_URL/squad/dev-v1.1.json: a "
@@ -162,8 +158,8 @@ _CHECKSUMS_FILE = flags.DEFINE_string(
     "checksums_file", None,
     "Text file of `PATH SIZE SHA256` lines (PATH as under --data_dir, e.g. squad/dev-v1.1.json; "
     "'#' starts a comment) replacing the built-in expected size and sha256 of those files.")
-_TIMEOUT_S = flags.DEFINE_float(
-    "timeout_s", 60.0, "Seconds a connection may wait for the server before the download fails.")
+_TIMEOUT_S = flags.DEFINE_float("timeout_s", 60.0,
+                                "Seconds a connection may wait for the server before the download fails.")
 
 _CHUNK_BYTES = 1 << 20  # streamed: SQuAD train is 30 MB, and a wrong URL may serve far more
 _USER_AGENT = "realm_tf-download_data"
@@ -198,8 +194,8 @@ def read_checksums_file(path: str) -> Dict[str, Tuple[int, str]]:
     if not fields:
       continue
     where = f"--checksums_file={path}:{number}"
-    if (len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 64
-        or any(c not in "0123456789abcdef" for c in fields[2].lower())):
+    if (len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 64 or
+        any(c not in "0123456789abcdef" for c in fields[2].lower())):
       raise DownloadError(f"{where}: expected `PATH SIZE SHA256` (SIZE in bytes, SHA256 as 64 hex "
                           f"digits), got {line.strip()!r}; fix the line")
     if fields[0] not in known:
@@ -209,7 +205,9 @@ def read_checksums_file(path: str) -> Dict[str, Tuple[int, str]]:
   return checksums
 
 
-def resolve(datasets: Sequence[str], *, base_url: Optional[str] = None,
+def resolve(datasets: Sequence[str],
+            *,
+            base_url: Optional[str] = None,
             checksums: Optional[Mapping[str, Tuple[int, str]]] = None) -> List[RemoteFile]:
   """The files of datasets, from base_url when given, with checksums' sizes and sha256 instead."""
   unknown = [d for d in datasets if d not in DATASETS]
@@ -306,7 +304,10 @@ def fetch(remote: RemoteFile, target: str, *, timeout_s: float = 60.0) -> None:
     raise
 
 
-def ensure(remote: RemoteFile, data_dir: str, *, timeout_s: float = 60.0,
+def ensure(remote: RemoteFile,
+           data_dir: str,
+           *,
+           timeout_s: float = 60.0,
            log: Callable[[str], None] = logging.info) -> bool:
   """Makes data_dir/remote.path the expected file; True if it was downloaded, False if it was
   already there."""
@@ -335,9 +336,9 @@ def _squad_articles(path: str) -> list:
     raise DownloadError(f"{path}: cannot read it as JSON ({e}); delete it and run again") from None
   articles = value.get("data") if isinstance(value, dict) else None
   if not isinstance(articles, list) or not all(
-      isinstance(a, dict) and isinstance(a.get("title"), str)
-      and isinstance(a.get("paragraphs"), list)
-      and all(isinstance(p, dict) and isinstance(p.get("context"), str) for p in a["paragraphs"])
+      isinstance(a, dict) and isinstance(a.get("title"), str) and isinstance(a.get("paragraphs"), list) and
+      all(isinstance(p, dict) and isinstance(p.get("context"), str)
+          for p in a["paragraphs"])
       for a in articles):
     raise DownloadError(f"{path}: not SQuAD v1.1 JSON (an object whose \"data\" holds articles "
                         "with a \"title\" and \"paragraphs\" of {\"context\", ...}); delete it "
@@ -355,8 +356,7 @@ def write_squad_paragraphs(train_path: str, dev_path: str, output_path: str) -> 
   """
   rows = 0
   directory = os.path.dirname(output_path)
-  fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output_path)}.",
-                              suffix=".part")
+  fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output_path)}.", suffix=".part")
   try:
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
       writer = csv.writer(f, delimiter="\t", lineterminator="\n")
@@ -375,8 +375,12 @@ def write_squad_paragraphs(train_path: str, dev_path: str, output_path: str) -> 
   return rows
 
 
-def download(datasets: Sequence[str], data_dir: str, *, base_url: Optional[str] = None,
-             checksums: Optional[Mapping[str, Tuple[int, str]]] = None, timeout_s: float = 60.0,
+def download(datasets: Sequence[str],
+             data_dir: str,
+             *,
+             base_url: Optional[str] = None,
+             checksums: Optional[Mapping[str, Tuple[int, str]]] = None,
+             timeout_s: float = 60.0,
              log: Callable[[str], None] = logging.info) -> Summary:
   """Fetches the files of datasets into data_dir (see the module docstring). A failing file is
   recorded in the summary's failures and the others are still fetched, so one unreachable server
@@ -416,11 +420,13 @@ def main(argv):
     resolve(_DATASETS.value)  # an unknown name is a usage error before anything is fetched
   except DownloadError as e:
     raise app.UsageError(str(e)) from None
-  summary = download(_DATASETS.value, _DATA_DIR.value, base_url=_BASE_URL.value,
-                     checksums=checksums, timeout_s=_TIMEOUT_S.value)
-  logging.info("%s: %d downloaded, %d already present, %d derived, %d failed",
-               _DATA_DIR.value, len(summary.downloaded), len(summary.present), len(summary.derived),
-               len(summary.failures))
+  summary = download(_DATASETS.value,
+                     _DATA_DIR.value,
+                     base_url=_BASE_URL.value,
+                     checksums=checksums,
+                     timeout_s=_TIMEOUT_S.value)
+  logging.info("%s: %d downloaded, %d already present, %d derived, %d failed", _DATA_DIR.value,
+               len(summary.downloaded), len(summary.present), len(summary.derived), len(summary.failures))
   if summary.failures:
     sys.exit("bin/download_data: " + "\nbin/download_data: ".join(summary.failures))
 

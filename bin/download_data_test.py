@@ -24,18 +24,61 @@ from realm_tf.data import qa
 
 _BINARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "download_data.py")
 
-_SQUAD_TRAIN = {"version": "1.1", "data": [
-    {"title": "Fake_Article", "paragraphs": [
-        {"context": "A first fake paragraph.", "qas": [
-            {"id": "t1", "question": "Which paragraph?", "answers": [
-                {"text": "first", "answer_start": 2}]}]},
-        # Quotes, a tab and a newline: the TSV must quote them so the corpus reader reads them back.
-        {"context": 'A "quoted"\ttab and\na newline.', "qas": []}]},
-    {"title": "Other", "paragraphs": [{"context": "Other text.", "qas": []}]}]}
-_SQUAD_DEV = {"version": "1.1", "data": [
-    {"title": "Dev_Only", "paragraphs": [{"context": "Dev paragraph.", "qas": [
-        {"id": "d1", "question": "Which split?", "answers": [
-            {"text": "Dev", "answer_start": 0}]}]}]}]}
+_SQUAD_TRAIN = {
+    "version":
+        "1.1",
+    "data": [
+        {
+            "title":
+                "Fake_Article",
+            "paragraphs": [
+                {
+                    "context":
+                        "A first fake paragraph.",
+                    "qas": [{
+                        "id": "t1",
+                        "question": "Which paragraph?",
+                        "answers": [{
+                            "text": "first",
+                            "answer_start": 2
+                        }]
+                    }]
+                },
+                # Quotes, a tab and a newline: the TSV must quote them so the corpus reader reads them back.
+                {
+                    "context": 'A "quoted"\ttab and\na newline.',
+                    "qas": []
+                }
+            ]
+        },
+        {
+            "title": "Other",
+            "paragraphs": [{
+                "context": "Other text.",
+                "qas": []
+            }]
+        }
+    ]
+}
+_SQUAD_DEV = {
+    "version":
+        "1.1",
+    "data": [{
+        "title":
+            "Dev_Only",
+        "paragraphs": [{
+            "context": "Dev paragraph.",
+            "qas": [{
+                "id": "d1",
+                "question": "Which split?",
+                "answers": [{
+                    "text": "Dev",
+                    "answer_start": 0
+                }]
+            }]
+        }]
+    }]
+}
 
 
 def _fake_content(path: str) -> bytes:
@@ -98,13 +141,19 @@ class DownloadDataTest(absltest.TestCase):
     self.addCleanup(self.server.close)
 
   def _download(self, datasets):
-    return download_data.download(datasets, self.data_dir, base_url=self.server.url,
-                                  checksums=self.checksums, timeout_s=30, log=lambda _: None)
+    return download_data.download(datasets,
+                                  self.data_dir,
+                                  base_url=self.server.url,
+                                  checksums=self.checksums,
+                                  timeout_s=30,
+                                  log=lambda _: None)
 
   def _files_under(self, directory):
     """Every file under directory, hidden ones included, relative and "/"-separated."""
-    return sorted(os.path.relpath(os.path.join(d, f), directory).replace(os.sep, "/")
-                  for d, _, files in os.walk(directory) for f in files)
+    return sorted(
+        os.path.relpath(os.path.join(d, f), directory).replace(os.sep, "/")
+        for d, _, files in os.walk(directory)
+        for f in files)
 
   def test_verified_download_lands_in_the_layout(self):
     summary = self._download(["nq_open", "curatedtrec"])
@@ -127,10 +176,14 @@ class DownloadDataTest(absltest.TestCase):
       f.write(content)
     url = f"{self.server.url}/{target}"
     # As a user meets it: the process fails, naming the URL, both sha256 and what to do.
-    result = subprocess.run(
-        [sys.executable, _BINARY, f"--data_dir={self.data_dir}", "--datasets=nq_open",
-         f"--base_url={self.server.url}", f"--checksums_file={self.checksums_file}"],
-        capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run([
+        sys.executable, _BINARY, f"--data_dir={self.data_dir}", "--datasets=nq_open",
+        f"--base_url={self.server.url}", f"--checksums_file={self.checksums_file}"
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            check=False)
     self.assertNotEqual(result.returncode, 0)
     self.assertIn(f"{url}: checksum mismatch for {target}: expected sha256 "
                   f"{self.checksums[target][1]}", result.stderr)
@@ -167,13 +220,12 @@ class DownloadDataTest(absltest.TestCase):
                      ["dev-v1.1.json", "squad-v1.1-paragraphs.tsv", "train-v1.1.json"])
     # The ids, bodies and titles the SQuAD loaders give the JSON files' paragraphs, train then dev.
     train = qa.load_squad_paragraphs(os.path.join(squad, "train-v1.1.json"), first_paragraph_id=1)
-    dev = qa.load_squad_paragraphs(os.path.join(squad, "dev-v1.1.json"),
-                                   first_paragraph_id=1 + len(train))
+    dev = qa.load_squad_paragraphs(os.path.join(squad, "dev-v1.1.json"), first_paragraph_id=1 + len(train))
     tsv = os.path.join(self.data_dir, *download_data.SQUAD_PARAGRAPHS.split("/"))
     documents = list(corpus.read_documents(tsv))
     self.assertEqual(documents, train + dev)
-    self.assertEqual([(d.doc_id, d.title) for d in documents], [
-        ("1", "Fake Article"), ("2", "Fake Article"), ("3", "Other"), ("4", "Dev Only")])
+    self.assertEqual([(d.doc_id, d.title) for d in documents], [("1", "Fake Article"), ("2", "Fake Article"),
+                                                                ("3", "Other"), ("4", "Dev Only")])
     self.assertEqual(documents[1].body, 'A "quoted"\ttab and\na newline.')
     with open(tsv, encoding="utf-8", newline="") as f:
       self.assertEqual([row[3] for row in csv.reader(f, delimiter="\t")],

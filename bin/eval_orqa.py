@@ -25,14 +25,16 @@ from realm_tf.training import orqa_evaluation
 from realm_tf.training import trainer_flags
 
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa model dir.")
-_QA = flags.DEFINE_string("qa_path", None, "QA file (any realm_tf.data.qa.load_qa input; CuratedTREC "
-                          "answers are regular expressions).", required=True)
+_QA = flags.DEFINE_string("qa_path",
+                          None, "QA file (any realm_tf.data.qa.load_qa input; CuratedTREC "
+                          "answers are regular expressions).",
+                          required=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to evaluate instead of the best.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "Where metrics and predictions go (MODEL_DIR/eval).")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Prediction batch size.")
-_RETRIEVER = flags.DEFINE_list("retriever", [hybrid.DENSE],
-                               f"What the reader reads: {', '.join(hybrid.RETRIEVERS)} (comma-separated "
-                               "for several; see the module docstring).")
+_RETRIEVER = flags.DEFINE_list(
+    "retriever", [hybrid.DENSE], f"What the reader reads: {', '.join(hybrid.RETRIEVERS)} (comma-separated "
+    "for several; see the module docstring).")
 _HYBRID_WEIGHT = flags.DEFINE_float(
     "hybrid_bm25_weight", None, "With it, --retriever=hybrid ranks by W x BM25's + (1 - W) x the dense "
     "tower's z-normalised scores (W in [0, 1], tuned on held-out questions) instead of reciprocal rank "
@@ -52,10 +54,17 @@ def main(argv):
     raise app.UsageError(str(e)) from None
   strategy = _DEVICE.setup()
   ks = _RECALL.ks()
-  results = orqa_evaluation.evaluate_retrievers(
-      _MODEL_DIR.value, _QA.value, _RETRIEVER.value, output_dir=_OUTPUT.value,
-      checkpoint=_CHECKPOINT.value, batch_size=_BATCH.value, ks=ks, skip_invalid=_SKIP_INVALID.value,
-      strategy=strategy, log=logging.info, hybrid_bm25_weight=_HYBRID_WEIGHT.value)
+  results = orqa_evaluation.evaluate_retrievers(_MODEL_DIR.value,
+                                                _QA.value,
+                                                _RETRIEVER.value,
+                                                output_dir=_OUTPUT.value,
+                                                checkpoint=_CHECKPOINT.value,
+                                                batch_size=_BATCH.value,
+                                                ks=ks,
+                                                skip_invalid=_SKIP_INVALID.value,
+                                                strategy=strategy,
+                                                log=logging.info,
+                                                hybrid_bm25_weight=_HYBRID_WEIGHT.value)
   for retriever, result in results.items():
     table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
     print(f"{result['qa_path']} with {result['checkpoint']}, retriever {retriever}:")

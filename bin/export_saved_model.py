@@ -31,22 +31,23 @@ from realm_tf.training import trainer_flags
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa (or REALM / ICT) model dir.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "New directory for the SavedModels.", required=True)
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint to export instead of the best/latest.")
-_INDEX_DIR = flags.DEFINE_string("index_dir", None,
-                                 "With a converted ORQA --model_dir (bin/convert_checkpoint, layout "
-                                 "orqa_from_realm): the converted block_emb (bin/convert_checkpoint "
-                                 "--layout=block_emb --blocks_path=...: mips/ and blocks.jsonl), which "
-                                 "the open-QA model searches and reads.")
-_INDEX = flags.DEFINE_enum("index", "brute_force", list(saved_models.INDEX_CHOICES),
-                           "Search inside the open-QA model: exact brute force, or ScaNN's TF ops (load "
-                           "such a model after `import scann`).")
+_INDEX_DIR = flags.DEFINE_string(
+    "index_dir", None, "With a converted ORQA --model_dir (bin/convert_checkpoint, layout "
+    "orqa_from_realm): the converted block_emb (bin/convert_checkpoint "
+    "--layout=block_emb --blocks_path=...: mips/ and blocks.jsonl), which "
+    "the open-QA model searches and reads.")
+_INDEX = flags.DEFINE_enum(
+    "index", "brute_force", list(saved_models.INDEX_CHOICES),
+    "Search inside the open-QA model: exact brute force, or ScaNN's TF ops (load "
+    "such a model after `import scann`).")
 _TREE_MIN_DOCS = flags.DEFINE_integer("scann_tree_min_docs", 5000,
                                       "Below this many blocks ScaNN scores by brute force.")
 _LEAVES = flags.DEFINE_integer("scann_num_leaves", None, "ScaNN tree leaves (default from the size).")
 _LEAVES_TO_SEARCH = flags.DEFINE_integer("scann_num_leaves_to_search", None, "ScaNN leaves searched.")
-_TOKEN_IDS = flags.DEFINE_bool("token_ids", True,
-                                "Also write the core-ops token-id twins (<name>_token_ids); they "
-                                "copy the index and block texts again, plus two int32 [N, C] offset "
-                                "arrays.")
+_TOKEN_IDS = flags.DEFINE_bool(
+    "token_ids", True, "Also write the core-ops token-id twins (<name>_token_ids); they "
+    "copy the index and block texts again, plus two int32 [N, C] offset "
+    "arrays.")
 _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
                                    "ScaNN candidates re-ranked by their exact score.")
 
@@ -54,13 +55,19 @@ _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  scann_options = index_lib.ScannOptions(
-      num_leaves=_LEAVES.value, num_leaves_to_search=_LEAVES_TO_SEARCH.value,
-      num_candidates=_CANDIDATES.value, tree_min_docs=_TREE_MIN_DOCS.value)
+  scann_options = index_lib.ScannOptions(num_leaves=_LEAVES.value,
+                                         num_leaves_to_search=_LEAVES_TO_SEARCH.value,
+                                         num_candidates=_CANDIDATES.value,
+                                         tree_min_docs=_TREE_MIN_DOCS.value)
   try:
-    paths = saved_models.export_all(_MODEL_DIR.value, _OUTPUT.value, checkpoint=_CHECKPOINT.value,
-                                    index=_INDEX.value, scann_options=scann_options, log=logging.info,
-                                    token_ids=_TOKEN_IDS.value, index_dir=_INDEX_DIR.value)
+    paths = saved_models.export_all(_MODEL_DIR.value,
+                                    _OUTPUT.value,
+                                    checkpoint=_CHECKPOINT.value,
+                                    index=_INDEX.value,
+                                    scann_options=scann_options,
+                                    log=logging.info,
+                                    token_ids=_TOKEN_IDS.value,
+                                    index_dir=_INDEX_DIR.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # the messages say what to pass
     sys.exit(f"export_saved_model: {e}")
   for kind, path in paths.items():

@@ -48,9 +48,13 @@ def main(argv):
     return pretraining.read_raw_documents(_CORPUS.input_path.value, skipped, reannotate=_REANNOTATE.value)
 
   try:
-    stats = pretraining.write_pretraining_corpus(
-        documents, _CORPUS.output_prefix.value, _CORPUS.num_output_shards.value, annotator=annotator,
-        sentence_splitter=splitter, skipped=skipped, log=logging.info)
+    stats = pretraining.write_pretraining_corpus(documents,
+                                                 _CORPUS.output_prefix.value,
+                                                 _CORPUS.num_output_shards.value,
+                                                 annotator=annotator,
+                                                 sentence_splitter=splitter,
+                                                 skipped=skipped,
+                                                 log=logging.info)
   except text_records.InputError as e:
     raise app.UsageError(str(e)) from e
   if skipped is not None:

@@ -30,15 +30,20 @@ def main(argv):
     return corpus.read_documents(_CORPUS.input_path.value, skipped)
 
   try:
-    stats = corpus.write_corpus(documents, tokenizer, _CORPUS.output_prefix.value, _CORPUS.num_output_shards.value,
-                                skipped=skipped, log=logging.info)
+    stats = corpus.write_corpus(documents,
+                                tokenizer,
+                                _CORPUS.output_prefix.value,
+                                _CORPUS.num_output_shards.value,
+                                skipped=skipped,
+                                log=logging.info)
   except text_records.InputError as e:
     raise app.UsageError(str(e)) from e
   if skipped is not None:
     logging.info(skipped.summary("documents"))
-  logging.info("wrote %d documents into %d shards under %s (%d duplicate uids; body wordpieces: mean "
-               "%.1f, max %d)", stats.num_documents, stats.num_shards, _CORPUS.output_prefix.value,
-               stats.num_duplicate_uids, stats.mean_body_wordpieces, stats.max_body_wordpieces)
+  logging.info(
+      "wrote %d documents into %d shards under %s (%d duplicate uids; body wordpieces: mean "
+      "%.1f, max %d)", stats.num_documents, stats.num_shards, _CORPUS.output_prefix.value,
+      stats.num_duplicate_uids, stats.mean_body_wordpieces, stats.max_body_wordpieces)
 
 
 if __name__ == "__main__":

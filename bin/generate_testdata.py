@@ -19,12 +19,12 @@ from realm_tf.data import synthetic
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "testdata", "Directory to write the files into.")
 _SEED = flags.DEFINE_integer("seed", 20200812, "Random seed of the synthetic world.")
-_MODELS = flags.DEFINE_bool("models", False,
-                            "Also train the demo's reader BERT and ICT start into OUTPUT_DIR/models/ "
-                            "(replaced in one rename when done).")
-_WORK_DIR = flags.DEFINE_string("work_dir", None,
-                                "Where --models trains (its logs stay there); default: a temporary "
-                                "directory, removed afterwards.")
+_MODELS = flags.DEFINE_bool(
+    "models", False, "Also train the demo's reader BERT and ICT start into OUTPUT_DIR/models/ "
+    "(replaced in one rename when done).")
+_WORK_DIR = flags.DEFINE_string(
+    "work_dir", None, "Where --models trains (its logs stay there); default: a temporary "
+    "directory, removed afterwards.")
 
 
 def main(argv):
@@ -35,8 +35,7 @@ def main(argv):
     logging.info("wrote %s/%s (%d lines)", _OUTPUT_DIR.value, name, count)
   if _MODELS.value:
     work = _WORK_DIR.value or tempfile.mkdtemp(prefix="generate_testdata_")
-    options = demo_pipeline.PipelineOptions(output_dir=work,
-                                            testdata_dir=os.path.abspath(_OUTPUT_DIR.value))
+    options = demo_pipeline.PipelineOptions(output_dir=work, testdata_dir=os.path.abspath(_OUTPUT_DIR.value))
     demo_pipeline.write_models(options, os.path.join(_OUTPUT_DIR.value, "models"), echo=logging.info)
     if not _WORK_DIR.value:
       shutil.rmtree(work)

@@ -32,7 +32,11 @@ _NUM_DEV = 20  # the first dev questions bin/eval_orqa evaluates
 def _run(script, *args, timeout=300):
   env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
-                        capture_output=True, text=True, env=env, timeout=timeout, check=False)
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        timeout=timeout,
+                        check=False)
 
 
 def _train_flags(model_dir, corpus_prefix, *extra):
@@ -40,8 +44,7 @@ def _train_flags(model_dir, corpus_prefix, *extra):
           f"--dev_path={_TESTDATA}/qa.dev.jsonl", f"--retrieval_corpus_path={corpus_prefix}",
           f"--vocab_path={_VOCAB}", "--bert_config=tiny", "--projection_size=32", "--query_seq_len=32",
           "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32",
-          "--retriever_beam_size=50", "--batch_size=4", "--learning_rate=1e-4", "--nojit_compile",
-          *extra)
+          "--retriever_beam_size=50", "--batch_size=4", "--learning_rate=1e-4", "--nojit_compile", *extra)
 
 
 def _documents():
@@ -67,10 +70,11 @@ class OrqaBinariesTest(tf.test.TestCase):
     # bin/export_saved_model and bin/answer trace and load it faster than the tiny preset's two layers.
     bert_config = testing_utils.write_small_bert_config(cls.tmp)
     cls.model_dir = os.path.join(cls.tmp, "orqa")
-    cls.train = _run("train_orqa.py", *_train_flags(
-        cls.model_dir, cls.corpus, f"--bert_config={bert_config}", "--candidate_seq_len=64",
-        "--reader_seq_len=96", "--num_train_steps=4", "--eval_every_steps=2",
-        "--save_checkpoints_steps=2", "--max_eval_examples=8"))
+    cls.train = _run(
+        "train_orqa.py",
+        *_train_flags(cls.model_dir, cls.corpus, f"--bert_config={bert_config}", "--candidate_seq_len=64",
+                      "--reader_seq_len=96", "--num_train_steps=4", "--eval_every_steps=2",
+                      "--save_checkpoints_steps=2", "--max_eval_examples=8"))
 
   def test_train_then_eval(self):
     self.assertEqual(self.train.returncode, 0, self.train.stderr[-3000:])
@@ -130,8 +134,7 @@ class OrqaBinariesTest(tf.test.TestCase):
     self.assertGreater(by_retriever["bm25"]["recall@5"], metrics["recall@5"])
     with open(os.path.join(out, "qa.dev_head.gold.predictions.jsonl"), encoding="utf-8") as f:
       gold = [json.loads(line) for line in f]
-    self.assertEqual([r["retrieved_ids"] for r in gold],
-                     [[json.loads(line)["doc_id"]] for line in head])
+    self.assertEqual([r["retrieved_ids"] for r in gold], [[json.loads(line)["doc_id"]] for line in head])
 
   def test_unknown_retriever_is_an_error_naming_the_flag(self):
     # main() stops before loading anything (there is no model dir here).
@@ -179,8 +182,9 @@ class OrqaBinariesTest(tf.test.TestCase):
     checkpoint = tf.train.Checkpoint(retriever=small).write(os.path.join(self.tmp, "small", "ckpt-0"))
     model_dir = os.path.join(self.tmp, "wrong")
     # bin/train_orqa's main in this process; ErrorsBeforeWorkTest runs such a run as a process.
-    result = in_process.run_main("train_orqa.py", *_train_flags(
-        model_dir, self.corpus, "--num_train_steps=2", f"--retriever_checkpoint={checkpoint}"))
+    result = in_process.run_main(
+        "train_orqa.py",
+        *_train_flags(model_dir, self.corpus, "--num_train_steps=2", f"--retriever_checkpoint={checkpoint}"))
     self.assertIsInstance(result.error, ValueError)
     self.assertIn(f"--retriever_checkpoint={checkpoint} does not fit this run's retriever (hidden_size 64",
                   str(result.error))
@@ -214,15 +218,14 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
     cls.corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus", "blocks"))
     cls.swapped_corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus_swapped", "blocks"),
                                              cls.swapped_vocab)
-    cls.bigger_corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus_290", "blocks"),
-                                            cls.bigger_vocab)
+    cls.bigger_corpus = _write_small_corpus(os.path.join(cls.tmp, "corpus_290", "blocks"), cls.bigger_vocab)
     # A checkpoint holding more than the retriever (as a REALM or ORQA run's does: reader, optimizer):
     # a failed restore used to bury the error under a warning per unmatched value.
     retriever = embedder_lib.build_retriever(bert.tiny_config(285), 32, share_embedders=False)
     extra = [tf.Variable(tf.zeros([3])) for _ in range(20)]
-    cls.full_checkpoint = tf.train.Checkpoint(
-        model=tf.train.Checkpoint(retriever=retriever, extra=extra),
-        optimizer=tf.train.Checkpoint(slots=extra)).write(os.path.join(cls.tmp, "full", "ckpt-3"))
+    cls.full_checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever, extra=extra),
+                                              optimizer=tf.train.Checkpoint(slots=extra)).write(
+                                                  os.path.join(cls.tmp, "full", "ckpt-3"))
 
   def _fails_before_work(self, result, model_dir, *parts):
     self.assertIsNotNone(result.error, result.log[-3000:])
@@ -240,18 +243,25 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
 
   def test_unknown_bert_config_preset(self):
     model_dir, result = self._train("preset", "--bert_config=bert_large")
-    self._fails_before_work(result, model_dir, "unknown --bert_config 'bert_large': presets are tiny, "
-                            "bert_base, or a path to a bert_config.json / config.json")
+    self._fails_before_work(
+        result, model_dir, "unknown --bert_config 'bert_large': presets are tiny, "
+        "bert_base, or a path to a bert_config.json / config.json")
 
   def test_bert_config_file_without_vocab_size(self):
     path = os.path.join(self.tmp, "bc.json")
     with open(path, "w") as f:
-      json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                 "intermediate_size": 128}, f)
+      json.dump(
+          {
+              "hidden_size": 64,
+              "num_hidden_layers": 2,
+              "num_attention_heads": 2,
+              "intermediate_size": 128
+          }, f)
     model_dir, result = self._train("no_vocab_size", f"--bert_config={path}")
-    self._fails_before_work(result, model_dir, f"--bert_config={path}: missing ['vocab_size']",
-                            "a BERT config (Google's bert_config.json or Hugging Face's config.json) "
-                            "needs vocab_size")
+    self._fails_before_work(
+        result, model_dir, f"--bert_config={path}: missing ['vocab_size']",
+        "a BERT config (Google's bert_config.json or Hugging Face's config.json) "
+        "needs vocab_size")
 
   def test_vocab_other_than_the_corpus_manifest(self):
     model_dir, result = self._train("other_vocab", f"--vocab_path={self.swapped_vocab}")
@@ -263,23 +273,29 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
   def test_resumed_run_with_another_vocab_of_the_same_size(self):
     model_dir = os.path.join(self.tmp, "resumed")
     sha = corpus_lib.vocab_sha256(_VOCAB)
-    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285), reader_bert=bert.tiny_config(285),
-                                 vocab_path=_VOCAB, vocab_sha256=sha).save(model_dir)
+    realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285),
+                                 reader_bert=bert.tiny_config(285),
+                                 vocab_path=_VOCAB,
+                                 vocab_sha256=sha).save(model_dir)
     flags = _train_flags(model_dir, self.swapped_corpus, "--num_train_steps=1",
                          f"--vocab_path={self.swapped_vocab}")
     result = in_process.run_main("train_orqa.py", *flags)
     self.assertIsInstance(result.error, corpus_lib.VocabMismatchError)
-    self.assertIn(f"is not the vocab this run was started with ({model_dir}/realm_config.json records "
-                  f"vocab_sha256 {sha[:16]}", str(result.error))
+    self.assertIn(
+        f"is not the vocab this run was started with ({model_dir}/realm_config.json records "
+        f"vocab_sha256 {sha[:16]}", str(result.error))
     self.assertEqual(os.listdir(model_dir), ["realm_config.json"])
 
   def test_vocab_of_another_size_than_a_full_retriever_checkpoint(self):
     checkpoint = self.full_checkpoint
-    model_dir, result = self._train("bigger_vocab", f"--retriever_checkpoint={checkpoint}",
-                                    f"--vocab_path={self.bigger_vocab}", corpus=self.bigger_corpus)
-    self._fails_before_work(result, model_dir, f"--retriever_checkpoint={checkpoint} has 285 word "
-                            "embeddings but this run's retriever BERT has vocab_size 290",
-                            "pass the --vocab_path and --bert_config the checkpoint was trained with")
+    model_dir, result = self._train("bigger_vocab",
+                                    f"--retriever_checkpoint={checkpoint}",
+                                    f"--vocab_path={self.bigger_vocab}",
+                                    corpus=self.bigger_corpus)
+    self._fails_before_work(
+        result, model_dir, f"--retriever_checkpoint={checkpoint} has 285 word "
+        "embeddings but this run's retriever BERT has vocab_size 290",
+        "pass the --vocab_path and --bert_config the checkpoint was trained with")
 
   def test_hidden_size_other_than_a_full_retriever_checkpoint_in_a_process(self):
     # A misfit found only by the restore itself (hidden size), as a real process: it exits non-zero with
@@ -288,8 +304,15 @@ class ErrorsBeforeWorkTest(tf.test.TestCase):
     checkpoint = self.full_checkpoint
     path = os.path.join(self.tmp, "bc_h32.json")
     with open(path, "w") as f:
-      json.dump({"vocab_size": 285, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                 "intermediate_size": 128, "max_position_embeddings": 256}, f)
+      json.dump(
+          {
+              "vocab_size": 285,
+              "hidden_size": 32,
+              "num_hidden_layers": 2,
+              "num_attention_heads": 2,
+              "intermediate_size": 128,
+              "max_position_embeddings": 256
+          }, f)
     model_dir = os.path.join(self.tmp, "hidden_32")
     result = _run("train_orqa.py", *_train_flags(model_dir, self.corpus, "--num_train_steps=1"),
                   f"--retriever_checkpoint={checkpoint}", f"--bert_config={path}")

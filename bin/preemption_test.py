@@ -41,17 +41,26 @@ class PreemptionTest(absltest.TestCase):
     with open(os.path.join(_TESTDATA, "vocab.txt")) as f:
       vocab_size = len(f.read().splitlines())
     with open(self.bert_config, "w") as f:
-      json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
-                 "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}, f)
+      json.dump(
+          {
+              "vocab_size": vocab_size,
+              "hidden_size": 32,
+              "num_hidden_layers": 1,
+              "num_attention_heads": 2,
+              "intermediate_size": 64,
+              "max_position_embeddings": 64
+          }, f)
 
   def _start(self, model_dir, log_path, num_train_steps):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    args = [sys.executable, os.path.join(_REPO, "bin", "train_mlm.py"), f"--model_dir={model_dir}",
-            f"--input_path={_TESTDATA}/corpus.jsonl", f"--vocab_path={_TESTDATA}/vocab.txt",
-            f"--bert_config={self.bert_config}", "--batch_size=4", "--max_seq_len=32",
-            "--max_predictions_per_seq=4",
-            f"--num_train_steps={num_train_steps}", "--save_checkpoints_steps=100000",
-            "--log_every_steps=1", "--jit_compile=false"]
+    args = [
+        sys.executable,
+        os.path.join(_REPO, "bin",
+                     "train_mlm.py"), f"--model_dir={model_dir}", f"--input_path={_TESTDATA}/corpus.jsonl",
+        f"--vocab_path={_TESTDATA}/vocab.txt", f"--bert_config={self.bert_config}", "--batch_size=4",
+        "--max_seq_len=32", "--max_predictions_per_seq=4", f"--num_train_steps={num_train_steps}",
+        "--save_checkpoints_steps=100000", "--log_every_steps=1", "--jit_compile=false"
+    ]
     log = open(log_path, "w")
     self.addCleanup(log.close)
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=_REPO)

@@ -49,13 +49,19 @@ def main(argv):
   strategy = chosen.device.setup()
   options = chosen.refresher_options()
   bootstrap = config.bootstrap
-  with run_config.saved_for_the_run(config, config.model_dir, config.file_stem, logging.info,
+  with run_config.saved_for_the_run(config,
+                                    config.model_dir,
+                                    config.file_stem,
+                                    logging.info,
                                     progress=published_index.published_steps):
     try:
       if bootstrap.once:
         config_path = bootstrap.config_path or os.path.join(config.model_dir, realm_config_lib.CONFIG_NAME)
-        refresher.bootstrap(realm_config_lib.RealmConfig.load(config_path), bootstrap.init_checkpoint,
-                            options, strategy, log=logging.info)
+        refresher.bootstrap(realm_config_lib.RealmConfig.load(config_path),
+                            bootstrap.init_checkpoint,
+                            options,
+                            strategy,
+                            log=logging.info)
       else:
         refresher.run(options, strategy, log=logging.info)
     except process_lock.LockedError as e:

@@ -25,9 +25,12 @@ class RegenerateModelsTest(tf.test.TestCase):
   def test_regenerated_models_reach_the_shipped_numbers(self):
     out = self.create_tempdir().full_path
     testdata = os.path.join(out, "testdata")
-    subprocess.run(demo_pipeline.binary_command("generate_testdata", output_dir=testdata, models=True,
+    subprocess.run(demo_pipeline.binary_command("generate_testdata",
+                                                output_dir=testdata,
+                                                models=True,
                                                 work_dir=os.path.join(out, "work")),
-                   check=True, env=demo_pipeline.binary_env())
+                   check=True,
+                   env=demo_pipeline.binary_env())
     shipped = demo_pipeline.load_models_manifest(demo_pipeline.SHIPPED_MODELS)
     with open(os.path.join(testdata, "models", demo_pipeline.MODELS_MANIFEST)) as f:
       regenerated = json.load(f)
@@ -35,10 +38,12 @@ class RegenerateModelsTest(tf.test.TestCase):
     print("regenerated:", json.dumps(regenerated["reader_bert"]), json.dumps(regenerated["ict"]["recall"]))
     self.assertEqual(regenerated["ict"]["realm_config"], shipped["ict"]["realm_config"])
     self.assertAllClose(regenerated["reader_bert"]["masked_lm_accuracy"],
-                        shipped["reader_bert"]["masked_lm_accuracy"], atol=_ACCURACY_TOLERANCE)
+                        shipped["reader_bert"]["masked_lm_accuracy"],
+                        atol=_ACCURACY_TOLERANCE)
     for k in (1, 5, 20):
       self.assertAllClose(regenerated["ict"]["recall"][f"gold_recall@{k}"],
-                          shipped["ict"]["recall"][f"gold_recall@{k}"], atol=_RECALL_TOLERANCE)
+                          shipped["ict"]["recall"][f"gold_recall@{k}"],
+                          atol=_RECALL_TOLERANCE)
 
 
 if __name__ == "__main__":

@@ -36,20 +36,29 @@ _TESTDATA = os.path.join(_REPO, "testdata")
 _POSITIONS = 64
 # One layer: the conversion maps every layer alike (realm_tf/conversion/released_conversion_test converts
 # several), and the export traces and loads a one-layer BERT faster.
-_CONFIG = bert.BertConfig(vocab_size=285, hidden_size=32, num_layers=1, num_attention_heads=2,
-                          intermediate_size=64, max_position_embeddings=_POSITIONS)  # testdata vocab
+_CONFIG = bert.BertConfig(vocab_size=285,
+                          hidden_size=32,
+                          num_layers=1,
+                          num_attention_heads=2,
+                          intermediate_size=64,
+                          max_position_embeddings=_POSITIONS)  # testdata vocab
 _PROJECTION = 16
 _SPAN_HIDDEN = 8
 _NUM_BLOCKS = 24
 _READER_BEAM = 5  # the original's reader_beam_size
-_QUESTIONS = ["Where was Savix Lunene born?", "Who founded the Kelarlé Workshop?",
-              "When was Essix first recorded?"]
+_QUESTIONS = [
+    "Where was Savix Lunene born?", "Who founded the Kelarlé Workshop?", "When was Essix first recorded?"
+]
 
 
 def _run(script, *args, timeout=300):
   env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
-                        capture_output=True, text=True, env=env, timeout=timeout, check=False)
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        timeout=timeout,
+                        check=False)
 
 
 def _write_strings(path, values):
@@ -73,8 +82,8 @@ class ReleasedOrqaTest(tf.test.TestCase):
             testing_utils.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN)))
     # Random block embeddings: no near-ties, so the exact top-k is one well-defined list.
     cls.block_emb = np.random.default_rng(7).normal(size=[_NUM_BLOCKS, _PROJECTION]).astype(np.float32)
-    encoded = testing_utils.write_tf1_checkpoint(
-        os.path.join(release, "embedder", "encoded", "encoded.ckpt"), {"block_emb": cls.block_emb})
+    encoded = testing_utils.write_tf1_checkpoint(os.path.join(release, "embedder", "encoded", "encoded.ckpt"),
+                                                 {"block_emb": cls.block_emb})
     with open(os.path.join(_TESTDATA, "corpus.jsonl"), encoding="utf-8") as f:
       records = [json.loads(line) for line in f][:_NUM_BLOCKS]
     cls.texts = [r["body"] for r in records]
@@ -89,10 +98,11 @@ class ReleasedOrqaTest(tf.test.TestCase):
                             f"--vocab_path={_TESTDATA}/vocab.txt", f"--output_dir={cls.orqa_dir}",
                             "--num_attention_heads=2")
     with contextlib.redirect_stdout(io.StringIO()):  # its conversion report
-      cls.convert_index = in_process.run_main(
-          "convert_checkpoint.py", "--layout=block_emb", f"--input_checkpoint={encoded}",
-          f"--blocks_path={blocks_path}", f"--titles_path={titles_path}",
-          "--index_implementation=brute_force", f"--output_dir={cls.index_dir}")
+      cls.convert_index = in_process.run_main("convert_checkpoint.py", "--layout=block_emb",
+                                              f"--input_checkpoint={encoded}", f"--blocks_path={blocks_path}",
+                                              f"--titles_path={titles_path}",
+                                              "--index_implementation=brute_force",
+                                              f"--output_dir={cls.index_dir}")
     # README's command (less the token-id twins, which take time and are tested elsewhere), its main in
     # this process: what it prints is its stdout.
     cls.export_stdout = io.StringIO()
@@ -145,8 +155,7 @@ class ReleasedOrqaTest(tf.test.TestCase):
     self.assertAllClose(top_scores, outputs["retriever_scores"], atol=1e-4, rtol=1e-4)
     for i, question in enumerate(_QUESTIONS):
       ids = outputs["block_ids"][i]
-      self.assertEqual([t.decode("utf-8") for t in outputs["block_texts"][i]],
-                       [self.texts[j] for j in ids])
+      self.assertEqual([t.decode("utf-8") for t in outputs["block_texts"][i]], [self.texts[j] for j in ids])
       self.assertEqual([d.decode() for d in outputs["doc_ids"][i]], [str(j) for j in ids])
       answer = outputs["answers"][i]
       self.assertNotEmpty(answer, question)
@@ -193,18 +202,20 @@ class ReleasedOrqaTest(tf.test.TestCase):
   def test_index_dir_without_blocks_is_a_clear_error(self):
     self.assertEqual(self.convert_orqa.returncode, 0, self.convert_orqa.stderr[-3000:])
     bare = os.path.join(os.path.dirname(self.index_dir), "no_blocks")
-    index_lib.build_index(self.block_emb, implementation="brute_force").save(
-        os.path.join(bare, "mips"))
+    index_lib.build_index(self.block_emb, implementation="brute_force").save(os.path.join(bare, "mips"))
     # In-process (bin/export_saved_model prints the same message): it stops before building anything.
-    with self.assertRaisesRegex(FileNotFoundError, f"{bare} has no blocks.jsonl: the open-QA model "
-                                "needs the block texts; convert the block_emb again with "
-                                "--blocks_path="):
+    with self.assertRaisesRegex(
+        FileNotFoundError, f"{bare} has no blocks.jsonl: the open-QA model "
+        "needs the block texts; convert the block_emb again with "
+        "--blocks_path="):
       saved_models.export_all(self.orqa_dir, f"{self.export_dir}_bare", index_dir=bare)
-    with self.assertRaisesRegex(ValueError, r"holds converted block embeddings \(an index\), not a "
-                                r"model: pass it as index_dir \(--index_dir\)"):
+    with self.assertRaisesRegex(
+        ValueError, r"holds converted block embeddings \(an index\), not a "
+        r"model: pass it as index_dir \(--index_dir\)"):
       saved_models.export_all(self.index_dir, f"{self.export_dir}_bare", index_dir=self.index_dir)
-    with self.assertRaisesRegex(ValueError, r"index_dir \(--index_dir=.*\) is for a converted ORQA "
-                                r"checkpoint .*A bin/train_orqa run carries its own index"):
+    with self.assertRaisesRegex(
+        ValueError, r"index_dir \(--index_dir=.*\) is for a converted ORQA "
+        r"checkpoint .*A bin/train_orqa run carries its own index"):
       saved_models.export_all(bare, f"{self.export_dir}_bare", index_dir=bare)
 
 

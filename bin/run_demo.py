@@ -40,9 +40,10 @@ _FROM_SCRATCH = flags.DEFINE_bool(
     "from_scratch", False,
     "Train the reader BERT and the ICT start too (about 11 minutes more on 2 cores) instead of starting "
     "from those shipped in testdata/models/.")
-_MLM_STEPS = flags.DEFINE_integer("mlm_steps", demo_pipeline.PipelineOptions.mlm_steps,
-                                  "With --from_scratch: BERT pre-training steps of the reader (0: a reader "
-                                  "from random weights).")
+_MLM_STEPS = flags.DEFINE_integer(
+    "mlm_steps", demo_pipeline.PipelineOptions.mlm_steps,
+    "With --from_scratch: BERT pre-training steps of the reader (0: a reader "
+    "from random weights).")
 _ICT_STEPS = flags.DEFINE_integer("ict_steps", demo_pipeline.PipelineOptions.ict_steps,
                                   "With --from_scratch: ICT steps.")
 _REALM_STEPS = flags.DEFINE_integer("realm_steps", demo_pipeline.PipelineOptions.realm_steps,
@@ -96,8 +97,8 @@ def _demo():
   print("== 1. testdata")
   regenerated = os.path.join(out, "testdata")
   counts = synthetic.write_testdata(regenerated)
-  same = all(filecmp.cmp(os.path.join(regenerated, n), os.path.join(testdata, n), shallow=False)
-             for n in counts)
+  same = all(
+      filecmp.cmp(os.path.join(regenerated, n), os.path.join(testdata, n), shallow=False) for n in counts)
   for name, count in counts.items():
     print(f"  {name:18s} {count:5d} lines")
   print(f"  regenerated files identical to the committed testdata/: {same}")
@@ -108,18 +109,20 @@ def _demo():
   print("== 2. retrieval corpus")
   tokenizer = tokenization.Tokenizer(os.path.join(testdata, "vocab.txt"))
   prefix = os.path.join(out, "corpus", "blocks")
-  stats = corpus.write_corpus(
-      lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")), tokenizer, prefix,
-      num_shards=4)
+  stats = corpus.write_corpus(lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")),
+                              tokenizer,
+                              prefix,
+                              num_shards=4)
   print(f"  {stats.num_documents} documents in {stats.num_shards} shards under {prefix}-*")
   print(f"  body length in wordpieces: mean {stats.mean_body_wordpieces:.1f}, "
         f"max {stats.max_body_wordpieces}; duplicate uids: {stats.num_duplicate_uids}")
   docs = {d["uid"]: d for d in corpus.read_corpus(prefix)}
 
   print("== 3. featurization of pre-training sentences")
-  featurizer = featurization.Featurizer.from_tokenizer(
-      tokenizer, query_seq_len=_QUERY_SEQ_LEN.value, candidate_seq_len=_CANDIDATE_SEQ_LEN.value,
-      max_masks=_MAX_MASKS.value)
+  featurizer = featurization.Featurizer.from_tokenizer(tokenizer,
+                                                       query_seq_len=_QUERY_SEQ_LEN.value,
+                                                       candidate_seq_len=_CANDIDATE_SEQ_LEN.value,
+                                                       max_masks=_MAX_MASKS.value)
   rng = random.Random(0)
   sentences, spans, owners = [], [], []
   for record in synthetic.load_jsonl(os.path.join(testdata, "pretraining.jsonl")):
@@ -131,8 +134,7 @@ def _demo():
         spans.append(rng.choice(inside))
         owners.append(corpus.document_uid(record["title"], record["text"]))
   ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
-  masked = featurizer.mask_salient_span(ids, starts, limits, [s for s, _ in spans],
-                                        [e for _, e in spans])
+  masked = featurizer.mask_salient_span(ids, starts, limits, [s for s, _ in spans], [e for _, e in spans])
   status = masked.status.numpy()
   print(f"  {len(sentences)} sentences with a salient span; maskable: "
         f"{int((status == featurization.MaskingStatus.OK).sum())}")
@@ -158,12 +160,15 @@ def _demo():
     print("demo done.")
     return
 
-  starts = ("BERT pre-training of the reader, ICT warm start of the retriever" if _FROM_SCRATCH.value
-            else "the reader BERT and ICT start of testdata/models")
+  starts = ("BERT pre-training of the reader, ICT warm start of the retriever"
+            if _FROM_SCRATCH.value else "the reader BERT and ICT start of testdata/models")
   print(f"== 4. REALM pre-training ({starts}; the refresher beside the trainer)")
   options = demo_pipeline.PipelineOptions(
-      output_dir=os.path.join(out, "pipeline"), mlm_steps=_MLM_STEPS.value, ict_steps=_ICT_STEPS.value,
-      realm_steps=_REALM_STEPS.value, orqa_steps=_ORQA_STEPS.value,
+      output_dir=os.path.join(out, "pipeline"),
+      mlm_steps=_MLM_STEPS.value,
+      ict_steps=_ICT_STEPS.value,
+      realm_steps=_REALM_STEPS.value,
+      orqa_steps=_ORQA_STEPS.value,
       models_dir=None if _FROM_SCRATCH.value else demo_pipeline.SHIPPED_MODELS)
   result = demo_pipeline.run(options, skip_ict=_SKIP_ICT.value, echo=lambda line: print("  " + line))
   realm = result["realm"]

@@ -24,8 +24,9 @@ from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.training import orqa_model
 
-_QUESTIONS = ["Where was Savix Lunene born?", "Où est né Zoë Kelarlé, l'ingénieur?",
-              "What did Wenor found? " * 40]
+_QUESTIONS = [
+    "Where was Savix Lunene born?", "Où est né Zoë Kelarlé, l'ingénieur?", "What did Wenor found? " * 40
+]
 _TIMEOUT_S = 3  # the server's --request_timeout_s: short, so the slow-client test is quick
 _PATH = "/v1/models/open_qa:predict"
 
@@ -41,8 +42,7 @@ class ServeTest(tf.test.TestCase):
                                                   os.path.join(cls.tmp, "export", "open_qa"))
     # What bin/answer.py prints comes from this call on the same export.
     cls.expected = loader.answer_questions(loader.load_open_qa(cls.saved_model), _QUESTIONS)
-    cls.server = process.ServeProcess(cls.saved_model, f"--request_timeout_s={_TIMEOUT_S}",
-                                      "--noaccess_log")
+    cls.server = process.ServeProcess(cls.saved_model, f"--request_timeout_s={_TIMEOUT_S}", "--noaccess_log")
     cls.port = cls.server.port
 
   @classmethod
@@ -90,12 +90,15 @@ class ServeTest(tf.test.TestCase):
     status, rows = self._json("POST", _PATH, {"instances": _QUESTIONS})
     self.assertEqual(status, 200, rows)
     self.assertLen(rows["predictions"], len(_QUESTIONS))
-    self._check_outputs({name: [row[name] for row in rows["predictions"]]
-                         for name in rows["predictions"][0]}, [0, 1, 2])
+    self._check_outputs({name: [row[name] for row in rows["predictions"]] for name in rows["predictions"][0]},
+                        [0, 1, 2])
     self.assertNotEqual(rows["predictions"][0]["answers"], "")
-    status, columns = self._json("POST", "/v1/models/open_qa/versions/1:predict",
-                                 {"inputs": {"questions": _QUESTIONS[1:]},
-                                  "signature_name": "serving_default"})
+    status, columns = self._json("POST", "/v1/models/open_qa/versions/1:predict", {
+        "inputs": {
+            "questions": _QUESTIONS[1:]
+        },
+        "signature_name": "serving_default"
+    })
     self.assertEqual(status, 200, columns)
     self._check_outputs(columns["outputs"], [1, 2])
     status, rows = self._json("POST", _PATH, {"instances": [{"questions": _QUESTIONS[2]}]})
@@ -125,8 +128,16 @@ class ServeTest(tf.test.TestCase):
 
   def test_model_status_and_metadata(self):
     status, out = self._json("GET", "/v1/models/open_qa")
-    self.assertEqual((status, out), (200, {"model_version_status": [
-        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}))
+    self.assertEqual((status, out), (200, {
+        "model_version_status": [{
+            "version": "1",
+            "state": "AVAILABLE",
+            "status": {
+                "error_code": "OK",
+                "error_message": ""
+            }
+        }]
+    }))
     self.assertEqual(self._json("GET", "/v1/models/open_qa/versions/1")[1], out)
     status, out = self._json("GET", "/v1/models/open_qa/metadata")
     self.assertEqual(status, 200)
@@ -147,10 +158,11 @@ class ServeTest(tf.test.TestCase):
         ("POST", _PATH, b'{"instances": ["\xff\xfe"]}', 400, "the request body is not valid UTF-8"),
         ("POST", _PATH, b'{"instances": ["\\ud800"]}', 400, "instances[0] holds a lone UTF-16 surrogate"),
         ("POST", _PATH, b'{"instances": ["  "]}', 400, "instances[0] is an empty question"),
-        ("POST", _PATH, json.dumps({"instances": ["Who?"] * 10000}).encode(), 400,
-         "instances holds 10000 questions; this server answers at most 64 per request"),
+        ("POST", _PATH, json.dumps({
+            "instances": ["Who?"] * 10000
+        }).encode(), 400, "instances holds 10000 questions; this server answers at most 64 per request"),
         ("POST", _PATH, huge, 413, f"the request body is {len(huge)} bytes; this server reads at most "
-                                   f"{1 << 20}"),
+         f"{1 << 20}"),
         ("POST", "/v1/models/open_qb:predict", b'{"instances": ["a?"]}', 404,
          "no model named 'open_qb' is served here; this server serves 'open_qa'"),
         ("POST", "/v1/models/open_qa/versions/2:predict", b'{"instances": ["a?"]}', 404,
@@ -237,8 +249,8 @@ class ServeTest(tf.test.TestCase):
     for i in range(12):
       s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
       body = json.dumps({"instances": [_QUESTIONS[0]]}).encode()
-      s.sendall(f"POST {_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                + (body if i % 3 else body[:5]))
+      s.sendall(f"POST {_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() +
+                (body if i % 3 else body[:5]))
       if i % 2:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # an RST
       s.close()
@@ -279,8 +291,7 @@ class ServeTest(tf.test.TestCase):
       marks = chromium.driver.find_elements("tag name", "mark")
       self.assertEqual([m.text for m in marks], [shown])
       self.assertRegex(chromium.driver.find_element("id", "answer-time").text, r"^\d+ ms$")
-      self.assertEqual(chromium.driver.find_element("id", "question").get_attribute("value"),
-                       _QUESTIONS[1])
+      self.assertEqual(chromium.driver.find_element("id", "question").get_attribute("value"), _QUESTIONS[1])
 
 
 def _read_all(sock: socket.socket) -> bytes:

@@ -29,9 +29,11 @@ class ShippedModelsTest(tf.test.TestCase):
     cls.paths = demo_pipeline.prepare_corpora(cls.options, echo=lambda _: None)
 
   def test_the_reader_bert_has_its_held_out_accuracy(self):
-    export = demo_pipeline.run_mlm(
-        dataclasses.replace(self.options, mlm_steps=0), self.paths, echo=lambda _: None,
-        init_checkpoint=os.path.join(demo_pipeline.SHIPPED_MODELS, demo_pipeline.READER_BERT))
+    export = demo_pipeline.run_mlm(dataclasses.replace(self.options, mlm_steps=0),
+                                   self.paths,
+                                   echo=lambda _: None,
+                                   init_checkpoint=os.path.join(demo_pipeline.SHIPPED_MODELS,
+                                                                demo_pipeline.READER_BERT))
     with open(os.path.join(export, "eval.json")) as f:
       measured = json.load(f)
     expected = self.manifest["reader_bert"]

@@ -31,16 +31,20 @@ def main(argv):
     options = config.trainer_options(config.model.bert())
   except run_config.ConfigError as e:
     raise app.UsageError(str(e)) from None
-  with run_config.saved_for_the_run(config, config.model_dir, config.BINARY, logging.info,
+  with run_config.saved_for_the_run(config,
+                                    config.model_dir,
+                                    config.BINARY,
+                                    logging.info,
                                     progress=train_fid_kd.rounds_done):
     for metrics in fid_kd.run(options, log=logging.info):
       before, after = metrics["recall_before"], metrics["recall_after"]
-      logging.info("iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> "
-                   "%.1f; %s, ends with %s", metrics["iteration"], metrics["reader_exact_match"],
-                   metrics.get("reader_gold_top1", float("nan")),
-                   before.get("gold_recall@5", float("nan")), after.get("gold_recall@5", float("nan")),
-                   "accepted" if metrics.get("accepted", True) else "REJECTED",
-                   metrics.get("retriever_after", "its distilled retriever"))
+      logging.info(
+          "iteration %d: reader dev EM %.1f, teacher gold top-1 %.1f%%; gold recall@5 %.1f -> "
+          "%.1f; %s, ends with %s", metrics["iteration"], metrics["reader_exact_match"],
+          metrics.get("reader_gold_top1", float("nan")), before.get("gold_recall@5", float("nan")),
+          after.get("gold_recall@5", float("nan")),
+          "accepted" if metrics.get("accepted", True) else "REJECTED",
+          metrics.get("retriever_after", "its distilled retriever"))
 
 
 if __name__ == "__main__":

@@ -19,18 +19,37 @@ class TrainRealmConfigFileTest(tf.test.TestCase):
     corpora = testing_utils.write_small_realm_corpora(tmp, 10)
     model_dir = f"{tmp}/realm"
     with open(f"{tmp}/small.yaml", "w") as f:
-      yaml.safe_dump({
-          "model_dir": model_dir,
-          "data": {"pretraining_corpus_path": corpora["pretraining"],
-                   "retrieval_corpus_path": corpora["retrieval"]},
-          "model": {"vocab_path": f"{_TESTDATA}/vocab.txt",
-                    "bert_config": testing_utils.write_small_bert_config(tmp)},
-          "retriever": {"projection_size": 16, "query_seq_len": 16, "candidate_seq_len": 32},
-          "realm": {"num_candidates": 4, "max_masks": 4},
-          "index": {"bootstrap_index": True, "index_implementation": "brute_force"},
-          "train": {"batch_size": 2, "num_train_steps": 5, "save_checkpoints_steps": 5,
-                    "jit_compile": False},
-      }, f)
+      yaml.safe_dump(
+          {
+              "model_dir": model_dir,
+              "data": {
+                  "pretraining_corpus_path": corpora["pretraining"],
+                  "retrieval_corpus_path": corpora["retrieval"]
+              },
+              "model": {
+                  "vocab_path": f"{_TESTDATA}/vocab.txt",
+                  "bert_config": testing_utils.write_small_bert_config(tmp)
+              },
+              "retriever": {
+                  "projection_size": 16,
+                  "query_seq_len": 16,
+                  "candidate_seq_len": 32
+              },
+              "realm": {
+                  "num_candidates": 4,
+                  "max_masks": 4
+              },
+              "index": {
+                  "bootstrap_index": True,
+                  "index_implementation": "brute_force"
+              },
+              "train": {
+                  "batch_size": 2,
+                  "num_train_steps": 5,
+                  "save_checkpoints_steps": 5,
+                  "jit_compile": False
+              },
+          }, f)
     result = in_process.run_main("train_realm.py", f"--config_file={tmp}/small.yaml",
                                  "--params_override=train.num_train_steps=1,train.save_checkpoints_steps=1")
     self.assertIsNone(result.error, result.traceback)

@@ -35,26 +35,37 @@ class SigkillTest(tf.test.TestCase):
     self.retrieval = os.path.join(out, "corpus", "blocks")
     self.pretraining = os.path.join(out, "pretraining", "sentences")
     tokenizer = tokenization.Tokenizer(self.vocab)
-    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")), tokenizer,
-                        self.retrieval, num_shards=2)
+    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")),
+                        tokenizer,
+                        self.retrieval,
+                        num_shards=2)
     pretraining.write_pretraining_corpus(
         lambda: pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")),
-        self.pretraining, num_shards=2)
+        self.pretraining,
+        num_shards=2)
     self.bert_config = testing_utils.write_small_bert_config(out)
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
     model_dir = os.path.join(out, "kill")
-    flags = dict(model_dir=model_dir, pretraining_corpus_path=self.pretraining,
-                 retrieval_corpus_path=self.retrieval, vocab_path=self.vocab,
-                 bert_config=self.bert_config, jit_compile=False, **_SIZES, batch_size=4,
-                 save_checkpoints_steps=10, log_every_steps=5, bootstrap_index=True,
+    flags = dict(model_dir=model_dir,
+                 pretraining_corpus_path=self.pretraining,
+                 retrieval_corpus_path=self.retrieval,
+                 vocab_path=self.vocab,
+                 bert_config=self.bert_config,
+                 jit_compile=False,
+                 **_SIZES,
+                 batch_size=4,
+                 save_checkpoints_steps=10,
+                 log_every_steps=5,
+                 bootstrap_index=True,
                  index_implementation="brute_force")
     log_path = os.path.join(out, "first.log")
     with open(log_path, "w") as log_file:
-      trainer = subprocess.Popen(
-          demo_pipeline.binary_command("train_realm", num_train_steps=1000, **flags),
-          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
+      trainer = subprocess.Popen(demo_pipeline.binary_command("train_realm", num_train_steps=1000, **flags),
+                                 stdout=log_file,
+                                 stderr=subprocess.STDOUT,
+                                 env=demo_pipeline.binary_env())
       # No wall clock here: 20 steps take seconds on a quiet machine and minutes on a busy one. A trainer
       # that stalls waiting for an index raises NoRefresherError and exits (caught by poll() below);
       # any other hang ends at the target's timeout.
@@ -72,12 +83,13 @@ class SigkillTest(tf.test.TestCase):
     self.assertFalse(training_state.training_done(model_dir))
 
     resumed_steps = killed_at + 10
-    demo_pipeline.run_binary("train_realm", os.path.join(out, "second.log"),
-                             num_train_steps=resumed_steps, **flags)
+    demo_pipeline.run_binary("train_realm",
+                             os.path.join(out, "second.log"),
+                             num_train_steps=resumed_steps,
+                             **flags)
     with open(os.path.join(out, "second.log")) as f:
       second = f.read()
-    self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}",
-                  second)
+    self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}", second)
     self.assertEqual(training_state.latest_step(model_dir), resumed_steps)
     self.assertTrue(training_state.training_done(model_dir))
     with open(os.path.join(model_dir, "train_summary.json")) as f:

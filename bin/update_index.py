@@ -35,9 +35,11 @@ from realm_tf.training import frozen_index
 from realm_tf.training import orqa_model
 from realm_tf.training import trainer_flags
 
-_INDEX = flags.DEFINE_string(
-    "index", None, "MODEL_DIR/index/<step> (or a REALM MODEL_DIR: its newest index), or an ORQA "
-    "MODEL_DIR (or its frozen_index).", required=True)
+_INDEX = flags.DEFINE_string("index",
+                             None,
+                             "MODEL_DIR/index/<step> (or a REALM MODEL_DIR: its newest index), or an ORQA "
+                             "MODEL_DIR (or its frozen_index).",
+                             required=True)
 _DOCUMENTS = flags.DEFINE_string(
     "documents", None, "Documents to add or replace: JSONL {\"id\", \"title\", \"body\"}, DPR TSV "
     "(id, text, title), or a corpus prefix from bin/generate_retrieval_corpus.")
@@ -46,8 +48,8 @@ _REMOVE_IDS_PATH = flags.DEFINE_string("remove_ids_path", None, "A file of doc_i
 _ON_EXISTING = flags.DEFINE_enum(
     "on_existing", "error", index_update.ON_EXISTING,
     "A document of --documents whose id the corpus holds: stop with an error, or replace it in its row.")
-_OUTPUT_CORPUS = flags.DEFINE_string(
-    "output_corpus_prefix", None, "Prefix of the updated corpus (default: <the index's corpus>-v<k>).")
+_OUTPUT_CORPUS = flags.DEFINE_string("output_corpus_prefix", None,
+                                     "Prefix of the updated corpus (default: <the index's corpus>-v<k>).")
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint", None, "REALM: the checkpoint whose document tower built the index (default: the one "
     "published.json records). Converted index: the bin/convert_checkpoint output whose document tower "
@@ -55,7 +57,8 @@ _CHECKPOINT = flags.DEFINE_string(
     "earlier update recorded).")
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Converted index: the new directory (default: <the converted index>-v<k>).")
-_KEEP = trainer_flags.define_indexes_kept_flag("REALM: published indexes to keep (as bin/refresh_doc_embeds).")
+_KEEP = trainer_flags.define_indexes_kept_flag(
+    "REALM: published indexes to keep (as bin/refresh_doc_embeds).")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Documents per embedding batch.")
 
 
@@ -67,9 +70,8 @@ def main(argv):
   if converted is not None:
     try:
       change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value)
-      written = index_update.update_converted_index(converted, change, _CHECKPOINT.value,
-                                                    _ON_EXISTING.value, _OUTPUT_DIR.value,
-                                                    _BATCH_SIZE.value)
+      written = index_update.update_converted_index(converted, change, _CHECKPOINT.value, _ON_EXISTING.value,
+                                                    _OUTPUT_DIR.value, _BATCH_SIZE.value)
     except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
             index_lib.CorruptIndexError, FileNotFoundError) as e:
       sys.exit(f"bin/update_index: {e}\nThe converted index {converted} is unchanged.")
@@ -94,9 +96,8 @@ def main(argv):
     config = realm_config_lib.RealmConfig.load(os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
     change = index_update.read_change_set(_DOCUMENTS.value, _REMOVE_IDS.value, _REMOVE_IDS_PATH.value,
                                           corpus_lib.vocab_sha256(config.vocab_path))
-    published = index_update.update_published_index(
-        path, change, _ON_EXISTING.value, _CHECKPOINT.value, _OUTPUT_CORPUS.value, _KEEP.value,
-        _BATCH_SIZE.value)
+    published = index_update.update_published_index(path, change, _ON_EXISTING.value, _CHECKPOINT.value,
+                                                    _OUTPUT_CORPUS.value, _KEEP.value, _BATCH_SIZE.value)
     print(f"published {published}")
   except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
           index_lib.CorruptIndexError, FileNotFoundError) as e:

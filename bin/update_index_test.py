@@ -62,7 +62,11 @@ _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64
 def _run(script, *args, timeout=400):
   env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run([sys.executable, os.path.join(_REPO, "bin", script), *args],
-                        capture_output=True, text=True, env=env, timeout=timeout, check=False)
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                        timeout=timeout,
+                        check=False)
 
 
 class _InProcess:
@@ -102,9 +106,8 @@ def _embed_eagerly(retriever, featurizer, corpus_prefix):
   5 documents; the update's probes re-embed unchanged rows through that pipeline and must reproduce
   these."""
   rows = list(corpus_lib.read_corpus(corpus_prefix))
-  inputs = featurizer.candidate_inputs(
-      tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
-      tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+  inputs = featurizer.candidate_inputs(tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+                                       tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
   return retriever.embed_documents(tuple(inputs), training=False).numpy()
 
 
@@ -135,10 +138,16 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # _BERT as a Google bert_config.json, for bin/train_orqa --bert_config.
     cls.bert_config = os.path.join(cls.tmp, "bert_config.json")
     with open(cls.bert_config, "w") as f:
-      json.dump({"vocab_size": _BERT.vocab_size, "hidden_size": _BERT.hidden_size,
-                 "num_hidden_layers": _BERT.num_layers, "num_attention_heads": _BERT.num_attention_heads,
-                 "intermediate_size": _BERT.intermediate_size, "hidden_act": "gelu",
-                 "max_position_embeddings": _BERT.max_position_embeddings}, f)
+      json.dump(
+          {
+              "vocab_size": _BERT.vocab_size,
+              "hidden_size": _BERT.hidden_size,
+              "num_hidden_layers": _BERT.num_layers,
+              "num_attention_heads": _BERT.num_attention_heads,
+              "intermediate_size": _BERT.intermediate_size,
+              "hidden_act": "gelu",
+              "max_position_embeddings": _BERT.max_position_embeddings
+          }, f)
     assert bert.BertConfig.from_json_file(cls.bert_config) == _BERT, cls.bert_config
     cls._realm = None
 
@@ -157,9 +166,12 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     tests need none does not pay for it)."""
     if cls._realm is None:
       realm_dir = os.path.join(cls.tmp, "realm")
-      config = realm_config_lib.RealmConfig(
-          retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB, projection_size=32,
-          query_seq_len=32, candidate_seq_len=128)
+      config = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                            reader_bert=_BERT,
+                                            vocab_path=_VOCAB,
+                                            projection_size=32,
+                                            query_seq_len=32,
+                                            candidate_seq_len=128)
       config.save(realm_dir)
       tf_keras.utils.set_random_seed(0)
       retriever = config.build_retriever()
@@ -169,10 +181,15 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
       # path too), and the update's probes re-embed unchanged rows through it and must reproduce these.
       featurizer = config.featurizer()
       refresher.build_and_publish(
-          config, retriever, 3, refresher.RefresherOptions(
-              model_dir=realm_dir, corpus_prefix=cls.corpus, index_implementation="brute_force",
-              embed_jit_compile=False),
-          info={"checkpoint": checkpoint}, log=lambda message: None,
+          config,
+          retriever,
+          3,
+          refresher.RefresherOptions(model_dir=realm_dir,
+                                     corpus_prefix=cls.corpus,
+                                     index_implementation="brute_force",
+                                     embed_jit_compile=False),
+          info={"checkpoint": checkpoint},
+          log=lambda message: None,
           embedder=lambda corpus_prefix, **unused: _embed_eagerly(retriever, featurizer, corpus_prefix))
       cls._realm = (realm_dir, checkpoint)
     return cls._realm
@@ -207,13 +224,13 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # 2. bin/train_orqa --index_dir takes it, given the run's corpus, and trains on the updated corpus
     # (one step: the step count is not what is checked).
     orqa_dir = os.path.join(self.tmp, "orqa")
-    result = _main_in_process(
-        "train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
-        f"--retrieval_corpus_path={self.corpus}", f"--index_dir={updated_index}",
-        f"--retriever_checkpoint={checkpoint}", f"--vocab_path={_VOCAB}",
-        f"--bert_config={self.bert_config}", "--projection_size=32", "--query_seq_len=32",
-        "--candidate_seq_len=128", "--reader_seq_len=128", "--span_hidden_size=32", "--batch_size=2",
-        "--num_train_steps=1", "--save_checkpoints_steps=1", "--nojit_compile")
+    result = _main_in_process("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
+                              f"--retrieval_corpus_path={self.corpus}", f"--index_dir={updated_index}",
+                              f"--retriever_checkpoint={checkpoint}", f"--vocab_path={_VOCAB}",
+                              f"--bert_config={self.bert_config}", "--projection_size=32",
+                              "--query_seq_len=32", "--candidate_seq_len=128", "--reader_seq_len=128",
+                              "--span_hidden_size=32", "--batch_size=2", "--num_train_steps=1",
+                              "--save_checkpoints_steps=1", "--nojit_compile")
     self.assertIsNone(result.exit)
     self.assertIn("training on that corpus", result.log)
     frozen = os.path.join(orqa_dir, "frozen_index")
@@ -224,8 +241,11 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     result = _main_in_process("update_index.py", f"--index={orqa_dir}", "--remove_ids=no-such-id")
     self._assert_refused(result, frozen, before, "does not hold: 'no-such-id'")
     existing = self.documents[0]
-    change = _write_jsonl(os.path.join(self.tmp, "replace.jsonl"), [
-        {"id": existing["doc_id"], "title": existing["title"], "body": _NEW_BODY}])
+    change = _write_jsonl(os.path.join(self.tmp, "replace.jsonl"), [{
+        "id": existing["doc_id"],
+        "title": existing["title"],
+        "body": _NEW_BODY
+    }])
     result = _main_in_process("update_index.py", f"--index={orqa_dir}", f"--documents={change}")
     self._assert_refused(result, frozen, before, "--on_existing=replace")
     result = _main_in_process("update_index.py", f"--index={orqa_dir}", f"--documents={change}",
@@ -264,8 +284,15 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
                     os.path.join(published_index.index_root(model_dir), "3"))
     before = _snapshot(model_dir)
     # The one failing process: exit status, the message on stderr, nothing written.
-    duplicate = _write_jsonl(os.path.join(self.tmp, "dup.jsonl"), [
-        {"id": "x", "title": "a", "body": "b"}, {"id": "x", "title": "c", "body": "d"}])
+    duplicate = _write_jsonl(os.path.join(self.tmp, "dup.jsonl"), [{
+        "id": "x",
+        "title": "a",
+        "body": "b"
+    }, {
+        "id": "x",
+        "title": "c",
+        "body": "d"
+    }])
     result = _run("update_index.py", f"--index={model_dir}", f"--documents={duplicate}")
     self._assert_failed_untouched(result, model_dir, before, "'x' more than once")
     wrong_format = os.path.join(self.tmp, "docs.csv")
@@ -283,13 +310,19 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     random tiny BERT a query made of a document's words then finds that document.
     Returns (converted dir, embedder dir, config, retriever, block_emb)."""
     embedder_dir = os.path.join(self.tmp, name, "conv_embedder")
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB, projection_size=32,
-        query_seq_len=32, candidate_seq_len=128, embedder_pooling="mean")
+    config = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                          reader_bert=_BERT,
+                                          vocab_path=_VOCAB,
+                                          projection_size=32,
+                                          query_seq_len=32,
+                                          candidate_seq_len=128,
+                                          embedder_pooling="mean")
     config.save(embedder_dir)
     tf_keras.utils.set_random_seed(1)
     retriever = config.build_retriever()
-    tf.train.CheckpointManager(tf.train.Checkpoint(retriever=retriever), embedder_dir, max_to_keep=1,
+    tf.train.CheckpointManager(tf.train.Checkpoint(retriever=retriever),
+                               embedder_dir,
+                               max_to_keep=1,
                                checkpoint_name="ckpt").save(checkpoint_number=0)
     block_emb = _embed_eagerly(retriever, config.featurizer(), self.corpus)
     released = os.path.join(self.tmp, name, "released")
@@ -301,7 +334,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         for document in self.documents:
           writer.write(document[field].encode("utf-8"))
     converted = os.path.join(self.tmp, name, "wiki_index")
-    released_conversion.convert(encoded, converted, blocks_path=os.path.join(released, "blocks.tfr"),
+    released_conversion.convert(encoded,
+                                converted,
+                                blocks_path=os.path.join(released, "blocks.tfr"),
                                 titles_path=os.path.join(released, "titles.tfr"),
                                 index_implementation="brute_force")
     return converted, embedder_dir, config, retriever, block_emb
@@ -312,13 +347,19 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     before = _snapshot(converted)
 
     # A released block's id is its row number; one is removed and a document added.
-    added = {"id": "added-1", "title": "Quorvath Zelindra",
-             "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+    added = {
+        "id": "added-1",
+        "title": "Quorvath Zelindra",
+        "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."
+    }
     documents = _write_jsonl(os.path.join(self.tmp, "conv", "add.jsonl"), [added])
-    result = _main_in_process("update_index.py", f"--index={converted}/mips",
-                              f"--documents={documents}", "--remove_ids=4")
+    result = _main_in_process("update_index.py", f"--index={converted}/mips", f"--documents={documents}",
+                              "--remove_ids=4")
     # The tower is not part of a block_emb conversion.
-    self._assert_refused(result, converted, before, "--checkpoint",
+    self._assert_refused(result,
+                         converted,
+                         before,
+                         "--checkpoint",
                          unchanged=f"The converted index {converted} is unchanged")
     result = _main_in_process("update_index.py", f"--index={converted}", f"--checkpoint={embedder_dir}",
                               f"--documents={documents}", "--remove_ids=4")
@@ -329,8 +370,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     blocks = converted_index.load_block_texts(os.path.join(updated, "blocks.jsonl"))
     self.assertEqual([b["id"] for b in blocks], ["0", "1", "2", "3", "added-1"])
     self.assertEqual([b["row"] for b in blocks], list(range(5)))
-    self.assertEqual([b["text"] for b in blocks],
-                     [d["body"] for d in self.documents[:4]] + [added["body"]])
+    self.assertEqual([b["text"] for b in blocks], [d["body"] for d in self.documents[:4]] + [added["body"]])
     mips = index_lib.load_index(os.path.join(updated, "mips"))
     self.assertAllClose(np.asarray(mips.embeddings)[:4], block_emb[:4])
     # The added block is retrieved by a question about it (with the tower's query embedder); the
@@ -350,7 +390,10 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # Bad input: an unknown id; a second update derives from the first and takes its tower.
     updated_before = _snapshot(updated)
     result = _main_in_process("update_index.py", f"--index={updated}", "--remove_ids=no-such-id")
-    self._assert_refused(result, updated, updated_before, "does not hold: 'no-such-id'",
+    self._assert_refused(result,
+                         updated,
+                         updated_before,
+                         "does not hold: 'no-such-id'",
                          unchanged=f"The converted index {updated} is unchanged")
     self.assertFalse(os.path.exists(converted + "-v2"))
 
@@ -358,16 +401,17 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # and bin/export_saved_model read that run.
     corpus = os.path.join(self.tmp, "conv", "corpus", "blocks")
     corpus_lib.write_corpus(lambda: corpus_lib.read_documents(os.path.join(updated, "blocks.jsonl")),
-                            tokenizer, corpus, num_shards=1)
+                            tokenizer,
+                            corpus,
+                            num_shards=1)
     orqa_dir = os.path.join(self.tmp, "conv", "orqa")
-    result = _main_in_process(
-        "train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
-        f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
-        f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
-        f"--bert_config={self.bert_config}",
-        "--projection_size=32", "--query_seq_len=32", "--candidate_seq_len=128", "--reader_seq_len=128",
-        "--span_hidden_size=32", "--embedder_pooling=mean", "--batch_size=2", "--num_train_steps=1",
-        "--save_checkpoints_steps=1", "--nojit_compile")
+    result = _main_in_process("train_orqa.py", f"--model_dir={orqa_dir}", f"--train_path={self.train}",
+                              f"--retrieval_corpus_path={corpus}", f"--index_dir={updated}/mips",
+                              f"--retriever_checkpoint={embedder_dir}", f"--vocab_path={_VOCAB}",
+                              f"--bert_config={self.bert_config}", "--projection_size=32",
+                              "--query_seq_len=32", "--candidate_seq_len=128", "--reader_seq_len=128",
+                              "--span_hidden_size=32", "--embedder_pooling=mean", "--batch_size=2",
+                              "--num_train_steps=1", "--save_checkpoints_steps=1", "--nojit_compile")
     self.assertIsNone(result.exit)
     self.assertIn(f"frozen index from {updated}/mips", result.log)
     retrieved = self._dev_retrieved_ids(orqa_dir)
@@ -386,12 +430,16 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # A change set tokenized with another vocab is refused before anything is written.
     other = os.path.join(self.tmp, "conv_killed", "other", "blocks")
     corpus_lib.write_corpus(lambda: [corpus_lib.Document("t", "another vocab's text", "x-1")],
-                            tokenization.Tokenizer(testing_utils.write_vocab(
-                                os.path.join(self.tmp, "conv_killed"), name="other_vocab.txt")),
-                            other, num_shards=1)
+                            tokenization.Tokenizer(
+                                testing_utils.write_vocab(os.path.join(self.tmp, "conv_killed"),
+                                                          name="other_vocab.txt")),
+                            other,
+                            num_shards=1)
     with self.assertRaisesRegex(index_update.UpdateError, "tokenized with another vocab than the tower"):
-      index_update.update_converted_index(converted, index_update.read_change_set(other),
-                                          checkpoint=embedder_dir, log=lambda message: None)
+      index_update.update_converted_index(converted,
+                                          index_update.read_change_set(other),
+                                          checkpoint=embedder_dir,
+                                          log=lambda message: None)
     change = index_update.read_change_set(remove_ids=["1"])
     real_rename = os.rename
 
@@ -409,8 +457,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertEqual(_snapshot(converted), before)
     written = index_update.update_converted_index(converted, change, log=lambda message: None)
     self.assertEqual(written, converted + "-v1")
-    self.assertEqual([b["id"] for b in converted_index.load_block_texts(
-        os.path.join(written, "blocks.jsonl"))], ["0", "2", "3", "4"])
+    self.assertEqual(
+        [b["id"] for b in converted_index.load_block_texts(os.path.join(written, "blocks.jsonl"))],
+        ["0", "2", "3", "4"])
 
   def test_converted_orqa_served_from_the_updated_index(self):
     # Google's released ORQA as bin/convert_checkpoint converts it (a TF1 checkpoint in the original
@@ -418,8 +467,12 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     release = os.path.join(self.tmp, "served", "release")
     os.makedirs(release)
     positions = 64
-    bert_config = bert.BertConfig(vocab_size=285, hidden_size=32, num_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=positions)
+    bert_config = bert.BertConfig(vocab_size=285,
+                                  hidden_size=32,
+                                  num_layers=1,
+                                  num_attention_heads=2,
+                                  intermediate_size=64,
+                                  max_position_embeddings=positions)
     checkpoint = testing_utils.write_tf1_checkpoint(
         os.path.join(release, "model.ckpt-300000"),
         testing_utils.released_orqa_weights(bert_config, projection_size=16, span_hidden_size=8))
@@ -438,7 +491,9 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
         for document in self.documents:
           writer.write(document[field].encode("utf-8"))
     index_dir = os.path.join(self.tmp, "served", "wiki")
-    released_conversion.convert(encoded, index_dir, blocks_path=os.path.join(release, "blocks.tfr"),
+    released_conversion.convert(encoded,
+                                index_dir,
+                                blocks_path=os.path.join(release, "blocks.tfr"),
                                 titles_path=os.path.join(release, "titles.tfr"),
                                 index_implementation="brute_force")
 
@@ -456,8 +511,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     export_dir = os.path.join(self.tmp, "served", "export")
     saved_models.export_open_qa(orqa_model.load_converted(orqa_dir, f"{index_dir}-v1"),
                                 os.path.join(export_dir, "open_qa"))
-    outputs = loader.answer_questions(
-        loader.load_open_qa(os.path.join(export_dir, "open_qa")), ["Who built a lighthouse?"])
+    outputs = loader.answer_questions(loader.load_open_qa(os.path.join(export_dir, "open_qa")),
+                                      ["Who built a lighthouse?"])
     # The reader reads 5 blocks, all the updated index holds: the added one (by its id) and no removed one.
     self.assertCountEqual([d.decode() for d in outputs["doc_ids"][0]], ["0", "1", "2", "3", "added-1"])
     texts = [t.decode("utf-8") for t in outputs["block_texts"][0]]

@@ -128,8 +128,11 @@ class PipelineOptions:
 
 def binary_env() -> Dict[str, str]:
   """The environment a bin/ program runs in: this checkout importable, TensorFlow's start-up logs off."""
-  return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-              TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1")
+  return dict(os.environ,
+              PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+              TF_CPP_MIN_LOG_LEVEL="3",
+              TF_USE_LEGACY_KERAS="1",
+              PYTHONUNBUFFERED="1")
 
 
 def binary_command(binary: str, **flags) -> List[str]:
@@ -151,8 +154,11 @@ def _open_log(log_path: str, command: List[str]):
   return log_file
 
 
-def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]] = None,
-               echo: Callable[[str], None] = print, **flags) -> None:
+def run_binary(binary: str,
+               log_path: str,
+               show: Optional[Callable[[str], bool]] = None,
+               echo: Callable[[str], None] = print,
+               **flags) -> None:
   """Runs bin/<binary>.py to completion, appending everything to log_path and echoing chosen lines.
 
   Appends, under a header line per invocation: a resumed run's log keeps the earlier invocations' lines
@@ -160,7 +166,10 @@ def run_binary(binary: str, log_path: str, show: Optional[Callable[[str], bool]]
   """
   command = binary_command(binary, **flags)
   with _open_log(log_path, command) as log_file:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    process = subprocess.Popen(command,
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT,
+                               text=True,
                                env=binary_env())
     for line in process.stdout:
       log_file.write(line)
@@ -177,15 +186,22 @@ def _progress_line(line: str) -> bool:
 
 def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = print) -> Dict[str, str]:
   data = os.path.join(options.output_dir, "data")
-  paths = {"retrieval": os.path.join(data, "corpus", "blocks"),
-           "pretraining": os.path.join(data, "pretraining", "sentences"),
-           "vocab": os.path.join(options.testdata_dir, "vocab.txt")}
-  run_binary("generate_retrieval_corpus", os.path.join(data, "generate_retrieval_corpus.log"),
-             input_path=os.path.join(options.testdata_dir, "corpus.jsonl"), vocab_path=paths["vocab"],
-             output_prefix=paths["retrieval"], num_output_shards=2)
-  run_binary("generate_pretraining_corpus", os.path.join(data, "generate_pretraining_corpus.log"),
+  paths = {
+      "retrieval": os.path.join(data, "corpus", "blocks"),
+      "pretraining": os.path.join(data, "pretraining", "sentences"),
+      "vocab": os.path.join(options.testdata_dir, "vocab.txt")
+  }
+  run_binary("generate_retrieval_corpus",
+             os.path.join(data, "generate_retrieval_corpus.log"),
+             input_path=os.path.join(options.testdata_dir, "corpus.jsonl"),
+             vocab_path=paths["vocab"],
+             output_prefix=paths["retrieval"],
+             num_output_shards=2)
+  run_binary("generate_pretraining_corpus",
+             os.path.join(data, "generate_pretraining_corpus.log"),
              input_path=os.path.join(options.testdata_dir, "pretraining.jsonl"),
-             output_prefix=paths["pretraining"], num_output_shards=2)
+             output_prefix=paths["pretraining"],
+             num_output_shards=2)
   realm_input = options.realm_pretraining_path
   if realm_input is None and options.realm_pretraining == "news":
     realm_input = os.path.join(data, "news.jsonl")
@@ -194,50 +210,78 @@ def prepare_corpora(options: PipelineOptions, echo: Callable[[str], None] = prin
     raise ValueError(f"realm_pretraining must be 'news' or 'all', got {options.realm_pretraining!r}")
   if realm_input:
     paths["realm_pretraining"] = os.path.join(data, "realm_pretraining", "sentences")
-    run_binary("generate_pretraining_corpus", os.path.join(data, "generate_realm_pretraining_corpus.log"),
-               input_path=realm_input, output_prefix=paths["realm_pretraining"], num_output_shards=2)
+    run_binary("generate_pretraining_corpus",
+               os.path.join(data, "generate_realm_pretraining_corpus.log"),
+               input_path=realm_input,
+               output_prefix=paths["realm_pretraining"],
+               num_output_shards=2)
   echo(f"corpora written under {data}")
   return paths
 
 
-def run_mlm(options: PipelineOptions, paths: Dict[str, str], echo: Callable[[str], None] = print,
+def run_mlm(options: PipelineOptions,
+            paths: Dict[str, str],
+            echo: Callable[[str], None] = print,
             init_checkpoint: Optional[str] = None) -> str:
   """Pre-trains the tiny BERT by masked LM (from init_checkpoint when given; options.mlm_steps 0 only
   evaluates it); returns its export (MODEL_DIR/bert, with eval.json)."""
   model_dir = os.path.join(options.output_dir, "mlm")
   show = lambda line: _progress_line(line) or "held-out masked-token accuracy" in line
-  run_binary("train_mlm", os.path.join(options.output_dir, "train_mlm.log"), show, echo,
+  run_binary("train_mlm",
+             os.path.join(options.output_dir, "train_mlm.log"),
+             show,
+             echo,
              model_dir=model_dir,
-             input_path=options.mlm_input_path or os.path.join(options.testdata_dir,
-                                                               "bert_pretraining.jsonl"),
-             vocab_path=paths["vocab"], bert_config="tiny",
+             input_path=options.mlm_input_path or
+             os.path.join(options.testdata_dir, "bert_pretraining.jsonl"),
+             vocab_path=paths["vocab"],
+             bert_config="tiny",
              max_seq_len=options.query_seq_len + options.candidate_seq_len,
-             batch_size=options.mlm_batch_size, learning_rate=options.mlm_learning_rate,
+             batch_size=options.mlm_batch_size,
+             learning_rate=options.mlm_learning_rate,
              whole_word_masking=options.mlm_whole_word_masking,
              random_next_rate=options.mlm_random_next_rate,
-             num_train_steps=options.mlm_steps, save_checkpoints_steps=max(1, options.mlm_steps),
-             log_every_steps=max(1, options.mlm_steps // 4), seed=options.seed,
+             num_train_steps=options.mlm_steps,
+             save_checkpoints_steps=max(1, options.mlm_steps),
+             log_every_steps=max(1, options.mlm_steps // 4),
+             seed=options.seed,
              init_checkpoint=init_checkpoint)
   return os.path.join(model_dir, "bert")
 
 
-def run_ict(options: PipelineOptions, paths: Dict[str, str], init_bert: Optional[str] = None,
+def run_ict(options: PipelineOptions,
+            paths: Dict[str, str],
+            init_bert: Optional[str] = None,
             echo: Callable[[str], None] = print) -> str:
   model_dir = os.path.join(options.output_dir, "ict")
-  run_binary("train_ict", os.path.join(options.output_dir, "train_ict.log"), _progress_line, echo,
-             model_dir=model_dir, pretraining_corpus_path=paths["pretraining"],
-             vocab_path=paths["vocab"], bert_config="tiny", projection_size=options.projection_size,
-             embedder_pooling=options.embedder_pooling, query_seq_len=options.query_seq_len,
+  run_binary("train_ict",
+             os.path.join(options.output_dir, "train_ict.log"),
+             _progress_line,
+             echo,
+             model_dir=model_dir,
+             pretraining_corpus_path=paths["pretraining"],
+             vocab_path=paths["vocab"],
+             bert_config="tiny",
+             projection_size=options.projection_size,
+             embedder_pooling=options.embedder_pooling,
+             query_seq_len=options.query_seq_len,
              block_seq_len=options.candidate_seq_len,
-             batch_size=options.ict_batch_size, learning_rate=options.ict_learning_rate,
-             num_train_steps=options.ict_steps, save_checkpoints_steps=options.ict_steps,
-             log_every_steps=max(1, options.ict_steps // 4), init_bert_checkpoint=init_bert,
+             batch_size=options.ict_batch_size,
+             learning_rate=options.ict_learning_rate,
+             num_train_steps=options.ict_steps,
+             save_checkpoints_steps=options.ict_steps,
+             log_every_steps=max(1, options.ict_steps // 4),
+             init_bert_checkpoint=init_bert,
              seed=options.seed)
   return model_dir
 
 
-def run_realm_processes(model_dir: str, log_dir: str, trainer_flags: Dict, refresher_flags: Dict,
-                        echo: Callable[[str], None] = print, refresher_timeout_s: float = 300) -> Dict:
+def run_realm_processes(model_dir: str,
+                        log_dir: str,
+                        trainer_flags: Dict,
+                        refresher_flags: Dict,
+                        echo: Callable[[str], None] = print,
+                        refresher_timeout_s: float = 300) -> Dict:
   """bin/train_realm with trainer_flags and bin/refresh_doc_embeds with refresher_flags beside it, as two
   processes (logs in log_dir); returns the trainer's summary plus the refresher's exit code.
 
@@ -250,11 +294,17 @@ def run_realm_processes(model_dir: str, log_dir: str, trainer_flags: Dict, refre
     training_state.clear_done_marker(model_dir)
   refresher_command = binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags)
   with _open_log(os.path.join(log_dir, "refresh_doc_embeds.log"), refresher_command) as log_file:
-    refresher = subprocess.Popen(refresher_command, stdout=log_file, stderr=subprocess.STDOUT,
+    refresher = subprocess.Popen(refresher_command,
+                                 stdout=log_file,
+                                 stderr=subprocess.STDOUT,
                                  env=binary_env())
     try:
-      run_binary("train_realm", os.path.join(log_dir, "train_realm.log"), _progress_line, echo,
-                 model_dir=model_dir, **trainer_flags)
+      run_binary("train_realm",
+                 os.path.join(log_dir, "train_realm.log"),
+                 _progress_line,
+                 echo,
+                 model_dir=model_dir,
+                 **trainer_flags)
       refresher.wait(timeout=refresher_timeout_s)
     finally:
       if refresher.poll() is None:
@@ -267,78 +317,126 @@ def run_realm_processes(model_dir: str, log_dir: str, trainer_flags: Dict, refre
   return summary
 
 
-def run_realm(options: PipelineOptions, paths: Dict[str, str], init_retriever: Optional[str],
-              init_reader: Optional[str] = None, echo: Callable[[str], None] = print) -> Dict:
+def run_realm(options: PipelineOptions,
+              paths: Dict[str, str],
+              init_retriever: Optional[str],
+              init_reader: Optional[str] = None,
+              echo: Callable[[str], None] = print) -> Dict:
   """The demo's trainer and refresher (run_realm_processes with its flags)."""
   return run_realm_processes(
-      os.path.join(options.output_dir, "realm"), options.output_dir,
+      os.path.join(options.output_dir, "realm"),
+      options.output_dir,
       dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-           retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"],
-           bert_config=options.realm_bert_config, jit_compile=options.realm_jit_compile,
+           retrieval_corpus_path=paths["retrieval"],
+           vocab_path=paths["vocab"],
+           bert_config=options.realm_bert_config,
+           jit_compile=options.realm_jit_compile,
            projection_size=options.projection_size,
            embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
            embedder_pooling=options.embedder_pooling,
-           query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
-           max_masks=options.max_masks, num_candidates=options.num_candidates,
-           batch_size=options.realm_batch_size, learning_rate=options.realm_learning_rate,
-           num_train_steps=options.realm_steps, save_checkpoints_steps=options.save_checkpoints_steps,
+           query_seq_len=options.query_seq_len,
+           candidate_seq_len=options.candidate_seq_len,
+           max_masks=options.max_masks,
+           num_candidates=options.num_candidates,
+           batch_size=options.realm_batch_size,
+           learning_rate=options.realm_learning_rate,
+           num_train_steps=options.realm_steps,
+           save_checkpoints_steps=options.save_checkpoints_steps,
            keep_checkpoint_max=options.keep_checkpoint_max,
-           log_every_steps=25, init_retriever_checkpoint=init_retriever,
-           init_reader_checkpoint=init_reader, bootstrap_index=True, seed=options.seed,
-           index_implementation=options.index_implementation, check_index_every_batches=2,
+           log_every_steps=25,
+           init_retriever_checkpoint=init_retriever,
+           init_reader_checkpoint=init_reader,
+           bootstrap_index=True,
+           seed=options.seed,
+           index_implementation=options.index_implementation,
+           check_index_every_batches=2,
            max_index_staleness_steps=options.max_index_staleness_steps,
            index_swap_steps=options.index_swap_steps),
       # float32 whatever the CPU: the refresher's own choice (refresh_precision) follows the CPU's
       # bfloat16 instructions, and the demo's numbers must repeat on every machine.
-      dict(retrieval_corpus_path=paths["retrieval"], index_implementation=options.index_implementation,
-           embed_jit_compile=options.realm_jit_compile, mixed_precision="float32", poll_seconds=1,
+      dict(retrieval_corpus_path=paths["retrieval"],
+           index_implementation=options.index_implementation,
+           embed_jit_compile=options.realm_jit_compile,
+           mixed_precision="float32",
+           poll_seconds=1,
            keep=3),
       echo)
 
 
-def run_orqa(options: PipelineOptions, paths: Dict[str, str], retriever_checkpoint: str,
-             embedder_layer_norm_epsilon: float, reader_checkpoint: Optional[str] = None,
+def run_orqa(options: PipelineOptions,
+             paths: Dict[str, str],
+             retriever_checkpoint: str,
+             embedder_layer_norm_epsilon: float,
+             reader_checkpoint: Optional[str] = None,
              echo: Callable[[str], None] = print) -> Dict:
   """Fine-tunes, evaluates on the test split, exports and answers one question; returns the metrics."""
   model_dir = os.path.join(options.output_dir, "orqa")
   show = lambda line: _progress_line(line) or "best dev" in line
-  run_binary("train_orqa", os.path.join(options.output_dir, "train_orqa.log"), show, echo,
-             model_dir=model_dir, train_path=os.path.join(options.testdata_dir, "qa.train.jsonl"),
+  run_binary("train_orqa",
+             os.path.join(options.output_dir, "train_orqa.log"),
+             show,
+             echo,
+             model_dir=model_dir,
+             train_path=os.path.join(options.testdata_dir, "qa.train.jsonl"),
              dev_path=os.path.join(options.testdata_dir, "qa.dev.jsonl"),
-             retrieval_corpus_path=paths["retrieval"], vocab_path=paths["vocab"], bert_config="tiny",
-             retriever_checkpoint=retriever_checkpoint, reader_checkpoint=reader_checkpoint,
+             retrieval_corpus_path=paths["retrieval"],
+             vocab_path=paths["vocab"],
+             bert_config="tiny",
+             retriever_checkpoint=retriever_checkpoint,
+             reader_checkpoint=reader_checkpoint,
              projection_size=options.projection_size,
              embedder_layer_norm_epsilon=embedder_layer_norm_epsilon,
              embedder_pooling=options.embedder_pooling,
-             query_seq_len=options.query_seq_len, candidate_seq_len=options.candidate_seq_len,
-             reader_seq_len=options.candidate_seq_len, span_hidden_size=64, retriever_beam_size=50,
-             batch_size=options.orqa_batch_size, learning_rate=options.orqa_learning_rate,
-             num_train_steps=options.orqa_steps, eval_every_steps=max(1, options.orqa_steps // 2),
+             query_seq_len=options.query_seq_len,
+             candidate_seq_len=options.candidate_seq_len,
+             reader_seq_len=options.candidate_seq_len,
+             span_hidden_size=64,
+             retriever_beam_size=50,
+             batch_size=options.orqa_batch_size,
+             learning_rate=options.orqa_learning_rate,
+             num_train_steps=options.orqa_steps,
+             eval_every_steps=max(1, options.orqa_steps // 2),
              save_checkpoints_steps=max(1, options.orqa_steps // 2),
              log_every_steps=max(1, options.orqa_steps // 4))
   eval_dir = os.path.join(options.output_dir, "orqa_eval")
   test_path = os.path.join(options.testdata_dir, "qa.test.jsonl")
-  run_binary("eval_orqa", os.path.join(options.output_dir, "eval_orqa.log"), model_dir=model_dir,
-             qa_path=test_path, output_dir=eval_dir)
+  run_binary("eval_orqa",
+             os.path.join(options.output_dir, "eval_orqa.log"),
+             model_dir=model_dir,
+             qa_path=test_path,
+             output_dir=eval_dir)
   with open(os.path.join(eval_dir, "qa.test.metrics.json")) as f:
     metrics = json.load(f)
   export_dir = os.path.join(options.output_dir, "export")
-  run_binary("export_saved_model", os.path.join(options.output_dir, "export_saved_model.log"),
-             model_dir=model_dir, output_dir=export_dir)
+  run_binary("export_saved_model",
+             os.path.join(options.output_dir, "export_saved_model.log"),
+             model_dir=model_dir,
+             output_dir=export_dir)
   question = qa_lib.load_jsonl(test_path)[0]
   answer_log = os.path.join(options.output_dir, "answer.log")
   with open(answer_log, "w") as log_file:
     result = subprocess.run(
         binary_command("answer", saved_model=os.path.join(export_dir, "open_qa"), num_passages=2) +
-        [question.question], stdout=subprocess.PIPE, stderr=log_file, text=True, env=binary_env())
+        [question.question],
+        stdout=subprocess.PIPE,
+        stderr=log_file,
+        text=True,
+        env=binary_env())
   if result.returncode != 0:
     raise RuntimeError(f"bin/answer.py failed (exit {result.returncode}); see {answer_log}")
-  return {"metrics": metrics, "export_dir": export_dir, "answer_output": result.stdout,
-          "gold_answers": question.answers}
+  return {
+      "metrics": metrics,
+      "export_dir": export_dir,
+      "answer_output": result.stdout,
+      "gold_answers": question.answers
+  }
 
 
-def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: str,
-                     qa_paths: List[str], doc_checkpoint: Optional[str] = None) -> Dict[str, float]:
+def retriever_recall(config_dir: str,
+                     checkpoint: Optional[str],
+                     corpus_prefix: str,
+                     qa_paths: List[str],
+                     doc_checkpoint: Optional[str] = None) -> Dict[str, float]:
   """Recall of the retriever of a run (its realm_config.json) at a checkpoint (None: untrained).
 
   doc_checkpoint, when given, embeds the documents with another checkpoint's document tower while the
@@ -358,9 +456,12 @@ def retriever_recall(config_dir: str, checkpoint: Optional[str], corpus_prefix: 
     return retriever
 
   examples = [e for path in qa_paths for e in qa_lib.load_jsonl(path)]
-  return retriever_eval.retriever_recall(
-      restored(checkpoint), config, corpus_table.CorpusTable.load(corpus_prefix), examples,
-      ks=(1, 5, 20), doc_retriever=restored(doc_checkpoint) if doc_checkpoint else None)
+  return retriever_eval.retriever_recall(restored(checkpoint),
+                                         config,
+                                         corpus_table.CorpusTable.load(corpus_prefix),
+                                         examples,
+                                         ks=(1, 5, 20),
+                                         doc_retriever=restored(doc_checkpoint) if doc_checkpoint else None)
 
 
 def question_paths(testdata_dir: str) -> List[str]:
@@ -404,12 +505,21 @@ def write_models(options: PipelineOptions, models_dir: str, echo: Callable[[str]
     f.write(f'model_checkpoint_path: "{checkpoint}"\nall_model_checkpoint_paths: "{checkpoint}"\n')
   with open(os.path.join(reader, "eval.json")) as f:
     reader_eval = {k: v for k, v in json.load(f).items() if k != "seconds"}
-  retriever_config = {k: v for k, v in dataclasses.asdict(config).items()
-                      if k not in realm_config_lib.RealmConfig.NOT_COMPARED}
-  manifest = {"written_by": "python bin/generate_testdata.py --output_dir=testdata --models",
-              "reader_bert": dict(reader_eval, steps=options.mlm_steps),
-              "ict": {"steps": options.ict_steps, "recall": recall, "realm_config": retriever_config},
-              "seed": options.seed}
+  retriever_config = {
+      k: v
+      for k, v in dataclasses.asdict(config).items()
+      if k not in realm_config_lib.RealmConfig.NOT_COMPARED
+  }
+  manifest = {
+      "written_by": "python bin/generate_testdata.py --output_dir=testdata --models",
+      "reader_bert": dict(reader_eval, steps=options.mlm_steps),
+      "ict": {
+          "steps": options.ict_steps,
+          "recall": recall,
+          "realm_config": retriever_config
+      },
+      "seed": options.seed
+  }
   io_utils.write_json_atomic(os.path.join(tmp, MODELS_MANIFEST), manifest)
   old = None
   if os.path.exists(models_dir):
@@ -424,8 +534,7 @@ def write_models(options: PipelineOptions, models_dir: str, echo: Callable[[str]
   return manifest
 
 
-def run(options: PipelineOptions, skip_ict: bool = False,
-        echo: Callable[[str], None] = print) -> Dict:
+def run(options: PipelineOptions, skip_ict: bool = False, echo: Callable[[str], None] = print) -> Dict:
   """The whole pipeline; returns what the demo summarizes."""
   started = stage_started = time.time()
   stage_seconds: Dict[str, float] = {}

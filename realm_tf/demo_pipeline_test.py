@@ -31,8 +31,10 @@ class RunRealmProcessesTest(tf.test.TestCase):
 
   def _finished_run(self, step: int) -> str:
     model_dir = self.create_tempdir().full_path
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), model_dir,
-                                         max_to_keep=1, checkpoint_name="ckpt")
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)),
+                                         model_dir,
+                                         max_to_keep=1,
+                                         checkpoint_name="ckpt")
     manager.save(checkpoint_number=step)
     training_state.write_done_marker(model_dir)
     return model_dir
@@ -54,9 +56,11 @@ class RunRealmProcessesTest(tf.test.TestCase):
 
     with mock.patch.object(demo_pipeline, "binary_command", refresher_command), \
          mock.patch.object(demo_pipeline, "run_binary", trainer):
-      summary = demo_pipeline.run_realm_processes(
-          model_dir, self.create_tempdir().full_path, {"num_train_steps": num_train_steps}, {},
-          echo=lambda _: None, refresher_timeout_s=60)
+      summary = demo_pipeline.run_realm_processes(model_dir,
+                                                  self.create_tempdir().full_path,
+                                                  {"num_train_steps": num_train_steps}, {},
+                                                  echo=lambda _: None,
+                                                  refresher_timeout_s=60)
     self.assertEqual(summary["refresher_exit_code"], 0)
     with open(record) as f:
       return f.read() == "True"

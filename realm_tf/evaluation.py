@@ -105,7 +105,8 @@ def _token_f1(prediction_tokens: List[str], answer_tokens: List[str]) -> float:
 def f1_score(prediction: str, answers: Iterable[str]) -> float:
   """SQuAD's token F1 (0..1) of the normalised prediction, maximised over the answers."""
   prediction_tokens = normalize_answer(prediction).split()
-  return max((_token_f1(prediction_tokens, normalize_answer(answer).split()) for answer in answers),
+  return max((_token_f1(prediction_tokens,
+                        normalize_answer(answer).split()) for answer in answers),
              default=0.0)
 
 
@@ -151,8 +152,9 @@ def first_hit_ranks(retrieved_has_answer: Iterable[Iterable[bool]]) -> np.ndarra
   (which questions one finds in its top k and the other does not). Each question's flags are read only up
   to its first hit, so they may be a lazy iterable.
   """
-  return np.asarray([next((rank for rank, hit in enumerate(flags, start=1) if hit), 0)
-                     for flags in retrieved_has_answer], np.int64)
+  return np.asarray(
+      [next((rank for rank, hit in enumerate(flags, start=1) if hit), 0) for flags in retrieved_has_answer],
+      np.int64)
 
 
 def _recall_of_ranks(ranks: np.ndarray, ks: Sequence[int]) -> Dict[str, float]:
@@ -164,8 +166,8 @@ def _recall_of_ranks(ranks: np.ndarray, ks: Sequence[int]) -> Dict[str, float]:
   return {f"recall@{k}": 100.0 * float(np.mean((ranks > 0) & (ranks <= k))) for k in ks}
 
 
-def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
-                ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, float]:
+def recall_at_k(
+    retrieved_has_answer: Sequence[Sequence[bool]], ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, float]:
   """Percentage of questions with an answer-bearing passage among their top k, for each k.
 
   Args:
@@ -178,8 +180,9 @@ def recall_at_k(retrieved_has_answer: Sequence[Sequence[bool]],
   return _recall_of_ranks(first_hit_ranks(retrieved_has_answer), ks)
 
 
-def paired_recall_change(first_hits: Sequence[int], baseline_first_hits: Sequence[int],
-                         ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, Dict[str, float]]:
+def paired_recall_change(
+    first_hits: Sequence[int], baseline_first_hits: Sequence[int],
+    ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, Dict[str, float]]:
   """Two rankers' recall compared question by question, from each one's first_hit_ranks of the same
   questions: per k, the questions the first finds in its top k and the baseline does not ("gained"), the
   reverse ("lost"), and the exact two-sided sign test of gained against lost (McNemar's test): "p_value",
@@ -199,19 +202,27 @@ def paired_recall_change(first_hits: Sequence[int], baseline_first_hits: Sequenc
   return result
 
 
-def answer_first_hits(rows, texts: Sequence[str], answers: Sequence[Sequence[str]], mode: str = "raw",
+def answer_first_hits(rows,
+                      texts: Sequence[str],
+                      answers: Sequence[Sequence[str]],
+                      mode: str = "raw",
                       answers_are_regex: Optional[Sequence[bool]] = None) -> np.ndarray:
   """first_hit_ranks of ranked corpus rows: rows[i] are question i's rows of texts, best first, and a row
   is a hit when has_answer finds some answers[i] in it (rankings_recall's arguments). Rows after a
   question's first hit are not searched."""
   regex = answers_are_regex or [False] * len(answers)
-  return first_hit_ranks((has_answer(texts[d], question_answers, is_regex, mode=mode) for d in ranked)
+  return first_hit_ranks((has_answer(texts[d], question_answers, is_regex, mode=mode)
+                          for d in ranked)
                          for ranked, question_answers, is_regex in zip(rows, answers, regex))
 
 
-def rankings_recall(rows, texts: Sequence[str], answers: Sequence[Sequence[str]],
-                    gold_rows: Optional[Sequence[int]] = None, ks: Sequence[int] = (1, 5, 20, 100),
-                    mode: str = "raw", answers_are_regex: Optional[Sequence[bool]] = None,
+def rankings_recall(rows,
+                    texts: Sequence[str],
+                    answers: Sequence[Sequence[str]],
+                    gold_rows: Optional[Sequence[int]] = None,
+                    ks: Sequence[int] = (1, 5, 20, 100),
+                    mode: str = "raw",
+                    answers_are_regex: Optional[Sequence[bool]] = None,
                     first_hits: Optional[Sequence[int]] = None) -> Dict[str, float]:
   """Recall percentages of ranked corpus rows: rows[i] are question i's rows of texts, best first.
 
@@ -301,8 +312,8 @@ def write_predictions_jsonl(path: str, records: Iterable[Mapping]) -> int:
 
   def checked():
     for index, record in enumerate(records):
-      if (not isinstance(record, Mapping) or not isinstance(record.get("question"), str)
-          or not isinstance(record.get("prediction"), str)):
+      if (not isinstance(record, Mapping) or not isinstance(record.get("question"), str) or
+          not isinstance(record.get("prediction"), str)):
         raise ValueError(f"write_predictions_jsonl({path}): record {index} needs string \"question\" "
                          f"and \"prediction\" fields, got {record!r}; {path} was not written")
       yield dict(record)
@@ -310,16 +321,16 @@ def write_predictions_jsonl(path: str, records: Iterable[Mapping]) -> int:
   return io_utils.write_jsonl_atomic(path, checked())
 
 
-def read_predictions_jsonl(path: str, skipped: Optional[text_records.SkipCounter] = None
-                           ) -> Dict[str, str]:
+def read_predictions_jsonl(path: str, skipped: Optional[text_records.SkipCounter] = None) -> Dict[str, str]:
   """Reads a predictions file into {question: prediction}, for evaluate_predictions."""
   predictions = {}
   for line_number, record in text_records.read_jsonl(path, skipped):
     question, prediction = record.get("question"), record.get("prediction")
     if not isinstance(question, str) or not isinstance(prediction, str):
-      text_records.handle_invalid(text_records.InputError(
-          f"{path}:{line_number}: a prediction needs string \"question\" and \"prediction\" fields; "
-          "fix the line or pass --skip_invalid"), skipped)
+      text_records.handle_invalid(
+          text_records.InputError(
+              f"{path}:{line_number}: a prediction needs string \"question\" and \"prediction\" fields; "
+              "fix the line or pass --skip_invalid"), skipped)
       continue
     predictions[question] = prediction
   return predictions

@@ -59,8 +59,8 @@ class MatchTest(tf.test.TestCase):
     # vs "Eiffel Tower": 2 common, P = 2/4, R = 2/2, F1 = 2/3; vs "Paris France": P = 1/4, R = 1/2,
     # F1 = 1/3. The max is 2/3.
     self.assertAlmostEqual(evaluation.f1_score("the Eiffel tower in Paris", ["Paris France"]), 1 / 3)
-    self.assertAlmostEqual(
-        evaluation.f1_score("the Eiffel tower in Paris", ["Eiffel Tower", "Paris France"]), 2 / 3)
+    self.assertAlmostEqual(evaluation.f1_score("the Eiffel tower in Paris", ["Eiffel Tower", "Paris France"]),
+                           2 / 3)
     # A repeated token counts as often as it occurs in both: new new york vs new york has 2 in common,
     # P = 2/3, R = 1, F1 = 0.8.
     self.assertAlmostEqual(evaluation.f1_score("new new york", ["new york"]), 2 * (2 / 3) / (1 + 2 / 3))
@@ -76,8 +76,9 @@ class WordpieceExactMatchTest(tf.test.TestCase):
     tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
     ids = tokenizer.tokenize_texts(["the abc 12"])[0].ids + [tokenizer.sep_id] + [5, 6]
     padded = [tokenizer.cls_id] + ids
-    self.assertEqual([True, True, False], evaluation.wordpiece_exact_match(
-        tokenizer, [ids, padded, ids], [["ABC 12"], ["x", "abc 12."], ["abc"]]))
+    self.assertEqual([True, True, False],
+                     evaluation.wordpiece_exact_match(tokenizer, [ids, padded, ids],
+                                                      [["ABC 12"], ["x", "abc 12."], ["abc"]]))
     # An answer the tokenizer cannot spell back (lower case, accents stripped) matches its round trip.
     accented = tokenizer.tokenize_texts(["Abé"])[0].ids
     self.assertEqual([True], evaluation.wordpiece_exact_match(tokenizer, [accented], [["Abé"]]))
@@ -113,16 +114,20 @@ class RecallAtKTest(tf.test.TestCase):
 
   def test_hand_matrix(self):
     matrix = [
-        [True, False, False],    # hit at rank 1
-        [False, False, True],    # hit at rank 3
-        [False, False, False],   # no hit
-        [False, True],           # hit at rank 2, only two retrieved
-        [],                      # nothing retrieved
+        [True, False, False],  # hit at rank 1
+        [False, False, True],  # hit at rank 3
+        [False, False, False],  # no hit
+        [False, True],  # hit at rank 2, only two retrieved
+        [],  # nothing retrieved
     ]
-    self.assertEqual(evaluation.recall_at_k(matrix, ks=(1, 2, 3, 100)),
-                     {"recall@1": 20.0, "recall@2": 40.0, "recall@3": 60.0, "recall@100": 60.0})
-    self.assertEqual(list(evaluation.recall_at_k(matrix)), ["recall@1", "recall@5", "recall@20",
-                                                            "recall@100"])
+    self.assertEqual(evaluation.recall_at_k(matrix, ks=(1, 2, 3, 100)), {
+        "recall@1": 20.0,
+        "recall@2": 40.0,
+        "recall@3": 60.0,
+        "recall@100": 60.0
+    })
+    self.assertEqual(list(evaluation.recall_at_k(matrix)),
+                     ["recall@1", "recall@5", "recall@20", "recall@100"])
     self.assertEqual(evaluation.first_hit_ranks(matrix).tolist(), [1, 3, 0, 2, 0])
 
   def test_invalid(self):
@@ -147,9 +152,13 @@ class PairedRecallChangeTest(tf.test.TestCase):
   def test_a_one_sided_split_is_unlikely(self):
     change = evaluation.paired_recall_change([1] * 12, [0] * 12, ks=(1,))
     self.assertEqual(change["@1"]["gained"], 12)
-    self.assertAlmostEqual(change["@1"]["p_value"], 2 / 2 ** 12)
-    self.assertEqual(evaluation.paired_recall_change([1, 0], [1, 0], ks=(1,))["@1"],
-                     {"gained": 0, "lost": 0, "p_value": 1.0})
+    self.assertAlmostEqual(change["@1"]["p_value"], 2 / 2**12)
+    self.assertEqual(
+        evaluation.paired_recall_change([1, 0], [1, 0], ks=(1,))["@1"], {
+            "gained": 0,
+            "lost": 0,
+            "p_value": 1.0
+        })
 
   def test_different_questions_are_refused(self):
     with self.assertRaisesRegex(ValueError, "same questions"):
@@ -162,7 +171,11 @@ class RankingsRecallTest(tf.test.TestCase):
     texts = ["Tallis was born in 1802.", "Rome lies on the Tiber.", "nothing here"]
     rows = [[2, 1, 0], [0, 2, 1]]
     answers = [["Tiber"], [r"18\d\d"]]
-    recall = evaluation.rankings_recall(rows, texts, answers, gold_rows=[1, 1], ks=(1, 2, 3),
+    recall = evaluation.rankings_recall(rows,
+                                        texts,
+                                        answers,
+                                        gold_rows=[1, 1],
+                                        ks=(1, 2, 3),
                                         answers_are_regex=[False, True])
     # Question 0: "Tiber" at rank 2; question 1: the year pattern at rank 1.
     self.assertEqual(recall["num_questions"], 2)
@@ -198,8 +211,8 @@ class EvaluatePredictionsTest(tf.test.TestCase):
     ]
 
   def test_scores_in_order(self):
-    result = evaluation.evaluate_predictions(
-        self.examples, ["the eiffel tower", "Paris France", "September", "in China"])
+    result = evaluation.evaluate_predictions(self.examples,
+                                             ["the eiffel tower", "Paris France", "September", "in China"])
     self.assertEqual(result["num_examples"], 4)
     self.assertEqual(result["num_string_examples"], 2)
     self.assertEqual(result["num_regex_examples"], 2)
@@ -229,8 +242,7 @@ class PredictionsFileTest(tf.test.TestCase):
 
   def test_write_and_read_back(self):
     path = os.path.join(self.create_tempdir().full_path, "predictions.jsonl")
-    records = [{"question": "q1", "prediction": "Café"}, {"question": "q2", "prediction": "",
-                                                          "score": 1.5}]
+    records = [{"question": "q1", "prediction": "Café"}, {"question": "q2", "prediction": "", "score": 1.5}]
     self.assertEqual(evaluation.write_predictions_jsonl(path, iter(records)), 2)
     with open(path, encoding="utf-8") as f:
       self.assertEqual([json.loads(line) for line in f], records)

@@ -97,8 +97,8 @@ class Featurizer:
     max_masks: M, number of predicted positions per query.
   """
 
-  def __init__(self, cls_id: int, sep_id: int, mask_id: int, query_seq_len: int,
-               candidate_seq_len: int, max_masks: int):
+  def __init__(self, cls_id: int, sep_id: int, mask_id: int, query_seq_len: int, candidate_seq_len: int,
+               max_masks: int):
     if query_seq_len < 3 or candidate_seq_len < 3:
       raise ValueError(f"query_seq_len ({query_seq_len}) and candidate_seq_len "
                        f"({candidate_seq_len}) must be at least 3 ([CLS] x [SEP])")
@@ -134,8 +134,7 @@ class Featurizer:
     ids, segment_ids = text.combine_segments(trimmed, self.cls_id, self.sep_id)
     token_ids, mask = text.pad_model_inputs(ids, max_len)
     segment_ids, _ = text.pad_model_inputs(segment_ids, max_len)
-    return BertInputs(tf.cast(token_ids, tf.int32), tf.cast(mask, tf.int32),
-                      tf.cast(segment_ids, tf.int32))
+    return BertInputs(tf.cast(token_ids, tf.int32), tf.cast(mask, tf.int32), tf.cast(segment_ids, tf.int32))
 
   def query_inputs(self, query_ids) -> BertInputs:
     """[CLS] query [SEP], [batch, Q]."""
@@ -155,7 +154,8 @@ class Featurizer:
       spec = tf.RaggedTensorSpec([None, None], tf.int64)
       self._candidate_function = tf.function(
           lambda titles, bodies: self.candidate_inputs(titles, bodies)._asdict(),
-          input_signature=[spec, spec], autograph=False)
+          input_signature=[spec, spec],
+          autograph=False)
     return self._candidate_function
 
   def joint_inputs(self, query_ids, body_ids) -> BertInputs:
@@ -164,8 +164,7 @@ class Featurizer:
     body_ids = _as_ragged(body_ids)[:, :self.candidate_seq_len - 2]
     return self.bert_format([query_ids, body_ids], self.joint_seq_len)
 
-  def mask_salient_span(self, token_ids, token_starts, token_limits, span_starts,
-                        span_limits) -> MaskedQuery:
+  def mask_salient_span(self, token_ids, token_starts, token_limits, span_starts, span_limits) -> MaskedQuery:
     """Masks one salient span per example.
 
     Args:
@@ -201,5 +200,5 @@ class Featurizer:
     mlm_positions = (positions[:, :self.max_masks] + 1).to_tensor(default_value=0, shape=shape)
     mlm_targets = targets[:, :self.max_masks].to_tensor(default_value=0, shape=shape)
     mlm_mask = tf.sequence_mask(tf.minimum(num_masked, self.max_masks), self.max_masks, tf.float32)
-    return MaskedQuery(masked, tf.cast(mlm_positions, tf.int32), tf.cast(mlm_targets, tf.int32),
-                       mlm_mask, tf.cast(status, tf.int32))
+    return MaskedQuery(masked, tf.cast(mlm_positions, tf.int32), tf.cast(mlm_targets, tf.int32), mlm_mask,
+                       tf.cast(status, tf.int32))

@@ -16,10 +16,25 @@ NO_PIECE = int(MaskingStatus.SPAN_COVERS_NO_WORDPIECE)
 TRUNCATED = int(MaskingStatus.MASK_WOULD_BE_TRUNCATED)
 
 # Vocab of the end-to-end tests; the ids are the line numbers minus one.
-E2E_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",  # 0-4
-             "i", "love", "the", "cafe", "##s",  # 5-9
-             "of", "zu", "##rich", ".", "paris",  # 10-14
-             "is", "big"]  # 15-16
+E2E_VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",  # 0-4
+    "i",
+    "love",
+    "the",
+    "cafe",
+    "##s",  # 5-9
+    "of",
+    "zu",
+    "##rich",
+    ".",
+    "paris",  # 10-14
+    "is",
+    "big"
+]  # 15-16
 SENTENCE = "I love the cafés of Zürich."
 # Its wordpieces:  i    love   the     cafe     ##s      of       zu       ##rich   .
 SENTENCE_IDS = [5, 6, 7, 8, 9, 10, 11, 12, 13]
@@ -28,8 +43,12 @@ SENTENCE_LIMITS = [1, 6, 10, 16, 17, 20, 24, 28, 29]
 
 
 def _featurizer(query_seq_len=8, candidate_seq_len=8, max_masks=3):
-  return featurization.Featurizer(CLS, SEP, MASK, query_seq_len=query_seq_len,
-                                  candidate_seq_len=candidate_seq_len, max_masks=max_masks)
+  return featurization.Featurizer(CLS,
+                                  SEP,
+                                  MASK,
+                                  query_seq_len=query_seq_len,
+                                  candidate_seq_len=candidate_seq_len,
+                                  max_masks=max_masks)
 
 
 class BertFormatTest(tf.test.TestCase):
@@ -79,22 +98,18 @@ class BertFormatTest(tf.test.TestCase):
     first = [[5], [5, 6, 7, 8, 9, 10], []]
     second = [[11, 12, 13], [11], [14]]
     self.assertInputs(_featurizer().bert_format([first, second], 7),
-                      token_ids=[[CLS, 5, SEP, 11, 12, 13, SEP],
-                                 [CLS, 5, 6, 7, 8, SEP, SEP],
+                      token_ids=[[CLS, 5, SEP, 11, 12, 13, SEP], [CLS, 5, 6, 7, 8, SEP, SEP],
                                  [CLS, SEP, 14, SEP, 0, 0, 0]],
-                      mask=[[1, 1, 1, 1, 1, 1, 1],
-                            [1, 1, 1, 1, 1, 1, 1],
-                            [1, 1, 1, 1, 0, 0, 0]],
-                      segment_ids=[[0, 0, 0, 1, 1, 1, 1],
-                                   [0, 0, 0, 0, 0, 0, 1],
-                                   [0, 0, 1, 1, 0, 0, 0]])
+                      mask=[[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0]],
+                      segment_ids=[[0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1], [0, 0, 1, 1, 0, 0, 0]])
 
   def test_accepts_ragged_and_dense_inputs(self):
     f = _featurizer()
     expected = [[CLS, 5, 6, SEP, 7, SEP, 0, 0], [CLS, 8, 9, SEP, 10, SEP, 0, 0]]
     from_lists = f.bert_format([[[5, 6], [8, 9]], [[7], [10]]], 8)
-    from_ragged = f.bert_format([tf.ragged.constant([[5, 6], [8, 9]], tf.int32),
-                                 tf.ragged.constant([[7], [10]], tf.int64)], 8)
+    from_ragged = f.bert_format(
+        [tf.ragged.constant([[5, 6], [8, 9]], tf.int32),
+         tf.ragged.constant([[7], [10]], tf.int64)], 8)
     from_dense = f.bert_format([tf.constant([[5, 6], [8, 9]]), tf.constant([[7], [10]])], 8)
     for inputs in (from_lists, from_ragged, from_dense):
       self.assertAllEqual(inputs.token_ids, expected)
@@ -131,14 +146,11 @@ class BertFormatTest(tf.test.TestCase):
     f = _featurizer(query_seq_len=5, candidate_seq_len=6)
     self.assertEqual(f.joint_seq_len, 11)
     # The query keeps Q - 2 = 3 pieces, the body C - 2 = 4, although the joint budget (8) would fit more.
-    self.assertInputs(f.joint_inputs([[20, 21, 22, 23, 24], [20]],
-                                     [[30, 31, 32, 33, 34, 35], [30]]),
+    self.assertInputs(f.joint_inputs([[20, 21, 22, 23, 24], [20]], [[30, 31, 32, 33, 34, 35], [30]]),
                       token_ids=[[CLS, 20, 21, 22, SEP, 30, 31, 32, 33, SEP, 0],
                                  [CLS, 20, SEP, 30, SEP, 0, 0, 0, 0, 0, 0]],
-                      mask=[[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0],
-                            [1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]],
-                      segment_ids=[[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0],
-                                   [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]])
+                      mask=[[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]],
+                      segment_ids=[[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]])
 
   def test_joint_query_part_matches_query_inputs(self):
     f = _featurizer(query_seq_len=5, candidate_seq_len=6)
@@ -164,8 +176,7 @@ class BertFormatTest(tf.test.TestCase):
 
   def test_from_tokenizer(self):
     tokenizer = self._vocab(["[PAD]", "x", "[MASK]", "[SEP]", "[CLS]", "[UNK]"])
-    f = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5,
-                                                max_masks=1)
+    f = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5, max_masks=1)
     self.assertEqual((f.cls_id, f.sep_id, f.mask_id), (4, 3, 2))
     self.assertAllEqual(f.query_inputs([[1, 1]]).token_ids, [[4, 1, 3]])
 
@@ -173,8 +184,7 @@ class BertFormatTest(tf.test.TestCase):
     # Padding writes id 0, so a vocab whose [PAD] is elsewhere would pad with a real token.
     tokenizer = self._vocab(["x", "[MASK]", "[SEP]", "[CLS]", "[UNK]", "[PAD]"])
     with self.assertRaisesRegex(ValueError, r"vocab.txt: \[PAD\] must be the first token"):
-      featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5,
-                                              max_masks=1)
+      featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=3, candidate_seq_len=5, max_masks=1)
 
 
 class MaskSalientSpanTest(tf.test.TestCase):
@@ -186,32 +196,31 @@ class MaskSalientSpanTest(tf.test.TestCase):
 
   def _mask(self, featurizer, rows, spans):
     ids, starts, limits = zip(*rows)
-    return featurizer.mask_salient_span(list(ids), list(starts), list(limits),
-                                        [s for s, _ in spans], [l for _, l in spans])
+    return featurizer.mask_salient_span(list(ids), list(starts), list(limits), [s for s, _ in spans],
+                                        [l for _, l in spans])
 
   def test_hand_computed_batch(self):
     row = (self.IDS, self.STARTS, self.LIMITS)
-    out = self._mask(_featurizer(query_seq_len=10, max_masks=3),
-                     [row, row, row, row, ([40, 41], [0, 2], [1, 3])],
-                     [(4, 13),    # "unaffable": three pieces
-                      (5, 12),    # starts inside "un" and ends inside "##able": only "##aff"
-                      (4, 12),    # ends inside "##able": "un" "##aff"
-                      (1, 2),     # inside "the": nothing
-                      (0, 3)])    # the whole of a 2-piece row
+    out = self._mask(
+        _featurizer(query_seq_len=10, max_masks=3),
+        [row, row, row, row, ([40, 41], [0, 2], [1, 3])],
+        [
+            (4, 13),  # "unaffable": three pieces
+            (5, 12),  # starts inside "un" and ends inside "##able": only "##aff"
+            (4, 12),  # ends inside "##able": "un" "##aff"
+            (1, 2),  # inside "the": nothing
+            (0, 3)
+        ])  # the whole of a 2-piece row
     self.assertIsInstance(out.token_ids, tf.RaggedTensor)
-    self.assertEqual(out.token_ids.to_list(), [[10, MASK, MASK, MASK, 30],
-                                               [10, 20, MASK, 22, 30],
-                                               [10, MASK, MASK, 22, 30],
-                                               [10, 20, 21, 22, 30],
-                                               [MASK, MASK]])
+    self.assertEqual(out.token_ids.to_list(), [[10, MASK, MASK, MASK, 30], [10, 20, MASK, 22, 30],
+                                               [10, MASK, MASK, 22, 30], [10, 20, 21, 22, 30], [MASK, MASK]])
     self.assertEqual(out.mlm_positions.dtype, tf.int32)
     self.assertEqual(out.mlm_targets.dtype, tf.int32)
     self.assertEqual(out.mlm_mask.dtype, tf.float32)
     self.assertEqual(out.status.dtype, tf.int32)
     # Positions count [CLS] as 0, hence piece index + 1.
     self.assertAllEqual(out.mlm_positions, [[2, 3, 4], [3, 0, 0], [2, 3, 0], [0, 0, 0], [1, 2, 0]])
-    self.assertAllEqual(out.mlm_targets, [[20, 21, 22], [21, 0, 0], [20, 21, 0], [0, 0, 0],
-                                          [40, 41, 0]])
+    self.assertAllEqual(out.mlm_targets, [[20, 21, 22], [21, 0, 0], [20, 21, 0], [0, 0, 0], [40, 41, 0]])
     self.assertAllEqual(out.mlm_mask, [[1, 1, 1], [1, 0, 0], [1, 1, 0], [0, 0, 0], [1, 1, 0]])
     self.assertAllEqual(out.status, [OK, OK, OK, NO_PIECE, OK])
 
@@ -262,8 +271,8 @@ class MaskSalientSpanTest(tf.test.TestCase):
     error = featurization.MaskingError(MaskingStatus.MASK_WOULD_BE_TRUNCATED)
     self.assertEqual(error.status, MaskingStatus.MASK_WOULD_BE_TRUNCATED)
     self.assertIn("truncated", str(error))
-    self.assertEqual(set(featurization.SKIP_REASONS), {MaskingStatus.SPAN_COVERS_NO_WORDPIECE,
-                                                       MaskingStatus.MASK_WOULD_BE_TRUNCATED})
+    self.assertEqual(set(featurization.SKIP_REASONS),
+                     {MaskingStatus.SPAN_COVERS_NO_WORDPIECE, MaskingStatus.MASK_WOULD_BE_TRUNCATED})
 
 
 class EndToEndTest(tf.test.TestCase):
@@ -274,8 +283,10 @@ class EndToEndTest(tf.test.TestCase):
     with open(vocab_path, "w", encoding="utf-8") as f:
       f.write("\n".join(E2E_VOCAB) + "\n")
     self.tokenizer = tokenization.Tokenizer(vocab_path)
-    self.featurizer = featurization.Featurizer.from_tokenizer(
-        self.tokenizer, query_seq_len=12, candidate_seq_len=8, max_masks=3)
+    self.featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer,
+                                                              query_seq_len=12,
+                                                              candidate_seq_len=8,
+                                                              max_masks=3)
 
   def _span(self, word):
     data = SENTENCE.encode("utf-8")
@@ -290,17 +301,15 @@ class EndToEndTest(tf.test.TestCase):
     spans = [self._span("Zürich"), self._span("café"), self._span("cafés"), self._span("afé")]
     self.assertEqual(spans, [(21, 28), (11, 16), (11, 17), (12, 16)])
     ids, starts, limits = self.tokenizer.tokenize_with_offsets(tf.constant([SENTENCE] * 4))
-    out = self.featurizer.mask_salient_span(ids, starts, limits, [s for s, _ in spans],
-                                            [l for _, l in spans])
+    out = self.featurizer.mask_salient_span(ids, starts, limits, [s for s, _ in spans], [l for _, l in spans])
     self.assertAllEqual(out.status, [OK, OK, OK, NO_PIECE])
     self.assertAllEqual(out.mlm_positions, [[7, 8, 0], [4, 0, 0], [4, 5, 0], [0, 0, 0]])
     self.assertAllEqual(out.mlm_targets, [[11, 12, 0], [8, 0, 0], [8, 9, 0], [0, 0, 0]])
     self.assertAllEqual(out.mlm_mask, [[1, 1, 0], [1, 0, 0], [1, 1, 0], [0, 0, 0]])
     query = self.featurizer.query_inputs(out.token_ids)
-    self.assertAllEqual(query.token_ids, [[2, 5, 6, 7, 8, 9, 10, 4, 4, 13, 3, 0],
-                                          [2, 5, 6, 7, 4, 9, 10, 11, 12, 13, 3, 0],
-                                          [2, 5, 6, 7, 4, 4, 10, 11, 12, 13, 3, 0],
-                                          [2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 3, 0]])
+    self.assertAllEqual(query.token_ids,
+                        [[2, 5, 6, 7, 8, 9, 10, 4, 4, 13, 3, 0], [2, 5, 6, 7, 4, 9, 10, 11, 12, 13, 3, 0],
+                         [2, 5, 6, 7, 4, 4, 10, 11, 12, 13, 3, 0], [2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 3, 0]])
     self.assertAllEqual(query.mask, [[1] * 11 + [0]] * 4)
     # Each predicted position holds [MASK] in the packed query; the target is what was there before.
     original = self.featurizer.query_inputs(ids).token_ids
@@ -311,8 +320,10 @@ class EndToEndTest(tf.test.TestCase):
         self.assertEqual(int(original[b, position]), int(out.mlm_targets[b, k]))
 
   def test_mask_truncated_with_short_query(self):
-    short = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=9,
-                                                    candidate_seq_len=8, max_masks=3)
+    short = featurization.Featurizer.from_tokenizer(self.tokenizer,
+                                                    query_seq_len=9,
+                                                    candidate_seq_len=8,
+                                                    max_masks=3)
     ids, starts, limits = self.tokenizer.tokenize_with_offsets(tf.constant([SENTENCE] * 2))
     # Q = 9 keeps 7 pieces (indices 0..6): "zu" is index 6 but "##rich" is 7.
     out = short.mask_salient_span(ids, starts, limits, [21, 18], [28, 20])
@@ -354,21 +365,17 @@ class EndToEndTest(tf.test.TestCase):
       self.assertEqual(batch["joint"].token_ids.shape, (2, 20))
     first, second = batches
     self.assertAllEqual(first["query"].token_ids,
-                        [[2, 5, 6, 7, 8, 9, 10, 4, 4, 13, 3, 0],
-                         [2, 4, 15, 16, 13, 3, 0, 0, 0, 0, 0, 0]])
+                        [[2, 5, 6, 7, 8, 9, 10, 4, 4, 13, 3, 0], [2, 4, 15, 16, 13, 3, 0, 0, 0, 0, 0, 0]])
     self.assertAllEqual(first["candidate"].token_ids,
-                        [[2, 11, 12, 3, 5, 6, 7, 3],
-                         [2, 14, 3, 14, 15, 16, 13, 3]])
-    self.assertAllEqual(first["candidate"].segment_ids,
-                        [[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]])
+                        [[2, 11, 12, 3, 5, 6, 7, 3], [2, 14, 3, 14, 15, 16, 13, 3]])
+    self.assertAllEqual(first["candidate"].segment_ids, [[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]])
     self.assertAllEqual(first["status"], [OK, OK])
     self.assertAllEqual(second["query"].token_ids,
-                        [[2, 7, 4, 4, 3, 0, 0, 0, 0, 0, 0, 0],
-                         [2, 5, 6, 4, 4, 3, 0, 0, 0, 0, 0, 0]])
+                        [[2, 7, 4, 4, 3, 0, 0, 0, 0, 0, 0, 0], [2, 5, 6, 4, 4, 3, 0, 0, 0, 0, 0, 0]])
     self.assertAllEqual(second["mlm_positions"], [[2, 3, 0], [3, 4, 0]])
     # Graph and eager agree.
-    eager = featurize(tf.constant(sentences[2:]), tf.constant(span_starts[2:]),
-                      tf.constant(span_limits[2:]), tf.constant(titles[2:]))
+    eager = featurize(tf.constant(sentences[2:]), tf.constant(span_starts[2:]), tf.constant(span_limits[2:]),
+                      tf.constant(titles[2:]))
     self.assertAllEqual(second["joint"].token_ids, eager["joint"].token_ids)
     self.assertAllEqual(second["joint"].token_ids,
                         [[2, 7, 4, 4, 3, 7, 8, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],

@@ -25,7 +25,10 @@ from realm_tf.data import text_records
 hypothesis_configuration.set_hypothesis_home_dir(
     os.path.join(os.environ.get("TEST_TMPDIR") or tempfile.gettempdir(), "realm_tf_hypothesis"))
 
-_SETTINGS = hypothesis.settings(max_examples=50, deadline=None, derandomize=True, database=None,
+_SETTINGS = hypothesis.settings(max_examples=50,
+                                deadline=None,
+                                derandomize=True,
+                                database=None,
                                 suppress_health_check=list(hypothesis.HealthCheck))
 _CLS, _SEP, _MASK = 2, 3, 4
 _VOCAB_SIZE = 285
@@ -36,18 +39,26 @@ _ids = st.lists(st.integers(5, _VOCAB_SIZE - 1), max_size=24)
 class BertFormatPropertiesTest(tf.test.TestCase):
 
   @_SETTINGS
-  @hypothesis.given(batch=st.integers(1, 3).flatmap(  # rows of 1-3 segments, as many in every row
-      lambda n: st.lists(st.lists(_ids, min_size=n, max_size=n), min_size=1, max_size=4)),
-                    extra=st.integers(0, 40))
+  @hypothesis.given(
+      batch=st.integers(1, 3).flatmap(  # rows of 1-3 segments, as many in every row
+          lambda n: st.lists(st.lists(_ids, min_size=n, max_size=n), min_size=1, max_size=4)),
+      extra=st.integers(0, 40))
   def test_packing_invariants(self, batch, extra):
     num_segments = len(batch[0])
     max_len = num_segments + 1 + extra
-    featurizer = featurization.Featurizer(_CLS, _SEP, _MASK, query_seq_len=3, candidate_seq_len=3,
+    featurizer = featurization.Featurizer(_CLS,
+                                          _SEP,
+                                          _MASK,
+                                          query_seq_len=3,
+                                          candidate_seq_len=3,
                                           max_masks=1)
-    segments = [tf.ragged.constant([row[s] for row in batch], tf.int64, ragged_rank=1)
-                if any(row[s] for row in batch) else
-                tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0] * len(batch))
-                for s in range(num_segments)]
+    segments = [
+        tf.ragged.constant([row[s]
+                            for row in batch], tf.int64, ragged_rank=1) if any(row[s]
+                                                                               for row in batch) else
+        tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0] * len(batch))
+        for s in range(num_segments)
+    ]
     out = featurizer.bert_format(segments, max_len)
     token_ids, mask, segment_ids = (x.numpy() for x in out)
     self.assertEqual(token_ids.shape, (len(batch), max_len))
@@ -80,11 +91,12 @@ class BertFormatPropertiesTest(tf.test.TestCase):
 class SalientSpanMaskingPropertiesTest(tf.test.TestCase):
 
   @_SETTINGS
-  @hypothesis.given(
-      tokens=st.lists(st.tuples(st.integers(5, _VOCAB_SIZE - 1), st.integers(0, 2), st.integers(1, 6)),
-                      max_size=20),
-      span=st.tuples(st.integers(0, 90), st.integers(0, 90)),
-      query_seq_len=st.integers(3, 24), max_masks=st.integers(1, 6))
+  @hypothesis.given(tokens=st.lists(st.tuples(st.integers(5, _VOCAB_SIZE - 1), st.integers(0, 2),
+                                              st.integers(1, 6)),
+                                    max_size=20),
+                    span=st.tuples(st.integers(0, 90), st.integers(0, 90)),
+                    query_seq_len=st.integers(3, 24),
+                    max_masks=st.integers(1, 6))
   def test_masking_invariants(self, tokens, span, query_seq_len, max_masks):
     ids, starts, limits = [], [], []
     position = 0
@@ -95,8 +107,12 @@ class SalientSpanMaskingPropertiesTest(tf.test.TestCase):
       limits.append(position + width)
       position += width
     span_start, span_limit = span
-    featurizer = featurization.Featurizer(_CLS, _SEP, _MASK, query_seq_len=query_seq_len,
-                                          candidate_seq_len=8, max_masks=max_masks)
+    featurizer = featurization.Featurizer(_CLS,
+                                          _SEP,
+                                          _MASK,
+                                          query_seq_len=query_seq_len,
+                                          candidate_seq_len=8,
+                                          max_masks=max_masks)
     ragged = lambda values: tf.ragged.constant([values], tf.int64, ragged_rank=1) if values else \
         tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64), [0])
     out = featurizer.mask_salient_span(ragged(ids), ragged(starts), ragged(limits), [span_start],
@@ -131,19 +147,21 @@ class SalientSpanMaskingPropertiesTest(tf.test.TestCase):
 # ----------------------------------------------------------------------------------------------------
 # Readers: arbitrary bytes and arbitrary JSON never crash with anything but InputError.
 
-_json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(
-    max_size=12)
-_json_values = st.recursive(_json_scalars, lambda children: st.lists(children, max_size=4) |
-                            st.dictionaries(st.sampled_from(
-                                ["title", "body", "text", "id", "sentences", "spans", "question",
-                                 "answer", "answers", "qText", "utterance", "targetValue", "data",
-                                 "paragraphs", "context", "qas"]) | st.text(max_size=6),
-                                children, max_size=5), max_leaves=12)
-_jsonl_lines = st.lists(
-    _json_values.map(json.dumps) | st.text(max_size=40) |
-    st.binary(max_size=40).map(lambda b: b.decode("latin-1")), max_size=6)
+_json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.sampled_from([
+        "title", "body", "text", "id", "sentences", "spans", "question", "answer", "answers", "qText",
+        "utterance", "targetValue", "data", "paragraphs", "context", "qas"
+    ]) | st.text(max_size=6),
+                                                                      children,
+                                                                      max_size=5),
+    max_leaves=12)
+_jsonl_lines = st.lists(_json_values.map(json.dumps) | st.text(max_size=40) |
+                        st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+                        max_size=6)
 _HOSTILE_LINES = [
-    b"[" * 5000 + b"]" * 5000,                                    # nesting deeper than json can parse
+    b"[" * 5000 + b"]" * 5000,  # nesting deeper than json can parse
     b'{"title": "a", "body": "b", "sentences": [[0, 1]], "spans": [[0, 1e400]]}',
     b'{"title": "\\ud800", "text": "lone surrogate"}',
     b'{"question": "q", "answer": ["a{4294967296}"]}',
@@ -187,8 +205,7 @@ class ReaderFuzzTest(tf.test.TestCase):
       self._check(lambda p, s: pretraining.read_raw_documents(p, s, reannotate=True), path)
     path = _write(self.directory, "qa.jsonl", data)
     self._check(lambda p, s: qa.load_jsonl(p, skipped=s), path)
-    self._check(lambda p, s: qa.load_jsonl(p, require_answers=False, answer_is_regex=True,
-                                           skipped=s), path)
+    self._check(lambda p, s: qa.load_jsonl(p, require_answers=False, answer_is_regex=True, skipped=s), path)
     path = _write(self.directory, "qa.tsv", data)
     self._check(lambda p, s: qa.load_curatedtrec(p, skipped=s), path)
 
@@ -217,8 +234,17 @@ class ReaderFuzzTest(tf.test.TestCase):
 
   @_SETTINGS
   @hypothesis.given(records=st.lists(_json_values, max_size=5), squad=_json_values)
-  @hypothesis.example(records=[{"utterance": "q", "targetValue": "(list (description"}],
-                      squad={"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [1]}]}]})
+  @hypothesis.example(records=[{
+      "utterance": "q",
+      "targetValue": "(list (description"
+  }],
+                      squad={"data": [{
+                          "title": "t",
+                          "paragraphs": [{
+                              "context": "c",
+                              "qas": [1]
+                          }]
+                      }]})
   def test_random_json_documents(self, records, squad):
     self._check_json_file_readers(json.dumps(records).encode())
     self._check_json_file_readers(json.dumps(squad).encode())
@@ -226,8 +252,8 @@ class ReaderFuzzTest(tf.test.TestCase):
 
   @_SETTINGS
   @hypothesis.given(rows=st.lists(st.lists(st.text(max_size=10), max_size=5), max_size=6))
-  @hypothesis.example(rows=[["id", "text", "title"], ["1", '"quoted\tfield"', "T"],
-                            ["2", '"unterminated', "T"]])
+  @hypothesis.example(
+      rows=[["id", "text", "title"], ["1", '"quoted\tfield"', "T"], ["2", '"unterminated', "T"]])
   def test_random_tsv_rows(self, rows):
     data = "\n".join("\t".join(row) for row in rows).encode("utf-8", "surrogatepass")
     self._check_all_readers(data)

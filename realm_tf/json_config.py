@@ -70,8 +70,10 @@ class JsonConfig:
 
   def differences(self, saved) -> List[str]:
     mine, theirs = self.to_dict(), saved.to_dict()
-    return [f"{k}: {theirs.get(k)!r} (saved) vs {mine[k]!r} (flags)" for k in mine
-            if k not in self.NOT_COMPARED and mine[k] != theirs.get(k)]
+    return [
+        f"{k}: {theirs.get(k)!r} (saved) vs {mine[k]!r} (flags)" for k in mine
+        if k not in self.NOT_COMPARED and mine[k] != theirs.get(k)
+    ]
 
   def check_matches(self, saved, path: str) -> None:
     """Raises ValueError listing every difference between this config and the saved one."""

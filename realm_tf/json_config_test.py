@@ -30,16 +30,18 @@ class JsonConfigTest(tf.test.TestCase):
       self.assertEqual(json.load(f), {"width": 8, "depth": 2, "note": ""})
     # A resume with the same fields (a note may differ) returns the saved configuration.
     self.assertEqual(_Config(width=8, note="moved").save_or_check(model_dir), _Config(width=8))
-    with self.assertRaisesRegex(ValueError, f"{model_dir} was started with another thing configuration; "
-                                "use a new --model_dir or the same flags. Differences: width: 8 "
-                                r"\(saved\) vs 16 \(flags\); depth: 2 \(saved\) vs 3 \(flags\)"):
+    with self.assertRaisesRegex(
+        ValueError, f"{model_dir} was started with another thing configuration; "
+        "use a new --model_dir or the same flags. Differences: width: 8 "
+        r"\(saved\) vs 16 \(flags\); depth: 2 \(saved\) vs 3 \(flags\)"):
       _Config(width=16, depth=3).save_or_check(model_dir)
 
   def test_load_errors_name_the_file_and_the_writer(self):
     directory = self.get_temp_dir()
     os.makedirs(os.path.join(directory, "empty"))
-    with self.assertRaisesRegex(FileNotFoundError, r"thing_config.json does not exist: the trainer writes "
-                                r"it when it starts \(bin/train_thing\)"):
+    with self.assertRaisesRegex(
+        FileNotFoundError, r"thing_config.json does not exist: the trainer writes "
+        r"it when it starts \(bin/train_thing\)"):
       _Config.load(os.path.join(directory, "empty"))
     for name, text in (("broken.json", "{not json"), ("unknown.json", '{"width": 1, "colour": 2}')):
       path = os.path.join(directory, name)

@@ -44,7 +44,10 @@ def describe_holder(holder: Dict) -> str:
 
 
 @contextlib.contextmanager
-def exclusive(path: str, command: str, wait: bool = False, poll_seconds: float = 5.0,
+def exclusive(path: str,
+              command: str,
+              wait: bool = False,
+              poll_seconds: float = 5.0,
               log: Callable[[str], None] = print) -> Iterator[None]:
   """Holds an exclusive lock on `path` for the duration of the block.
 
@@ -74,8 +77,12 @@ def exclusive(path: str, command: str, wait: bool = False, poll_seconds: float =
           log(f"waiting for {holder} to release {path}")
           announced = True
         time.sleep(poll_seconds)
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-              "started_unix_time": time.time()}
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started_unix_time": time.time()
+    }
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
     yield

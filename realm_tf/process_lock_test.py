@@ -27,8 +27,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class ProcessLockTest(tf.test.TestCase):
 
   def _start_holder(self, path: str) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, _ROOT], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, _ROOT], stdout=subprocess.PIPE, text=True)
     self.addCleanup(holder.kill)
     self.assertEqual(holder.stdout.readline().strip(), "held")
     return holder

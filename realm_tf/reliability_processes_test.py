@@ -35,9 +35,14 @@ _DEADLINE_SECONDS = 300  # only turns a hang into a failure; never a speed asser
 
 def _config() -> realm_config_lib.RealmConfig:
   small = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-  return realm_config_lib.RealmConfig(retriever_bert=small, reader_bert=small, vocab_path=_VOCAB,
-                                      projection_size=32, query_seq_len=16, candidate_seq_len=64,
-                                      max_masks=4, num_candidates=4)
+  return realm_config_lib.RealmConfig(retriever_bert=small,
+                                      reader_bert=small,
+                                      vocab_path=_VOCAB,
+                                      projection_size=32,
+                                      query_seq_len=16,
+                                      candidate_seq_len=64,
+                                      max_masks=4,
+                                      num_candidates=4)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -65,8 +70,8 @@ class _PollingWatcher(threading.Thread):
     self.stop = threading.Event()
     self.polls = 0
     self.polls_with_leftovers = 0
-    self.returned = []      # steps of the indexes the watcher handed out
-    self.problems = []      # anything wrong with them, or a crash of the watcher
+    self.returned = []  # steps of the indexes the watcher handed out
+    self.problems = []  # anything wrong with them, or a crash of the watcher
     self.warnings = []
     self._current = None
 
@@ -92,8 +97,7 @@ class _PollingWatcher(threading.Thread):
     self.returned.append(loaded.step)
     try:
       record = published_index.verify_published(loaded.path)
-      if (loaded.mips.num_docs, record["num_docs"], record["step"]) != (_NUM_DOCS, _NUM_DOCS,
-                                                                       loaded.step):
+      if (loaded.mips.num_docs, record["num_docs"], record["step"]) != (_NUM_DOCS, _NUM_DOCS, loaded.step):
         self.problems.append(f"{loaded.path}: {loaded.mips.num_docs} rows, record {record}")
       if io_utils.is_temporary(loaded.path):
         self.problems.append(f"handed out a temporary directory {loaded.path}")
@@ -118,10 +122,15 @@ class RefresherKillTest(tf.test.TestCase):
     directory = os.path.join(tf.compat.v1.test.get_temp_dir(), "reliability_processes")
     tf.io.gfile.makedirs(directory)
     documents = list(corpus_lib.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")))
-    documents = [corpus_lib.Document(f"{d.title} {copy}", d.body, f"{d.doc_id}-{copy}")
-                 for copy in range(_COPIES) for d in documents]
+    documents = [
+        corpus_lib.Document(f"{d.title} {copy}", d.body, f"{d.doc_id}-{copy}")
+        for copy in range(_COPIES)
+        for d in documents
+    ]
     cls.corpus_prefix = os.path.join(directory, "blocks")
-    corpus_lib.write_corpus(lambda: documents, tokenization.Tokenizer(_VOCAB), cls.corpus_prefix,
+    corpus_lib.write_corpus(lambda: documents,
+                            tokenization.Tokenizer(_VOCAB),
+                            cls.corpus_prefix,
                             num_shards=2)
 
   def _start(self, model_dir: str, log_path: str, batch_size: int, xla: bool) -> subprocess.Popen:
@@ -130,13 +139,19 @@ class RefresherKillTest(tf.test.TestCase):
     # float32 forced: the published rows are compared with this process's float32 tower, and the
     # refresher would pick bfloat16 on a CPU with bfloat16 instructions.
     with open(log_path, "w") as log_file:
-      return subprocess.Popen(
-          demo_pipeline.binary_command(
-              "refresh_doc_embeds", model_dir=model_dir, retrieval_corpus_path=self.corpus_prefix,
-              index_implementation="brute_force", batch_size=batch_size, poll_seconds=0.5,
-              max_refreshes=1, embed_jit_compile=xla, embed_length_buckets=None if xla else 1,
-              mixed_precision="float32"),
-          stdout=log_file, stderr=subprocess.STDOUT, env=demo_pipeline.binary_env())
+      return subprocess.Popen(demo_pipeline.binary_command("refresh_doc_embeds",
+                                                           model_dir=model_dir,
+                                                           retrieval_corpus_path=self.corpus_prefix,
+                                                           index_implementation="brute_force",
+                                                           batch_size=batch_size,
+                                                           poll_seconds=0.5,
+                                                           max_refreshes=1,
+                                                           embed_jit_compile=xla,
+                                                           embed_length_buckets=None if xla else 1,
+                                                           mixed_precision="float32"),
+                              stdout=log_file,
+                              stderr=subprocess.STDOUT,
+                              env=demo_pipeline.binary_env())
 
   def _wait_until(self, condition, what: str, process: subprocess.Popen, log_path: str) -> None:
     deadline = time.time() + _DEADLINE_SECONDS
@@ -179,8 +194,8 @@ class RefresherKillTest(tf.test.TestCase):
       log1 = os.path.join(out, "first.log")
       first = self._start(model_dir, log1, batch_size=1, xla=True)
       processes.append(first)
-      self._wait_until(lambda: "found new checkpoint" in self._read(log1), "finding the checkpoint",
-                       first, log1)
+      self._wait_until(lambda: "found new checkpoint" in self._read(log1), "finding the checkpoint", first,
+                       log1)
       found_at = _cpu_seconds(first.pid)
       self._wait_until(lambda: _cpu_seconds(first.pid) >= found_at + 1.0, "embedding", first, log1)
       self._kill(first)
@@ -193,9 +208,9 @@ class RefresherKillTest(tf.test.TestCase):
       log2 = os.path.join(out, "second.log")
       second = self._start(model_dir, log2, batch_size=64, xla=False)
       processes.append(second)
-      self._wait_until(lambda: os.path.isdir(root) and any(
-          io_utils.is_temporary(n) for n in os.listdir(root)), "a temporary index directory", second,
-                       log2)
+      self._wait_until(
+          lambda: os.path.isdir(root) and any(io_utils.is_temporary(n) for n in os.listdir(root)),
+          "a temporary index directory", second, log2)
       self._kill(second)
       leftover = [os.path.join(root, n) for n in os.listdir(root) if io_utils.is_temporary(n)]
       self.assertLen(leftover, 1)
@@ -224,7 +239,8 @@ class RefresherKillTest(tf.test.TestCase):
           tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
           tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
       self.assertAllClose(loaded.mips.embeddings[:8],
-                          retriever.embed_documents(tuple(candidates), training=False), atol=1e-4)
+                          retriever.embed_documents(tuple(candidates), training=False),
+                          atol=1e-4)
 
       deadline = time.time() + _DEADLINE_SECONDS
       while not watcher.returned and watcher.is_alive() and time.time() < deadline:

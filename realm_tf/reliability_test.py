@@ -51,8 +51,14 @@ _NO_XLA_EMBEDDING = dict(embed_jit_compile=False, embed_length_buckets=1)
 
 def _config(**overrides) -> realm_config_lib.RealmConfig:
   small = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
-  values = dict(retriever_bert=small, reader_bert=small, vocab_path=_VOCAB, projection_size=_DIM,
-                query_seq_len=16, candidate_seq_len=32, max_masks=4, num_candidates=4)
+  values = dict(retriever_bert=small,
+                reader_bert=small,
+                vocab_path=_VOCAB,
+                projection_size=_DIM,
+                query_seq_len=16,
+                candidate_seq_len=32,
+                max_masks=4,
+                num_candidates=4)
   values.update(overrides)
   return realm_config_lib.RealmConfig(**values)
 
@@ -79,7 +85,11 @@ class _CheapQueryTower(tf.Module):
 def _publish_cheap(model_dir: str, step: int, dim: int = _DIM, num_docs: int = _NUM_DOCS) -> str:
   embeddings = np.random.default_rng(step).normal(size=(num_docs, dim)).astype(np.float32)
   mips = index_lib.build_index(embeddings, implementation="brute_force")
-  return published_index.publish_index(model_dir, step, mips, _CheapQueryTower(dim), keep=5,
+  return published_index.publish_index(model_dir,
+                                       step,
+                                       mips,
+                                       _CheapQueryTower(dim),
+                                       keep=5,
                                        log=lambda message: None)
 
 
@@ -117,9 +127,13 @@ class _Fixture:
       # the users of the fixture read the query tower and the corpus, never the document vectors (the
       # refresher's own embed-and-publish runs in StartOrderTest).
       embeddings = np.random.default_rng(5).normal(size=(_NUM_DOCS, _DIM)).astype(np.float32)
-      cls.index_path = published_index.publish_index(
-          cls.model_dir, 5, index_lib.build_index(embeddings, implementation="brute_force"),
-          cls.retriever.query_embedder, keep=5, log=lambda message: None)
+      cls.index_path = published_index.publish_index(cls.model_dir,
+                                                     5,
+                                                     index_lib.build_index(embeddings,
+                                                                           implementation="brute_force"),
+                                                     cls.retriever.query_embedder,
+                                                     keep=5,
+                                                     log=lambda message: None)
       cls.loaded = published_index.load_published(cls.index_path)
       cls.ready = True
     return cls
@@ -159,20 +173,24 @@ class StartOrderTest(tf.test.TestCase):
     config.save(model_dir)  # the trainer has started, but has not checkpointed yet
     waiting = threading.Event()
     thread = _RefresherThread(
-        refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=fixture.corpus_prefix,
-                                   index_implementation="brute_force", batch_size=4,
-                                   poll_seconds=0.2, max_refreshes=1, **_NO_XLA_EMBEDDING),
+        refresher.RefresherOptions(model_dir=model_dir,
+                                   corpus_prefix=fixture.corpus_prefix,
+                                   index_implementation="brute_force",
+                                   batch_size=4,
+                                   poll_seconds=0.2,
+                                   max_refreshes=1,
+                                   **_NO_XLA_EMBEDDING),
         lambda message: "first checkpoint" in message and waiting.set())
     thread.start()
     self.assertTrue(waiting.wait(_DEADLINE_SECONDS), f"no waiting line: {thread.messages} "
-                                                     f"{thread.error}")
-    self.assertIn(f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}",
-                  thread.messages)
+                    f"{thread.error}")
+    self.assertIn(f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}", thread.messages)
     self.assertTrue(thread.is_alive())
     self.assertEqual(published_index.published_steps(model_dir), [])
     retriever = config.build_retriever()
     tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)),
-                               model_dir, max_to_keep=2).save(checkpoint_number=3)
+                               model_dir,
+                               max_to_keep=2).save(checkpoint_number=3)
     thread.join(_DEADLINE_SECONDS)
     self.assertFalse(thread.is_alive(), "the refresher did not publish and exit")
     self.assertIsNone(thread.error)
@@ -184,16 +202,19 @@ class StartOrderTest(tf.test.TestCase):
     fixture = _Fixture.get()
     model_dir = os.path.join(self.get_temp_dir(), "no_index")
     messages = []
-    state = realm_input.RetrievalState(
-        published_index.IndexWatcher(model_dir, log=messages.append),
-        corpus_table.CorpusTable.load(fixture.corpus_prefix), num_candidates=4,
-        wait_timeout_seconds=0.2, log=messages.append, expected_dim=_DIM)
+    state = realm_input.RetrievalState(published_index.IndexWatcher(model_dir, log=messages.append),
+                                       corpus_table.CorpusTable.load(fixture.corpus_prefix),
+                                       num_candidates=4,
+                                       wait_timeout_seconds=0.2,
+                                       log=messages.append,
+                                       expected_dim=_DIM)
     with self.assertRaises(TimeoutError) as raised:
       state.ensure_index()
     self.assertIn(model_dir, str(raised.exception))
     self.assertLen(messages, 1, messages)  # announced once, not on every look
-    self.assertIn(f"waiting for bin/refresh_doc_embeds to publish a first index under "
-                  f"{os.path.join(model_dir, 'index')}", messages[0])
+    self.assertIn(
+        f"waiting for bin/refresh_doc_embeds to publish a first index under "
+        f"{os.path.join(model_dir, 'index')}", messages[0])
     self.assertIsNone(state.index)
     # A clean timeout: once an index appears, the same state picks it up.
     _publish_cheap(model_dir, 4)
@@ -237,8 +258,12 @@ def _build_regression():
 class CheckpointFaultTest(tf.test.TestCase):
 
   def _options(self, model_dir, steps):
-    return loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=2,
-                            keep_checkpoint_max=5, log_every_steps=100, jit_compile=False)
+    return loop.LoopOptions(model_dir=model_dir,
+                            num_train_steps=steps,
+                            save_checkpoints_steps=2,
+                            keep_checkpoint_max=5,
+                            log_every_steps=100,
+                            jit_compile=False)
 
   def test_disk_full_after_a_first_checkpoint(self):
     model_dir = os.path.join(self.get_temp_dir(), "full")
@@ -256,15 +281,20 @@ class CheckpointFaultTest(tf.test.TestCase):
     def save_until_full(manager, *args, **kwargs):
       saves.append(kwargs.get("checkpoint_number"))
       if len(saves) > 1:  # the disk fills up after the first checkpoint
-        raise tf.errors.ResourceExhaustedError(
-            None, None, f"{manager.directory}/ckpt-{saves[-1]}_temp; {_ENOSPC}")
+        raise tf.errors.ResourceExhaustedError(None, None,
+                                               f"{manager.directory}/ckpt-{saves[-1]}_temp; {_ENOSPC}")
       return real_save(manager, *args, **kwargs)
 
     messages = []
     with mock.patch.object(tf.train.CheckpointManager, "save", save_until_full):
       with self.assertRaises(loop.CheckpointWriteError) as raised:
-        loop.train(model, optimizer, tf.distribute.get_strategy(), _regression_batches,
-                   self._options(model_dir, 6), after_step=after_step, log=messages.append)
+        loop.train(model,
+                   optimizer,
+                   tf.distribute.get_strategy(),
+                   _regression_batches,
+                   self._options(model_dir, 6),
+                   after_step=after_step,
+                   log=messages.append)
     message = str(raised.exception)
     self.assertIn(f"cannot write checkpoint ckpt-4 into {model_dir}", message)
     self.assertIn(_ENOSPC, message)
@@ -274,8 +304,8 @@ class CheckpointFaultTest(tf.test.TestCase):
     # The earlier checkpoint is intact and holds exactly the weights of its step.
     self.assertEqual(tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-2"))
     fresh, fresh_optimizer = _build_regression()
-    tf.train.Checkpoint(model=fresh, optimizer=fresh_optimizer).restore(
-        os.path.join(model_dir, "ckpt-2")).assert_existing_objects_matched()
+    tf.train.Checkpoint(model=fresh, optimizer=fresh_optimizer).restore(os.path.join(
+        model_dir, "ckpt-2")).assert_existing_objects_matched()
     for restored, saved in zip(fresh.weights, weights_at[2]):
       self.assertAllEqual(restored.numpy(), saved)
     self.assertNotAllClose(weights_at[2][0], weights_at[4][0])  # so equality identifies step 2
@@ -286,8 +316,12 @@ class CheckpointFaultTest(tf.test.TestCase):
     # Space freed: a restart resumes from the surviving checkpoint and finishes.
     messages = []
     model, optimizer = _build_regression()
-    loop.train(model, optimizer, tf.distribute.get_strategy(), _regression_batches,
-               self._options(model_dir, 6), log=messages.append)
+    loop.train(model,
+               optimizer,
+               tf.distribute.get_strategy(),
+               _regression_batches,
+               self._options(model_dir, 6),
+               log=messages.append)
     self.assertIn(f"resumed from {os.path.join(model_dir, 'ckpt-2')} at step 2", messages)
     self.assertEqual(tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-6"))
 
@@ -297,11 +331,15 @@ class CheckpointFaultTest(tf.test.TestCase):
       f.write("not a directory\n")
     model_dir = os.path.join(blocker, "model")
     model, optimizer = _build_regression()
-    with self.assertRaisesRegex(loop.CheckpointWriteError,
-                                f"cannot create the model dir {re.escape(model_dir)}: .*not a "
-                                "directory.*writable --model_dir"):
-      loop.train(model, optimizer, tf.distribute.get_strategy(), _regression_batches,
-                 self._options(model_dir, 2), log=lambda message: None)
+    with self.assertRaisesRegex(
+        loop.CheckpointWriteError, f"cannot create the model dir {re.escape(model_dir)}: .*not a "
+        "directory.*writable --model_dir"):
+      loop.train(model,
+                 optimizer,
+                 tf.distribute.get_strategy(),
+                 _regression_batches,
+                 self._options(model_dir, 2),
+                 log=lambda message: None)
     with open(blocker) as f:
       self.assertEqual(f.read(), "not a directory\n")
 
@@ -331,14 +369,14 @@ class PublishFaultTest(tf.test.TestCase):
       real_write_json_atomic(path, value)
 
     faults = {
-        "MipsIndex.save": (mock.patch.object(index_lib.MipsIndex, "save", _no_space),
-                           tf.errors.ResourceExhaustedError),
-        "embeddings.npy half written": (
-            mock.patch.object(index_lib, "_write_npy", npy_full_at_embeddings), OSError),
-        "tf.saved_model.save": (mock.patch.object(tf.saved_model, "save", _no_space),
-                                tf.errors.ResourceExhaustedError),
-        "after the SavedModel": (mock.patch.object(tf.saved_model, "save", saved_model_then_full),
-                                 tf.errors.ResourceExhaustedError),
+        "MipsIndex.save": (mock.patch.object(index_lib.MipsIndex, "save",
+                                             _no_space), tf.errors.ResourceExhaustedError),
+        "embeddings.npy half written": (mock.patch.object(index_lib, "_write_npy",
+                                                          npy_full_at_embeddings), OSError),
+        "tf.saved_model.save": (mock.patch.object(tf.saved_model, "save",
+                                                  _no_space), tf.errors.ResourceExhaustedError),
+        "after the SavedModel": (mock.patch.object(tf.saved_model, "save",
+                                                   saved_model_then_full), tf.errors.ResourceExhaustedError),
         "published.json": (mock.patch.object(published_index.io_utils, "write_json_atomic",
                                              json_full_at_published), tf.errors.ResourceExhaustedError),
     }
@@ -347,9 +385,9 @@ class PublishFaultTest(tf.test.TestCase):
         model_dir = os.path.join(self.get_temp_dir(), re.sub(r"\W", "_", name))
         _publish_cheap(model_dir, 1)
         root = published_index.index_root(model_dir)
-        with patch, self.assertRaisesRegex(published_index.IndexWriteError,
-                                           f"index of step 2 into {re.escape(root)}: .*{_ENOSPC}.*"
-                                           "untouched; free space") as raised:
+        with patch, self.assertRaisesRegex(
+            published_index.IndexWriteError, f"index of step 2 into {re.escape(root)}: .*{_ENOSPC}.*"
+            "untouched; free space") as raised:
           _publish_cheap(model_dir, 2)
         self.assertIsInstance(raised.exception.__cause__, error)
         self.assertEqual(os.listdir(root), ["1"])  # nothing under the final name, no .tmp leftovers
@@ -387,10 +425,10 @@ class CorruptInputTest(tf.test.TestCase):
     shards = corpus_lib.corpus_shards(prefix)
     _truncate_to_half(shards[1])
     read = []
-    with self.assertRaisesRegex(text_records.InputError,
-                                rf"^{re.escape(shards[1])}: record (\d+) \(0-based\) cannot be read: "
-                                r"the shard is truncated or corrupt \(.*truncated.*\); regenerate the "
-                                "corpus with bin/generate_retrieval_corpus$") as raised:
+    with self.assertRaisesRegex(
+        text_records.InputError, rf"^{re.escape(shards[1])}: record (\d+) \(0-based\) cannot be read: "
+        r"the shard is truncated or corrupt \(.*truncated.*\); regenerate the "
+        "corpus with bin/generate_retrieval_corpus$") as raised:
       for document in corpus_lib.read_corpus(prefix):
         read.append(document)
     record = int(re.search(r"record (\d+)", str(raised.exception)).group(1))
@@ -404,10 +442,9 @@ class CorruptInputTest(tf.test.TestCase):
     shards = pretraining.pretraining_shards(prefix)
     _truncate_to_half(shards[0])
     read = []
-    with self.assertRaisesRegex(text_records.InputError,
-                                rf"^{re.escape(shards[0])}: record (\d+) \(0-based\) cannot be read: "
-                                r"the shard is truncated or corrupt .*bin/generate_pretraining_corpus"
-                                ) as raised:
+    with self.assertRaisesRegex(
+        text_records.InputError, rf"^{re.escape(shards[0])}: record (\d+) \(0-based\) cannot be read: "
+        r"the shard is truncated or corrupt .*bin/generate_pretraining_corpus") as raised:
       for document in pretraining.read_pretraining_corpus(prefix):
         read.append(document)
     record = int(re.search(r"record (\d+)", str(raised.exception)).group(1))
@@ -423,9 +460,9 @@ class CorruptInputTest(tf.test.TestCase):
     records = list(tf.data.TFRecordDataset(shard, compression_type="GZIP").as_numpy_iterator())
     with tf.io.TFRecordWriter(shard, options="GZIP") as writer:
       writer.write(records[0])
-    with self.assertRaisesRegex(text_records.InputError,
-                                rf"^{re.escape(shard)}: record 1 \(0-based\) cannot be read: the shard "
-                                r"is truncated or corrupt \(it ends after 1 of the 3 records"):
+    with self.assertRaisesRegex(
+        text_records.InputError, rf"^{re.escape(shard)}: record 1 \(0-based\) cannot be read: the shard "
+        r"is truncated or corrupt \(it ends after 1 of the 3 records"):
       list(pretraining.read_pretraining_corpus(prefix))
 
   def test_garbage_shard_is_named_too(self):
@@ -440,26 +477,42 @@ class CorruptInputTest(tf.test.TestCase):
 
   def _bad_jsonl(self, field: str) -> str:
     lines = [
-        json.dumps({"title": "Good one", field: "Ann Bell lives in Oakford."}).encode(),
-        b'{"title": "Broken", ' + field.encode() + b': ',                          # 2 malformed JSON
-        json.dumps({"title": " ", field: "  "}).encode(),                        # 3 empty document
-        b'{"title": "Bad \xff\xfe bytes", "' + field.encode() + b'": "x"}',     # 4 invalid UTF-8
-        b"[1, 2, 3]",                                                            # 5 not an object
-        b"[" * 50000 + b"]" * 50000,                                             # 6 nested too deeply
-        json.dumps({"title": 7, field: "not a string title"}).encode(),          # 7 wrong type
-        json.dumps({"title": "Good two", field: "Cara Dunn was born in 1901."}).encode(),
+        json.dumps({
+            "title": "Good one",
+            field: "Ann Bell lives in Oakford."
+        }).encode(),
+        b'{"title": "Broken", ' + field.encode() + b': ',  # 2 malformed JSON
+        json.dumps({
+            "title": " ",
+            field: "  "
+        }).encode(),  # 3 empty document
+        b'{"title": "Bad \xff\xfe bytes", "' + field.encode() + b'": "x"}',  # 4 invalid UTF-8
+        b"[1, 2, 3]",  # 5 not an object
+        b"[" * 50000 + b"]" * 50000,  # 6 nested too deeply
+        json.dumps({
+            "title": 7,
+            field: "not a string title"
+        }).encode(),  # 7 wrong type
+        json.dumps({
+            "title": "Good two",
+            field: "Cara Dunn was born in 1901."
+        }).encode(),
     ]
     return _write(os.path.join(self.get_temp_dir(), f"docs_{field}.jsonl"), b"\n".join(lines) + b"\n")
 
   def test_malformed_jsonl_documents_name_file_and_line_or_are_skipped_and_counted(self):
     readers = {
         "retrieval corpus": (lambda path, skipped: corpus_lib.read_documents(path, skipped), "body"),
-        "pre-training corpus": (lambda path, skipped: pretraining.read_raw_documents(path, skipped),
-                                "text"),
+        "pre-training corpus": (lambda path, skipped: pretraining.read_raw_documents(path, skipped), "text"),
     }
-    expected = {2: "not a JSON object", 3: "empty title and", 4: "not valid UTF-8",
-                5: "expected a JSON object, got list", 6: "nested too deeply",
-                7: "must be strings"}
+    expected = {
+        2: "not a JSON object",
+        3: "empty title and",
+        4: "not valid UTF-8",
+        5: "expected a JSON object, got list",
+        6: "nested too deeply",
+        7: "must be strings"
+    }
     for name, (read, field) in readers.items():
       with self.subTest(reader=name):
         path = self._bad_jsonl(field)
@@ -478,60 +531,81 @@ class CorruptInputTest(tf.test.TestCase):
                               f"{path}:2: ")
 
   def test_malformed_tsv_documents_name_file_and_line_or_are_skipped_and_counted(self):
-    path = _write(os.path.join(self.get_temp_dir(), "docs.tsv"),
-                  b"id\ttext\ttitle\n"
-                  b"1\tAnn Bell lives in Oakford.\tGood one\n"
-                  b"2\tonly two columns\n"                 # 3 wrong column count
-                  b"3\t\xff\xfe bad bytes\tBad\n"          # 4 invalid UTF-8
-                  b"4\t \t \n"                              # 5 empty document
-                  b'5\t"unterminated\tQuote\n'             # 6 malformed quoting, runs to the end
-                  )
+    path = _write(
+        os.path.join(self.get_temp_dir(), "docs.tsv"),
+        b"id\ttext\ttitle\n"
+        b"1\tAnn Bell lives in Oakford.\tGood one\n"
+        b"2\tonly two columns\n"  # 3 wrong column count
+        b"3\t\xff\xfe bad bytes\tBad\n"  # 4 invalid UTF-8
+        b"4\t \t \n"  # 5 empty document
+        b'5\t"unterminated\tQuote\n'  # 6 malformed quoting, runs to the end
+    )
     skipped = text_records.SkipCounter()
     self.assertEqual([d.title for d in corpus_lib.read_documents(path, skipped)], ["Good one"])
     self.assertEqual(skipped.count, 4, skipped.examples)
-    self.assertEqual([e.split(": ")[0] for e in skipped.examples],
-                     [f"{path}:{n}" for n in (3, 4, 5, 6)])
+    self.assertEqual([e.split(": ")[0] for e in skipped.examples], [f"{path}:{n}" for n in (3, 4, 5, 6)])
     with self.assertRaisesRegex(text_records.InputError, rf"^{re.escape(path)}:3: 2 tab-separated"):
       list(corpus_lib.read_documents(path))
 
   def test_questions_without_answers(self):
     directory = self.get_temp_dir()
-    jsonl = _write(os.path.join(directory, "qa.jsonl"), b"\n".join([
-        b'{"question": "who?", "answer": ["Ann"]}',
-        b'{"question": "no field?"}',
-        b'{"question": "empty list?", "answer": []}',
-        b'{"question": "empty string?", "answer": [""]}',
-        b'{"question": "", "answer": ["x"]}',
-    ]) + b"\n")
+    jsonl = _write(
+        os.path.join(directory, "qa.jsonl"), b"\n".join([
+            b'{"question": "who?", "answer": ["Ann"]}',
+            b'{"question": "no field?"}',
+            b'{"question": "empty list?", "answer": []}',
+            b'{"question": "empty string?", "answer": [""]}',
+            b'{"question": "", "answer": ["x"]}',
+        ]) + b"\n")
     skipped = qa.SkipCounter()
     self.assertEqual([e.question for e in qa.load_jsonl(jsonl, skipped=skipped)], ["who?"])
-    self.assertEqual([e.split(": ")[0] for e in skipped.examples],
-                     [f"{jsonl}:{n}" for n in (2, 3, 4, 5)])
+    self.assertEqual([e.split(": ")[0] for e in skipped.examples], [f"{jsonl}:{n}" for n in (2, 3, 4, 5)])
     with self.assertRaisesRegex(qa.InputError, rf"^{re.escape(jsonl)}:2: no \"answer\" field"):
       qa.load_jsonl(jsonl)
     # A prediction-only file may lack answers, when asked for explicitly.
     self.assertLen(qa.load_jsonl(jsonl, require_answers=False, skipped=qa.SkipCounter()), 3)
 
-    webquestions = _write(os.path.join(directory, "wq.json"),
-                          b'[{"utterance": "where?", "targetValue": "(list (description Oakford))"},\n'
-                          b' {"utterance": "none?", "url": "u"},\n'
-                          b' {"qText": "empty?", "answers": []}]\n')
+    webquestions = _write(
+        os.path.join(directory, "wq.json"),
+        b'[{"utterance": "where?", "targetValue": "(list (description Oakford))"},\n'
+        b' {"utterance": "none?", "url": "u"},\n'
+        b' {"qText": "empty?", "answers": []}]\n')
     skipped = qa.SkipCounter()
     self.assertLen(qa.load_qa(webquestions, skipped=skipped), 1)
-    self.assertEqual([e.split(": ")[0] for e in skipped.examples],
-                     [f"{webquestions}:{n}" for n in (2, 3)])
+    self.assertEqual([e.split(": ")[0] for e in skipped.examples], [f"{webquestions}:{n}" for n in (2, 3)])
 
-    squad = _write(os.path.join(directory, "squad.json"), json.dumps({"data": [{
-        "title": "T", "paragraphs": [{"context": "c", "qas": [
-            {"id": "q1", "question": "what?", "answers": [{"text": "c", "answer_start": 0}]},
-            {"id": "q2", "question": "unanswerable?", "answers": []}]}]}]}).encode())
-    with self.assertRaisesRegex(qa.InputError, r"data\[0\]\.paragraphs\[0\]\.qas\[1\] \(id 'q2'\): "
-                                               "the question 'unanswerable\\?' has no answers"):
+    squad = _write(
+        os.path.join(directory, "squad.json"),
+        json.dumps({
+            "data": [{
+                "title":
+                    "T",
+                "paragraphs": [{
+                    "context":
+                        "c",
+                    "qas": [{
+                        "id": "q1",
+                        "question": "what?",
+                        "answers": [{
+                            "text": "c",
+                            "answer_start": 0
+                        }]
+                    }, {
+                        "id": "q2",
+                        "question": "unanswerable?",
+                        "answers": []
+                    }]
+                }]
+            }]
+        }).encode())
+    with self.assertRaisesRegex(
+        qa.InputError, r"data\[0\]\.paragraphs\[0\]\.qas\[1\] \(id 'q2'\): "
+        "the question 'unanswerable\\?' has no answers"):
       qa.load_qa(squad)
 
-    trec = _write(os.path.join(directory, "trec.tsv"),
-                  b"what?\tOak(ford)?\nempty?\t\nhuge?\ta{4294967296}\ndeep?\t" + b"(" * 2000 +
-                  b")" * 2000 + b"\n")
+    trec = _write(
+        os.path.join(directory, "trec.tsv"),
+        b"what?\tOak(ford)?\nempty?\t\nhuge?\ta{4294967296}\ndeep?\t" + b"(" * 2000 + b")" * 2000 + b"\n")
     skipped = qa.SkipCounter()
     self.assertLen(qa.load_qa(trec, skipped=skipped), 1)
     self.assertEqual(skipped.count, 3, skipped.examples)
@@ -540,10 +614,10 @@ class CorruptInputTest(tf.test.TestCase):
 
   def test_vocab_that_does_not_match_the_checkpoint(self):
     # The config's BERT says 300 wordpieces, the vocab file has 285.
-    config = _config(retriever_bert=bert.tiny_config(300, hidden_size=32, num_layers=1,
-                                                     intermediate_size=64))
-    with self.assertRaisesRegex(ValueError, rf"vocab {re.escape(_VOCAB)} has 285 tokens but the "
-                                            "retriever BERT has vocab_size 300"):
+    config = _config(retriever_bert=bert.tiny_config(300, hidden_size=32, num_layers=1, intermediate_size=64))
+    with self.assertRaisesRegex(
+        ValueError, rf"vocab {re.escape(_VOCAB)} has 285 tokens but the "
+        "retriever BERT has vocab_size 300"):
       config.tokenizer()
     # A checkpoint written with the 285-word vocab restored into a retriever built for 300.
     fixture = _Fixture.get()
@@ -551,8 +625,9 @@ class CorruptInputTest(tf.test.TestCase):
     path = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=fixture.retriever)), model_dir,
         max_to_keep=1).save(checkpoint_number=8)
-    with self.assertRaisesRegex(ValueError, rf"^{re.escape(path)}: cannot restore the retriever .*"
-                                            r"\(285, 32\).*\(300, 32\).*word_embeddings"):
+    with self.assertRaisesRegex(
+        ValueError, rf"^{re.escape(path)}: cannot restore the retriever .*"
+        r"\(285, 32\).*\(300, 32\).*word_embeddings"):
       training_state.restore_retriever(config.build_retriever(), path)
 
   def test_index_of_another_dimension_than_the_model(self):
@@ -562,13 +637,17 @@ class CorruptInputTest(tf.test.TestCase):
     corpus = corpus_table.CorpusTable.load(fixture.corpus_prefix)
 
     def state(expected_dim):
-      return realm_input.RetrievalState(published_index.IndexWatcher(model_dir), corpus, 4,
-                                        wait_timeout_seconds=0.1, log=lambda message: None,
+      return realm_input.RetrievalState(published_index.IndexWatcher(model_dir),
+                                        corpus,
+                                        4,
+                                        wait_timeout_seconds=0.1,
+                                        log=lambda message: None,
                                         expected_dim=expected_dim)
 
     mismatched = state(_DIM)
-    with self.assertRaisesRegex(ValueError, rf"index {re.escape(path)} has dimension 16 but the "
-                                            "model's retriever projects to 32"):
+    with self.assertRaisesRegex(
+        ValueError, rf"index {re.escape(path)} has dimension 16 but the "
+        "model's retriever projects to 32"):
       mismatched.ensure_index()
     self.assertIsNone(mismatched.index)
     matched = state(16)
@@ -593,8 +672,7 @@ class QueryEmbedderStressTest(tf.test.TestCase):
 
   def _live(self, inputs):
     retriever = _Fixture.get().retriever
-    return retriever.embed_queries(tuple(tf.constant(np.asarray(x)) for x in inputs),
-                                   training=False).numpy()
+    return retriever.embed_queries(tuple(tf.constant(np.asarray(x)) for x in inputs), training=False).numpy()
 
   def test_empty_token_sequences(self):
     featurizer = _Fixture.get().config.featurizer()
@@ -609,8 +687,8 @@ class QueryEmbedderStressTest(tf.test.TestCase):
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 15, 1000)
     featurizer = _Fixture.get().config.featurizer()
-    inputs = featurizer.query_inputs(tf.ragged.constant(
-        [rng.integers(5, _VOCAB_SIZE, n).tolist() for n in lengths], tf.int64))
+    inputs = featurizer.query_inputs(
+        tf.ragged.constant([rng.integers(5, _VOCAB_SIZE, n).tolist() for n in lengths], tf.int64))
     out = self._embed(inputs)
     for row in (0, 1, 499, 999):  # the same as each query alone: no mixing across the batch
       alone = self._embed([x[row:row + 1] for x in inputs])
@@ -634,9 +712,10 @@ class QueryEmbedderStressTest(tf.test.TestCase):
     # Truncated to Q; the emoji run without spaces is one 10,000-character word, hence one [UNK] (its
     # joiners are deleted, as BERT does); NUL, \x01 and U+FFFD are deleted too.
     self.assertAllEqual(inputs.mask.numpy().sum(axis=1), [q, q, q, 3, q, q, 2, 2])
-    self.assertAllEqual(inputs.token_ids.numpy()[3, :3], [fixture.tokenizer.cls_id,
-                                                         fixture.tokenizer.token_to_id("[UNK]"),
-                                                         fixture.tokenizer.sep_id])
+    self.assertAllEqual(
+        inputs.token_ids.numpy()[3, :3],
+        [fixture.tokenizer.cls_id,
+         fixture.tokenizer.token_to_id("[UNK]"), fixture.tokenizer.sep_id])
     out = self._embed(inputs)
     self.assertAllClose(out, self._live(inputs), atol=1e-4)
 
@@ -658,11 +737,12 @@ _ALLOWED_WRITES = {
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
     ("realm_tf/demo_pipeline.py", "_open_log"):
         "run_binary's and run_realm_processes' subprocess logs, appended as they run, a header per run",
-    ("realm_tf/demo_pipeline.py", "run_orqa"): "bin/answer's stderr log, appended as it runs",
-    ("bin/run_demo.py", "_stderr_to"): "the demo's own stderr log (demo_stderr.log), appended as it runs",
+    ("realm_tf/demo_pipeline.py", "run_orqa"):
+        "bin/answer's stderr log, appended as it runs",
+    ("bin/run_demo.py", "_stderr_to"):
+        "the demo's own stderr log (demo_stderr.log), appended as it runs",
 }
-_PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve",
-                   "marshal"}
+_PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "cloudpickle", "dill", "joblib", "shelve", "marshal"}
 
 
 def _source_files():
@@ -694,9 +774,18 @@ def _dotted(node) -> str:
 
 # Calls that write a file or directory -> the position of their destination argument. The dotted ones
 # match as suffixes (tf.io.gfile.GFile, tf.compat.v1.gfile.GFile); open, np.* and shutil.* exactly.
-_WRITE_DESTINATION = {"open": 0, "io.open": 0, "np.savetxt": 0, "shutil.copy": 1,
-                      "shutil.copyfile": 1, "gfile.GFile": 0, "gfile.Open": 0, "TFRecordWriter": 0,
-                      "gfile.copy": 1, "saved_model.save": 1}
+_WRITE_DESTINATION = {
+    "open": 0,
+    "io.open": 0,
+    "np.savetxt": 0,
+    "shutil.copy": 1,
+    "shutil.copyfile": 1,
+    "gfile.GFile": 0,
+    "gfile.Open": 0,
+    "TFRecordWriter": 0,
+    "gfile.copy": 1,
+    "saved_model.save": 1
+}
 _EXACT = ("open", "io.open", "np.savetxt", "shutil.copy", "shutil.copyfile")
 
 
@@ -719,8 +808,8 @@ def _temporary_names(scope) -> set:
   names = set()
 
   def temporary(expression) -> bool:
-    return any((isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] == "temporary_path")
-               or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(expression))
+    return any((isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] == "temporary_path") or
+               (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(expression))
 
   changed = True
   while changed:
@@ -748,8 +837,7 @@ def _audit(relpath: str, source: str):
   # Names only: comments and strings that say "no pickle" are fine. load_searcher is ScaNN's loader
   # that unpickles scann_docids.pkl.
   for token in tokenize.generate_tokens(io.StringIO(source).readline):
-    if token.type == tokenize.NAME and (token.string in _PICKLE_MODULES
-                                        or token.string == "load_searcher"):
+    if token.type == tokenize.NAME and (token.string in _PICKLE_MODULES or token.string == "load_searcher"):
       pickles.append((token.start[0], token.string, token.line.strip()))
   tree = ast.parse(source, relpath)
   functions = {}
@@ -776,8 +864,8 @@ def _audit(relpath: str, source: str):
     if id(scope) not in temporary:
       temporary[id(scope)] = _temporary_names(scope)
     names = temporary[id(scope)]
-    if not any((isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] == "temporary_path")
-               or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(destination)):
+    if not any((isinstance(n, ast.Call) and _dotted(n.func).split(".")[-1] == "temporary_path") or
+               (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(destination)):
       writes.append((function, node.lineno, name))
   return pickles, unsafe_numpy, writes
 
@@ -797,21 +885,23 @@ class SourceAuditTest(tf.test.TestCase):
     self.assertIn("bin/refresh_doc_embeds.py", self.results)
     self.assertNotIn("realm_tf/reliability_test.py", self.results)
     # The scanner finds what it is meant to find (so the assertions below can fail).
-    pickles, unsafe, writes = _audit("x.py", "import pickle\nimport numpy as np\n"
-                                             "def f(p):\n  np.load(p)\n  open(p, 'w')\n"
-                                             "  np.load(p, allow_pickle=True)\n  open(p)\n")
+    pickles, unsafe, writes = _audit(
+        "x.py", "import pickle\nimport numpy as np\n"
+        "def f(p):\n  np.load(p)\n  open(p, 'w')\n"
+        "  np.load(p, allow_pickle=True)\n  open(p)\n")
     self.assertEqual([p[1] for p in pickles], ["pickle"])
     self.assertEqual(unsafe, [(4, "np.load"), (6, "np.load")])
     self.assertEqual(writes, [("f", 5, "open")])
     # Writes to temporary names are the atomic pattern; writes next to them are still found.
-    _, _, writes = _audit("y.py", "def g(finals, d):\n"
-                                  "  temps = [io_utils.temporary_path(p) for p in finals]\n"
-                                  "  writers = [tf.io.TFRecordWriter(t) for t in temps]\n"
-                                  "  tmp = io_utils.temporary_path(d)\n"
-                                  "  tf.saved_model.save(m, os.path.join(tmp, 'x'))\n"
-                                  "  tf.io.gfile.copy(d, tmp)\n"
-                                  "  tf.io.gfile.copy(tmp, d)\n"
-                                  "  tf.io.gfile.GFile(finals[0], 'wb')\n")
+    _, _, writes = _audit(
+        "y.py", "def g(finals, d):\n"
+        "  temps = [io_utils.temporary_path(p) for p in finals]\n"
+        "  writers = [tf.io.TFRecordWriter(t) for t in temps]\n"
+        "  tmp = io_utils.temporary_path(d)\n"
+        "  tf.saved_model.save(m, os.path.join(tmp, 'x'))\n"
+        "  tf.io.gfile.copy(d, tmp)\n"
+        "  tf.io.gfile.copy(tmp, d)\n"
+        "  tf.io.gfile.GFile(finals[0], 'wb')\n")
     self.assertEqual(writes, [("g", 7, "tf.io.gfile.copy"), ("g", 8, "tf.io.gfile.GFile")])
 
   def test_no_pickle(self):
@@ -826,20 +916,22 @@ class SourceAuditTest(tf.test.TestCase):
     self.assertGreaterEqual(calls, 3)  # index.py (2) and corpus_embedding.py (1) are checked
 
   def test_outputs_are_written_through_io_utils(self):
-    unexpected = sorted((path, function, line, call) for path, (_, _, writes) in self.results.items()
-                        for function, line, call in writes if (path, function) not in _ALLOWED_WRITES)
-    self.assertEqual(unexpected, [], "write outputs with realm_tf.io_utils (atomic) or add them, with "
-                                     "the reason, to _ALLOWED_WRITES and docs/reliability.md")
-    found = {(path, function) for path, (_, _, writes) in self.results.items()
-             for function, _, _ in writes}
+    unexpected = sorted((path, function, line, call)
+                        for path, (_, _, writes) in self.results.items()
+                        for function, line, call in writes
+                        if (path, function) not in _ALLOWED_WRITES)
+    self.assertEqual(
+        unexpected, [], "write outputs with realm_tf.io_utils (atomic) or add them, with "
+        "the reason, to _ALLOWED_WRITES and docs/reliability.md")
+    found = {(path, function) for path, (_, _, writes) in self.results.items() for function, _, _ in writes}
     self.assertEqual(found, set(_ALLOWED_WRITES))  # no stale exception either
 
   def test_docs_list_the_outputs(self):
     with open(os.path.join(_SOURCE_ROOT, "docs", "reliability.md"), encoding="utf-8") as f:
       doc = f.read()
     for name in ("realm_config.json", "train_summary.json", "TRAINING_DONE", "published.json",
-                 "manifest.json", ".manifest.json", "embeddings.npy", "query_embedder/",
-                 "ckpt-N", "conversion.json", "vocab.txt", "blocks.jsonl", "predictions"):
+                 "manifest.json", ".manifest.json", "embeddings.npy", "query_embedder/", "ckpt-N",
+                 "conversion.json", "vocab.txt", "blocks.jsonl", "predictions"):
       self.assertIn(name, doc)
     for path, function in _ALLOWED_WRITES:
       self.assertIn(f"{function}", doc)

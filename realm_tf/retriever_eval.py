@@ -22,7 +22,8 @@ from realm_tf.retrieval import index as index_lib
 
 
 def embed_questions_with(embed: Callable[[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]], np.ndarray],
-                         config: realm_config_lib.RealmConfig, questions: Sequence[str],
+                         config: realm_config_lib.RealmConfig,
+                         questions: Sequence[str],
                          batch_size: int = 256) -> np.ndarray:
   """float32 [len(questions), D]: questions packed as the run's queries ([CLS] question [SEP], Q
   wordpieces), embedded by `embed` (token ids, mask, segment ids) -> [b, D], e.g. a published index's
@@ -36,15 +37,20 @@ def embed_questions_with(embed: Callable[[Tuple[tf.Tensor, tf.Tensor, tf.Tensor]
   return np.concatenate(outputs) if outputs else np.zeros([0, config.embedding_dim], np.float32)
 
 
-def embed_questions(retriever, config: realm_config_lib.RealmConfig, questions: Sequence[str],
+def embed_questions(retriever,
+                    config: realm_config_lib.RealmConfig,
+                    questions: Sequence[str],
                     batch_size: int = 256) -> np.ndarray:
   """float32 [len(questions), D] from the retriever's query tower."""
-  return embed_questions_with(lambda inputs: retriever.embed_queries(inputs, training=False).numpy(),
-                              config, questions, batch_size)
+  return embed_questions_with(lambda inputs: retriever.embed_queries(inputs, training=False).numpy(), config,
+                              questions, batch_size)
 
 
-def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: corpus_table.CorpusTable,
-                     examples: List[qa_lib.QAExample], ks=(1, 5, 20, 100),
+def retriever_recall(retriever,
+                     config: realm_config_lib.RealmConfig,
+                     corpus: corpus_table.CorpusTable,
+                     examples: List[qa_lib.QAExample],
+                     ks=(1, 5, 20, 100),
                      doc_embeddings: Optional[np.ndarray] = None,
                      doc_retriever=None) -> Dict[str, float]:
   """Recall percentages {"gold_recall@k", "answer_recall@k"} and the number of questions.
@@ -62,8 +68,10 @@ def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: co
   if doc_embeddings is None:
     doc_tower = doc_retriever or retriever
     doc_embeddings = corpus_embedding.embed_corpus(
-        lambda inputs: doc_tower.embed_documents(inputs, training=False), corpus.prefix,
-        config.featurizer(), log=lambda _: None)
+        lambda inputs: doc_tower.embed_documents(inputs, training=False),
+        corpus.prefix,
+        config.featurizer(),
+        log=lambda _: None)
   max_k = min(max(ks), corpus.num_docs)
   index = index_lib.build_index(doc_embeddings, implementation="brute_force")
   queries = embed_questions(retriever, config, [e.question for e in examples])
@@ -71,6 +79,8 @@ def retriever_recall(retriever, config: realm_config_lib.RealmConfig, corpus: co
   gold_rows = None
   if examples and all("doc_id" in e.metadata for e in examples):
     gold_rows = corpus.rows_of([e.metadata["doc_id"] for e in examples]).tolist()
-  return evaluation.rankings_recall(
-      ids, corpus.texts(), [e.answers for e in examples], gold_rows=gold_rows, ks=ks,
-      answers_are_regex=[e.answer_is_regex for e in examples])
+  return evaluation.rankings_recall(ids,
+                                    corpus.texts(), [e.answers for e in examples],
+                                    gold_rows=gold_rows,
+                                    ks=ks,
+                                    answers_are_regex=[e.answer_is_regex for e in examples])

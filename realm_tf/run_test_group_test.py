@@ -12,11 +12,14 @@ from realm_tf import run_test_group
 class TestGroupTest(absltest.TestCase):
 
   def test_collect_takes_each_files_test_classes_once_under_unique_names(self):
+
     class Shared(unittest.TestCase):  # a base imported by two files: one run, as alone
+
       def test_a(self):
         pass
 
     class Own(unittest.TestCase):
+
       def test_b(self):
         pass
 
@@ -26,8 +29,8 @@ class TestGroupTest(absltest.TestCase):
     second.Shared, second.Own = Shared, type("Own", (unittest.TestCase,), {"test_c": lambda self: None})
     namespace = {}
     self.assertEqual(run_test_group.collect([first, second], namespace), 3)
-    self.assertCountEqual(namespace, ["pkg_first_test__Shared", "pkg_first_test__Own",
-                                      "pkg_second_test__Own"])
+    self.assertCountEqual(namespace,
+                          ["pkg_first_test__Shared", "pkg_first_test__Own", "pkg_second_test__Own"])
     self.assertIs(namespace["pkg_second_test__Own"], second.Own)
 
   def test_modules_are_the_listed_files(self):

@@ -49,9 +49,15 @@ def write_small_bert_config(directory: str, max_position_embeddings: int = 128) 
     vocab_size = len(f.read().splitlines())
   path = os.path.join(directory, "bert_config.json")
   with open(path, "w") as f:
-    json.dump({"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 1,
-               "num_attention_heads": 2, "intermediate_size": 64,
-               "max_position_embeddings": max_position_embeddings}, f)
+    json.dump(
+        {
+            "vocab_size": vocab_size,
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": max_position_embeddings
+        }, f)
   return path
 
 
@@ -69,8 +75,7 @@ def tiny_vocab_tokens() -> List[str]:
   return [t for t in tokens if not (t in seen or seen.add(t))]
 
 
-def write_vocab(directory: str, tokens: Optional[Sequence[str]] = None,
-                name: str = "vocab.txt") -> str:
+def write_vocab(directory: str, tokens: Optional[Sequence[str]] = None, name: str = "vocab.txt") -> str:
   """Writes a vocab file (one token per line; tiny_vocab_tokens() by default) and returns its path."""
   path = os.path.join(directory, name)
   with open(path, "w", encoding="utf-8") as f:
@@ -78,7 +83,10 @@ def write_vocab(directory: str, tokens: Optional[Sequence[str]] = None,
   return path
 
 
-def testdata_qa_slice(directory: str, num_train: int, num_dev: int, num_docs: int,
+def testdata_qa_slice(directory: str,
+                      num_train: int,
+                      num_dev: int,
+                      num_docs: int,
                       num_shards: int = 1) -> Dict[str, str]:
   """A small retrieval corpus from testdata holding the gold documents of the first num_train train and
   num_dev dev questions (filled up to num_docs with other documents), written under directory with
@@ -98,8 +106,10 @@ def testdata_qa_slice(directory: str, num_train: int, num_dev: int, num_docs: in
   chosen += [r for r in records if r["id"] not in wanted][:num_docs - len(chosen)]
   documents = [corpus.Document(r["title"], r["body"], r["id"]) for r in chosen]
   prefix = os.path.join(directory, "corpus", "blocks")
-  corpus.write_corpus(lambda: documents, tokenization.Tokenizer(os.path.join(testdata, "vocab.txt")),
-                      prefix, num_shards=num_shards)
+  corpus.write_corpus(lambda: documents,
+                      tokenization.Tokenizer(os.path.join(testdata, "vocab.txt")),
+                      prefix,
+                      num_shards=num_shards)
   paths = {"corpus": prefix}
   for name, questions in (("train", train), ("dev", dev)):
     paths[name] = os.path.join(directory, f"qa.{name}.jsonl")
@@ -116,14 +126,16 @@ def write_small_realm_corpora(directory: str, num_documents: int) -> Dict[str, s
   from realm_tf.data import corpus  # pylint: disable=g-import-not-at-top
   from realm_tf.data import pretraining  # pylint: disable=g-import-not-at-top
   testdata = os.path.join(repo_root(), "testdata")
-  paths = {"retrieval": os.path.join(directory, "blocks"),
-           "pretraining": os.path.join(directory, "sentences")}
+  paths = {
+      "retrieval": os.path.join(directory, "blocks"),
+      "pretraining": os.path.join(directory, "sentences")
+  }
   corpus.write_corpus(
       lambda: list(corpus.read_documents(os.path.join(testdata, "corpus.jsonl")))[:num_documents],
       tokenization.Tokenizer(os.path.join(testdata, "vocab.txt")), paths["retrieval"], 1)
   pretraining.write_pretraining_corpus(
-      lambda: list(pretraining.read_raw_documents(
-          os.path.join(testdata, "pretraining.jsonl")))[:num_documents], paths["pretraining"], 1)
+      lambda: list(pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")))
+      [:num_documents], paths["pretraining"], 1)
   return paths
 
 
@@ -131,8 +143,9 @@ def write_tf1_checkpoint(path: str, variables: Dict[str, np.ndarray]) -> str:
   """A TF1 name-based checkpoint (graph mode, get_variable, tf.compat.v1.train.Saver) holding exactly
   `variables`, as Google's original BERT, REALM and ORQA releases are written; returns its prefix."""
   with tf.compat.v1.Graph().as_default() as graph:
-    tf_vars = [tf.compat.v1.get_variable(name, initializer=tf.constant(value))
-               for name, value in variables.items()]
+    tf_vars = [
+        tf.compat.v1.get_variable(name, initializer=tf.constant(value)) for name, value in variables.items()
+    ]
     saver = tf.compat.v1.train.Saver(tf_vars)
     with tf.compat.v1.Session(graph=graph) as session:
       session.run(tf.compat.v1.global_variables_initializer())
@@ -193,34 +206,42 @@ class ReleasedWeights:
   def mlm(self, scope: str, config) -> Dict[str, np.ndarray]:
     """BERT's masked-LM head (cls/predictions/) under scope."""
     h = config.hidden_size
-    return {scope + "transform/dense/kernel": self.kernel(h, h),
-            scope + "transform/dense/bias": self.vector(h),
-            scope + "transform/LayerNorm/gamma": self.vector(h, 1.0),
-            scope + "transform/LayerNorm/beta": self.vector(h),
-            scope + "output_bias": self.vector(config.vocab_size)}
+    return {
+        scope + "transform/dense/kernel": self.kernel(h, h),
+        scope + "transform/dense/bias": self.vector(h),
+        scope + "transform/LayerNorm/gamma": self.vector(h, 1.0),
+        scope + "transform/LayerNorm/beta": self.vector(h),
+        scope + "output_bias": self.vector(config.vocab_size)
+    }
 
   def projection(self, scope: str, hidden_size: int, projection_size: int) -> Dict[str, np.ndarray]:
     """The REALM embedder's pooled_output -> projection_size dense and LayerNorm under scope."""
-    return {scope + "dense/kernel": self.kernel(hidden_size, projection_size),
-            scope + "dense/bias": self.vector(projection_size),
-            scope + "LayerNorm/gamma": self.vector(projection_size, 1.0),
-            scope + "LayerNorm/beta": self.vector(projection_size)}
+    return {
+        scope + "dense/kernel": self.kernel(hidden_size, projection_size),
+        scope + "dense/bias": self.vector(projection_size),
+        scope + "LayerNorm/gamma": self.vector(projection_size, 1.0),
+        scope + "LayerNorm/beta": self.vector(projection_size)
+    }
 
   def span_head(self, scope: str, hidden_size: int, span_hidden_size: int) -> Dict[str, np.ndarray]:
     """ORQA's span scorer (dense -> start | end, layer_normalization, dense_1) under scope."""
-    return {scope + "dense/kernel": self.kernel(hidden_size, 2 * span_hidden_size),
-            scope + "dense/bias": self.vector(2 * span_hidden_size),
-            scope + "dense_1/kernel": self.kernel(span_hidden_size, 1),
-            scope + "dense_1/bias": self.vector(1),
-            scope + "layer_normalization/gamma": self.vector(span_hidden_size, 1.0),
-            scope + "layer_normalization/beta": self.vector(span_hidden_size)}
+    return {
+        scope + "dense/kernel": self.kernel(hidden_size, 2 * span_hidden_size),
+        scope + "dense/bias": self.vector(2 * span_hidden_size),
+        scope + "dense_1/kernel": self.kernel(span_hidden_size, 1),
+        scope + "dense_1/bias": self.vector(1),
+        scope + "layer_normalization/gamma": self.vector(span_hidden_size, 1.0),
+        scope + "layer_normalization/beta": self.vector(span_hidden_size)
+    }
 
 
 def float32_weights(params: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
   return {name: value.astype(np.float32) for name, value in params.items()}
 
 
-def released_orqa_weights(config, projection_size: int, span_hidden_size: int,
+def released_orqa_weights(config,
+                          projection_size: int,
+                          span_hidden_size: int,
                           seed: int = 2) -> Dict[str, np.ndarray]:
   """float32 weights of an orqa_{nq,wq}_model_from_realm checkpoint: the retriever's BERT, its unused
   MLM head and projection; the reader's BERT, its unused MLM head and the span head (one config for
@@ -232,7 +253,8 @@ def released_orqa_weights(config, projection_size: int, span_hidden_size: int,
       **p.projection(ORQA_RETRIEVER_HEAD, config.hidden_size, projection_size),
       **p.bert_body(ORQA_READER_BERT, config),
       **p.mlm(ORQA_READER_HEAD + "module/cls/predictions/", config),
-      **p.span_head(ORQA_READER_HEAD, config.hidden_size, span_hidden_size)})
+      **p.span_head(ORQA_READER_HEAD, config.hidden_size, span_hidden_size)
+  })
 
 
 def with_optimizer_slots(params: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

@@ -105,8 +105,7 @@ class Tokenizer(tf.Module):
     self.sep_id = self._token_to_id[SEP_TOKEN]
     self.mask_id = self._token_to_id[MASK_TOKEN]
     self._basic = BasicTokenizer(lower_case=False)
-    self._wordpiece = text.WordpieceTokenizer(
-        vocab_path, token_out_type=tf.int64, unknown_token=UNK_TOKEN)
+    self._wordpiece = text.WordpieceTokenizer(vocab_path, token_out_type=tf.int64, unknown_token=UNK_TOKEN)
 
   @property
   def vocab_size(self) -> int:
@@ -126,8 +125,9 @@ class Tokenizer(tf.Module):
       chars = tf.strings.regex_replace(chars, r"\p{Mn}", "")
     # BERT's _clean_text: every \p{C} character except tab, newline and carriage return (whitespace) is
     # deleted, not made a space; so are NUL and U+FFFD. (RE2 has no \p{Cn}; \p{Cs} cannot occur in UTF-8.)
-    chars = tf.strings.regex_replace(
-        chars, r"[\x{0}-\x{8}\x{B}\x{C}\x{E}-\x{1F}\x{7F}-\x{9F}\p{Cf}\p{Co}\x{FFFD}]", "")
+    chars = tf.strings.regex_replace(chars,
+                                     r"[\x{0}-\x{8}\x{B}\x{C}\x{E}-\x{1F}\x{7F}-\x{9F}\p{Cf}\p{Co}\x{FFFD}]",
+                                     "")
     # BERT's whitespace is \p{Zs} too (no-break and ideographic spaces); RE2's \s, which the splitter
     # uses, is ASCII only.
     return tf.strings.regex_replace(chars, r"\p{Zs}", " ")

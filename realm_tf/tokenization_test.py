@@ -20,8 +20,10 @@ hypothesis_configuration.set_hypothesis_home_dir(
     os.path.join(os.environ.get("TEST_TMPDIR") or tempfile.gettempdir(), "realm_tf_hypothesis"))
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = ["the", "cafe", "##s", "hello", "world", "Hello", "un", "##aff", "##able", "fi", "ss", "zu",
-         "##rich", "中", "国", "日", "本", ",", ".", "!", "?", "'", "-", "(", ")", ":", ";", "\"", "&"]
+WORDS = [
+    "the", "cafe", "##s", "hello", "world", "Hello", "un", "##aff", "##able", "fi", "ss", "zu", "##rich", "中",
+    "国", "日", "本", ",", ".", "!", "?", "'", "-", "(", ")", ":", ";", "\"", "&"
+]
 LETTERS = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase]
 
 
@@ -47,9 +49,8 @@ def _is_char_boundary(data: bytes, offset: int) -> bool:
 # Characters the fuzz test draws from: ASCII, accented (precomposed and combining), ligature, sharp s,
 # dotted capital I, CJK (in and out of the vocab), Cyrillic, Arabic, punctuation, whitespace (ASCII and
 # Unicode), control and format characters, emoji with skin tone, variation selector and ZWJ.
-FUZZ_ALPHABET = (list(string.ascii_letters[:10]) + list("XYZxyz") +
-                 list("éÉèàçñüÜöÅøßİ") + ["\u0301", "\u0308", "ﬁ"] +
-                 list("中国日本語") + list("жЖд") + list("مر") +
+FUZZ_ALPHABET = (list(string.ascii_letters[:10]) + list("XYZxyz") + list("éÉèàçñüÜöÅøßİ") +
+                 ["\u0301", "\u0308", "ﬁ"] + list("中国日本語") + list("жЖд") + list("مر") +
                  list(".,!?'-()\"&:;") + [" ", "\t", "\n", "\u00a0", "\u3000"] +
                  ["\u200b", "\u200d", "\x01", "\x7f"] +
                  ["\U0001F600", "\U0001F44D", "\U0001F3FD", "\u2764", "\ufe0f"])
@@ -59,15 +60,17 @@ def _bert_clean(value: str) -> str:
   """BERT's _clean_text, written from the published algorithm: NUL, U+FFFD and every character of a
   Unicode category C* other than tab, newline and carriage return are deleted; whitespace (those three,
   the space and category Zs) becomes a space."""
-  return "".join(" " if c in "\t\n\r " or unicodedata.category(c) == "Zs" else c for c in value
-                 if ord(c) not in (0, 0xFFFD) and not unicodedata.category(c).startswith("C")
-                 or c in "\t\n\r")
+  return "".join(
+      " " if c in "\t\n\r " or unicodedata.category(c) == "Zs" else c
+      for c in value
+      if ord(c) not in (0, 0xFFFD) and not unicodedata.category(c).startswith("C") or c in "\t\n\r")
 
 
 def _bert_normalize(value: str) -> str:
   """The reference: Google BERT's uncased BasicTokenizer normalization, per whitespace token
   (tokenization.py's _clean_text, then _run_strip_accents after token.lower())."""
-  return " ".join("".join(c for c in unicodedata.normalize("NFD", token.lower())
+  return " ".join("".join(c
+                          for c in unicodedata.normalize("NFD", token.lower())
                           if unicodedata.category(c) != "Mn")
                   for token in _bert_clean(value).split(" "))
 
@@ -106,8 +109,11 @@ class TokenizationTest(tf.test.TestCase):
     self.assertTokens(self.tokenizer, "Café", ["cafe"], [(0, 5)])
     self.assertTokens(self.tokenizer, "cafés", ["cafe", "##s"], [(0, 5), (5, 6)])
     # Zürich: "zu" covers z + ü (1 + 2 bytes), "##rich" the rest.
-    self.assertTokens(self.tokenizer, "the Zürich cafés", ["the", "zu", "##rich", "cafe", "##s"],
-                      [(0, 3), (4, 7), (7, 11), (12, 17), (17, 18)])
+    self.assertTokens(self.tokenizer, "the Zürich cafés", ["the", "zu", "##rich", "cafe", "##s"], [(0, 3),
+                                                                                                   (4, 7),
+                                                                                                   (7, 11),
+                                                                                                   (12, 17),
+                                                                                                   (17, 18)])
     # Text before the accented word shifts nothing: offsets are into the original string.
     text_value = "hello, Café!"
     (row,) = self.tokenizer.tokenize_texts([text_value])
@@ -127,16 +133,18 @@ class TokenizationTest(tf.test.TestCase):
 
   def test_ids_equal_berts_on_the_characters_nfkc_changes(self):
     characters = ["½", "ß", "ς", "²", "…", "ﬁ", "é", "Å", "ＡＢＣ", "ö"]
-    vocab = _dedupe(SPECIALS + ["1", "2", "⁄", ".", "…", "ss", "ß", "σ", "ς", "½", "²", "fi", "ﬁ", "e",
-                                "a", "b", "c", "o", "abc", "ａｂｃ", "x", "##ß", "##ς", "##x"])
+    vocab = _dedupe(SPECIALS + [
+        "1", "2", "⁄", ".", "…", "ss", "ß", "σ", "ς", "½", "²", "fi", "ﬁ", "e", "a", "b", "c", "o", "abc",
+        "ａｂｃ", "x", "##ß", "##ς", "##x"
+    ])
     path = write_vocab(self.create_tempdir().full_path, vocab)
     tokenizer = tokenization.Tokenizer(path)
     texts = [f"x{c}x {c} {c.upper()}" for c in characters] + [" ".join(characters)]
     self.assertEqual(tokenizer.tokenize(tf.constant(texts)).to_list(), _bert_reference_ids(path, texts))
     # What NFKC would have given is different for each of them: the check is not vacuous.
     nfkc = text.BertTokenizer(path, lower_case=True, token_out_type=tf.int64)
-    self.assertNotEqual(nfkc.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list(),
-                        _bert_reference_ids(path, texts))
+    self.assertNotEqual(
+        nfkc.tokenize(tf.constant(texts)).merge_dims(1, 2).to_list(), _bert_reference_ids(path, texts))
     # Offsets still point at the original characters ("…" is punctuation: a word of its own).
     ids, starts, limits = tokenizer.tokenize_with_offsets(tf.constant(["a½ß²… Ｘ"]))
     data = "a½ß²… Ｘ".encode("utf-8")
@@ -145,11 +153,10 @@ class TokenizationTest(tf.test.TestCase):
     self.assertEqual(tokenizer.ids_to_tokens(ids[0].numpy()), ["[UNK]", "…", "[UNK]"])
 
   def test_cjk_characters_are_single_tokens_with_three_byte_spans(self):
-    self.assertTokens(self.tokenizer, "中国日本", ["中", "国", "日", "本"],
-                      [(0, 3), (3, 6), (6, 9), (9, 12)])
+    self.assertTokens(self.tokenizer, "中国日本", ["中", "国", "日", "本"], [(0, 3), (3, 6), (6, 9), (9, 12)])
     # A CJK character outside the vocab is its own [UNK], still 3 bytes.
-    self.assertTokens(self.tokenizer, "日本語 the", ["日", "本", "[UNK]", "the"],
-                      [(0, 3), (3, 6), (6, 9), (10, 13)])
+    self.assertTokens(self.tokenizer, "日本語 the", ["日", "本", "[UNK]", "the"], [(0, 3), (3, 6), (6, 9),
+                                                                              (10, 13)])
 
   def test_non_latin_words_are_unk_spanning_whole_word(self):
     # Cyrillic: 6 letters * 2 bytes, then a space, then 3 letters * 2 bytes.
@@ -199,11 +206,13 @@ class TokenizationTest(tf.test.TestCase):
     self.assertEqual(self.tokenizer.tokenize(tf.constant(texts)).to_list(), ids.to_list())
 
   def test_ids_equal_bert_reference(self):
-    tricky = ["", "Café", "cafés", "CAFÉS", "cafe\u0301", "ﬁ ß İ", "中国日本語", "Привет, мир!",
-              "مرحبا", "hello\u200bworld", "tab\there\nnewline", "a\u00a0b", "x\u3000y",
-              "\U0001F600 emoji \U0001F44D\U0001F3FD \u2764\ufe0f", "don't-stop (now)", "\x01\x7f",
-              "un\u200daffable a\x01b\ufffdc", "\U0001F469\u200d\U0001F469\u200d\U0001F467 the",
-              "   leading and trailing   ", "unaffable" * 15, "ÅNGSTRÖM ñandú"]
+    tricky = [
+        "", "Café", "cafés", "CAFÉS", "cafe\u0301", "ﬁ ß İ", "中国日本語", "Привет, мир!", "مرحبا",
+        "hello\u200bworld", "tab\there\nnewline", "a\u00a0b", "x\u3000y",
+        "\U0001F600 emoji \U0001F44D\U0001F3FD \u2764\ufe0f", "don't-stop (now)", "\x01\x7f",
+        "un\u200daffable a\x01b\ufffdc", "\U0001F469\u200d\U0001F469\u200d\U0001F467 the",
+        "   leading and trailing   ", "unaffable" * 15, "ÅNGSTRÖM ñandú"
+    ]
     expected = _bert_reference_ids(self.vocab_path, tricky)
     self.assertEqual(self.tokenizer.tokenize(tf.constant(tricky)).to_list(), expected)
     # Not vacuous: the strings produce real pieces, not only [UNK]s.
@@ -229,6 +238,7 @@ class TokenizationTest(tf.test.TestCase):
     self.assertEqual(self.tokenizer.tokenize_texts([b"caf\xc3\xa9"])[0].limits, [5])
 
   def test_tf_function_with_string_signature(self):
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(texts):
       ids, starts, limits = self.tokenizer.tokenize_with_offsets(texts)
@@ -267,9 +277,9 @@ class TokenizationTest(tf.test.TestCase):
 
     loaded = tf.saved_model.load(export_dir)
     self.assertAllEqual(loaded(texts), expected)
-    self.assertAllEqual(expected, [[VOCAB.index(t) for t in ("cafe", "un", "##aff", "##able")],
-                                   [VOCAB.index("中"), VOCAB.index("国"), 0, 0],
-                                   [1, VOCAB.index("the"), 0, 0]])
+    self.assertAllEqual(expected,
+                        [[VOCAB.index(t) for t in ("cafe", "un", "##aff", "##able")],
+                         [VOCAB.index("中"), VOCAB.index("国"), 0, 0], [1, VOCAB.index("the"), 0, 0]])
     self.assertIn("export_vocab.txt", os.listdir(os.path.join(export_dir, "assets")))
 
   def test_missing_vocab_file(self):
@@ -313,9 +323,8 @@ class TokenizationTest(tf.test.TestCase):
   def test_word_of_max_length(self):
     # WordPiece splits words of up to 100 characters; a longer one is a single [UNK] (as in BERT).
     ids, starts, limits = self.tokenizer.tokenize_with_offsets(tf.constant(["ab" * 50, "ab" * 51]))
-    self.assertEqual(ids[0].numpy().tolist(),
-                     [VOCAB.index("a")] + [VOCAB.index("##b"), VOCAB.index("##a")] * 49 +
-                     [VOCAB.index("##b")])
+    self.assertEqual(ids[0].numpy().tolist(), [VOCAB.index("a")] +
+                     [VOCAB.index("##b"), VOCAB.index("##a")] * 49 + [VOCAB.index("##b")])
     self.assertEqual(starts[0].numpy().tolist(), list(range(100)))
     self.assertEqual(limits[0].numpy().tolist(), list(range(1, 101)))
     self.assertEqual(ids[1].numpy().tolist(), [1])
@@ -341,8 +350,7 @@ class TokenizationFuzzTest(tf.test.TestCase):
     super().setUpClass()
     cls._dir = tf.compat.v1.test.get_temp_dir()
     cls.vocab_path = write_vocab(cls._dir, name="fuzz_vocab.txt")
-    cls.tokenizers = {lc: tokenization.Tokenizer(cls.vocab_path, do_lower_case=lc)
-                      for lc in (True, False)}
+    cls.tokenizers = {lc: tokenization.Tokenizer(cls.vocab_path, do_lower_case=lc) for lc in (True, False)}
     cls.reference = text.BertTokenizer(cls.vocab_path, lower_case=False, token_out_type=tf.int64)
 
   def _normalize(self, texts, lower_case):
@@ -350,15 +358,14 @@ class TokenizationFuzzTest(tf.test.TestCase):
     return [_bert_normalize(t) if lower_case else _bert_clean(t) for t in texts]
 
   @settings(max_examples=50, deadline=None, derandomize=True, database=None)
-  @given(texts=st.lists(st.text(alphabet=st.sampled_from(FUZZ_ALPHABET), max_size=40),
-                        min_size=1, max_size=4),
+  @given(texts=st.lists(st.text(alphabet=st.sampled_from(FUZZ_ALPHABET), max_size=40), min_size=1,
+                        max_size=4),
          lower_case=st.booleans())
   def test_fuzz_ids_and_offsets(self, texts, lower_case):
     tokenizer = self.tokenizers[lower_case]
     ids, starts, limits = tokenizer.tokenize_with_offsets(tf.constant(texts))
-    expected = (_bert_reference_ids(self.vocab_path, texts) if lower_case else
-                self.reference.tokenize(tf.constant([_bert_clean(t) for t in texts]))
-                .merge_dims(1, 2).to_list())
+    expected = (_bert_reference_ids(self.vocab_path, texts) if lower_case else self.reference.tokenize(
+        tf.constant([_bert_clean(t) for t in texts])).merge_dims(1, 2).to_list())
     # (a) the ids are the reference's.
     self.assertEqual(ids.to_list(), expected)
 
@@ -381,8 +388,7 @@ class TokenizationFuzzTest(tf.test.TestCase):
         pieces.append(tokenizer.vocab[row_ids[i]])
     # (d) the span, normalized, holds the piece's text: offsets point at the right characters.
     if span_texts:
-      for span, piece, normalized in zip(span_texts, pieces,
-                                         self._normalize(span_texts, lower_case)):
+      for span, piece, normalized in zip(span_texts, pieces, self._normalize(span_texts, lower_case)):
         self.assertNotEqual(normalized.strip(), "", (span, piece))
         if piece != "[UNK]":
           self.assertIn(piece[2:] if piece.startswith("##") else piece, normalized, (span, piece))

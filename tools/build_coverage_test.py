@@ -22,25 +22,30 @@ def _targets_of(build_path):
   rules = collections.defaultdict(list)
 
   def rule(kind):
+
     def record(**kwargs):
       rules[kind].append(list(kwargs.get("srcs", [])))
+
     return record
 
   def glob(patterns, exclude=()):
     found = set()
     for pattern in patterns:
-      found |= {os.path.relpath(p, package_dir)
-                for p in globlib.glob(os.path.join(package_dir, pattern))}
+      found |= {os.path.relpath(p, package_dir) for p in globlib.glob(os.path.join(package_dir, pattern))}
     return sorted(found - set(exclude))
 
-  namespace = {kind: rule(kind) for kind in ("py_library", "py_binary", "py_test", "filegroup",
-                                             "sh_binary", "sh_test")}
+  namespace = {
+      kind: rule(kind) for kind in ("py_library", "py_binary", "py_test", "filegroup", "sh_binary", "sh_test")
+  }
 
   def py_test_group(**kwargs):  # realm_tf/test_group.bzl's macro: a py_test of the listed files
     rules["py_test"].append(list(kwargs.get("tests", [])))
 
-  namespace.update(glob=glob, package=lambda **_: None, exports_files=lambda *_, **__: None,
-                   load=lambda *_, **__: None, py_test_group=py_test_group)
+  namespace.update(glob=glob,
+                   package=lambda **_: None,
+                   exports_files=lambda *_, **__: None,
+                   load=lambda *_, **__: None,
+                   py_test_group=py_test_group)
   with open(build_path) as f:
     exec(compile(f.read(), build_path, "exec"), namespace)  # pylint: disable=exec-used
   return rules
@@ -82,8 +87,9 @@ class BuildCoverageTest(absltest.TestCase):
     missing = []
     builds = [os.path.join(_ROOT, "BUILD")]
     for top in _PY_DIRS + ("testdata",):
-      builds += [os.path.join(d, "BUILD") for d, _, files in os.walk(os.path.join(_ROOT, top))
-                 if "BUILD" in files]
+      builds += [
+          os.path.join(d, "BUILD") for d, _, files in os.walk(os.path.join(_ROOT, top)) if "BUILD" in files
+      ]
     for build in builds:
       for kind, lists in _targets_of(build).items():
         for src in (s for srcs in lists for s in srcs if not s.startswith(("//", ":"))):

@@ -63,30 +63,91 @@ _BIN_TEST_OPTIONS = {"quick": {"bool"}}
 
 # absl's own flags, which every binary takes.
 _ABSL_FLAGS = frozenset({
-    "help", "helpshort", "helpfull", "helpxml", "flagfile", "undefok", "logtostderr",
-    "alsologtostderr", "stderrthreshold", "log_dir", "v", "verbosity", "vmodule", "logger_levels",
-    "showprefixforinfo", "only_check_args", "run_with_pdb", "pdb_post_mortem", "run_with_profiling",
-    "profile_file", "use_cprofile_for_profiling", "test_srcdir", "test_tmpdir",
+    "help",
+    "helpshort",
+    "helpfull",
+    "helpxml",
+    "flagfile",
+    "undefok",
+    "logtostderr",
+    "alsologtostderr",
+    "stderrthreshold",
+    "log_dir",
+    "v",
+    "verbosity",
+    "vmodule",
+    "logger_levels",
+    "showprefixforinfo",
+    "only_check_args",
+    "run_with_pdb",
+    "pdb_post_mortem",
+    "run_with_profiling",
+    "profile_file",
+    "use_cprofile_for_profiling",
+    "test_srcdir",
+    "test_tmpdir",
 })
 
 # A command run by one of these programs is another tool's: its flags are not realm_tf's.
 _OTHER_PROGRAMS = frozenset({
-    "bazel", "pip", "pip3", "git", "apt-get", "apt", "curl", "wget", "docker", "saved_model_cli",
-    "gsutil", "gcloud", "tensorboard", "pytest", "tar", "unzip", "mkdir", "cp", "rm", "ls", "du",
-    "kill", "nvidia-smi", "sha256sum", "echo", "cat", "ssh", "scp", "rsync",
+    "bazel",
+    "pip",
+    "pip3",
+    "git",
+    "apt-get",
+    "apt",
+    "curl",
+    "wget",
+    "docker",
+    "saved_model_cli",
+    "gsutil",
+    "gcloud",
+    "tensorboard",
+    "pytest",
+    "tar",
+    "unzip",
+    "mkdir",
+    "cp",
+    "rm",
+    "ls",
+    "du",
+    "kill",
+    "nvidia-smi",
+    "sha256sum",
+    "echo",
+    "cat",
+    "ssh",
+    "scp",
+    "rsync",
 })
 # Other tools' flags named without their program in inline code, or passed through bin/test to
 # `bazel test`; each a real option of the tool in the comment.
 _OTHER_TOOLS_FLAGS = frozenset({
     # bazel test
-    "test_size_filters", "nocache_test_results", "cache_test_results", "test_output", "test_env",
-    "override_repository", "extra_toolchains", "build_event_json_file", "local_test_jobs", "jobs",
-    "test_timeout", "nofetch", "python_path", "nolegacy_external_runfiles",
-    "incompatible_default_to_explicit_init_py", "test_filter", "runs_per_test",
+    "test_size_filters",
+    "nocache_test_results",
+    "cache_test_results",
+    "test_output",
+    "test_env",
+    "override_repository",
+    "extra_toolchains",
+    "build_event_json_file",
+    "local_test_jobs",
+    "jobs",
+    "test_timeout",
+    "nofetch",
+    "python_path",
+    "nolegacy_external_runfiles",
+    "incompatible_default_to_explicit_init_py",
+    "test_filter",
+    "runs_per_test",
     # XLA_FLAGS
     "xla_backend_optimization_level",
     # saved_model_cli run
-    "dir", "tag_set", "signature_def", "input_exprs",
+    "dir",
+    "tag_set",
+    "signature_def",
+    "input_exprs",
 })
 _UNCHECKED_LANGUAGES = frozenset({"python", "py", "json", "jsonl", "text", "txt", "starlark"})
 # What runs a program: stripped off the front of a command to find the program itself.
@@ -95,8 +156,7 @@ _PYTHONS = re.compile(r"^(\S*/)?python3?(\.\d+)?$|^\"?\$\{?(P|PYTHON)\}?\"?$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _FLAG = re.compile(r"(?<![\w-])--([A-Za-z][A-Za-z0-9_-]*)")
 # Paths of the development machine, not of a clone.
-_OUTSIDE_PATH = re.compile(
-    r"\.\./shared\b|(?<![\w./:~-])/(?:work|home)(?=/|\b)|(?<![\w./:~-])/tmp/fc\b")
+_OUTSIDE_PATH = re.compile(r"\.\./shared\b|(?<![\w./:~-])/(?:work|home)(?=/|\b)|(?<![\w./:~-])/tmp/fc\b")
 
 
 def _read(path: str) -> str:
@@ -164,10 +224,14 @@ class FlagIndex:
         candidates.append(f"{base}.py")
       else:
         module = match.group(3)
-        candidates += [module.replace(".", "/") + ".py",
-                       os.path.join(os.path.dirname(program), module + ".py")]
-    return [path for path in dict.fromkeys(candidates)
-            if path != _TRAINER_FLAGS and os.path.isfile(os.path.join(self.root, path))]
+        candidates += [
+            module.replace(".", "/") + ".py",
+            os.path.join(os.path.dirname(program), module + ".py")
+        ]
+    return [
+        path for path in dict.fromkeys(candidates)
+        if path != _TRAINER_FLAGS and os.path.isfile(os.path.join(self.root, path))
+    ]
 
   def flags_of(self, program: str, seen: Tuple[str, ...] = ()) -> Flags:
     """The flags of a program given by its path under the root (bin/train_realm.py): its own, those
@@ -265,10 +329,10 @@ def _inline_code(line: str) -> List[str]:
   """The inline code spans of a Markdown line (single- or multi-backtick)."""
   return [m.group(2) for m in re.finditer(r"(`+)(.+?)\1", line)]
 
+
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # docs/x.md ("Title ...") or (README, "Title ..."): a section named by the start of its heading.
-_SECTION_REFERENCE = re.compile(
-    r"\b((?:docs/[\w/.-]+\.md)|README(?:\.md)?)(?:,\s*|\s*\(\s*)\"([^\"]+)\"")
+_SECTION_REFERENCE = re.compile(r"\b((?:docs/[\w/.-]+\.md)|README(?:\.md)?)(?:,\s*|\s*\(\s*)\"([^\"]+)\"")
 
 
 def _headings(text: str) -> List[str]:
@@ -389,8 +453,7 @@ def documentation_files(root: str = _ROOT) -> List[str]:
   """README.md and docs/**/*.md, relative to the root (docs/experiments/ excluded)."""
   docs = glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True)
   paths = ["README.md"] + sorted(os.path.relpath(p, root) for p in docs)
-  return [p for p in paths
-          if not p.startswith(_SKIPPED_DOC_DIRS) and os.path.exists(os.path.join(root, p))]
+  return [p for p in paths if not p.startswith(_SKIPPED_DOC_DIRS) and os.path.exists(os.path.join(root, p))]
 
 
 class DocsTest(absltest.TestCase):
@@ -415,25 +478,25 @@ class DocsTest(absltest.TestCase):
 
   def test_the_checker_reports_what_it_must(self):
     text = "\n".join([
-        "Run `bin/train_realm.py --no_such_flag_xyz=1` first.",               # 1: inline code
-        "```sh",                                                               # 2
-        "python bin/train_realm.py --model_dir=runs/a \\",                     # 3
-        "    --batch_size=8 --saved_model=x",                                  # 4: another binary's
-        "$P bin/serve.py --nosaved_model && bin/test --quick",                 # 5: --no of a string
-        "bazel test //... --made_up_bazel_flag",                               # 6: another tool's
+        "Run `bin/train_realm.py --no_such_flag_xyz=1` first.",  # 1: inline code
+        "```sh",  # 2
+        "python bin/train_realm.py --model_dir=runs/a \\",  # 3
+        "    --batch_size=8 --saved_model=x",  # 4: another binary's
+        "$P bin/serve.py --nosaved_model && bin/test --quick",  # 5: --no of a string
+        "bazel test //... --made_up_bazel_flag",  # 6: another tool's
         "bench/fid_kd_learning_bench.py --train_fid_kd_flags=--reader_steps=9,--made_up",  # 7
-        "```",                                                                 # 8
+        "```",  # 8
         "Data in ../shared/data and /work/main/x; `--nojit_compile` is fine.",  # 9
-        "Alone in prose: `--made_up_flag`.",                                   # 10
-        HISTORICAL_MARKER,                                                     # 11
-        "```sh",                                                               # 12
-        "python bench/realm_learning_bench.py --span_substitution_rate=0",     # 13: historical
-        "```",                                                                 # 14
-        HISTORICAL_MARKER,                                                     # 15
-        "### Earlier runs",                                                    # 16
-        "`--reader_warmup_steps=2500` was a flag then.",                       # 17: historical section
-        "#### A subsection of it: `--realm_pretraining=news`",                 # 18
-        "## The next section",                                                 # 19
+        "Alone in prose: `--made_up_flag`.",  # 10
+        HISTORICAL_MARKER,  # 11
+        "```sh",  # 12
+        "python bench/realm_learning_bench.py --span_substitution_rate=0",  # 13: historical
+        "```",  # 14
+        HISTORICAL_MARKER,  # 15
+        "### Earlier runs",  # 16
+        "`--reader_warmup_steps=2500` was a flag then.",  # 17: historical section
+        "#### A subsection of it: `--realm_pretraining=news`",  # 18
+        "## The next section",  # 19
         "`bench/realm_learning_bench.py --reader_warmup_steps=1` is checked again.",  # 20
     ])
     findings = check_markdown(text, self.index, "t.md")

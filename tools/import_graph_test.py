@@ -161,8 +161,7 @@ def is_testing(module: str) -> bool:
 
 def is_product(module: str) -> bool:
   """The library's modules and bin/'s programs, less tests and testing modules."""
-  return (module.startswith(("realm_tf.", "bin.")) and not is_test(module)
-          and not is_testing(module))
+  return (module.startswith(("realm_tf.", "bin.")) and not is_test(module) and not is_testing(module))
 
 
 def package_of(module: str) -> str:
@@ -241,8 +240,9 @@ def problems(graph: Mapping[str, Set[str]],
         package_arrows[(source_package, target_package)].append(arrow)
   for component in _cycles(package_edges):
     members = set(component)
-    arrows = [a for (s, t), lines in sorted(package_arrows.items()) if s in members and t in members
-              for a in lines]
+    arrows = [
+        a for (s, t), lines in sorted(package_arrows.items()) if s in members and t in members for a in lines
+    ]
     found.append("import cycle between " + ", ".join(component) + ":\n    " + "\n    ".join(arrows))
   for stale in sorted(set(exceptions) - used_exceptions):
     found.append(f"{stale[0]} -> {stale[1]} is in KNOWN_EXCEPTIONS but the arrow is gone: remove the entry")
@@ -277,11 +277,13 @@ class ImportGraphTest(absltest.TestCase):
     }
     found = problems(graph, {("realm_tf.modeling.bert", "realm_tf.data.qa"): "gone"})
     joined = "\n".join(found)
-    self.assertIn("realm_tf.modeling.embedder -> realm_tf.retrieval.index: layer modeling imports the "
-                  "higher layer retrieval", joined)
+    self.assertIn(
+        "realm_tf.modeling.embedder -> realm_tf.retrieval.index: layer modeling imports the "
+        "higher layer retrieval", joined)
     self.assertIn("import cycle between realm_tf.modeling, realm_tf.retrieval", joined)
-    self.assertIn("realm_tf.serving.server -> realm_tf.testing_utils: product code imports test "
-                  "scaffolding", joined)
+    self.assertIn(
+        "realm_tf.serving.server -> realm_tf.testing_utils: product code imports test "
+        "scaffolding", joined)
     self.assertIn("bench.some_bench -> bin.demo_pipeline: realm_tf/ and bench/ never import bin/", joined)
     self.assertIn("realm_tf.newpackage.thing: in no layer", joined)
     self.assertIn("bin.serve -> realm_tf.testing_utils: product code imports test scaffolding", joined)

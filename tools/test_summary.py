@@ -99,10 +99,14 @@ def target_times(build_events_path):
       shards[label][test_id.get("shard", 1)] = seconds
       cached[label] |= bool(result.get("cachedLocally")) or bool(
           result.get("executionInfo", {}).get("cachedRemotely"))
-  return {label: {"seconds": round(sum(times.values()), 1),
-                  "slowest_shard": round(max(times.values()), 1),
-                  "shards": len(times), "cached": cached[label]}
-          for label, times in shards.items()}
+  return {
+      label: {
+          "seconds": round(sum(times.values()), 1),
+          "slowest_shard": round(max(times.values()), 1),
+          "shards": len(times),
+          "cached": cached[label]
+      } for label, times in shards.items()
+  }
 
 
 def bazel_phases(build_events_path):

@@ -25,7 +25,9 @@ class TestSummaryTest(unittest.TestCase):
   def _run(self, testlogs, targets, *extra):
     result = subprocess.run(
         [sys.executable, _SCRIPT, f"--testlogs={testlogs}", f"--targets={targets}", *extra],
-        capture_output=True, text=True, check=False)
+        capture_output=True,
+        text=True,
+        check=False)
     return result.returncode, result.stdout.strip(), result.stderr
 
   def test_tf_test_sessions_are_not_counted_as_skipped(self):
@@ -42,12 +44,23 @@ class TestSummaryTest(unittest.TestCase):
         _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
       events = os.path.join(logs, "events.json")
       with open(events, "w") as f:
-        for label, shard, millis in (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000),
-                                     ("//pkg:b_test", 2, 6000)):
-          f.write(json.dumps({"id": {"testResult": {"label": label, "shard": shard, "run": 1,
-                                                    "attempt": 1}},
-                              "testResult": {"status": "PASSED",
-                                             "testAttemptDurationMillis": str(millis)}}) + "\n")
+        for label, shard, millis in (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000), ("//pkg:b_test", 2,
+                                                                                            6000)):
+          f.write(
+              json.dumps({
+                  "id": {
+                      "testResult": {
+                          "label": label,
+                          "shard": shard,
+                          "run": 1,
+                          "attempt": 1
+                      }
+                  },
+                  "testResult": {
+                      "status": "PASSED",
+                      "testAttemptDurationMillis": str(millis)
+                  }
+              }) + "\n")
         f.write(json.dumps({"id": {"progress": {}}, "progress": {}}) + "\n")
       times_path = os.path.join(logs, "times.json")
       rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
@@ -59,8 +72,12 @@ class TestSummaryTest(unittest.TestCase):
     self.assertEqual(lines[-1], "3 passed, 0 failed")
     self.assertIn("add up to 12 s; the slowest: //pkg:b_test 10 s, //pkg:a_test 2 s", lines[0])
     self.assertEqual(list(times), ["//pkg:b_test", "//pkg:a_test"])
-    self.assertEqual(times["//pkg:b_test"], {"seconds": 10.0, "slowest_shard": 6.0, "shards": 2,
-                                             "cached": False})
+    self.assertEqual(times["//pkg:b_test"], {
+        "seconds": 10.0,
+        "slowest_shard": 6.0,
+        "shards": 2,
+        "cached": False
+    })
 
   def test_bazel_phases_from_build_events(self):
     with tempfile.TemporaryDirectory() as logs:
@@ -70,12 +87,21 @@ class TestSummaryTest(unittest.TestCase):
         f.write(json.dumps({"id": {"started": {}}, "started": {"startTimeMillis": "1000000"}}) + "\n")
         # A cached result's attempt started in an earlier run: it does not move the first test.
         for start, cached in ((1030000, False), (900000, True), (1045000, False)):
-          f.write(json.dumps({"id": {"testResult": {"label": "//pkg:a_test", "shard": 1}},
-                              "testResult": {"testAttemptStartMillisEpoch": str(start),
-                                             "testAttemptDurationMillis": "1000",
-                                             "cachedLocally": cached}}) + "\n")
-        f.write(json.dumps({"id": {"buildFinished": {}},
-                            "finished": {"finishTimeMillis": "1100000"}}) + "\n")
+          f.write(
+              json.dumps({
+                  "id": {
+                      "testResult": {
+                          "label": "//pkg:a_test",
+                          "shard": 1
+                      }
+                  },
+                  "testResult": {
+                      "testAttemptStartMillisEpoch": str(start),
+                      "testAttemptDurationMillis": "1000",
+                      "cachedLocally": cached
+                  }
+              }) + "\n")
+        f.write(json.dumps({"id": {"buildFinished": {}}, "finished": {"finishTimeMillis": "1100000"}}) + "\n")
       rc, out, err = self._run(logs, "//pkg:a_test", f"--build_events={events}")
     self.assertEqual(rc, 0, err)
     self.assertIn("Bazel: 30 s before the first test (start, analysis, build), 70 s from there to the end",

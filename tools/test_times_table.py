@@ -34,8 +34,7 @@ def table(runs):
   names = [name for name, _ in runs]
   order = sorted({label for _, times in runs for label in times},
                  key=lambda label: -runs[0][1].get(label, (0, ""))[0])
-  lines = ["| target | " + " | ".join(f"{n} (s)" for n in names) + " |",
-           "|---|" + "---:|" * len(names)]
+  lines = ["| target | " + " | ".join(f"{n} (s)" for n in names) + " |", "|---|" + "---:|" * len(names)]
   for label in order:
     cells = []
     for _, times in runs:
@@ -43,8 +42,8 @@ def table(runs):
       cell = "-" if seconds is None else f"{seconds:.1f}"
       cells.append(cell if status in ("PASSED", "") else f"{cell} {status}")
     lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
-  lines.append("| **sum** | " + " | ".join(
-      f"**{sum(s for s, _ in times.values()):.0f}**" for _, times in runs) + " |")
+  lines.append("| **sum** | " +
+               " | ".join(f"**{sum(s for s, _ in times.values()):.0f}**" for _, times in runs) + " |")
   lines.append("| targets | " + " | ".join(str(len(times)) for _, times in runs) + " |")
   return "\n".join(lines)
 

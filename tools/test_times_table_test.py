@@ -23,10 +23,19 @@ class TestTimesTableTest(unittest.TestCase):
                 "//realm_tf:never_ran_test      NO STATUS\n")
       times = os.path.join(tmp, "test_times.json")
       with open(times, "w") as f:
-        json.dump({"//bin:slow_test": {"seconds": 40.5}, "//realm_tf:fast_test": {"seconds": 9.0},
-                   "//bin:new_test": {"seconds": 3.0}}, f)
-      runs = [("before", test_times_table.read_times(log)),
-              ("after", test_times_table.read_times(times))]
+        json.dump(
+            {
+                "//bin:slow_test": {
+                    "seconds": 40.5
+                },
+                "//realm_tf:fast_test": {
+                    "seconds": 9.0
+                },
+                "//bin:new_test": {
+                    "seconds": 3.0
+                }
+            }, f)
+      runs = [("before", test_times_table.read_times(log)), ("after", test_times_table.read_times(times))]
     lines = test_times_table.table(runs).splitlines()
     self.assertEqual(lines[0], "| target | before (s) | after (s) |")
     self.assertEqual(lines[2], "| `//bin:slow_test` | 438.0 | 40.5 |")

@@ -67,19 +67,17 @@ def masked_lm_prefix(bert_prefix: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Target:
-  source_name: str                 # TF1 name in the source, prefix included
+  source_name: str  # TF1 name in the source, prefix included
   variable: tf.Variable
-  source_shape: Tuple[int, ...]    # the TF1 shape; the value is reshaped to variable.shape
+  source_shape: Tuple[int, ...]  # the TF1 shape; the value is reshaped to variable.shape
 
 
-def _target(source_name: str, variable: tf.Variable,
-            source_shape: Optional[Sequence[int]] = None) -> _Target:
+def _target(source_name: str, variable: tf.Variable, source_shape: Optional[Sequence[int]] = None) -> _Target:
   shape = tuple(variable.shape.as_list())
   return _Target(source_name, variable, tuple(source_shape) if source_shape is not None else shape)
 
 
-def _ensure_built(encoder: networks.BertEncoderV2,
-                  masked_lm: Optional[nlp_layers.MaskedLM]) -> None:
+def _ensure_built(encoder: networks.BertEncoderV2, masked_lm: Optional[nlp_layers.MaskedLM]) -> None:
   """Creates the variables (Keras makes them on the first call) with a one-token dummy batch."""
   if not encoder.weights:
     ids = tf.zeros([1, 1], tf.int32)
@@ -89,8 +87,7 @@ def _ensure_built(encoder: networks.BertEncoderV2,
     masked_lm(tf.zeros([1, 1, hidden]), masked_positions=tf.zeros([1, 1], tf.int32))
 
 
-def _check_supported(encoder: networks.BertEncoderV2,
-                     masked_lm: Optional[nlp_layers.MaskedLM]) -> None:
+def _check_supported(encoder: networks.BertEncoderV2, masked_lm: Optional[nlp_layers.MaskedLM]) -> None:
   config = encoder.get_config()
   if getattr(encoder, "_embedding_projection", None) is not None or config.get("norm_first"):
     raise ValueError(f"encoder {encoder.name!r}: only the original BERT layout (embedding_width == "
@@ -117,10 +114,11 @@ def _encoder_targets(encoder: networks.BertEncoderV2, prefix: str) -> List[_Targ
     for dense, name in ((attention._query_dense, "query"), (attention._key_dense, "key"),
                         (attention._value_dense, "value")):
       # Model Garden splits the heads: kernel [hidden, heads, head_dim], bias [heads, head_dim].
-      targets.append(_target(f"{scope}attention/self/{name}/kernel", dense.kernel,
-                             [hidden, int(np.prod(dense.kernel.shape[1:]))]))
-      targets.append(_target(f"{scope}attention/self/{name}/bias", dense.bias,
-                             [int(np.prod(dense.bias.shape))]))
+      targets.append(
+          _target(f"{scope}attention/self/{name}/kernel", dense.kernel,
+                  [hidden, int(np.prod(dense.kernel.shape[1:]))]))
+      targets.append(
+          _target(f"{scope}attention/self/{name}/bias", dense.bias, [int(np.prod(dense.bias.shape))]))
     output = attention._output_dense  # kernel [heads, head_dim, hidden]
     targets += [
         _target(f"{scope}attention/output/dense/kernel", output.kernel,
@@ -136,20 +134,25 @@ def _encoder_targets(encoder: networks.BertEncoderV2, prefix: str) -> List[_Targ
         _target(f"{scope}output/LayerNorm/beta", block._output_layer_norm.beta),
     ]
   # pylint: enable=protected-access
-  targets += [_target(prefix + "pooler/dense/kernel", encoder.pooler_layer.kernel),
-              _target(prefix + "pooler/dense/bias", encoder.pooler_layer.bias)]
+  targets += [
+      _target(prefix + "pooler/dense/kernel", encoder.pooler_layer.kernel),
+      _target(prefix + "pooler/dense/bias", encoder.pooler_layer.bias)
+  ]
   return targets
 
 
 def _masked_lm_targets(masked_lm: nlp_layers.MaskedLM, prefix: str) -> List[_Target]:
-  return [_target(prefix + "transform/dense/kernel", masked_lm.dense.kernel),
-          _target(prefix + "transform/dense/bias", masked_lm.dense.bias),
-          _target(prefix + "transform/LayerNorm/gamma", masked_lm.layer_norm.gamma),
-          _target(prefix + "transform/LayerNorm/beta", masked_lm.layer_norm.beta),
-          _target(prefix + "output_bias", masked_lm.bias)]
+  return [
+      _target(prefix + "transform/dense/kernel", masked_lm.dense.kernel),
+      _target(prefix + "transform/dense/bias", masked_lm.dense.bias),
+      _target(prefix + "transform/LayerNorm/gamma", masked_lm.layer_norm.gamma),
+      _target(prefix + "transform/LayerNorm/beta", masked_lm.layer_norm.beta),
+      _target(prefix + "output_bias", masked_lm.bias)
+  ]
 
 
-def build_masked_lm(encoder: networks.BertEncoderV2, config: bert.BertConfig,
+def build_masked_lm(encoder: networks.BertEncoderV2,
+                    config: bert.BertConfig,
                     name: str = "cls") -> nlp_layers.MaskedLM:
   """BERT's MLM head (dense + config.hidden_act, LayerNorm, decoder tied to the word embeddings, output
   bias), built so that load_bert_weights can fill it."""
@@ -159,7 +162,8 @@ def build_masked_lm(encoder: networks.BertEncoderV2, config: bert.BertConfig,
       embedding_table=encoder.get_embedding_table(),
       activation=lambda x: tf_keras.activations.gelu(x, approximate=approximate),
       initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
-      output="logits", name=name)
+      output="logits",
+      name=name)
   _ensure_built(encoder, masked_lm)
   return masked_lm
 
@@ -203,9 +207,11 @@ class ConversionReport:
     layout = f" ({self.layout})" if self.layout else ""
     scope = f" from prefix {self.prefix!r}" if self.prefix else ""
     ignored = f"{len(self.ignored)} ignored (unused MLM heads), " if self.layout else ""
-    lines = [f"{self.source_path}{layout}: {len(self.mapped)} variables mapped{scope}, "
-             f"{len(self.unmapped)} unmapped, {ignored}{len(self.unset)} model weights unset, "
-             f"{self.num_skipped} optimizer/step variables skipped"]
+    lines = [
+        f"{self.source_path}{layout}: {len(self.mapped)} variables mapped{scope}, "
+        f"{len(self.unmapped)} unmapped, {ignored}{len(self.unset)} model weights unset, "
+        f"{self.num_skipped} optimizer/step variables skipped"
+    ]
     lines += [f"  note: {note}" for note in self.notes]
     lines += [f"  problem: {problem}" for problem in self.problems]
     for kind, names in (("unmapped", self.unmapped), ("unset", self.unset),
@@ -267,7 +273,7 @@ def load_bert_weights(encoder: networks.BertEncoderV2,
   if masked_lm is not None:
     targets += _masked_lm_targets(masked_lm, mlm_prefix)
 
-  values: Dict[int, np.ndarray] = {}   # index in targets -> value to assign
+  values: Dict[int, np.ndarray] = {}  # index in targets -> value to assign
   used: List[str] = []
   problems: List[str] = []
   notes: List[str] = []
@@ -295,26 +301,33 @@ def load_bert_weights(encoder: networks.BertEncoderV2,
     used += _check_tied_decoder(source, by_tf_name, prefix, mlm_prefix, problems)
 
   used_set = set(used)
-  unmapped = [name for name in source.names()
-              if name not in used_set and not sources.is_skipped(source.tf_name(name))]
+  unmapped = [
+      name for name in source.names() if name not in used_set and not sources.is_skipped(source.tf_name(name))
+  ]
   num_skipped = sum(sources.is_skipped(source.tf_name(name)) for name in source.names())
   scopes = [prefix + scope for scope in _BODY_SCOPES] + ([mlm_prefix] if masked_lm is not None else [])
   left_over = [name for name in unmapped if source.tf_name(name).startswith(tuple(scopes))]
   if left_over:
     problems.append(f"{len(left_over)} source variables inside the BERT scope have no model weight "
-                    f"(does num_layers/the config match the checkpoint's?): "
-                    + ", ".join(left_over[:_MAX_LISTED]) + (" ..." if len(left_over) > _MAX_LISTED else ""))
+                    f"(does num_layers/the config match the checkpoint's?): " +
+                    ", ".join(left_over[:_MAX_LISTED]) + (" ..." if len(left_over) > _MAX_LISTED else ""))
 
   if strict and problems:
-    raise sources.ConversionError("\n  ".join(
-        [f"{source.path}: cannot load BERT weights from prefix {prefix!r} into encoder "
-         f"{encoder.name!r}" + (f" and masked_lm {masked_lm.name!r}" if masked_lm is not None else "")
-         + f" ({len(problems)} problems; strict=False loads what fits):"] + problems))
+    raise sources.ConversionError("\n  ".join([
+        f"{source.path}: cannot load BERT weights from prefix {prefix!r} into encoder "
+        f"{encoder.name!r}" + (f" and masked_lm {masked_lm.name!r}" if masked_lm is not None else "") +
+        f" ({len(problems)} problems; strict=False loads what fits):"
+    ] + problems))
   for index, value in values.items():
     targets[index].variable.assign(value)
-  report = ConversionReport(source_path=source.path, prefix=prefix, mapped=tuple(used),
-                            unmapped=tuple(unmapped), unset=tuple(unset), problems=tuple(problems),
-                            notes=tuple(notes), num_skipped=num_skipped)
+  report = ConversionReport(source_path=source.path,
+                            prefix=prefix,
+                            mapped=tuple(used),
+                            unmapped=tuple(unmapped),
+                            unset=tuple(unset),
+                            problems=tuple(problems),
+                            notes=tuple(notes),
+                            num_skipped=num_skipped)
   logging.info("%s", report.summary())
   return report
 
@@ -395,8 +408,7 @@ def _check_tied_decoder(source: sources.WeightSource, by_tf_name: Dict[str, str]
 
 def restore_model_garden_checkpoint(encoder: networks.BertEncoderV2,
                                     source: Union[str, sources.TFCheckpointSource],
-                                    masked_lm: Optional[nlp_layers.MaskedLM] = None
-                                    ) -> ConversionReport:
+                                    masked_lm: Optional[nlp_layers.MaskedLM] = None) -> ConversionReport:
   """Restores a Model Garden TF2 checkpoint written by tf.train.Checkpoint(encoder=...[, masked_lm=...])
   (BertPretrainerV2.checkpoint_items), checking that every model weight was matched.
 
@@ -420,8 +432,10 @@ def restore_model_garden_checkpoint(encoder: networks.BertEncoderV2,
         f"are {roots} (expected tf.train.Checkpoint(encoder=..., masked_lm=...), as "
         "BertPretrainerV2.checkpoint_items)")
 
-  layer_ids = {int(m.group(1)) for m in (re.match(rf"{_TF2_ENCODER_KEY}/_transformer_layers/(\d+)/", n)
-                                         for n in names) if m}
+  layer_ids = {
+      int(m.group(1)) for m in (re.match(rf"{_TF2_ENCODER_KEY}/_transformer_layers/(\d+)/", n)
+                                for n in names) if m
+  }
   if len(layer_ids) != len(encoder.transformer_layers):
     raise sources.ConversionError(
         f"{path}: the checkpoint's encoder has {len(layer_ids)} transformer layers, the model "
@@ -443,20 +457,23 @@ def restore_model_garden_checkpoint(encoder: networks.BertEncoderV2,
     status.expect_partial()  # Other objects (optimizer, other towers) may share the checkpoint.
   except (ValueError, AssertionError) as e:
     raise sources.ConversionError(
-        f"{path}: the Model Garden checkpoint does not match encoder {encoder.name!r}"
-        + (f" and masked_lm {masked_lm.name!r}" if masked_lm is not None else "") + f": {e}") from e
+        f"{path}: the Model Garden checkpoint does not match encoder {encoder.name!r}" +
+        (f" and masked_lm {masked_lm.name!r}" if masked_lm is not None else "") + f": {e}") from e
   used = [n for n in names if n.split("/")[0] in objects and not sources.is_skipped(n)]
   used_set = set(used)
-  report = ConversionReport(
-      source_path=path, prefix=_TF2_ENCODER_KEY + "/", mapped=tuple(used),
-      unmapped=tuple(n for n in names if n not in used_set and not sources.is_skipped(n)), unset=(),
-      num_skipped=sum(sources.is_skipped(n) for n in names))
+  report = ConversionReport(source_path=path,
+                            prefix=_TF2_ENCODER_KEY + "/",
+                            mapped=tuple(used),
+                            unmapped=tuple(
+                                n for n in names if n not in used_set and not sources.is_skipped(n)),
+                            unset=(),
+                            num_skipped=sum(sources.is_skipped(n) for n in names))
   logging.info("%s", report.summary())
   return report
 
 
-def load_hf_bert_directory(directory: str, name: str = "bert"
-                           ) -> Tuple[bert.BertConfig, networks.BertEncoderV2]:
+def load_hf_bert_directory(directory: str,
+                           name: str = "bert") -> Tuple[bert.BertConfig, networks.BertEncoderV2]:
   """(config, loaded encoder) from a Hugging Face BERT directory: model.safetensors, config.json and
   vocab.txt, e.g. the all-MiniLM-L6-v2 model (see sources.minilm_model_dir)."""
   for required in ("model.safetensors", "config.json", "vocab.txt"):

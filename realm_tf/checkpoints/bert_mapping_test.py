@@ -21,8 +21,13 @@ from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert
 
 _VOCAB = 40
-_CONFIG = bert.BertConfig(vocab_size=_VOCAB, hidden_size=16, num_layers=2, num_attention_heads=2,
-                          intermediate_size=32, max_position_embeddings=16, type_vocab_size=2)
+_CONFIG = bert.BertConfig(vocab_size=_VOCAB,
+                          hidden_size=16,
+                          num_layers=2,
+                          num_attention_heads=2,
+                          intermediate_size=32,
+                          max_position_embeddings=16,
+                          type_vocab_size=2)
 # A batch with padding in the second row, two segments, and two MLM positions per row.
 _IDS = np.array([[2, 7, 9, 11, 3, 30], [2, 5, 39, 3, 0, 0]], np.int32)
 _MASK = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], np.int32)
@@ -35,12 +40,12 @@ _POSITIONS = np.array([[1, 4], [2, 0]], np.int32)
 _ATOL = 1e-5
 _RTOL = 1e-5
 
-
 # ------------------------------------------------------------------------------------------------
 # Random BERT weights in Google's TF1 layout, named relative to the bert/ and cls/ scopes.
 
 
-def _random_params(config: bert.BertConfig, seed: int = 0,
+def _random_params(config: bert.BertConfig,
+                   seed: int = 0,
                    num_positions: Optional[int] = None) -> Dict[str, np.ndarray]:
   """{"bert/...": value, "cls/predictions/...": value} with TF1 names and shapes."""
   rng = np.random.default_rng(seed)
@@ -53,20 +58,24 @@ def _random_params(config: bert.BertConfig, seed: int = 0,
     return center + rng.normal(0.0, 0.1, [n])
 
   params = {
-      "bert/embeddings/word_embeddings": rng.normal(0.0, 1.0, [config.vocab_size, h]),
+      "bert/embeddings/word_embeddings":
+          rng.normal(0.0, 1.0, [config.vocab_size, h]),
       "bert/embeddings/position_embeddings":
           rng.normal(0.0, 1.0, [num_positions or config.max_position_embeddings, h]),
-      "bert/embeddings/token_type_embeddings": rng.normal(0.0, 1.0, [config.type_vocab_size, h]),
-      "bert/embeddings/LayerNorm/gamma": vector(h, 1.0),
-      "bert/embeddings/LayerNorm/beta": vector(h),
+      "bert/embeddings/token_type_embeddings":
+          rng.normal(0.0, 1.0, [config.type_vocab_size, h]),
+      "bert/embeddings/LayerNorm/gamma":
+          vector(h, 1.0),
+      "bert/embeddings/LayerNorm/beta":
+          vector(h),
   }
   for layer in range(config.num_layers):
     scope = f"bert/encoder/layer_{layer}/"
     for name in ("query", "key", "value"):
       params[f"{scope}attention/self/{name}/kernel"] = kernel(h, h)
       params[f"{scope}attention/self/{name}/bias"] = vector(h)
-    for name, n_in, n_out in (("attention/output/dense", h, h), ("intermediate/dense", h, i),
-                              ("output/dense", i, h)):
+    for name, n_in, n_out in (("attention/output/dense", h, h), ("intermediate/dense", h, i), ("output/dense",
+                                                                                               i, h)):
       params[f"{scope}{name}/kernel"] = kernel(n_in, n_out)
       params[f"{scope}{name}/bias"] = vector(n_out)
     for name in ("attention/output/LayerNorm", "output/LayerNorm"):
@@ -89,12 +98,12 @@ def _random_params(config: bert.BertConfig, seed: int = 0,
 def _gelu(x: np.ndarray, exact: bool) -> np.ndarray:
   if exact:
     return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
-  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def _layer_norm(x, gamma, beta):
   mean = x.mean(-1, keepdims=True)
-  variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+  variance = ((x - mean)**2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(variance + 1e-12) * gamma + beta
 
 
@@ -103,8 +112,8 @@ def _numpy_bert(params: Dict[str, np.ndarray], num_heads: int, exact_gelu: bool)
   of _IDS/_MASK/_TYPES."""
   p = {name: value.astype(np.float64) for name, value in params.items()}
   batch, length = _IDS.shape
-  x = (p["bert/embeddings/word_embeddings"][_IDS] + p["bert/embeddings/position_embeddings"][:length]
-       + p["bert/embeddings/token_type_embeddings"][_TYPES])
+  x = (p["bert/embeddings/word_embeddings"][_IDS] + p["bert/embeddings/position_embeddings"][:length] +
+       p["bert/embeddings/token_type_embeddings"][_TYPES])
   x = _layer_norm(x, p["bert/embeddings/LayerNorm/gamma"], p["bert/embeddings/LayerNorm/beta"])
   hidden = x.shape[-1]
   head_dim = hidden // num_heads
@@ -133,8 +142,9 @@ def _numpy_bert(params: Dict[str, np.ndarray], num_heads: int, exact_gelu: bool)
   if "cls/predictions/output_bias" not in p:
     return x, pooled, None
   gathered = np.take_along_axis(x, _POSITIONS[:, :, None], axis=1)  # [B, P, H]
-  t = _gelu(gathered @ p["cls/predictions/transform/dense/kernel"]
-            + p["cls/predictions/transform/dense/bias"], exact_gelu)
+  t = _gelu(
+      gathered @ p["cls/predictions/transform/dense/kernel"] + p["cls/predictions/transform/dense/bias"],
+      exact_gelu)
   t = _layer_norm(t, p["cls/predictions/transform/LayerNorm/gamma"],
                   p["cls/predictions/transform/LayerNorm/beta"])
   logits = t @ p["bert/embeddings/word_embeddings"].T + p["cls/predictions/output_bias"]
@@ -198,12 +208,19 @@ def _write_json(path: str, values: Dict) -> str:
 
 
 def _hf_config(config: bert.BertConfig, hidden_act: str) -> Dict:
-  return {"architectures": ["BertForPreTraining"], "model_type": "bert", "hidden_act": hidden_act,
-          "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-          "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
-          "intermediate_size": config.intermediate_size,
-          "max_position_embeddings": config.max_position_embeddings,
-          "type_vocab_size": config.type_vocab_size, "layer_norm_eps": 1e-12}
+  return {
+      "architectures": ["BertForPreTraining"],
+      "model_type": "bert",
+      "hidden_act": hidden_act,
+      "vocab_size": config.vocab_size,
+      "hidden_size": config.hidden_size,
+      "num_hidden_layers": config.num_layers,
+      "num_attention_heads": config.num_attention_heads,
+      "intermediate_size": config.intermediate_size,
+      "max_position_embeddings": config.max_position_embeddings,
+      "type_vocab_size": config.type_vocab_size,
+      "layer_norm_eps": 1e-12
+  }
 
 
 def _write_vocab(directory: str, size: int) -> str:
@@ -239,7 +256,7 @@ class BertMappingTest(tf.test.TestCase):
     variables = _google_names(params, scope)
     variables.update(extra)
     path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
-                                 variables)
+                                              variables)
     encoder, masked_lm = self._model()
     report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertEqual(report.prefix, scope + "bert/")
@@ -256,8 +273,10 @@ class BertMappingTest(tf.test.TestCase):
 
   def test_tf1_checkpoint_under_nested_hub_modules(self):
     # The released REALM embedder: BERT at module/module/module/bert/, projection at module/module/.
-    projection = {"module/module/dense/kernel": np.ones([16, 8], np.float32),
-                  "module/module/LayerNorm/gamma": np.ones([8], np.float32)}
+    projection = {
+        "module/module/dense/kernel": np.ones([16, 8], np.float32),
+        "module/module/LayerNorm/gamma": np.ones([8], np.float32)
+    }
     self._check_tf1("module/module/module/", projection)
 
   def test_prefix_is_required_when_ambiguous_and_accepted_without_slash(self):
@@ -265,20 +284,20 @@ class BertMappingTest(tf.test.TestCase):
     other = _random_params(_CONFIG, seed=1)
     variables = dict(_google_names(params, "reader/module/"), **_google_names(other, "embedder/"))
     path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
-                                 variables)
+                                              variables)
     encoder, masked_lm = self._model()
     with self.assertRaisesRegex(sources.ConversionError,
                                 r"several prefixes \['embedder/bert/', 'reader/module/bert/'\]"):
       bert_mapping.load_bert_weights(encoder, path)
-    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm,
-                                               prefix="reader/module/bert")
+    report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm, prefix="reader/module/bert")
     self.assertEqual(report.prefix, "reader/module/bert/")
     self.assertLen(report.unmapped, len(other))  # The other BERT is reported, not loaded.
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=False)
 
   def test_longer_position_table_is_cut_and_shorter_is_an_error(self):
     params = _random_params(_CONFIG, num_positions=24)
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+                                              params)
     encoder, masked_lm = self._model()
     report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertLen(report.notes, 1)
@@ -335,8 +354,7 @@ class BertMappingTest(tf.test.TestCase):
     tensors["cls.predictions.decoder.bias"] = tensors.pop("cls.predictions.bias")
     path = os.path.join(self.create_tempdir().full_path, "model.safetensors")
     safetensors_numpy.save_file(tensors, path)
-    encoder, masked_lm = self._model(bert.BertConfig(**dict(_CONFIG.to_dict(),
-                                                            hidden_act=bert.GELU_EXACT)))
+    encoder, masked_lm = self._model(bert.BertConfig(**dict(_CONFIG.to_dict(), hidden_act=bert.GELU_EXACT)))
     report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm, prefix="bert.")
     self.assertIn("cls.predictions.decoder.bias", report.mapped)
     self._assert_matches_numpy(encoder, masked_lm, params, exact_gelu=True)
@@ -345,8 +363,9 @@ class BertMappingTest(tf.test.TestCase):
     # The sentence-transformers layout (all-MiniLM-L6-v2): no "bert." prefix, a position_ids buffer.
     params = _random_params(_CONFIG, seed=4)
     directory = self.create_tempdir().full_path
-    tensors = {name: value for name, value in _hf_names(params, prefix="").items()
-               if not name.startswith("cls.")}
+    tensors = {
+        name: value for name, value in _hf_names(params, prefix="").items() if not name.startswith("cls.")
+    }
     tensors["embeddings.position_ids"] = np.arange(16, dtype=np.int64)[None]
     safetensors_numpy.save_file(tensors, os.path.join(directory, "model.safetensors"))
     _write_json(os.path.join(directory, "config.json"), _hf_config(_CONFIG, "gelu"))
@@ -368,8 +387,11 @@ class BertMappingTest(tf.test.TestCase):
     config, encoder = bert_mapping.load_hf_bert_directory(directory)
     self.assertEqual(config, bert.minilm_l6_config())
     source = sources.open_source(directory)
-    params = {"bert/" + source.tf_name(name): source.read(name) for name in source.names()
-              if source.tf_name(name).startswith(("embeddings/", "encoder/", "pooler/"))}
+    params = {
+        "bert/" + source.tf_name(name): source.read(name)
+        for name in source.names()
+        if source.tf_name(name).startswith(("embeddings/", "encoder/", "pooler/"))
+    }
     sequence, pooled, _ = _run_model(encoder)
     want_sequence, want_pooled, _ = _numpy_bert(params, config.num_attention_heads, exact_gelu=True)
     self.assertAllClose(want_sequence, sequence, atol=_ATOL, rtol=_RTOL)  # measured: 2.8e-6
@@ -400,31 +422,32 @@ class BertMappingTest(tf.test.TestCase):
     bert_mapping.restore_model_garden_checkpoint(alone, path)
     self.assertAllEqual(original.get_embedding_table().numpy(), alone.get_embedding_table().numpy())
 
-    with self.assertRaisesRegex(sources.ConversionError,
-                                f"{path}: checkpoint vocab 40 vs model vocab 281: use the "
-                                "checkpoint's vocab.txt"):
-      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
-          **dict(_CONFIG.to_dict(), vocab_size=281))), path)
+    with self.assertRaisesRegex(
+        sources.ConversionError, f"{path}: checkpoint vocab 40 vs model vocab 281: use the "
+        "checkpoint's vocab.txt"):
+      bert_mapping.load_bert_weights(
+          bert.build_encoder(bert.BertConfig(**dict(_CONFIG.to_dict(), vocab_size=281))), path)
     with self.assertRaisesRegex(sources.ConversionError, "2 transformer layers, the model 3"):
-      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
-          **dict(_CONFIG.to_dict(), num_layers=3))), path)
-    with self.assertRaisesRegex(sources.ConversionError, f"{path}: .*does not match.*"
-                                r"incompatible tensor with shape \(32,\).*shape \(24,\)"):
-      bert_mapping.load_bert_weights(bert.build_encoder(bert.BertConfig(
-          **dict(_CONFIG.to_dict(), intermediate_size=24))), path)
+      bert_mapping.load_bert_weights(
+          bert.build_encoder(bert.BertConfig(**dict(_CONFIG.to_dict(), num_layers=3))), path)
+    with self.assertRaisesRegex(
+        sources.ConversionError, f"{path}: .*does not match.*"
+        r"incompatible tensor with shape \(32,\).*shape \(24,\)"):
+      bert_mapping.load_bert_weights(
+          bert.build_encoder(bert.BertConfig(**dict(_CONFIG.to_dict(), intermediate_size=24))), path)
 
   # --- Bad input ----------------------------------------------------------------------------------
 
   def _tf1_path(self, params: Dict[str, np.ndarray]) -> str:
-    return testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert_model.ckpt"),
-                                 params)
+    return testing_utils.write_tf1_checkpoint(
+        os.path.join(self.create_tempdir().full_path, "bert_model.ckpt"), params)
 
   def test_vocab_mismatch_says_which_vocab_to_use(self):
     path = self._tf1_path(_random_params(_CONFIG))
     encoder = bert.build_encoder(bert.BertConfig(**dict(_CONFIG.to_dict(), vocab_size=281)))
-    with self.assertRaisesRegex(sources.ConversionError,
-                                f"{path}: cannot load(.|\n)*checkpoint vocab 40 vs model vocab 281: use "
-                                "the checkpoint's vocab.txt"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, f"{path}: cannot load(.|\n)*checkpoint vocab 40 vs model vocab 281: use "
+        "the checkpoint's vocab.txt"):
       bert_mapping.load_bert_weights(encoder, path)
 
   def test_missing_variable_is_listed_and_left_unset_when_not_strict(self):
@@ -434,13 +457,12 @@ class BertMappingTest(tf.test.TestCase):
     encoder, _ = self._model(with_mlm=False)
     bias = encoder.transformer_layers[1]._output_dense.bias  # pylint: disable=protected-access
     before = bias.numpy()
-    with self.assertRaisesRegex(sources.ConversionError,
-                                f"{path}(.|\n)*missing from the source: "
-                                "bert/encoder/layer_1/output/dense/bias"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, f"{path}(.|\n)*missing from the source: "
+        "bert/encoder/layer_1/output/dense/bias"):
       bert_mapping.load_bert_weights(encoder, path)
     # Strict loading is all or nothing: nothing was assigned.
-    self.assertNotAllClose(encoder.get_embedding_table().numpy(),
-                           params["bert/embeddings/word_embeddings"])
+    self.assertNotAllClose(encoder.get_embedding_table().numpy(), params["bert/embeddings/word_embeddings"])
 
     report = bert_mapping.load_bert_weights(encoder, path, strict=False)
     self.assertEqual(report.unset, ("bert/transformer/layer_1/output/bias:0",))
@@ -462,9 +484,9 @@ class BertMappingTest(tf.test.TestCase):
     params["bert/extra_scope/kernel"] = np.ones([2], np.float32)
     path = self._tf1_path(params)
     encoder, _ = self._model(with_mlm=False)
-    with self.assertRaisesRegex(sources.ConversionError,
-                                r"16 source variables inside the BERT scope have no model weight"
-                                r"(.|\n)*bert/encoder/layer_2/attention/output/LayerNorm/beta"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, r"16 source variables inside the BERT scope have no model weight"
+        r"(.|\n)*bert/encoder/layer_2/attention/output/LayerNorm/beta"):
       bert_mapping.load_bert_weights(encoder, path)
     report = bert_mapping.load_bert_weights(encoder, path, strict=False)
     self.assertIn("bert/extra_scope/kernel", report.unmapped)
@@ -486,27 +508,31 @@ class BertMappingTest(tf.test.TestCase):
     params = _random_params(_CONFIG)
     params["bert/encoder/layer_0/attention/self/query/kernel"] = np.ones([16, 12], np.float32)
     path = self._tf1_path(params)
-    with self.assertRaisesRegex(sources.ConversionError,
-                                r"query/kernel: source \[16, 12\] vs model \[16, 16\] \(model "
-                                r"bert/transformer/layer_0/self_attention/query/kernel:0 \[16, 2, 8\]\)"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, r"query/kernel: source \[16, 12\] vs model \[16, 16\] \(model "
+        r"bert/transformer/layer_0/self_attention/query/kernel:0 \[16, 2, 8\]\)"):
       bert_mapping.load_bert_weights(bert.build_encoder(_CONFIG), path)
 
   def test_no_bert_in_source(self):
     path = self._tf1_path({"dense/kernel": np.ones([2, 2], np.float32)})
-    with self.assertRaisesRegex(sources.ConversionError,
-                                f"{path}: no BERT in the source .*dense/kernel"):
+    with self.assertRaisesRegex(sources.ConversionError, f"{path}: no BERT in the source .*dense/kernel"):
       bert_mapping.load_bert_weights(bert.build_encoder(_CONFIG), path)
 
   # --- Configs ------------------------------------------------------------------------------------
 
   def test_config_activation_depends_on_the_format(self):
     directory = self.create_tempdir().full_path
-    google = dict(vocab_size=_VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=32, hidden_act="gelu", max_position_embeddings=16)
+    google = dict(vocab_size=_VOCAB,
+                  hidden_size=16,
+                  num_hidden_layers=2,
+                  num_attention_heads=2,
+                  intermediate_size=32,
+                  hidden_act="gelu",
+                  max_position_embeddings=16)
     _write_json(os.path.join(directory, "bert_config.json"), google)
     # Google BERT's "gelu" is its tanh approximation (modeling.gelu).
-    self.assertEqual(sources.config_from_source(os.path.join(directory, "bert_model.ckpt"))
-                     .hidden_act, bert.GELU_TANH)
+    self.assertEqual(
+        sources.config_from_source(os.path.join(directory, "bert_model.ckpt")).hidden_act, bert.GELU_TANH)
     for act, want in (("gelu", bert.GELU_EXACT), ("gelu_new", bert.GELU_TANH)):
       hf_path = _write_json(os.path.join(directory, f"{act}.json"), _hf_config(_CONFIG, act))
       self.assertEqual(sources.config_from_source(hf_path).hidden_act, want, msg=act)

@@ -12,8 +12,9 @@ from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import fid_reader
 
 
-def bert_encoder_config(checkpoint: str, vocab_size: int, flag: str = "--reader_init_checkpoint"
-                        ) -> bert_lib.BertConfig:
+def bert_encoder_config(checkpoint: str,
+                        vocab_size: int,
+                        flag: str = "--reader_init_checkpoint") -> bert_lib.BertConfig:
   """The BertConfig of a warm-start checkpoint (sources.config_from_source), checked against the
   corpus vocab: the reader's ids come from that vocab, and a BERT of another vocab would read them as
   other words."""

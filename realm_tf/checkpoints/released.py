@@ -95,8 +95,15 @@ _DESCRIPTIONS = {
 # reader 320 (288 + 32). A converted model gets these, cut to its BERT's position table (a smaller BERT
 # cannot embed more positions); sequence_lengths() explains the overrides.
 ORIGINAL_SEQUENCE_LENGTHS = {
-    REALM_EMBEDDER: {"query_seq_len": 96, "candidate_seq_len": 288},
-    ORQA_FROM_REALM: {"query_seq_len": 64, "candidate_seq_len": 288, "reader_seq_len": 320},
+    REALM_EMBEDDER: {
+        "query_seq_len": 96,
+        "candidate_seq_len": 288
+    },
+    ORQA_FROM_REALM: {
+        "query_seq_len": 64,
+        "candidate_seq_len": 288,
+        "reader_seq_len": 320
+    },
 }
 ORQA_MAX_SPAN_WIDTH = 10
 EMBEDDER_LAYER_NORM_EPSILON = 1e-12
@@ -105,7 +112,6 @@ BERT_HEAD_SIZE = 64
 BLOCK_EMB_VARIABLE = "block_emb"
 VOCAB_NAME = "vocab.txt"
 _LAYER = re.compile(r"encoder/layer_(\d+)/")
-
 
 # ------------------------------------------------------------------------------------------------
 # Layout detection.
@@ -151,8 +157,7 @@ class Layout:
       parts.append(f"variable {self.block_emb!r}")
     if self.ignored:
       parts.append(f"{len(self.ignored)} unused MLM-head variables ignored")
-    return (f"{self.checkpoint_path}: layout {self.name} ({_DESCRIPTIONS[self.name]}): "
-            + "; ".join(parts))
+    return (f"{self.checkpoint_path}: layout {self.name} ({_DESCRIPTIONS[self.name]}): " + "; ".join(parts))
 
 
 def open_checkpoint(checkpoint: Union[str, sources.TFCheckpointSource],
@@ -250,14 +255,20 @@ def detect_layout(checkpoint: Union[str, sources.TFCheckpointSource], expected: 
     layout = Layout(BLOCK_EMB, path, block_emb=block_embs[0])
   elif counts == {"reader": 1, "retriever": 1} and not block_embs:
     retriever, reader = by_role["retriever"][0], by_role["reader"][0]
-    layout = Layout(ORQA_FROM_REALM, path, retriever_bert=retriever,
-                    projection_scope=roles[retriever][1], reader_bert=reader,
+    layout = Layout(ORQA_FROM_REALM,
+                    path,
+                    retriever_bert=retriever,
+                    projection_scope=roles[retriever][1],
+                    reader_bert=reader,
                     span_head_scope=roles[reader][1],
                     ignored=ignored_under(retriever) + ignored_under(reader))
   elif counts == {"retriever": 1} and not block_embs:
     retriever = by_role["retriever"][0]
-    layout = Layout(REALM_EMBEDDER, path, retriever_bert=retriever,
-                    projection_scope=roles[retriever][1], ignored=ignored_under(retriever))
+    layout = Layout(REALM_EMBEDDER,
+                    path,
+                    retriever_bert=retriever,
+                    projection_scope=roles[retriever][1],
+                    ignored=ignored_under(retriever))
   elif counts == {"masked_lm": 1} and not block_embs:
     layout = Layout(REALM_BERT, path, encoder_bert=by_role["masked_lm"][0])
   if layout is None:
@@ -266,9 +277,8 @@ def detect_layout(checkpoint: Union[str, sources.TFCheckpointSource], expected: 
         f"{path}: not a released REALM/ORQA layout. BERT scopes found (a scope holding "
         f"{bert_mapping.WORD_EMBEDDINGS}): {found}; block_emb variables: {block_embs or 'none'}; "
         "top-level scopes: "
-        f"{_top_level_summary(names)}; e.g. {', '.join(names[:8]) or 'no variables'}. Known layouts: "
-        + "; ".join(f"{n}: {d}" for n, d in _DESCRIPTIONS.items())
-        + " (see realm_tf/checkpoints/released.py)")
+        f"{_top_level_summary(names)}; e.g. {', '.join(names[:8]) or 'no variables'}. Known layouts: " +
+        "; ".join(f"{n}: {d}" for n, d in _DESCRIPTIONS.items()) + " (see realm_tf/checkpoints/released.py)")
   if expected not in (AUTO, layout.name):
     raise sources.ConversionError(f"{path}: layout {expected} was asked for, but the checkpoint holds "
                                   f"{layout.describe()}; pass layout={AUTO} (--layout={AUTO}) or the "
@@ -283,25 +293,35 @@ def detect_layout(checkpoint: Union[str, sources.TFCheckpointSource], expected: 
 def _shape_fields(checkpoint: sources.TFCheckpointSource, bert_prefix: str) -> Dict[str, int]:
   """Every BertConfig field the shapes of the BERT under bert_prefix determine."""
   shapes = checkpoint.shapes
-  needed = [bert_prefix + n for n in (bert_mapping.WORD_EMBEDDINGS, "embeddings/position_embeddings",
-                                      "embeddings/token_type_embeddings",
-                                      "encoder/layer_0/intermediate/dense/kernel")]
+  needed = [
+      bert_prefix + n
+      for n in (bert_mapping.WORD_EMBEDDINGS, "embeddings/position_embeddings",
+                "embeddings/token_type_embeddings", "encoder/layer_0/intermediate/dense/kernel")
+  ]
   missing = [n for n in needed if n not in shapes]
   if missing:
     raise sources.ConversionError(f"{checkpoint.path}: cannot infer the BERT config under {bert_prefix!r}: "
                                   f"missing {missing}")
-  layers = {int(m.group(1)) for m in (_LAYER.match(n[len(bert_prefix):]) for n in shapes
-                                      if n.startswith(bert_prefix)) if m}
+  layers = {
+      int(m.group(1))
+      for m in (_LAYER.match(n[len(bert_prefix):]) for n in shapes if n.startswith(bert_prefix))
+      if m
+  }
   if layers != set(range(len(layers))):
     raise sources.ConversionError(f"{checkpoint.path}: the BERT under {bert_prefix!r} has layers "
                                   f"{sorted(layers)}, not 0..n-1; the checkpoint is incomplete")
-  return {"vocab_size": int(shapes[needed[0]][0]), "hidden_size": int(shapes[needed[0]][1]),
-          "num_layers": len(layers), "intermediate_size": int(shapes[needed[3]][1]),
-          "max_position_embeddings": int(shapes[needed[1]][0]),
-          "type_vocab_size": int(shapes[needed[2]][0])}
+  return {
+      "vocab_size": int(shapes[needed[0]][0]),
+      "hidden_size": int(shapes[needed[0]][1]),
+      "num_layers": len(layers),
+      "intermediate_size": int(shapes[needed[3]][1]),
+      "max_position_embeddings": int(shapes[needed[1]][0]),
+      "type_vocab_size": int(shapes[needed[2]][0])
+  }
 
 
-def infer_bert_config(checkpoint: Union[str, sources.TFCheckpointSource], bert_prefix: str,
+def infer_bert_config(checkpoint: Union[str, sources.TFCheckpointSource],
+                      bert_prefix: str,
                       num_attention_heads: Optional[int] = None) -> bert.BertConfig:
   """The BertConfig of the BERT under bert_prefix, from the checkpoint's shapes (see the module doc).
 
@@ -321,13 +341,13 @@ def infer_bert_config(checkpoint: Union[str, sources.TFCheckpointSource], bert_p
           "bert_config.json (--bert_config_path)")
     num_attention_heads = hidden_size // BERT_HEAD_SIZE
   try:
-    return bert.BertConfig(num_attention_heads=int(num_attention_heads), hidden_act=bert.GELU_TANH,
-                           **fields)
+    return bert.BertConfig(num_attention_heads=int(num_attention_heads), hidden_act=bert.GELU_TANH, **fields)
   except ValueError as e:
     raise sources.ConversionError(f"{checkpoint.path}: BERT under {bert_prefix!r}: {e}") from e
 
 
-def bert_config_for(checkpoint: Union[str, sources.TFCheckpointSource], bert_prefix: str,
+def bert_config_for(checkpoint: Union[str, sources.TFCheckpointSource],
+                    bert_prefix: str,
                     bert_config_path: Optional[str] = None,
                     num_attention_heads: Optional[int] = None) -> bert.BertConfig:
   """The BertConfig of the BERT under bert_prefix: bert_config_path (a Google bert_config.json, whose
@@ -343,9 +363,11 @@ def bert_config_for(checkpoint: Union[str, sources.TFCheckpointSource], bert_pre
     return infer_bert_config(checkpoint, bert_prefix, num_attention_heads)
   fields = _shape_fields(checkpoint, bert_prefix)
   config = sources.config_from_source(bert_config_path)
-  differences = [f"{field} {getattr(config, field)} (config) vs {fields[field]} (checkpoint)"
-                 for field in ("vocab_size", "hidden_size", "num_layers", "intermediate_size",
-                               "type_vocab_size") if getattr(config, field) != fields[field]]
+  differences = [
+      f"{field} {getattr(config, field)} (config) vs {fields[field]} (checkpoint)"
+      for field in ("vocab_size", "hidden_size", "num_layers", "intermediate_size", "type_vocab_size")
+      if getattr(config, field) != fields[field]
+  ]
   if config.max_position_embeddings > fields["max_position_embeddings"]:
     differences.append(f"max_position_embeddings {config.max_position_embeddings} (config) > "
                        f"{fields['max_position_embeddings']} positions in the checkpoint")
@@ -354,16 +376,15 @@ def bert_config_for(checkpoint: Union[str, sources.TFCheckpointSource], bert_pre
                        f"{num_attention_heads} (argument)")
   if differences:
     raise sources.ConversionError(f"{bert_config_path} does not describe the BERT under {bert_prefix!r} in "
-                                  f"{checkpoint.path}: " + "; ".join(differences)
-                                  + "; use the config (and vocab) the checkpoint was trained with")
+                                  f"{checkpoint.path}: " + "; ".join(differences) +
+                                  "; use the config (and vocab) the checkpoint was trained with")
   if config.hidden_act != bert.GELU_TANH:
     raise sources.ConversionError(f"{bert_config_path}: hidden_act {config.hidden_act}, but the released "
                                   "REALM/ORQA BERTs use tanh gelu (\"gelu\" in a Google bert_config.json)")
   return config
 
 
-def check_vocab(vocab_path: str, config: bert.BertConfig, checkpoint_path: str,
-                variable: str) -> int:
+def check_vocab(vocab_path: str, config: bert.BertConfig, checkpoint_path: str, variable: str) -> int:
   """Checks a vocab file has as many tokens as the checkpoint's word embeddings have rows.
 
   Raises:
@@ -381,17 +402,18 @@ def find_module_vocab(checkpoint_path: str) -> Optional[str]:
   """The vocab of a hub module checkpoint: <module>/assets/vocab.txt for <module>/variables/variables,
   or a vocab.txt beside the checkpoint; None if there is none."""
   directory = os.path.dirname(checkpoint_path)
-  for candidate in (os.path.join(directory, VOCAB_NAME),
-                    os.path.join(directory, "assets", VOCAB_NAME),
+  for candidate in (os.path.join(directory, VOCAB_NAME), os.path.join(directory, "assets", VOCAB_NAME),
                     os.path.join(os.path.dirname(directory), "assets", VOCAB_NAME)):
     if tf.io.gfile.exists(candidate):
       return candidate
   return None
 
 
-def sequence_lengths(layout: Layout, retriever_config: Optional[bert.BertConfig],
+def sequence_lengths(layout: Layout,
+                     retriever_config: Optional[bert.BertConfig],
                      reader_config: Optional[bert.BertConfig] = None,
-                     query_seq_len: Optional[int] = None, candidate_seq_len: Optional[int] = None,
+                     query_seq_len: Optional[int] = None,
+                     candidate_seq_len: Optional[int] = None,
                      reader_seq_len: Optional[int] = None) -> Dict[str, int]:
   """The sequence lengths a converted model runs with: {"query_seq_len", "candidate_seq_len"[,
   "reader_seq_len"]} for the retriever layouts (ORIGINAL_SEQUENCE_LENGTHS says which).
@@ -405,18 +427,21 @@ def sequence_lengths(layout: Layout, retriever_config: Optional[bert.BertConfig]
       a length beyond the table or below 1, or one the layout has no use for.
   """
   originals = ORIGINAL_SEQUENCE_LENGTHS.get(layout.name, {})
-  requested = {"query_seq_len": query_seq_len, "candidate_seq_len": candidate_seq_len,
-               "reader_seq_len": reader_seq_len}
+  requested = {
+      "query_seq_len": query_seq_len,
+      "candidate_seq_len": candidate_seq_len,
+      "reader_seq_len": reader_seq_len
+  }
   unused = [name for name, value in requested.items() if value is not None and name not in originals]
   if unused:
-    raise sources.ConversionError(f"{layout.checkpoint_path}: layout {layout.name} has no use for "
-                                  + ", ".join(f"{name} (--{name})" for name in unused)
-                                  + "; sequence lengths apply to the retriever layouts "
+    raise sources.ConversionError(f"{layout.checkpoint_path}: layout {layout.name} has no use for " +
+                                  ", ".join(f"{name} (--{name})" for name in unused) +
+                                  "; sequence lengths apply to the retriever layouts "
                                   f"({', '.join(ORIGINAL_SEQUENCE_LENGTHS)})")
   lengths = {}
   for name, original in originals.items():
-    which, config, prefix = (("reader", reader_config, layout.reader_bert) if name == "reader_seq_len"
-                             else ("retriever", retriever_config, layout.retriever_bert))
+    which, config, prefix = (("reader", reader_config, layout.reader_bert) if name == "reader_seq_len" else
+                             ("retriever", retriever_config, layout.retriever_bert))
     positions = config.max_position_embeddings
     value = requested[name]
     if value is None:
@@ -447,13 +472,14 @@ def _build_reader(reader: reader_lib.SpanReader) -> None:
   if not reader.span_output.built:
     dummy = tf.zeros([1, 2], tf.int32)
     with tf.name_scope(reader.name):  # The variable names a call gives ("reader/bert/...").
-      sequence = reader.encoder(bert.encoder_inputs(dummy, tf.ones_like(dummy), dummy))[
-          "sequence_output"]
+      sequence = reader.encoder(bert.encoder_inputs(dummy, tf.ones_like(dummy), dummy))["sequence_output"]
       hidden = reader.span_projection(sequence)[..., :reader.span_hidden_size]
       reader.span_output(reader.layer_norm(hidden))
 
 
-def _check_numerics(model_name: str, config: Optional[bert.BertConfig], layer_norm=None,
+def _check_numerics(model_name: str,
+                    config: Optional[bert.BertConfig],
+                    layer_norm=None,
                     epsilon: Optional[float] = None) -> None:
   """Refuses models whose numerics differ from the released ones (outputs would drift silently)."""
   if config is not None and config.hidden_act != bert.GELU_TANH:
@@ -464,8 +490,7 @@ def _check_numerics(model_name: str, config: Optional[bert.BertConfig], layer_no
                      f"the released model {epsilon}; build it with layer_norm_epsilon={epsilon}")
 
 
-def _load(checkpoint: sources.TFCheckpointSource, layout: Layout,
-          berts: Sequence[Tuple[object, str, object]],
+def _load(checkpoint: sources.TFCheckpointSource, layout: Layout, berts: Sequence[Tuple[object, str, object]],
           heads: Sequence[Tuple[str, tf.Variable]], strict: bool,
           model_names: str) -> bert_mapping.ConversionReport:
   """Loads BERT bodies (bert_mapping) and head variables; see the module doc for strictness."""
@@ -493,8 +518,11 @@ def _load(checkpoint: sources.TFCheckpointSource, layout: Layout,
   bert_errors: List[str] = []
   for encoder, prefix, masked_lm in berts:
     try:
-      report = bert_mapping.load_bert_weights(encoder, checkpoint, masked_lm=masked_lm,
-                                                                           prefix=prefix, strict=strict)
+      report = bert_mapping.load_bert_weights(encoder,
+                                              checkpoint,
+                                              masked_lm=masked_lm,
+                                              prefix=prefix,
+                                              strict=strict)
     except sources.ConversionError as e:
       bert_errors.append(str(e))
       continue
@@ -503,19 +531,23 @@ def _load(checkpoint: sources.TFCheckpointSource, layout: Layout,
     problems += list(report.problems)
     notes += list(report.notes)
   if strict and (problems or bert_errors):
-    raise sources.ConversionError("\n  ".join(
-        [f"{checkpoint.path}: cannot load layout {layout.name} into {model_names} "
-         f"({len(problems) + len(bert_errors)} problems; strict=False loads what fits):"]
-        + problems + bert_errors))
+    raise sources.ConversionError("\n  ".join([
+        f"{checkpoint.path}: cannot load layout {layout.name} into {model_names} "
+        f"({len(problems) + len(bert_errors)} problems; strict=False loads what fits):"
+    ] + problems + bert_errors))
   for variable, value in values:
     variable.assign(value)
   mapped_set, ignored_set = set(mapped), set(layout.ignored)
   unmapped = [n for n in checkpoint.model_names() if n not in mapped_set and n not in ignored_set]
-  report = bert_mapping.ConversionReport(
-      source_path=checkpoint.path, layout=layout.name, mapped=tuple(mapped),
-      unmapped=tuple(unmapped), ignored=layout.ignored, unset=tuple(unset),
-      problems=tuple(problems + bert_errors), notes=tuple(notes),
-      num_skipped=sum(sources.is_skipped(n) for n in checkpoint.names()))
+  report = bert_mapping.ConversionReport(source_path=checkpoint.path,
+                                         layout=layout.name,
+                                         mapped=tuple(mapped),
+                                         unmapped=tuple(unmapped),
+                                         ignored=layout.ignored,
+                                         unset=tuple(unset),
+                                         problems=tuple(problems + bert_errors),
+                                         notes=tuple(notes),
+                                         num_skipped=sum(sources.is_skipped(n) for n in checkpoint.names()))
   return report
 
 
@@ -527,8 +559,8 @@ def load_knowledge_augmented_encoder(model: kae_lib.KnowledgeAugmentedEncoder,
   checkpoint = open_checkpoint(checkpoint)
   layout = detect_layout(checkpoint, REALM_BERT)
   _check_numerics(model.name, model.config)
-  return _load(checkpoint, layout, [(model.encoder, layout.encoder_bert, model.masked_lm)], [],
-               strict, repr(model.name))
+  return _load(checkpoint, layout, [(model.encoder, layout.encoder_bert, model.masked_lm)], [], strict,
+               repr(model.name))
 
 
 def _embedders_of(model) -> List[embedder_lib.RetrieverEmbedder]:
@@ -585,7 +617,8 @@ def load_retriever(model: Union[embedder_lib.Retriever, embedder_lib.RetrieverEm
   return _load(checkpoint, layout, berts, heads, strict, repr(model.name))
 
 
-def load_orqa(retriever: embedder_lib.Retriever, reader: reader_lib.SpanReader,
+def load_orqa(retriever: embedder_lib.Retriever,
+              reader: reader_lib.SpanReader,
               checkpoint: Union[str, sources.TFCheckpointSource],
               strict: bool = True) -> bert_mapping.ConversionReport:
   """Loads an orqa_from_realm checkpoint into a Retriever and a SpanReader (built with the reader's
@@ -634,10 +667,15 @@ def _head_width(checkpoint: sources.TFCheckpointSource, name: str, divisor: int 
   return int(checkpoint.shapes[name][-1]) // divisor
 
 
-def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Optional[str] = None,
-                  num_attention_heads: Optional[int] = None, share_embedders: bool = True,
-                  reader_seq_len: Optional[int] = None, max_span_width: int = ORQA_MAX_SPAN_WIDTH,
-                  strict: bool = True, query_seq_len: Optional[int] = None,
+def load_released(checkpoint_path: str,
+                  layout: str = AUTO,
+                  bert_config_path: Optional[str] = None,
+                  num_attention_heads: Optional[int] = None,
+                  share_embedders: bool = True,
+                  reader_seq_len: Optional[int] = None,
+                  max_span_width: int = ORQA_MAX_SPAN_WIDTH,
+                  strict: bool = True,
+                  query_seq_len: Optional[int] = None,
                   candidate_seq_len: Optional[int] = None) -> LoadedModels:
   """Detects the layout, builds realm_tf models with the checkpoint's configuration and loads them.
 
@@ -672,13 +710,11 @@ def load_released(checkpoint_path: str, layout: str = AUTO, bert_config_path: Op
   if detected.name == REALM_BERT:
     result.encoder_config = config(detected.encoder_bert)
     result.knowledge_augmented_encoder = kae_lib.KnowledgeAugmentedEncoder(result.encoder_config)
-    result.report = load_knowledge_augmented_encoder(result.knowledge_augmented_encoder, checkpoint,
-                                                     strict)
+    result.report = load_knowledge_augmented_encoder(result.knowledge_augmented_encoder, checkpoint, strict)
     return result
   result.projection_size = _head_width(checkpoint, detected.projection_scope + "dense/kernel")
-  result.retriever = embedder_lib.build_retriever(
-      result.retriever_config, result.projection_size, EMBEDDER_LAYER_NORM_EPSILON, 0.0,
-      share_embedders)
+  result.retriever = embedder_lib.build_retriever(result.retriever_config, result.projection_size,
+                                                  EMBEDDER_LAYER_NORM_EPSILON, 0.0, share_embedders)
   if detected.name == REALM_EMBEDDER:
     result.report = load_retriever(result.retriever, checkpoint, strict)
     return result

@@ -26,8 +26,13 @@ from realm_tf.modeling import embedder as embedder_lib
 
 _VOCAB = 60
 _HEADS = 2
-_CONFIG = bert.BertConfig(vocab_size=_VOCAB, hidden_size=32, num_layers=2, num_attention_heads=_HEADS,
-                          intermediate_size=64, max_position_embeddings=16, type_vocab_size=2)
+_CONFIG = bert.BertConfig(vocab_size=_VOCAB,
+                          hidden_size=32,
+                          num_layers=2,
+                          num_attention_heads=_HEADS,
+                          intermediate_size=64,
+                          max_position_embeddings=16,
+                          type_vocab_size=2)
 _PROJECTION = 16
 _SPAN_HIDDEN = 8
 # float32 against a float64 reference: each output sums tens to hundreds of float32 products (eps 1.2e-7),
@@ -58,10 +63,8 @@ _ORQA_BERT = testing_utils.ORQA_RETRIEVER_BERT
 _ORQA_HEAD = testing_utils.ORQA_RETRIEVER_HEAD
 _READER_BERT = testing_utils.ORQA_READER_BERT
 
-
 # ------------------------------------------------------------------------------------------------
 # Random weights with the released names (testing_utils.ReleasedWeights).
-
 
 _f32 = testing_utils.float32_weights
 
@@ -73,9 +76,11 @@ def _realm_bert_params(seed=0):
 
 def _embedder_params(seed=1):
   p = testing_utils.ReleasedWeights(seed)
-  return _f32({**p.bert_body(_EMBEDDER_BERT, _CONFIG),
-               **p.mlm("module/module/module/cls/predictions/", _CONFIG),
-               **p.projection(_EMBEDDER_HEAD, _CONFIG.hidden_size, _PROJECTION)})
+  return _f32({
+      **p.bert_body(_EMBEDDER_BERT, _CONFIG),
+      **p.mlm("module/module/module/cls/predictions/", _CONFIG),
+      **p.projection(_EMBEDDER_HEAD, _CONFIG.hidden_size, _PROJECTION)
+  })
 
 
 def _orqa_params(seed=2):
@@ -95,22 +100,23 @@ def _write_vocab(directory: str, size: int = _VOCAB) -> str:
 
 
 def _gelu_tanh(x):
-  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def _layer_norm(x, gamma, beta, epsilon):
   mean = x.mean(-1, keepdims=True)
-  variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+  variance = ((x - mean)**2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
 
 
 def _np_bert(params, prefix, ids, mask, types, num_heads=_HEADS):
   """(sequence_output [B, L, H], pooled_output [B, H]) of Google BERT with the weights under prefix."""
-  p = {name[len(prefix):]: value.astype(np.float64) for name, value in params.items()
-       if name.startswith(prefix)}
+  p = {
+      name[len(prefix):]: value.astype(np.float64) for name, value in params.items() if name.startswith(prefix)
+  }
   batch, length = ids.shape
-  x = (p["embeddings/word_embeddings"][ids] + p["embeddings/position_embeddings"][:length]
-       + p["embeddings/token_type_embeddings"][types])
+  x = (p["embeddings/word_embeddings"][ids] + p["embeddings/position_embeddings"][:length] +
+       p["embeddings/token_type_embeddings"][types])
   x = _layer_norm(x, p["embeddings/LayerNorm/gamma"], p["embeddings/LayerNorm/beta"], 1e-12)
   hidden = x.shape[-1]
   head_dim = hidden // num_heads
@@ -143,10 +149,9 @@ def _np_mlm_logits(params, bert_prefix, mlm_prefix, ids, mask, types, positions)
   p = {name: value.astype(np.float64) for name, value in params.items()}
   sequence, _ = _np_bert(params, bert_prefix, ids, mask, types)
   gathered = np.take_along_axis(sequence, positions[:, :, None], axis=1)
-  t = _gelu_tanh(gathered @ p[mlm_prefix + "transform/dense/kernel"]
-                 + p[mlm_prefix + "transform/dense/bias"])
-  t = _layer_norm(t, p[mlm_prefix + "transform/LayerNorm/gamma"],
-                  p[mlm_prefix + "transform/LayerNorm/beta"], 1e-12)
+  t = _gelu_tanh(gathered @ p[mlm_prefix + "transform/dense/kernel"] + p[mlm_prefix + "transform/dense/bias"])
+  t = _layer_norm(t, p[mlm_prefix + "transform/LayerNorm/gamma"], p[mlm_prefix + "transform/LayerNorm/beta"],
+                  1e-12)
   return t @ p[bert_prefix + "embeddings/word_embeddings"].T + p[mlm_prefix + "output_bias"]
 
 
@@ -161,8 +166,7 @@ def _np_span_logits(params, retriever_logits):
   """ORQA reader logits [B, K, S] over width-major spans, and the span (start, end) list."""
   p = {name: value.astype(np.float64) for name, value in params.items()}
   batch, beam, length = _READER_IDS.shape
-  flat = [x.reshape(batch * beam, length) for x in (_READER_IDS, np.ones_like(_READER_IDS),
-                                                     _READER_TYPES)]
+  flat = [x.reshape(batch * beam, length) for x in (_READER_IDS, np.ones_like(_READER_IDS), _READER_TYPES)]
   sequence, _ = _np_bert(params, _READER_BERT, *flat)
   projected = sequence @ p["reader/dense/kernel"] + p["reader/dense/bias"]
   start, end = projected[..., :_SPAN_HIDDEN], projected[..., _SPAN_HIDDEN:]
@@ -172,8 +176,7 @@ def _np_span_logits(params, retriever_logits):
   inside = np.zeros([batch * beam, len(spans)], bool)
   for j, (s, e) in enumerate(spans):
     h = np.maximum(start[:, s] + end[:, e], 0.0)
-    h = _layer_norm(h, p["reader/layer_normalization/gamma"], p["reader/layer_normalization/beta"],
-                    1e-3)
+    h = _layer_norm(h, p["reader/layer_normalization/gamma"], p["reader/layer_normalization/beta"], 1e-3)
     logits[:, j] = (h @ p["reader/dense_1/kernel"])[:, 0] + p["reader/dense_1/bias"][0]
     inside[:, j] = block_mask[:, s] * block_mask[:, e] == 1
   logits = logits.reshape(batch, beam, -1) + retriever_logits[:, :, None]
@@ -264,7 +267,9 @@ class ReleasedTest(tf.test.TestCase):
   def test_orqa_from_realm_matches_the_original_reader_and_retriever(self):
     params = _orqa_params()
     path = self._checkpoint(params)
-    loaded = rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6,
+    loaded = rc.load_released(path,
+                              num_attention_heads=_HEADS,
+                              reader_seq_len=6,
                               max_span_width=_MAX_SPAN_WIDTH)
     layout = loaded.layout
     self.assertEqual((layout.name, layout.retriever_bert, layout.projection_scope, layout.reader_bert,
@@ -294,10 +299,9 @@ class ReleasedTest(tf.test.TestCase):
   # --- detection -----------------------------------------------------------------------------------
 
   def test_layout_detection_and_unknown_layouts(self):
-    self.assertEqual(rc.detect_layout(self._checkpoint(_embedder_params(), "e.ckpt")).name,
-                     rc.REALM_EMBEDDER)
+    self.assertEqual(rc.detect_layout(self._checkpoint(_embedder_params(), "e.ckpt")).name, rc.REALM_EMBEDDER)
     block = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
-                                  {"block_emb": np.ones([3, 4], np.float32)})
+                                               {"block_emb": np.ones([3, 4], np.float32)})
     self.assertEqual(rc.detect_layout(block).block_emb, "block_emb")
     # A layout asked for must be the one found.
     with self.assertRaisesRegex(sources.ConversionError, r"layout realm_bert was asked for.*realm_embedder"):
@@ -305,14 +309,17 @@ class ReleasedTest(tf.test.TestCase):
     # A bare BERT (no MLM head, no retriever or reader head) is none of the released layouts.
     bare = {n: v for n, v in _realm_bert_params().items() if n.startswith("bert/")}
     path = self._checkpoint(bare, "bare.ckpt")
-    with self.assertRaisesRegex(sources.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
-                                r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
+        r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
       rc.detect_layout(path)
-    other = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"),
-                                  {"foo/kernel": np.ones([2, 2], np.float32),
-                                   "global_step": np.array(1, np.int64)})
-    with self.assertRaisesRegex(sources.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
-                                r"(.|\n)*foo/ \(1\)(.|\n)*foo/kernel"):
+    other = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"), {
+        "foo/kernel": np.ones([2, 2], np.float32),
+        "global_step": np.array(1, np.int64)
+    })
+    with self.assertRaisesRegex(
+        sources.ConversionError, r"other\.ckpt(.|\n)*BERT scopes found[^;]*: none"
+        r"(.|\n)*foo/ \(1\)(.|\n)*foo/kernel"):
       rc.detect_layout(other)
 
   def test_name_suffix_mapping_tolerates_other_nesting_depths(self):
@@ -345,8 +352,8 @@ class ReleasedTest(tf.test.TestCase):
     loaded = rc.load_released(path, num_attention_heads=_HEADS, reader_seq_len=6, strict=False)
     self.assertLen(loaded.report.unset, 2)
     self.assertTrue(any("layer_norm/beta" in n for n in loaded.report.unset), loaded.report.unset)
-    self.assertTrue(any(n.startswith("reader/") and "layer_1/output/bias" in n
-                        for n in loaded.report.unset), loaded.report.unset)
+    self.assertTrue(any(n.startswith("reader/") and "layer_1/output/bias" in n for n in loaded.report.unset),
+                    loaded.report.unset)
     self.assertIn("unset: ", loaded.report.summary())
     self.assertEmpty(loaded.report.unmapped)
 
@@ -361,8 +368,9 @@ class ReleasedTest(tf.test.TestCase):
     config_path = os.path.join(self._dir, "bert_config.json")
     with open(config_path, "w") as f:
       json.dump(dict(sources.google_bert_config_dict(_CONFIG), vocab_size=_VOCAB + 1), f)
-    with self.assertRaisesRegex(sources.ConversionError, rf"{config_path} does not describe(.|\n)*"
-                                rf"vocab_size {_VOCAB + 1} \(config\) vs {_VOCAB} \(checkpoint\)"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, rf"{config_path} does not describe(.|\n)*"
+        rf"vocab_size {_VOCAB + 1} \(config\) vs {_VOCAB} \(checkpoint\)"):
       rc.load_released(path, bert_config_path=config_path)
     # A matching config gives the heads; without one they are hidden_size / 64, here impossible.
     with open(config_path, "w") as f:

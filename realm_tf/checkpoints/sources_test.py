@@ -55,8 +55,9 @@ class ResolveCheckpointTest(tf.test.TestCase):
     self.assertEqual(sources.resolve_checkpoint(bert_dir), only)
     testing_utils.write_tf1_checkpoint(os.path.join(bert_dir, "other.ckpt"), value)
     os.remove(state)
-    with self.assertRaisesRegex(FileNotFoundError, r"expected one checkpoint in the directory, found "
-                                r"\['bert_model.ckpt.index', 'other.ckpt.index'\]"):
+    with self.assertRaisesRegex(
+        FileNotFoundError, r"expected one checkpoint in the directory, found "
+        r"\['bert_model.ckpt.index', 'other.ckpt.index'\]"):
       sources.resolve_checkpoint(bert_dir)
 
 

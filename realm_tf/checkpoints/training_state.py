@@ -92,13 +92,14 @@ def restore_retriever(retriever, checkpoint_path: str) -> str:
   towers = _towers(retriever)
   try:
     if layout == "model/retriever/":
-      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).read(
-          checkpoint_path)]
+      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=retriever)).read(checkpoint_path)]
     elif layout == "retriever/":
       statuses = [tf.train.Checkpoint(retriever=retriever).read(checkpoint_path)]
     else:  # ICT: its single embedder initializes every tower.
-      statuses = [tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=tower)).read(
-          checkpoint_path) for tower in towers]
+      statuses = [
+          tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=tower)).read(checkpoint_path)
+          for tower in towers
+      ]
     for status in statuses:
       status.expect_partial()
       status.assert_existing_objects_matched()

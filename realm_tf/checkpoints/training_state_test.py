@@ -18,7 +18,8 @@ _CONFIG = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermedia
 _D = 16
 
 
-def _retriever(seed: int, share_embedders: bool = True,
+def _retriever(seed: int,
+               share_embedders: bool = True,
                config: bert.BertConfig = _CONFIG) -> embedder_lib.Retriever:
   tf_keras.utils.set_random_seed(seed)
   return embedder_lib.build_retriever(config, _D, share_embedders=share_embedders)
@@ -91,8 +92,7 @@ class RestoreRetrieverTest(tf.test.TestCase):
 
   def assertSameEmbeddings(self, got_model, want_model):
     inputs = _inputs()
-    self.assertAllClose(got_model(inputs, training=False), want_model(inputs, training=False),
-                        atol=1e-6)
+    self.assertAllClose(got_model(inputs, training=False), want_model(inputs, training=False), atol=1e-6)
 
   def assertDifferentEmbeddings(self, a, b):
     inputs = _inputs()
@@ -103,9 +103,9 @@ class RestoreRetrieverTest(tf.test.TestCase):
     source = _retriever(1, share_embedders=False)
     # The REALM trainer: tf.train.Checkpoint(model=RealmPretrainer, optimizer=...) with
     # RealmPretrainer.retriever; the rest of the model and the optimizer are ignored by the restore.
-    root = tf.train.Checkpoint(
-        model=tf.train.Checkpoint(retriever=source, encoder=tf.train.Checkpoint(w=tf.Variable([1.0]))),
-        optimizer=tf.train.Checkpoint(iterations=tf.Variable(7, dtype=tf.int64)))
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=source,
+                                                         encoder=tf.train.Checkpoint(w=tf.Variable([1.0]))),
+                               optimizer=tf.train.Checkpoint(iterations=tf.Variable(7, dtype=tf.int64)))
     path = _save_with_manager(root, model_dir, 100)
     target = _retriever(2, share_embedders=False)
     self.assertDifferentEmbeddings(target.doc_embedder, source.doc_embedder)

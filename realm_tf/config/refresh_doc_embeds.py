@@ -25,14 +25,17 @@ from realm_tf.retrieval import refresher
 @dataclasses.dataclass(frozen=True)
 class RefreshData:
   """The corpus the indexes embed."""
-  retrieval_corpus_path: Optional[str] = option(None, sections.RETRIEVAL_CORPUS_HELP, required=True,
+  retrieval_corpus_path: Optional[str] = option(None,
+                                                sections.RETRIEVAL_CORPUS_HELP,
+                                                required=True,
                                                 daily=True)
 
 
 @dataclasses.dataclass(frozen=True)
 class RefreshIndex:
   """The index each refresh builds and how the corpus is embedded."""
-  index_implementation: str = option("scann", "MIPS implementation of the published index.",
+  index_implementation: str = option("scann",
+                                     "MIPS implementation of the published index.",
                                      choices=("scann", "brute_force"))
   index_rescoring: str = option(
       "float32", "Vectors the ScaNN index re-scores its candidates with: float32, or int8 (a compressed "
@@ -43,7 +46,8 @@ class RefreshIndex:
   embed_length_buckets: Optional[int] = option(
       None, "Padded lengths the documents are grouped into (up to candidate_seq_len, multiples of 8); 1 "
       "pads every document to candidate_seq_len. Default: 4 with --embed_jit_compile (XLA compiles one "
-      "program per length), one every 8 wordpieces without.", lower_bound=1)
+      "program per length), one every 8 wordpieces without.",
+      lower_bound=1)
   embed_jit_compile: Optional[bool] = option(
       None, "Compile the embedding step with XLA (needed on TPUs). Default: chosen with the precision "
       "by the device (realm_tf/retrieval/refresh_precision.py): on CPUs, bfloat16 runs faster "
@@ -77,7 +81,8 @@ class RefreshWorkers:
   worker_index: int = option(0, "This host's index in [0, num_workers).", lower_bound=0)
   merge_timeout_seconds: float = option(
       1800.0, "Worker 0 gives up a step whose other workers' rows do not arrive within this time (they may "
-      "have moved on to a newer checkpoint).", lower_bound=0.0)
+      "have moved on to a newer checkpoint).",
+      lower_bound=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +93,8 @@ class RefreshDevice(sections.Device):
       "mixed_bfloat16 on TPUs, on GPUs from compute capability 8.0, on CPUs with AMX and on AMD CPUs "
       "with avx512_bf16, float32 elsewhere, where bfloat16 measured slower; the refresher logs its "
       "choice (realm_tf/retrieval/refresh_precision.py; bench/refresh_bench.py: same recall). The "
-      "index stores float32.", choices=(refresh_precision.AUTO, "float32", "mixed_bfloat16"),
+      "index stores float32.",
+      choices=(refresh_precision.AUTO, "float32", "mixed_bfloat16"),
       daily=True)
 
 
@@ -120,15 +126,16 @@ class RefreshDocEmbedsConfig:
     choice = refresh_precision.choose(device.strategy, device.mixed_precision, index.embed_jit_compile,
                                       refresh_precision.cpu_info(), gpus)
     log(f"embedding precision: {choice.reason}")
-    return dataclasses.replace(
-        self, device=dataclasses.replace(device, mixed_precision=choice.mixed_precision),
-        index=dataclasses.replace(index, embed_jit_compile=choice.jit_compile))
+    return dataclasses.replace(self,
+                               device=dataclasses.replace(device, mixed_precision=choice.mixed_precision),
+                               index=dataclasses.replace(index, embed_jit_compile=choice.jit_compile))
 
   def refresher_options(self) -> refresher.RefresherOptions:
     """What refresher.run and refresher.bootstrap take (from the tree with_precision_chosen returns)."""
     if self.index.embed_jit_compile is None:
       raise ValueError("embed_jit_compile is not chosen yet: call with_precision_chosen() first")
-    return refresher.RefresherOptions(
-        model_dir=self.model_dir, corpus_prefix=self.data.retrieval_corpus_path,
-        **dataclasses.asdict(self.index), **dataclasses.asdict(self.watch),
-        **dataclasses.asdict(self.workers))
+    return refresher.RefresherOptions(model_dir=self.model_dir,
+                                      corpus_prefix=self.data.retrieval_corpus_path,
+                                      **dataclasses.asdict(self.index),
+                                      **dataclasses.asdict(self.watch),
+                                      **dataclasses.asdict(self.workers))

@@ -44,17 +44,22 @@ from realm_tf import io_utils
 # see realm_tf.training.trainer_flags, which does the same.
 flags.disclaim_key_flags()
 
-_HELP, _CHOICES, _LOWER, _UPPER, _REQUIRED, _DAILY = (
-    "help", "choices", "lower_bound", "upper_bound", "required", "daily")
+_HELP, _CHOICES, _LOWER, _UPPER, _REQUIRED, _DAILY = ("help", "choices", "lower_bound", "upper_bound",
+                                                      "required", "daily")
 
 
 class ConfigError(ValueError):
   """A configuration that cannot run: names the file or flag, the key and what is allowed."""
 
 
-def option(default: Any, help_text: str, *, choices: Optional[Sequence[str]] = None,
-           lower_bound: Optional[float] = None, upper_bound: Optional[float] = None,
-           required: bool = False, daily: bool = False):
+def option(default: Any,
+           help_text: str,
+           *,
+           choices: Optional[Sequence[str]] = None,
+           lower_bound: Optional[float] = None,
+           upper_bound: Optional[float] = None,
+           required: bool = False,
+           daily: bool = False):
   """A leaf of a configuration tree.
 
   Args:
@@ -65,9 +70,15 @@ def option(default: Any, help_text: str, *, choices: Optional[Sequence[str]] = N
     required: the run cannot start while it is None (a path, the model dir).
     daily: one of the handful a user types daily; --help lists it.
   """
-  return dataclasses.field(default=default, metadata={
-      _HELP: help_text, _CHOICES: tuple(choices) if choices else None, _LOWER: lower_bound,
-      _UPPER: upper_bound, _REQUIRED: required, _DAILY: daily})
+  return dataclasses.field(default=default,
+                           metadata={
+                               _HELP: help_text,
+                               _CHOICES: tuple(choices) if choices else None,
+                               _LOWER: lower_bound,
+                               _UPPER: upper_bound,
+                               _REQUIRED: required,
+                               _DAILY: daily
+                           })
 
 
 def section(cls, **defaults):
@@ -81,8 +92,8 @@ class Leaf:
   type."""
   path: Tuple[str, ...]
   field: dataclasses.Field
-  kind: type                  # str, int, float, bool, or tuple (of int)
-  optional: bool              # None is allowed while resolving (required ones are checked at the end)
+  kind: type  # str, int, float, bool, or tuple (of int)
+  optional: bool  # None is allowed while resolving (required ones are checked at the end)
 
   @property
   def key(self) -> str:
@@ -168,8 +179,10 @@ def _describe(leaf: Leaf) -> str:
 def _checked_value(leaf: Leaf, value: Any, where: str) -> Any:
   """value as the leaf's type (an integer where a number is allowed becomes a float, a list of integers a
   tuple), if the leaf allows it; ConfigError otherwise."""
+
   def fail(problem: str = "is not"):
     raise ConfigError(f"{where}: {value!r} {problem} allowed: {_describe(leaf)}")
+
   if value is None:
     if not leaf.optional:
       fail()
@@ -196,8 +209,8 @@ def _checked_value(leaf: Leaf, value: Any, where: str) -> Any:
   meta = leaf.field.metadata
   if meta[_CHOICES] and value not in meta[_CHOICES]:
     fail()
-  if (meta[_LOWER] is not None and value < meta[_LOWER]) or (
-      meta[_UPPER] is not None and value > meta[_UPPER]):
+  if (meta[_LOWER] is not None and value < meta[_LOWER]) or (meta[_UPPER] is not None and
+                                                             value > meta[_UPPER]):
     fail("is out of range;")
   return value
 
@@ -225,8 +238,9 @@ def check_layer(cls, values: Any, source: str, prefix: Tuple[str, ...] = ()) -> 
 
 
 def _build(cls, values: Dict[str, Any]):
-  return cls(**{f.name: _build(kind, values[f.name]) if _is_tree(kind) else values[f.name]
-                for f, kind in _children(cls)})
+  return cls(**{
+      f.name: _build(kind, values[f.name]) if _is_tree(kind) else values[f.name] for f, kind in _children(cls)
+  })
 
 
 def _nested(flat: Dict[Tuple[str, ...], Any]) -> Dict[str, Any]:
@@ -261,7 +275,9 @@ def parse_override(text: str) -> Any:
                       f"a YAML file ({e})") from None
 
 
-def resolve(cls, config_files: Sequence[str] = (), flags_given: Optional[Dict[str, Any]] = None,
+def resolve(cls,
+            config_files: Sequence[str] = (),
+            flags_given: Optional[Dict[str, Any]] = None,
             params_override: Optional[str] = None):
   """The tree of cls from its defaults, config_files, flags_given ({option name: value}, the flags
   given on the command line) and params_override, each later layer over the earlier ones (module
@@ -285,8 +301,9 @@ def resolve(cls, config_files: Sequence[str] = (), flags_given: Optional[Dict[st
   for layer in layers:
     merged.override(layer, is_strict=True)
   values = merged.as_dict()
-  missing = [leaf for leaf in leaves(cls)
-             if leaf.field.metadata[_REQUIRED] and _get(values, leaf.path) is None]
+  missing = [
+      leaf for leaf in leaves(cls) if leaf.field.metadata[_REQUIRED] and _get(values, leaf.path) is None
+  ]
   if missing:
     raise ConfigError("no value for " + ", ".join(f"{leaf.key} (--{leaf.flag})" for leaf in missing) +
                       ": set it in a --config_file or --params_override, or pass the flag")
@@ -333,7 +350,10 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def saved_for_the_run(tree, model_dir: str, binary: str, log: Callable[[str], None],
+def saved_for_the_run(tree,
+                      model_dir: str,
+                      binary: str,
+                      log: Callable[[str], None],
                       progress: Callable[[str], Any] = latest_checkpoint):
   """save() for the body of a run; undone when the run fails before it made progress(model_dir) change
   (a trainer's newest checkpoint; the refresher's published indexes).
@@ -383,8 +403,11 @@ class ConfigFlags:
 
   def given(self) -> Dict[str, Any]:
     """{option name: value} of the option flags given on the command line."""
-    return {leaf.flag: self.flag_values[leaf.flag].value for leaf in leaves(self.cls)
-            if self.flag_values[leaf.flag].present}
+    return {
+        leaf.flag: self.flag_values[leaf.flag].value
+        for leaf in leaves(self.cls)
+        if self.flag_values[leaf.flag].present
+    }
 
   def resolve(self):
     """The run's tree (module docstring's layers); a ConfigError becomes a usage error."""
@@ -401,13 +424,14 @@ def define_flags(cls, flag_values: flags.FlagValues = flags.FLAGS) -> ConfigFlag
   are registered as cls's module's (--helpfull lists them under it).
   """
   config_file = flags.DEFINE_multi_string(
-      "config_file", None,
+      "config_file",
+      None,
       "YAML or JSON file of options (any subset of the keys in MODEL_DIR/<this binary>.yaml, which every "
       "run writes); repeatable, later files win. Then the flags given, then --params_override.",
       flag_values=flag_values)
   params_override = flags.DEFINE_string(
-      "params_override", None,
-      "Options over --config_file and the flags: key=value pairs with dotted keys "
+      "params_override",
+      None, "Options over --config_file and the flags: key=value pairs with dotted keys "
       "(train.batch_size=8,index.bootstrap_index=true), a YAML/JSON string, or a YAML file.",
       flag_values=flag_values)
   defaults = to_dict(cls())
@@ -422,7 +446,11 @@ def define_flags(cls, flag_values: flags.FlagValues = flags.FLAGS) -> ConfigFlag
     elif leaf.kind is tuple:
       flags.DEFINE_list(leaf.flag, [str(v) for v in default], help_text, **kwargs)
     else:
-      define: Callable = {str: flags.DEFINE_string, int: flags.DEFINE_integer,
-                          float: flags.DEFINE_float, bool: flags.DEFINE_bool}[leaf.kind]
+      define: Callable = {
+          str: flags.DEFINE_string,
+          int: flags.DEFINE_integer,
+          float: flags.DEFINE_float,
+          bool: flags.DEFINE_bool
+      }[leaf.kind]
       define(leaf.flag, default, help_text, **kwargs)
   return ConfigFlags(cls, config_file, params_override, flag_values)

@@ -61,8 +61,10 @@ class ResolveTest(absltest.TestCase):
   def test_later_layers_win_files_then_flags_then_params_override(self):
     first = self._file("inner:\n  steps: 30\n  rate: 1e-5\n  kind: b\nflag: true\n")
     second = self._file({"inner": {"steps": 40}}, ".json")
-    tree = run_config.resolve(_Tree, [first, second], {"path": "/p", "rate": 0.25},
-                              "inner.kind=a,inner.ks=[2, 3]")
+    tree = run_config.resolve(_Tree, [first, second], {
+        "path": "/p",
+        "rate": 0.25
+    }, "inner.kind=a,inner.ks=[2, 3]")
     # Model Garden's YAML loader reads 1e-5 as a number; the second file overrides only steps.
     self.assertEqual(tree, _Tree(path="/p", flag=True, inner=_Inner(steps=40, rate=0.25, kind="a",
                                                                     ks=(2, 3))))
@@ -71,9 +73,9 @@ class ResolveTest(absltest.TestCase):
 
   def test_unknown_key_names_the_file_the_key_and_the_keys_there_are(self):
     path = self._file("inner:\n  step: 3\n")
-    with self.assertRaisesRegex(run_config.ConfigError,
-                                f"{path}: unknown key 'inner.step'; the keys of inner are: steps, rate, "
-                                "kind, ks"):
+    with self.assertRaisesRegex(
+        run_config.ConfigError, f"{path}: unknown key 'inner.step'; the keys of inner are: steps, rate, "
+        "kind, ks"):
       run_config.resolve(_Tree, [path], _REQUIRED)
 
   def test_wrong_type_and_out_of_range_name_the_file_key_and_allowed_values(self):
@@ -145,9 +147,21 @@ class ResolveTest(absltest.TestCase):
     self.assertEqual(logged[-1], "changed since the run's last start: flag False -> True")
 
   def test_changed_keys(self):
-    self.assertEqual(run_config.changed_keys({"a": 1, "s": {"b": [1], "c": None}},
-                                             {"a": 1, "s": {"b": [1, 2], "c": "x"}, "d": 2}),
-                     ["s.b [1] -> [1, 2]", "s.c None -> 'x'", "d None -> 2"])
+    self.assertEqual(
+        run_config.changed_keys({
+            "a": 1,
+            "s": {
+                "b": [1],
+                "c": None
+            }
+        }, {
+            "a": 1,
+            "s": {
+                "b": [1, 2],
+                "c": "x"
+            },
+            "d": 2
+        }), ["s.b [1] -> [1, 2]", "s.c None -> 'x'", "d None -> 2"])
 
 
 class TrainRealmFlagsTest(absltest.TestCase):
@@ -178,27 +192,36 @@ class TrainRealmFlagsTest(absltest.TestCase):
     self.assertEqual(options.index_swap_steps, 200)
 
   def test_missing_paths_are_a_usage_error_naming_flag_and_key(self):
-    with self.assertRaisesRegex(app.UsageError, r"no value for model_dir \(--model_dir\), "
-                                r"data.pretraining_corpus_path \(--pretraining_corpus_path\)"):
+    with self.assertRaisesRegex(
+        app.UsageError, r"no value for model_dir \(--model_dir\), "
+        r"data.pretraining_corpus_path \(--pretraining_corpus_path\)"):
       self._resolve("--vocab_path=v.txt", "--retrieval_corpus_path=/b")
 
   def test_help_lists_the_daily_flags_and_helpfull_the_rest(self):
     key = {flag.name for flag in self.flag_values.get_key_flags_for_module(sys.argv[0])}
-    self.assertEqual(key, {"config_file", "params_override", "model_dir", "vocab_path",
-                           "pretraining_corpus_path", "retrieval_corpus_path", "strategy", "tpu",
-                           "mixed_precision", "batch_size", "num_train_steps"})
+    self.assertEqual(
+        key, {
+            "config_file", "params_override", "model_dir", "vocab_path", "pretraining_corpus_path",
+            "retrieval_corpus_path", "strategy", "tpu", "mixed_precision", "batch_size", "num_train_steps"
+        })
     self.assertIn("--index_swap_steps", self.flag_values.get_help())
     self.assertIn("[train.batch_size]", self.flag_values["batch_size"].help)
 
   def test_written_file_keys_and_flags_are_one_set(self):
-    tree = run_config.resolve(train_realm.TrainRealmConfig, flags_given={
-        "model_dir": "/m", "vocab_path": "v", "pretraining_corpus_path": "s", "retrieval_corpus_path": "b"})
+    tree = run_config.resolve(train_realm.TrainRealmConfig,
+                              flags_given={
+                                  "model_dir": "/m",
+                                  "vocab_path": "v",
+                                  "pretraining_corpus_path": "s",
+                                  "retrieval_corpus_path": "b"
+                              })
     path = run_config.save(tree, self.create_tempdir().full_path, tree.BINARY)
     with open(path) as f:
       written = yaml.safe_load(f)
     names = {leaf.flag for leaf in run_config.leaves(train_realm.TrainRealmConfig)}
-    flat = {k for section_values in written.values() if isinstance(section_values, dict)
-            for k in section_values} | {k for k, v in written.items() if not isinstance(v, dict)}
+    flat = {
+        k for section_values in written.values() if isinstance(section_values, dict) for k in section_values
+    } | {k for k, v in written.items() if not isinstance(v, dict)}
     self.assertEqual(flat, names)
     self.assertEqual(names - set(self.flag_values), set())
 
@@ -206,47 +229,62 @@ class TrainRealmFlagsTest(absltest.TestCase):
 # The flags each binary had before its options became a tree (git show ce8a58b:bin/...), which keep
 # working; train_mlm no longer takes the retriever's --embedder_pooling and --cosine_score_scale, which
 # it accepted and ignored.
-_COMMON = {"model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "strategy", "tpu",
-           "num_cpu_devices", "mixed_precision", "jit_compile", "batch_size", "learning_rate",
-           "adam_bias_correction", "num_train_steps", "save_checkpoints_steps", "keep_checkpoint_max",
-           "log_every_steps", "steps_per_loop", "gradient_accumulation_steps"}
-_RETRIEVER = {"embedder_pooling", "cosine_score_scale", "projection_size", "query_seq_len",
-              "embedder_layer_norm_epsilon", "candidate_seq_len", "retrieval_corpus_path"}
+_COMMON = {
+    "model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "strategy", "tpu", "num_cpu_devices",
+    "mixed_precision", "jit_compile", "batch_size", "learning_rate", "adam_bias_correction",
+    "num_train_steps", "save_checkpoints_steps", "keep_checkpoint_max", "log_every_steps", "steps_per_loop",
+    "gradient_accumulation_steps"
+}
+_RETRIEVER = {
+    "embedder_pooling", "cosine_score_scale", "projection_size", "query_seq_len",
+    "embedder_layer_norm_epsilon", "candidate_seq_len", "retrieval_corpus_path"
+}
 _FLAGS_BEFORE = {
-    train_realm.TrainRealmConfig: _COMMON | _RETRIEVER | {
-        "pretraining_corpus_path", "share_embedders", "max_masks", "num_candidates",
-        "init_retriever_checkpoint", "init_reader_checkpoint", "bootstrap_index", "index_implementation",
-        "max_index_staleness_steps", "check_index_every_batches", "index_swap_steps",
-        "wait_for_index_seconds"},
-    train_mlm.TrainMlmConfig: _COMMON | {
-        "input_path", "init_checkpoint", "max_seq_len", "max_predictions_per_seq", "masked_lm_prob",
-        "short_seq_prob", "whole_word_masking", "random_next_rate", "warmup_steps", "eval_percent"},
-    train_ict.TrainIctConfig: _COMMON | {
-        "pretraining_corpus_path", "init_bert_checkpoint", "projection_size", "layer_norm_epsilon",
-        "dropout_rate", "query_seq_len", "block_seq_len", "mask_rate", "embedder_pooling",
-        "cosine_score_scale"},
-    train_orqa.TrainOrqaConfig: _COMMON | _RETRIEVER | {
-        "train_path", "dev_path", "max_eval_examples", "index_dir", "retriever_checkpoint",
-        "reader_checkpoint", "embedder_dropout_rate", "reader_seq_len", "span_hidden_size",
-        "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
-        "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"},
-    train_fid_kd.TrainFidKdConfig: _RETRIEVER | {
-        "model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "jit_compile", "train_path",
-        "dev_path", "max_eval_examples", "max_train_examples", "retriever_checkpoint", "initial_passages",
-        "embed_batch_size", "reader_init_checkpoint", "reader_hidden_size", "reader_share_embeddings",
-        "reader_copy_attention", "reader_num_heads", "reader_encoder_layers", "reader_decoder_layers",
-        "reader_intermediate_size", "reader_dropout_rate", "passage_seq_len", "answer_seq_len",
-        "iterations", "num_passages", "reader_steps", "reader_single_passage_steps", "retriever_steps",
-        "reader_batch_size", "retriever_batch_size", "reader_learning_rate", "retriever_learning_rate",
-        "reader_score_aggregation", "reader_temperature", "retriever_temperature",
-        "reader_answer_substitution_rate", "distill_answer_bearing_only", "keep_better_retriever",
-        "selection_metric", "recall_ks"},
+    train_realm.TrainRealmConfig:
+        _COMMON | _RETRIEVER | {
+            "pretraining_corpus_path", "share_embedders", "max_masks", "num_candidates",
+            "init_retriever_checkpoint", "init_reader_checkpoint", "bootstrap_index", "index_implementation",
+            "max_index_staleness_steps", "check_index_every_batches", "index_swap_steps",
+            "wait_for_index_seconds"
+        },
+    train_mlm.TrainMlmConfig:
+        _COMMON | {
+            "input_path", "init_checkpoint", "max_seq_len", "max_predictions_per_seq", "masked_lm_prob",
+            "short_seq_prob", "whole_word_masking", "random_next_rate", "warmup_steps", "eval_percent"
+        },
+    train_ict.TrainIctConfig:
+        _COMMON | {
+            "pretraining_corpus_path", "init_bert_checkpoint", "projection_size", "layer_norm_epsilon",
+            "dropout_rate", "query_seq_len", "block_seq_len", "mask_rate", "embedder_pooling",
+            "cosine_score_scale"
+        },
+    train_orqa.TrainOrqaConfig:
+        _COMMON | _RETRIEVER | {
+            "train_path", "dev_path", "max_eval_examples", "index_dir", "retriever_checkpoint",
+            "reader_checkpoint", "embedder_dropout_rate", "reader_seq_len", "span_hidden_size",
+            "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
+            "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"
+        },
+    train_fid_kd.TrainFidKdConfig:
+        _RETRIEVER | {
+            "model_dir", "vocab_path", "do_lower_case", "bert_config", "seed", "jit_compile", "train_path",
+            "dev_path", "max_eval_examples", "max_train_examples", "retriever_checkpoint", "initial_passages",
+            "embed_batch_size", "reader_init_checkpoint", "reader_hidden_size", "reader_share_embeddings",
+            "reader_copy_attention", "reader_num_heads", "reader_encoder_layers", "reader_decoder_layers",
+            "reader_intermediate_size", "reader_dropout_rate", "passage_seq_len", "answer_seq_len",
+            "iterations", "num_passages", "reader_steps", "reader_single_passage_steps", "retriever_steps",
+            "reader_batch_size", "retriever_batch_size", "reader_learning_rate", "retriever_learning_rate",
+            "reader_score_aggregation", "reader_temperature", "retriever_temperature",
+            "reader_answer_substitution_rate", "distill_answer_bearing_only", "keep_better_retriever",
+            "selection_metric", "recall_ks"
+        },
 }
 _REFRESHER_FLAGS_BEFORE = {
     "model_dir", "retrieval_corpus_path", "index_implementation", "index_rescoring", "keep", "batch_size",
     "embed_length_buckets", "embed_jit_compile", "max_refreshes", "poll_seconds", "start_at_step", "once",
-    "init_checkpoint", "config_path", "num_workers", "worker_index", "merge_timeout_seconds",
-    "wait_for_lock", "strategy", "tpu", "num_cpu_devices", "mixed_precision"}
+    "init_checkpoint", "config_path", "num_workers", "worker_index", "merge_timeout_seconds", "wait_for_lock",
+    "strategy", "tpu", "num_cpu_devices", "mixed_precision"
+}
 
 
 class TreesTest(absltest.TestCase):
@@ -260,8 +298,14 @@ class TreesTest(absltest.TestCase):
   def test_the_refresher_keeps_its_flags_and_builds_its_options(self):
     cls = refresh_doc_embeds.RefreshDocEmbedsConfig
     self.assertEqual({leaf.flag for leaf in run_config.leaves(cls)}, _REFRESHER_FLAGS_BEFORE)
-    config = run_config.resolve(cls, flags_given={"model_dir": "/m", "retrieval_corpus_path": "/c",
-                                                  "keep": 2, "num_workers": 2, "worker_index": 1})
+    config = run_config.resolve(cls,
+                                flags_given={
+                                    "model_dir": "/m",
+                                    "retrieval_corpus_path": "/c",
+                                    "keep": 2,
+                                    "num_workers": 2,
+                                    "worker_index": 1
+                                })
     with self.assertRaisesRegex(ValueError, "with_precision_chosen"):
       config.refresher_options()
     logged = []
@@ -274,17 +318,23 @@ class TreesTest(absltest.TestCase):
     self.assertIn("embedding precision:", logged[0])
     # What the user asked for stays in the tree the run writes: a restart elsewhere chooses again.
     self.assertEqual((config.device.mixed_precision, config.index.embed_jit_compile), ("auto", None))
-    forced = run_config.resolve(cls, flags_given={"model_dir": "/m", "retrieval_corpus_path": "/c",
-                                                  "mixed_precision": "float32",
-                                                  "embed_jit_compile": False})
+    forced = run_config.resolve(cls,
+                                flags_given={
+                                    "model_dir": "/m",
+                                    "retrieval_corpus_path": "/c",
+                                    "mixed_precision": "float32",
+                                    "embed_jit_compile": False
+                                })
     forced = forced.with_precision_chosen(logged.append)
     self.assertEqual((forced.device.mixed_precision, forced.index.embed_jit_compile), ("float32", False))
     self.assertIn("forced: --mixed_precision=float32 --noembed_jit_compile", logged[-1])
     self.assertEqual(config.file_stem, "refresh_doc_embeds.worker1")
 
   def test_each_tree_builds_its_trainers_options(self):
-    paths = {leaf.flag: f"/{leaf.flag}" for cls in _FLAGS_BEFORE for leaf in run_config.leaves(cls)
-             if leaf.field.metadata["required"]}
+    paths = {
+        leaf.flag: f"/{leaf.flag}"
+        for cls in _FLAGS_BEFORE for leaf in run_config.leaves(cls) if leaf.field.metadata["required"]
+    }
     bert = bert_lib.tiny_config(285)
     for cls in _FLAGS_BEFORE:
       with self.subTest(cls.__name__):

@@ -54,8 +54,10 @@ class Device:
   strategy: str = option("cpu", "Distribution strategy.", choices=distribute.STRATEGIES, daily=True)
   tpu: str = option("", "TPU name, grpc:// address, or local, for --strategy=tpu.", daily=True)
   num_cpu_devices: int = option(1, "Logical CPUs for --strategy=mirrored on CPU.", lower_bound=1)
-  mixed_precision: str = option("float32", "Keras precision policy.",
-                                choices=("float32", "mixed_bfloat16"), daily=True)
+  mixed_precision: str = option("float32",
+                                "Keras precision policy.",
+                                choices=("float32", "mixed_bfloat16"),
+                                daily=True)
 
   def setup(self):
     """The strategy (logical CPUs first), with the precision policy set; call before building models."""
@@ -74,21 +76,24 @@ class Train:
   log_every_steps: int = option(10, "Progress line interval.", lower_bound=1)
   steps_per_loop: int = option(
       1, "Steps run in one compiled loop between two looks of the host (on TPUs, e.g. 100); "
-      "--save_checkpoints_steps and --log_every_steps must be multiples of it.", lower_bound=1)
+      "--save_checkpoints_steps and --log_every_steps must be multiples of it.",
+      lower_bound=1)
   gradient_accumulation_steps: int = option(
       1, "Parts each replica's batch is cut into and run one after another, their gradients summed into "
       "one update: the update of the whole --batch_size with the memory of a part. Must divide the "
-      "per-replica batch.", lower_bound=1)
+      "per-replica batch.",
+      lower_bound=1)
   jit_compile: bool = option(
       True, "Compile the train steps with XLA, and a trainer's own corpus embedding (bin/train_realm's "
       "bootstrap index, bin/train_orqa's frozen index, bin/train_fid_kd's refreshed indexes).")
   seed: int = option(0, "Seed of initializations and of the example stream.")
 
   def loop_options(self, model_dir: str) -> loop.LoopOptions:
-    return loop.LoopOptions(
-        model_dir=model_dir, global_batch_size=self.batch_size,
-        **values(self, "num_train_steps", "save_checkpoints_steps", "keep_checkpoint_max",
-                  "log_every_steps", "jit_compile", "steps_per_loop", "gradient_accumulation_steps"))
+    return loop.LoopOptions(model_dir=model_dir,
+                            global_batch_size=self.batch_size,
+                            **values(self, "num_train_steps", "save_checkpoints_steps", "keep_checkpoint_max",
+                                     "log_every_steps", "jit_compile", "steps_per_loop",
+                                     "gradient_accumulation_steps"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +104,8 @@ class Embedding:
       0.0, "0: retrieval scores are raw inner products (REALM, ORQA). s > 0: the retriever's embeddings are "
       "L2-normalised and scores are s x cosine, for a retriever warm-started from a sentence-transformers "
       "model (all-MiniLM-L6-v2: --embedder_pooling=mean --projection_size=0 --cosine_score_scale=20, its "
-      "own training's scale).", lower_bound=0.0)
+      "own training's scale).",
+      lower_bound=0.0)
   projection_size: int = option(
       128, "Retriever dimension D; 0: no projection, D is the BERT's hidden size (keeps a sentence-"
       "transformers model's own space, e.g. all-MiniLM-L6-v2 with --embedder_pooling=mean).",
@@ -120,10 +126,14 @@ class Retriever(Embedding):
 class QaData:
   """A QA trainer's questions (bin/train_orqa, bin/train_fid_kd) and the corpus it retrieves from."""
   train_path: Optional[str] = option(
-      None, "Training QA file (any realm_tf.data.qa.load_qa input: .jsonl, .json, .tsv or tfds:NAME/SPLIT).",
-      required=True, daily=True)
-  dev_path: Optional[str] = option(
-      None, "Dev QA file for periodic evaluation and best-checkpoint selection.", daily=True)
-  max_eval_examples: Optional[int] = option(None, "Evaluate on the first N dev questions only.",
+      None,
+      "Training QA file (any realm_tf.data.qa.load_qa input: .jsonl, .json, .tsv or tfds:NAME/SPLIT).",
+      required=True,
+      daily=True)
+  dev_path: Optional[str] = option(None,
+                                   "Dev QA file for periodic evaluation and best-checkpoint selection.",
+                                   daily=True)
+  max_eval_examples: Optional[int] = option(None,
+                                            "Evaluate on the first N dev questions only.",
                                             lower_bound=1)
   retrieval_corpus_path: Optional[str] = option(None, RETRIEVAL_CORPUS_HELP, required=True, daily=True)

@@ -36,10 +36,11 @@ from realm_tf.training import fid_kd
 @dataclasses.dataclass(frozen=True)
 class FidData(sections.QaData):
   """The questions (a dev file is needed: it accepts or rejects each round) and the corpus."""
-  dev_path: Optional[str] = option(None, "Dev QA file: recall@k and reader exact match per iteration.",
-                                   required=True, daily=True)
-  max_train_examples: Optional[int] = option(None, "Use the first N training questions only.",
-                                             lower_bound=1)
+  dev_path: Optional[str] = option(None,
+                                   "Dev QA file: recall@k and reader exact match per iteration.",
+                                   required=True,
+                                   daily=True)
+  max_train_examples: Optional[int] = option(None, "Use the first N training questions only.", lower_bound=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,8 @@ class FidRetriever(sections.Retriever):
       "untrained one.")
   initial_passages: str = option(
       "bm25", "Passages the iteration-0 reader reads: BM25's, as the paper starts, or the initial "
-      "retriever's (dense; for a trained --retriever_checkpoint).", choices=fid_kd.INITIAL_PASSAGES)
+      "retriever's (dense; for a trained --retriever_checkpoint).",
+      choices=fid_kd.INITIAL_PASSAGES)
   embed_batch_size: int = option(128, "Batch size of the corpus embedding.", lower_bound=1)
 
 
@@ -76,7 +78,9 @@ class FidReader:
   reader_encoder_layers: int = option(2, "FiD reader encoder layers.", lower_bound=1)
   reader_decoder_layers: int = option(2, "FiD reader decoder layers.", lower_bound=1)
   reader_intermediate_size: int = option(128, "FiD reader feed-forward width.", lower_bound=1)
-  reader_dropout_rate: float = option(0.0, "FiD reader dropout in training.", lower_bound=0.0,
+  reader_dropout_rate: float = option(0.0,
+                                      "FiD reader dropout in training.",
+                                      lower_bound=0.0,
                                       upper_bound=1.0)
   passage_seq_len: int = option(96, "Reader wordpieces per (question, passage) pair L.", lower_bound=1)
   answer_seq_len: int = option(12, "Reader answer length T (with [SEP]).", lower_bound=1)
@@ -103,27 +107,32 @@ class FidRounds:
       800, "Reader steps BEFORE --reader_steps on each question's highest-ranked answer-bearing passage "
       "alone (0: none). A reader trained from scratch learns to find and copy an answer there, then to "
       "choose among n passages; on n passages from the start it did not learn to read (the paper's T5 "
-      "arrives able to).", lower_bound=0)
+      "arrives able to).",
+      lower_bound=0)
   retriever_steps: int = option(200, "Retriever steps per iteration.", lower_bound=0)
   reader_batch_size: int = option(
       16, "Reader batch (questions); at 8 a reader from scratch learned to choose among 3 passages far "
-      "more slowly on testdata than at 32; 16 halves the cost of a 10-passage step.", lower_bound=1)
+      "more slowly on testdata than at 32; 16 halves the cost of a 10-passage step.",
+      lower_bound=1)
   retriever_batch_size: int = option(8, "Retriever batch (questions).", lower_bound=1)
   reader_learning_rate: float = option(2e-3, "Reader peak learning rate.", lower_bound=0.0)
   retriever_learning_rate: float = option(1e-3, "Retriever peak learning rate.", lower_bound=0.0)
   reader_score_aggregation: str = option(
       "attention_mass", "How the first decoded token's cross-attention becomes a score per passage: "
       "pre_softmax (the paper's mean logit) or attention_mass (log of the attention probability on the "
-      "passage); see realm_tf.modeling.fid_reader.", choices=sorted(fid_reader.SCORE_AGGREGATIONS))
+      "passage); see realm_tf.modeling.fid_reader.",
+      choices=sorted(fid_reader.SCORE_AGGREGATIONS))
   reader_temperature: float = option(
-      0.1, "Temperature of the reader scores (target); below 1 sharpens the averaged attention mass.",
+      0.1,
+      "Temperature of the reader scores (target); below 1 sharpens the averaged attention mass.",
       lower_bound=0.0)
   retriever_temperature: float = option(1.0, "Temperature of the retriever scores.", lower_bound=0.0)
   reader_answer_substitution_rate: float = option(
       1.0, "Fraction of the reader's training examples whose answer is replaced, in the passages and the "
       "target, by another example's answer, drawn anew every epoch (realm_tf.data.answer_substitution): a "
       "reader that cannot memorize answers must read, so its cross-attention scores mean something.",
-      lower_bound=0.0, upper_bound=1.0)
+      lower_bound=0.0,
+      upper_bound=1.0)
   distill_answer_bearing_only: bool = option(
       True, "Distil only the training questions whose n passages hold an answer (the reader's attention "
       "over passages that are all irrelevant is noise to the retriever).")
@@ -152,13 +161,17 @@ class TrainFidKdConfig:
   """bin/train_fid_kd: FiD-KD, rounds of a fresh reader and a retriever distilled from its attention."""
   BINARY: ClassVar[str] = "train_fid_kd"
 
-  model_dir: Optional[str] = option(None, "Configs, per-iteration checkpoints, scores, metrics.",
-                                    required=True, daily=True)
+  model_dir: Optional[str] = option(None,
+                                    "Configs, per-iteration checkpoints, scores, metrics.",
+                                    required=True,
+                                    daily=True)
   data: FidData = section(FidData)
   model: sections.Bert = section(sections.Bert)
   # Mean pooling by default here: on testdata an untrained mean-pooled retriever starts at 10% recall@5 and
   # the reader's scores lift it to about a third, the [CLS] pooler from 1% to 5%.
-  retriever: FidRetriever = section(FidRetriever, embedder_pooling=embedder.MEAN, query_seq_len=32,
+  retriever: FidRetriever = section(FidRetriever,
+                                    embedder_pooling=embedder.MEAN,
+                                    query_seq_len=32,
                                     candidate_seq_len=128)
   reader: FidReader = section(FidReader)
   rounds: FidRounds = section(FidRounds)
@@ -175,26 +188,34 @@ class TrainFidKdConfig:
       raise ConfigError("--reader_share_embeddings shares the pre-trained encoder's word embeddings: pass "
                         "--reader_init_checkpoint too")
     try:
-      return fid_reader.FidConfig(
-          vocab_size=bert.vocab_size, hidden_size=reader.reader_hidden_size,
-          num_heads=reader.reader_num_heads, num_encoder_layers=reader.reader_encoder_layers,
-          num_decoder_layers=reader.reader_decoder_layers,
-          intermediate_size=reader.reader_intermediate_size, dropout_rate=reader.reader_dropout_rate,
-          passage_seq_len=reader.passage_seq_len, answer_seq_len=reader.answer_seq_len,
-          encoder="bert" if reader_bert else "t5", bert=reader_bert,
-          share_embeddings=reader.reader_share_embeddings, copy_attention=reader.reader_copy_attention)
+      return fid_reader.FidConfig(vocab_size=bert.vocab_size,
+                                  hidden_size=reader.reader_hidden_size,
+                                  num_heads=reader.reader_num_heads,
+                                  num_encoder_layers=reader.reader_encoder_layers,
+                                  num_decoder_layers=reader.reader_decoder_layers,
+                                  intermediate_size=reader.reader_intermediate_size,
+                                  dropout_rate=reader.reader_dropout_rate,
+                                  passage_seq_len=reader.passage_seq_len,
+                                  answer_seq_len=reader.answer_seq_len,
+                                  encoder="bert" if reader_bert else "t5",
+                                  bert=reader_bert,
+                                  share_embeddings=reader.reader_share_embeddings,
+                                  copy_attention=reader.reader_copy_attention)
     except ValueError as e:
-      raise ConfigError(
-          f"the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): {e}") from None
+      raise ConfigError(f"the reader flags (--reader_*, --passage_seq_len, --answer_seq_len): {e}") from None
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> fid_kd.FidKdOptions:
     """What fid_kd.run takes; bert: model.bert_config resolved (Bert.bert()). ConfigError as fid_config."""
     retriever = self.retriever
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=bert, reader_bert=bert, **sections.values(self.model, "vocab_path", "do_lower_case"),
-        **sections.values(retriever, *sections.names(sections.Retriever)))
-    return fid_kd.FidKdOptions(
-        config=config, fid=self.fid_config(bert), model_dir=self.model_dir,
-        **dataclasses.asdict(self.data), **dataclasses.asdict(self.rounds),
-        **sections.values(retriever, "retriever_checkpoint", "initial_passages", "embed_batch_size"),
-        reader_init_checkpoint=self.reader.reader_init_checkpoint)
+    config = realm_config_lib.RealmConfig(retriever_bert=bert,
+                                          reader_bert=bert,
+                                          **sections.values(self.model, "vocab_path", "do_lower_case"),
+                                          **sections.values(retriever, *sections.names(sections.Retriever)))
+    return fid_kd.FidKdOptions(config=config,
+                               fid=self.fid_config(bert),
+                               model_dir=self.model_dir,
+                               **dataclasses.asdict(self.data),
+                               **dataclasses.asdict(self.rounds),
+                               **sections.values(retriever, "retriever_checkpoint", "initial_passages",
+                                                 "embed_batch_size"),
+                               reader_init_checkpoint=self.reader.reader_init_checkpoint)

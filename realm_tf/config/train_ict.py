@@ -25,7 +25,9 @@ from realm_tf.training import ict_trainer
 @dataclasses.dataclass(frozen=True)
 class IctData:
   """The pre-training sentences whose blocks ICT's queries are cut from."""
-  pretraining_corpus_path: Optional[str] = option(None, sections.PRETRAINING_CORPUS_HELP, required=True,
+  pretraining_corpus_path: Optional[str] = option(None,
+                                                  sections.PRETRAINING_CORPUS_HELP,
+                                                  required=True,
                                                   daily=True)
 
 
@@ -33,10 +35,14 @@ class IctData:
 class Ict(sections.Embedding):
   """The ICT embedder (the original's module: LayerNorm epsilon 1e-3, dropout 0.1) and its task."""
   layer_norm_epsilon: float = option(1e-3, "Embedder LayerNorm epsilon (ICT: 1e-3).", lower_bound=0.0)
-  dropout_rate: float = option(0.1, "Embedder dropout in training (ICT: 0.1).", lower_bound=0.0,
+  dropout_rate: float = option(0.1,
+                               "Embedder dropout in training (ICT: 0.1).",
+                               lower_bound=0.0,
                                upper_bound=1.0)
   block_seq_len: int = option(288, "Block length.", lower_bound=1)
-  mask_rate: float = option(0.9, "Probability of removing the sentence from its block.", lower_bound=0.0,
+  mask_rate: float = option(0.9,
+                            "Probability of removing the sentence from its block.",
+                            lower_bound=0.0,
                             upper_bound=1.0)
   init_bert_checkpoint: Optional[str] = option(
       None, "BERT warm start (TF1 Google BERT, HF safetensors, Model Garden TF2).")
@@ -52,18 +58,27 @@ class TrainIctConfig:
   model: sections.Bert = section(sections.Bert)
   ict: Ict = section(Ict, query_seq_len=64)
   device: sections.Device = section(sections.Device)
-  train: sections.Train = section(sections.Train, batch_size=32, learning_rate=1e-4, num_train_steps=1000,
+  train: sections.Train = section(sections.Train,
+                                  batch_size=32,
+                                  learning_rate=1e-4,
+                                  num_train_steps=1000,
                                   save_checkpoints_steps=1000)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> ict_trainer.IctTrainerOptions:
     """What ict_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     ict = self.ict
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=bert, reader_bert=bert, **sections.values(self.model, "vocab_path", "do_lower_case"),
-        **sections.values(ict, "embedder_pooling", "cosine_score_scale", "projection_size", "query_seq_len"),
-        embedder_layer_norm_epsilon=ict.layer_norm_epsilon, embedder_dropout_rate=ict.dropout_rate,
-        candidate_seq_len=ict.block_seq_len)
-    return ict_trainer.IctTrainerOptions(
-        config=config, loop=self.train.loop_options(self.model_dir), **dataclasses.asdict(self.data),
-        **sections.values(self.train, "batch_size", "learning_rate", "adam_bias_correction", "seed"),
-        **sections.values(ict, "block_seq_len", "mask_rate", "init_bert_checkpoint"))
+    config = realm_config_lib.RealmConfig(retriever_bert=bert,
+                                          reader_bert=bert,
+                                          **sections.values(self.model, "vocab_path", "do_lower_case"),
+                                          **sections.values(ict, "embedder_pooling", "cosine_score_scale",
+                                                            "projection_size", "query_seq_len"),
+                                          embedder_layer_norm_epsilon=ict.layer_norm_epsilon,
+                                          embedder_dropout_rate=ict.dropout_rate,
+                                          candidate_seq_len=ict.block_seq_len)
+    return ict_trainer.IctTrainerOptions(config=config,
+                                         loop=self.train.loop_options(self.model_dir),
+                                         **dataclasses.asdict(self.data),
+                                         **sections.values(self.train, "batch_size", "learning_rate",
+                                                           "adam_bias_correction", "seed"),
+                                         **sections.values(ict, "block_seq_len", "mask_rate",
+                                                           "init_bert_checkpoint"))

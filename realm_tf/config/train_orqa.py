@@ -32,7 +32,9 @@ class OrqaData(sections.QaData):
 @dataclasses.dataclass(frozen=True)
 class OrqaRetriever(sections.Retriever):
   """The retriever: its warm start and the frozen index of its document tower."""
-  embedder_dropout_rate: float = option(0.0, "Query tower dropout in training (ICT: 0.1).", lower_bound=0.0,
+  embedder_dropout_rate: float = option(0.0,
+                                        "Query tower dropout in training (ICT: 0.1).",
+                                        lower_bound=0.0,
                                         upper_bound=1.0)
   retriever_checkpoint: Optional[str] = option(
       None, "REALM / ICT / ORQA / converted checkpoint (or its directory).")
@@ -76,24 +78,33 @@ class TrainOrqaConfig:
   reader: OrqaReader = section(OrqaReader)
   evaluation: OrqaEval = section(OrqaEval)
   device: sections.Device = section(sections.Device)
-  train: sections.Train = section(sections.Train, batch_size=8, learning_rate=1e-5, num_train_steps=1000,
+  train: sections.Train = section(sections.Train,
+                                  batch_size=8,
+                                  learning_rate=1e-5,
+                                  num_train_steps=1000,
                                   save_checkpoints_steps=500)
 
   def trainer_options(self, bert: bert_lib.BertConfig) -> orqa_trainer.OrqaTrainerOptions:
     """What orqa_trainer.train takes; bert: model.bert_config resolved (Bert.bert())."""
     retriever, reader = self.retriever, self.reader
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=bert, reader_bert=bert, share_embedders=False,
-        **sections.values(self.model, "vocab_path", "do_lower_case"),
-        **sections.values(retriever, *sections.names(sections.Retriever)),
-        embedder_dropout_rate=retriever.embedder_dropout_rate)
+    config = realm_config_lib.RealmConfig(retriever_bert=bert,
+                                          reader_bert=bert,
+                                          share_embedders=False,
+                                          **sections.values(self.model, "vocab_path", "do_lower_case"),
+                                          **sections.values(retriever, *sections.names(sections.Retriever)),
+                                          embedder_dropout_rate=retriever.embedder_dropout_rate)
     orqa = orqa_lib.OrqaConfig(
         retrieval_corpus_path=self.data.retrieval_corpus_path,
-        **sections.values(reader, *(name for name in sections.names(OrqaReader)
-                                    if name != "reader_checkpoint")))
-    return orqa_trainer.OrqaTrainerOptions(
-        config=config, orqa=orqa, loop=self.train.loop_options(self.model_dir),
-        **sections.values(self.data, "train_path", "dev_path", "max_eval_examples", "skip_invalid"),
-        **sections.values(retriever, "retriever_checkpoint", "index_dir", "embed_batch_size"),
-        reader_checkpoint=reader.reader_checkpoint, **dataclasses.asdict(self.evaluation),
-        **sections.values(self.train, "batch_size", "learning_rate", "adam_bias_correction", "seed"))
+        **sections.values(reader,
+                          *(name for name in sections.names(OrqaReader) if name != "reader_checkpoint")))
+    return orqa_trainer.OrqaTrainerOptions(config=config,
+                                           orqa=orqa,
+                                           loop=self.train.loop_options(self.model_dir),
+                                           **sections.values(self.data, "train_path", "dev_path",
+                                                             "max_eval_examples", "skip_invalid"),
+                                           **sections.values(retriever, "retriever_checkpoint", "index_dir",
+                                                             "embed_batch_size"),
+                                           reader_checkpoint=reader.reader_checkpoint,
+                                           **dataclasses.asdict(self.evaluation),
+                                           **sections.values(self.train, "batch_size", "learning_rate",
+                                                             "adam_bias_correction", "seed"))

@@ -33,7 +33,6 @@ from realm_tf.retrieval import index as index_lib
 CHECKPOINT_NAME = "ckpt"
 BERT_CONFIG_NAME = "bert_config.json"
 
-
 # ------------------------------------------------------------------------------------------------
 # Block embeddings -> MIPS index.
 
@@ -80,8 +79,11 @@ def _block_records(embeddings_path: str, num_rows: int, blocks_path: str,
                                   "aligned")
 
 
-def convert_block_emb(checkpoint_path: str, output_dir: str, blocks_path: Optional[str] = None,
-                      titles_path: Optional[str] = None, implementation: str = "scann",
+def convert_block_emb(checkpoint_path: str,
+                      output_dir: str,
+                      blocks_path: Optional[str] = None,
+                      titles_path: Optional[str] = None,
+                      implementation: str = "scann",
                       **index_options) -> Tuple[index_lib.MipsIndex, released.Layout, Dict[str, str]]:
   """Builds and saves the MIPS index of a released block_emb, and the block texts beside it.
 
@@ -99,12 +101,18 @@ def convert_block_emb(checkpoint_path: str, output_dir: str, blocks_path: Option
   if blocks_path:
     outputs["blocks"] = os.path.join(output_dir, converted_index.BLOCKS_NAME)
     tf.io.gfile.makedirs(output_dir)
-    io_utils.write_jsonl_atomic(outputs["blocks"], _block_records(
-        layout.checkpoint_path, embeddings.shape[0], blocks_path, titles_path))
+    io_utils.write_jsonl_atomic(
+        outputs["blocks"],
+        _block_records(layout.checkpoint_path, embeddings.shape[0], blocks_path, titles_path))
   mips = index_lib.build_index(embeddings, implementation=implementation, **index_options)
   outputs["index"] = os.path.join(output_dir, converted_index.MIPS_DIR)
-  mips.save(outputs["index"], extra={"source": layout.checkpoint_path, "variable": layout.block_emb,
-                                     "blocks_path": blocks_path, "titles_path": titles_path})
+  mips.save(outputs["index"],
+            extra={
+                "source": layout.checkpoint_path,
+                "variable": layout.block_emb,
+                "blocks_path": blocks_path,
+                "titles_path": titles_path
+            })
   return mips, layout, outputs
 
 
@@ -127,9 +135,9 @@ class ConversionResult:
     if self.report is not None:
       lines.append(self.report.summary(list_all))
     if self.sequence_lengths:
-      lines.append("sequence lengths: " + ", ".join(
-          f"{name} {value}" for name, value in self.sequence_lengths.items())
-                   + " (the originals' cut to the BERTs' position tables unless given as flags)")
+      lines.append("sequence lengths: " +
+                   ", ".join(f"{name} {value}" for name, value in self.sequence_lengths.items()) +
+                   " (the originals' cut to the BERTs' position tables unless given as flags)")
     lines += [f"wrote {kind}: {path}" for kind, path in sorted(self.outputs.items())]
     return "\n".join(lines)
 
@@ -142,16 +150,24 @@ def _output_path(output_dir: str, name: str) -> str:
 def _save_checkpoint(output_dir: str, **objects) -> str:
   """tf.train.Checkpoint(**objects) as output_dir/ckpt-0 with a `checkpoint` file, so the directory
   can be passed wherever a checkpoint directory is accepted."""
-  manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects), output_dir, max_to_keep=1,
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(**objects),
+                                       output_dir,
+                                       max_to_keep=1,
                                        checkpoint_name=CHECKPOINT_NAME)
   return manager.save(checkpoint_number=0)
 
 
-def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
-            bert_config_path: Optional[str] = None, vocab_path: Optional[str] = None,
-            num_attention_heads: Optional[int] = None, blocks_path: Optional[str] = None,
-            titles_path: Optional[str] = None, index_implementation: str = "scann",
-            query_seq_len: Optional[int] = None, candidate_seq_len: Optional[int] = None,
+def convert(input_checkpoint: str,
+            output_dir: str,
+            layout: str = released.AUTO,
+            bert_config_path: Optional[str] = None,
+            vocab_path: Optional[str] = None,
+            num_attention_heads: Optional[int] = None,
+            blocks_path: Optional[str] = None,
+            titles_path: Optional[str] = None,
+            index_implementation: str = "scann",
+            query_seq_len: Optional[int] = None,
+            candidate_seq_len: Optional[int] = None,
             reader_seq_len: Optional[int] = None) -> ConversionResult:
   """Converts a released checkpoint into realm_tf's formats under output_dir (a new or empty one).
 
@@ -177,29 +193,40 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
     raise FileExistsError(f"{output_dir} is not empty; converted checkpoints are written into a new "
                           "directory")
   resolved = sources.resolve_checkpoint(input_checkpoint, block_emb=layout == released.BLOCK_EMB)
-  if layout == released.BLOCK_EMB or (layout == released.AUTO
-                                      and released.detect_layout(resolved).name == released.BLOCK_EMB):
+  if layout == released.BLOCK_EMB or (layout == released.AUTO and
+                                      released.detect_layout(resolved).name == released.BLOCK_EMB):
     if (query_seq_len, candidate_seq_len, reader_seq_len) != (None, None, None):
       raise ValueError("query_seq_len / candidate_seq_len / reader_seq_len do not apply to layout "
                        "block_emb (its embeddings are computed already)")
     mips, detected, outputs = convert_block_emb(resolved, output_dir, blocks_path, titles_path,
                                                 index_implementation)
-    info = {"layout": released.BLOCK_EMB, "source": detected.checkpoint_path,
-            "variable": detected.block_emb, "num_blocks": mips.num_docs, "dim": mips.dim,
-            "outputs": outputs}
+    info = {
+        "layout": released.BLOCK_EMB,
+        "source": detected.checkpoint_path,
+        "variable": detected.block_emb,
+        "num_blocks": mips.num_docs,
+        "dim": mips.dim,
+        "outputs": outputs
+    }
     io_utils.write_json_atomic(os.path.join(output_dir, converted_index.CONVERSION_NAME), info)
-    return ConversionResult(detected, None, dict(outputs, conversion=os.path.join(
-        output_dir, converted_index.CONVERSION_NAME)))
+    return ConversionResult(
+        detected, None, dict(outputs, conversion=os.path.join(output_dir, converted_index.CONVERSION_NAME)))
   if blocks_path or titles_path:
     raise ValueError("blocks_path / titles_path only apply to layout block_emb")
 
-  loaded = released.load_released(resolved, layout, bert_config_path, num_attention_heads,
-                                  reader_seq_len=reader_seq_len, query_seq_len=query_seq_len,
+  loaded = released.load_released(resolved,
+                                  layout,
+                                  bert_config_path,
+                                  num_attention_heads,
+                                  reader_seq_len=reader_seq_len,
+                                  query_seq_len=query_seq_len,
                                   candidate_seq_len=candidate_seq_len)
   detected = loaded.layout
-  configs = [(c, prefix) for c, prefix in ((loaded.encoder_config, detected.encoder_bert),
-                                             (loaded.retriever_config, detected.retriever_bert),
-                                             (loaded.reader_config, detected.reader_bert)) if c]
+  configs = [(c, prefix)
+             for c, prefix in ((loaded.encoder_config, detected.encoder_bert),
+                               (loaded.retriever_config, detected.retriever_bert), (loaded.reader_config,
+                                                                                    detected.reader_bert))
+             if c]
   vocab_path = vocab_path or released.find_module_vocab(detected.checkpoint_path)
   if vocab_path is None and detected.name != released.REALM_BERT:
     raise sources.ConversionError(f"{detected.checkpoint_path}: no vocab.txt beside the checkpoint; pass "
@@ -224,24 +251,32 @@ def convert(input_checkpoint: str, output_dir: str, layout: str = released.AUTO,
     if loaded.reader is not None:
       objects["reader"] = loaded.reader
     outputs["checkpoint"] = _save_checkpoint(output_dir, **objects)
-    config = realm_config_lib.RealmConfig(
-        retriever_bert=loaded.retriever_config,
-        reader_bert=loaded.reader_config or loaded.retriever_config,
-        vocab_path=outputs["vocab"], projection_size=loaded.projection_size,
-        embedder_layer_norm_epsilon=released.EMBEDDER_LAYER_NORM_EPSILON, embedder_dropout_rate=0.0,
-        share_embedders=True, query_seq_len=loaded.sequence_lengths["query_seq_len"],
-        candidate_seq_len=loaded.sequence_lengths["candidate_seq_len"])
+    config = realm_config_lib.RealmConfig(retriever_bert=loaded.retriever_config,
+                                          reader_bert=loaded.reader_config or loaded.retriever_config,
+                                          vocab_path=outputs["vocab"],
+                                          projection_size=loaded.projection_size,
+                                          embedder_layer_norm_epsilon=released.EMBEDDER_LAYER_NORM_EPSILON,
+                                          embedder_dropout_rate=0.0,
+                                          share_embedders=True,
+                                          query_seq_len=loaded.sequence_lengths["query_seq_len"],
+                                          candidate_seq_len=loaded.sequence_lengths["candidate_seq_len"])
     outputs["realm_config"] = config.save(output_dir)
-  info = {"layout": detected.name, "source": detected.checkpoint_path,
-          "description": detected.describe(), "projection_size": loaded.projection_size,
-          "span_hidden_size": loaded.span_hidden_size,
-          "reader_layer_norm_epsilon": released.READER_LAYER_NORM_EPSILON if loaded.reader else None,
-          "sequence_lengths": loaded.sequence_lengths,
-          "outputs": dict(outputs), "report": loaded.report.to_dict()}
+  info = {
+      "layout": detected.name,
+      "source": detected.checkpoint_path,
+      "description": detected.describe(),
+      "projection_size": loaded.projection_size,
+      "span_hidden_size": loaded.span_hidden_size,
+      "reader_layer_norm_epsilon": released.READER_LAYER_NORM_EPSILON if loaded.reader else None,
+      "sequence_lengths": loaded.sequence_lengths,
+      "outputs": dict(outputs),
+      "report": loaded.report.to_dict()
+  }
   if loaded.reader is not None:
     info["orqa_config"] = orqa_lib.OrqaConfig(
         reader_seq_len=loaded.sequence_lengths["reader_seq_len"],
-        span_hidden_size=loaded.span_hidden_size, max_span_width=released.ORQA_MAX_SPAN_WIDTH,
+        span_hidden_size=loaded.span_hidden_size,
+        max_span_width=released.ORQA_MAX_SPAN_WIDTH,
         reader_layer_norm_epsilon=released.READER_LAYER_NORM_EPSILON).to_dict()
   outputs["conversion"] = _output_path(output_dir, converted_index.CONVERSION_NAME)
   io_utils.write_json_atomic(outputs["conversion"], info)
@@ -262,8 +297,7 @@ def read_conversion(output_dir: str) -> Optional[Dict]:
     return json.load(f)
 
 
-def converted_orqa_configs(model_dir: str
-                           ) -> Tuple[realm_config_lib.RealmConfig, orqa_lib.OrqaConfig]:
+def converted_orqa_configs(model_dir: str) -> Tuple[realm_config_lib.RealmConfig, orqa_lib.OrqaConfig]:
   """The RealmConfig (realm_config.json) and the span reader's OrqaConfig (conversion.json) of a
   converted orqa_from_realm checkpoint, with every sequence length checked against its BERT's position
   table (a hand-edited or older config would otherwise fail deep inside the model with a reshape error).
@@ -287,13 +321,14 @@ def converted_orqa_configs(model_dir: str
     orqa = orqa_lib.OrqaConfig.from_dict(info["orqa_config"])
   except (TypeError, ValueError) as e:
     raise ValueError(f"{path}: orqa_config is not an ORQA configuration ({e})") from e
-  for name, value, bert_config, which, source in (
-      ("query_seq_len", config.query_seq_len, config.retriever_bert, "retriever",
-       realm_config_lib.CONFIG_NAME),
-      ("candidate_seq_len", config.candidate_seq_len, config.retriever_bert, "retriever",
-       realm_config_lib.CONFIG_NAME),
-      ("reader_seq_len", orqa.reader_seq_len, config.reader_bert, "reader",
-       converted_index.CONVERSION_NAME)):
+  for name, value, bert_config, which, source in (("query_seq_len", config.query_seq_len,
+                                                   config.retriever_bert, "retriever",
+                                                   realm_config_lib.CONFIG_NAME),
+                                                  ("candidate_seq_len", config.candidate_seq_len,
+                                                   config.retriever_bert, "retriever",
+                                                   realm_config_lib.CONFIG_NAME),
+                                                  ("reader_seq_len", orqa.reader_seq_len, config.reader_bert,
+                                                   "reader", converted_index.CONVERSION_NAME)):
     if value > bert_config.max_position_embeddings:
       raise ValueError(f"{os.path.join(model_dir, source)}: {name} {value} exceeds the "
                        f"{bert_config.max_position_embeddings} positions of the {which} BERT's "

@@ -41,11 +41,13 @@ class ReleasedConversionTest(tf.test.TestCase):
   def test_vocab_mismatch(self):
     path = self._checkpoint(fixtures._embedder_params(), optimizer=False)
     vocab = fixtures._write_vocab(self.create_tempdir().full_path, fixtures._VOCAB - 1)
-    with self.assertRaisesRegex(sources.ConversionError,
-                                rf"vocab {vocab} has {fixtures._VOCAB - 1} tokens but {path} variable "
-                                rf"{fixtures._EMBEDDER_BERT}embeddings/word_embeddings has "
-                                rf"{fixtures._VOCAB} rows"):
-      released_conversion.convert(path, os.path.join(self._dir, "out"), vocab_path=vocab,
+    with self.assertRaisesRegex(
+        sources.ConversionError, rf"vocab {vocab} has {fixtures._VOCAB - 1} tokens but {path} variable "
+        rf"{fixtures._EMBEDDER_BERT}embeddings/word_embeddings has "
+        rf"{fixtures._VOCAB} rows"):
+      released_conversion.convert(path,
+                                  os.path.join(self._dir, "out"),
+                                  vocab_path=vocab,
                                   num_attention_heads=fixtures._HEADS)
 
   # --- conversion into realm_tf checkpoints --------------------------------------------------------
@@ -58,7 +60,8 @@ class ReleasedConversionTest(tf.test.TestCase):
     module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
     os.makedirs(os.path.join(module, "variables"))
     os.makedirs(os.path.join(module, "assets"))
-    testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), fixtures._with_optimizer(params))
+    testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"),
+                                       fixtures._with_optimizer(params))
     fixtures._write_vocab(os.path.join(module, "assets"))
     output_dir = os.path.join(self._dir, "converted")
     summary = released_conversion.convert(module, output_dir,
@@ -76,11 +79,16 @@ class ReleasedConversionTest(tf.test.TestCase):
     retriever = config.build_retriever()
     training_state.restore_retriever(retriever, output_dir)
     queries, docs = fixtures._embeddings(retriever)
-    self.assertAllClose(fixtures._np_embed(params, fixtures._EMBEDDER_BERT, fixtures._EMBEDDER_HEAD, fixtures._IDS, fixtures._MASK, fixtures._TYPES),
-                        queries, atol=fixtures._ATOL, rtol=fixtures._RTOL)
-    self.assertAllClose(
-        fixtures._np_embed(params, fixtures._EMBEDDER_BERT, fixtures._EMBEDDER_HEAD, fixtures._DOC_IDS, fixtures._DOC_MASK, fixtures._DOC_TYPES), docs,
-        atol=fixtures._ATOL, rtol=fixtures._RTOL)
+    self.assertAllClose(fixtures._np_embed(params, fixtures._EMBEDDER_BERT, fixtures._EMBEDDER_HEAD,
+                                           fixtures._IDS, fixtures._MASK, fixtures._TYPES),
+                        queries,
+                        atol=fixtures._ATOL,
+                        rtol=fixtures._RTOL)
+    self.assertAllClose(fixtures._np_embed(params, fixtures._EMBEDDER_BERT, fixtures._EMBEDDER_HEAD,
+                                           fixtures._DOC_IDS, fixtures._DOC_MASK, fixtures._DOC_TYPES),
+                        docs,
+                        atol=fixtures._ATOL,
+                        rtol=fixtures._RTOL)
 
   def test_convert_realm_bert_is_an_init_reader_checkpoint(self):
     params = fixtures._realm_bert_params()
@@ -94,7 +102,8 @@ class ReleasedConversionTest(tf.test.TestCase):
     model = kae_lib.KnowledgeAugmentedEncoder(config)
     report = bert_mapping.load_bert_weights(model.encoder, output_dir, masked_lm=model.masked_lm)
     self.assertEqual(report.prefix, "encoder/")
-    expected = fixtures._np_mlm_logits(params, "bert/", "cls/predictions/", fixtures._IDS, fixtures._MASK, fixtures._TYPES, fixtures._POSITIONS)
+    expected = fixtures._np_mlm_logits(params, "bert/", "cls/predictions/", fixtures._IDS, fixtures._MASK,
+                                       fixtures._TYPES, fixtures._POSITIONS)
     self.assertAllClose(expected, fixtures._kae_logits(model), atol=fixtures._ATOL, rtol=fixtures._RTOL)
 
   def test_convert_orqa_writes_retriever_and_reader(self):
@@ -109,7 +118,9 @@ class ReleasedConversionTest(tf.test.TestCase):
     config = realm_config_lib.RealmConfig.load(output_dir)
     retriever = config.build_retriever()
     training_state.restore_retriever(retriever, output_dir)
-    reader = reader_lib.SpanReader(config.reader_bert, seq_len=6, span_hidden_size=fixtures._SPAN_HIDDEN,
+    reader = reader_lib.SpanReader(config.reader_bert,
+                                   seq_len=6,
+                                   span_hidden_size=fixtures._SPAN_HIDDEN,
                                    max_span_width=fixtures._MAX_SPAN_WIDTH)
     rc._build_reader(reader)  # pylint: disable=protected-access
     status = tf.train.Checkpoint(reader=reader).read(tf.train.latest_checkpoint(output_dir))
@@ -126,36 +137,48 @@ class ReleasedConversionTest(tf.test.TestCase):
     path = self._checkpoint(fixtures._orqa_params())
     vocab = fixtures._write_vocab(self.create_tempdir().full_path)
     output_dir = os.path.join(self._dir, "orqa")
-    result = released_conversion.convert(path, output_dir, vocab_path=vocab, num_attention_heads=fixtures._HEADS,
-                        query_seq_len=8)
+    result = released_conversion.convert(path,
+                                         output_dir,
+                                         vocab_path=vocab,
+                                         num_attention_heads=fixtures._HEADS,
+                                         query_seq_len=8)
     want = {"query_seq_len": 8, "candidate_seq_len": 16, "reader_seq_len": 16}
     self.assertEqual(result.sequence_lengths, want)
     self.assertIn("sequence lengths: query_seq_len 8, candidate_seq_len 16, reader_seq_len 16",
                   result.summary())
     config, orqa = released_conversion.converted_orqa_configs(output_dir)
     self.assertEqual((config.query_seq_len, config.candidate_seq_len), (8, 16))
-    self.assertEqual((orqa.reader_seq_len, orqa.span_hidden_size, orqa.max_span_width,
-                      orqa.reader_layer_norm_epsilon), (16, fixtures._SPAN_HIDDEN, 10, 1e-3))
-    with self.assertRaisesRegex(sources.ConversionError, rf"reader_seq_len 17 \(--reader_seq_len\) does not "
-                                rf"fit the reader BERT: its position table {fixtures._READER_BERT}embeddings/"
-                                rf"position_embeddings in {path} holds 16 positions"):
-      released_conversion.convert(path, os.path.join(self._dir, "too_long"), vocab_path=vocab,
-                 num_attention_heads=fixtures._HEADS, reader_seq_len=17)
+    self.assertEqual(
+        (orqa.reader_seq_len, orqa.span_hidden_size, orqa.max_span_width, orqa.reader_layer_norm_epsilon),
+        (16, fixtures._SPAN_HIDDEN, 10, 1e-3))
+    with self.assertRaisesRegex(
+        sources.ConversionError, rf"reader_seq_len 17 \(--reader_seq_len\) does not "
+        rf"fit the reader BERT: its position table {fixtures._READER_BERT}embeddings/"
+        rf"position_embeddings in {path} holds 16 positions"):
+      released_conversion.convert(path,
+                                  os.path.join(self._dir, "too_long"),
+                                  vocab_path=vocab,
+                                  num_attention_heads=fixtures._HEADS,
+                                  reader_seq_len=17)
     self.assertFalse(os.path.exists(os.path.join(self._dir, "too_long")))
     embedder = self._checkpoint(fixtures._embedder_params(), "embedder.ckpt")
-    result = released_conversion.convert(embedder, os.path.join(self._dir, "embedder"), vocab_path=vocab,
-                        num_attention_heads=fixtures._HEADS)
+    result = released_conversion.convert(embedder,
+                                         os.path.join(self._dir, "embedder"),
+                                         vocab_path=vocab,
+                                         num_attention_heads=fixtures._HEADS)
     self.assertEqual(result.sequence_lengths, {"query_seq_len": 16, "candidate_seq_len": 16})
-    with self.assertRaisesRegex(sources.ConversionError, r"layout realm_embedder has no use for "
-                                r"reader_seq_len \(--reader_seq_len\)"):
+    with self.assertRaisesRegex(
+        sources.ConversionError, r"layout realm_embedder has no use for "
+        r"reader_seq_len \(--reader_seq_len\)"):
       rc.load_released(embedder, num_attention_heads=fixtures._HEADS, reader_seq_len=8)
     # An ORQA conversion written before the lengths were recorded, or with lengths beyond the tables.
     with open(os.path.join(output_dir, converted_index.CONVERSION_NAME)) as f:
       info = json.load(f)
     dataclasses.replace(config, query_seq_len=96).save(output_dir)
-    with self.assertRaisesRegex(ValueError, r"realm_config\.json: query_seq_len 96 exceeds the 16 "
-                                r"positions of the retriever BERT's position table; convert the "
-                                r"checkpoint again"):
+    with self.assertRaisesRegex(
+        ValueError, r"realm_config\.json: query_seq_len 96 exceeds the 16 "
+        r"positions of the retriever BERT's position table; convert the "
+        r"checkpoint again"):
       released_conversion.converted_orqa_configs(output_dir)
     del info["orqa_config"]
     with open(os.path.join(output_dir, converted_index.CONVERSION_NAME), "w") as f:
@@ -169,7 +192,8 @@ class ReleasedConversionTest(tf.test.TestCase):
   def test_block_emb_index_rows_are_blocks(self):
     rng = np.random.default_rng(5)
     block_emb = rng.normal(size=[7, fixtures._PROJECTION]).astype(np.float32)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"), {"block_emb": block_emb})
+    encoded = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
+                                                 {"block_emb": block_emb})
     texts = [f"block {i} text é" for i in range(7)]
     blocks_path = os.path.join(self._dir, "blocks.tfr")
     titles_path = os.path.join(self._dir, "titles.tfr")
@@ -178,8 +202,11 @@ class ReleasedConversionTest(tf.test.TestCase):
         for value in values:
           writer.write(value.encode("utf-8"))
     output_dir = os.path.join(self._dir, "index")
-    result = released_conversion.convert(encoded, output_dir, blocks_path=blocks_path, titles_path=titles_path,
-                        index_implementation="brute_force")
+    result = released_conversion.convert(encoded,
+                                         output_dir,
+                                         blocks_path=blocks_path,
+                                         titles_path=titles_path,
+                                         index_implementation="brute_force")
     self.assertEqual(result.layout.name, rc.BLOCK_EMB)
     mips = index_lib.load_index(result.outputs["index"])
     queries = rng.normal(size=[3, fixtures._PROJECTION]).astype(np.float32)
@@ -198,7 +225,10 @@ class ReleasedConversionTest(tf.test.TestCase):
     other_dir = os.path.join(self._dir, "index2")
     with self.assertRaisesRegex(sources.ConversionError,
                                 rf"{blocks_path} has 6 records but {encoded} has 7 rows"):
-      released_conversion.convert(encoded, other_dir, blocks_path=blocks_path, index_implementation="brute_force")
+      released_conversion.convert(encoded,
+                                  other_dir,
+                                  blocks_path=blocks_path,
+                                  index_implementation="brute_force")
     self.assertFalse(os.path.exists(os.path.join(other_dir, converted_index.BLOCKS_NAME)))
 
 

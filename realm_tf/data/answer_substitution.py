@@ -13,13 +13,14 @@ import numpy as np
 
 from realm_tf.data import fid_features
 
+
 def answer_shape(answer: str) -> Tuple[str, ...]:
   """A coarse, dataset-independent answer type: per word "d" (has a digit), "X" (capitalized) or "x".
 
   "19 October 1793" -> ("d", "X", "d"), "Lunithpry Guild" -> ("X", "X"), "Briarmer hymn" -> ("X", "x").
   """
-  return tuple("d" if any(c.isdigit() for c in w) else "X" if w[:1].isupper() else "x"
-               for w in answer.split())
+  return tuple(
+      "d" if any(c.isdigit() for c in w) else "X" if w[:1].isupper() else "x" for w in answer.split())
 
 
 def continuation_ids(tokenizer) -> FrozenSet[int]:
@@ -45,9 +46,8 @@ def find_spans(ids: Sequence[int], patterns: Dict[int, List[Pattern]],
   needs a word-boundary check."""
   spans, i = [], 0
   while i < len(ids):
-    match = next((p for p in patterns.get(ids[i], ())
-                  if tuple(ids[i:i + len(p)]) == p
-                  and (i + len(p) == len(ids) or ids[i + len(p)] not in continuation)), None)
+    match = next((p for p in patterns.get(ids[i], ()) if tuple(ids[i:i + len(p)]) == p and
+                  (i + len(p) == len(ids) or ids[i + len(p)] not in continuation)), None)
     if match is None:
       i += 1
     else:
@@ -68,7 +68,8 @@ def replace_spans(ids: Sequence[int], spans: Sequence[Tuple[int, Pattern]],
   return out
 
 
-def answer_passages(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int],
+def answer_passages(examples: fid_features.TokenizedExamples,
+                    continuation: FrozenSet[int],
                     max_len: Optional[int] = None) -> List[int]:
   """Per example, the index of its first (highest-ranked) pair holding its answer as whole words within
   its first max_len wordpieces (None: anywhere); -1 if none does (or the answer is empty).
@@ -79,13 +80,15 @@ def answer_passages(examples: fid_features.TokenizedExamples, continuation: Froz
   found = []
   for pairs, answer in zip(examples.pairs, examples.answers):
     patterns = _by_first_piece([answer])
-    found.append(next((i for i, ids in enumerate(pairs)
-                       if any(start + len(p) <= (max_len or len(ids))
-                              for start, p in find_spans(ids, patterns, continuation))), -1))
+    found.append(
+        next((i for i, ids in enumerate(pairs) if any(
+            start + len(p) <= (max_len or len(ids)) for start, p in find_spans(ids, patterns, continuation))),
+             -1))
   return found
 
 
-def single_passage_examples(examples: fid_features.TokenizedExamples, continuation: FrozenSet[int],
+def single_passage_examples(examples: fid_features.TokenizedExamples,
+                            continuation: FrozenSet[int],
                             max_len: Optional[int] = None) -> fid_features.TokenizedExamples:
   """The examples whose answer is in one of their pairs (within max_len), each with that pair alone
   (answer_passages)."""
@@ -179,4 +182,3 @@ class AnswerSubstitution:
       mapping[pattern] = candidate
       used.add(candidate)
     return mapping
-

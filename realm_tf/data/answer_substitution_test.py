@@ -23,8 +23,9 @@ class AnswerSubstitutionTest(tf.test.TestCase):
     return self._text(self.tokenizer.tokenize_texts([text])[0].ids)
 
   def _substitution(self, examples):
-    return answer_substitution.AnswerSubstitution(
-        examples, answer_substitution.continuation_ids(self.tokenizer), self.tokenizer.unk_id)
+    return answer_substitution.AnswerSubstitution(examples,
+                                                  answer_substitution.continuation_ids(self.tokenizer),
+                                                  self.tokenizer.unk_id)
 
   def test_answer_shape(self):
     self.assertEqual(("d", "X", "d"), answer_substitution.answer_shape("19 October 1793"))
@@ -45,8 +46,7 @@ class AnswerSubstitutionTest(tf.test.TestCase):
   def test_every_occurrence_and_the_target_change(self):
     questions = ["who is w?", "who is x?", "who is y?", "who is z?"]
     passages = [[("t", "ab met ab, not abc or xab."), ("u", "then ab left")],
-                [("t", "cd is here"), ("u", "nothing")],
-                [("t", "nothing at all"), ("u", "still nothing")],
+                [("t", "cd is here"), ("u", "nothing")], [("t", "nothing at all"), ("u", "still nothing")],
                 [("t", "ij kl"), ("u", "no")]]
     # Shapes: "Ab" and "Cd" are ("X",), "ef gh" and "ij kl" ("x", "x").
     examples = fid_features.tokenize_examples(self.tokenizer, questions, passages,
@@ -57,9 +57,10 @@ class AnswerSubstitutionTest(tf.test.TestCase):
     self.assertEqual(3, count)
     self.assertEqual(["cd", "ab", "ef gh", "ef gh"], [self._text(a) for a in edited.answers])
     self.assertEqual(["Cd", "Ab", "ef gh", "ef gh"], edited.answer_texts)
-    self.assertEqual([self._normalized("question: who is w? title: t context: cd met cd, not abc or xab."),
-                      self._normalized("question: who is w? title: u context: then cd left")],
-                     [self._text(ids) for ids in edited.pairs[0]])
+    self.assertEqual([
+        self._normalized("question: who is w? title: t context: cd met cd, not abc or xab."),
+        self._normalized("question: who is w? title: u context: then cd left")
+    ], [self._text(ids) for ids in edited.pairs[0]])
     self.assertEqual(self._normalized("question: who is z? title: t context: ef gh"),
                      self._text(edited.pairs[3][0]))
     self.assertEqual(examples.pairs[2], edited.pairs[2])
@@ -103,8 +104,9 @@ class AnswerSubstitutionTest(tf.test.TestCase):
   def test_single_passage_examples_keep_the_first_answer_bearing_pair(self):
     examples = fid_features.tokenize_examples(
         self.tokenizer, ["q1", "q2", "q3"],
-        [[("t", "no"), ("u", "ab here"), ("v", "ab again")], [("t", "cd"), ("u", "x"), ("v", "y")],
-         [("t", "n"), ("u", "o"), ("v", "abc")]], ["ab", "cd", "ab"])
+        [[("t", "no"), ("u", "ab here"),
+          ("v", "ab again")], [("t", "cd"), ("u", "x"), ("v", "y")], [("t", "n"), ("u", "o"),
+                                                                      ("v", "abc")]], ["ab", "cd", "ab"])
     continuation = answer_substitution.continuation_ids(self.tokenizer)
     self.assertEqual([1, 0, -1], answer_substitution.answer_passages(examples, continuation))
     single = answer_substitution.single_passage_examples(examples, continuation)
@@ -112,8 +114,10 @@ class AnswerSubstitutionTest(tf.test.TestCase):
     self.assertEqual(["ab", "cd"], single.answer_texts)
     # Only what the reader reads counts: cut the pairs just before the answer's last piece and they no
     # longer hold it (q1's other answer-bearing pair has it at the same place).
-    [(start, pattern)] = answer_substitution.find_spans(
-        examples.pairs[0][1], answer_substitution._by_first_piece([examples.answers[0]]), continuation)
+    [(start, pattern)
+    ] = answer_substitution.find_spans(examples.pairs[0][1],
+                                       answer_substitution._by_first_piece([examples.answers[0]]),
+                                       continuation)
     cut = start + len(pattern) - 1
     self.assertLess(cut + 1, len(examples.pairs[0][1]))
     self.assertEqual(-1, answer_substitution.answer_passages(examples, continuation, cut)[0])

@@ -48,28 +48,30 @@ def document_uid(title: str, body: str) -> str:
 def _validated(path: str, line_number: int, title, body, doc_id,
                skipped: Optional[text_records.SkipCounter]) -> Optional[Document]:
   if not isinstance(title, str) or not isinstance(body, str):
-    text_records.handle_invalid(text_records.InputError(
-        f"{path}:{line_number}: title and body must be strings; fix the record or pass --skip_invalid"),
+    text_records.handle_invalid(
+        text_records.InputError(
+            f"{path}:{line_number}: title and body must be strings; fix the record or pass --skip_invalid"),
         skipped)
     return None
   if not title.strip() and not body.strip():
-    text_records.handle_invalid(text_records.InputError(
-        f"{path}:{line_number}: the document has an empty title and body (it would be "
-        "indistinguishable from the null document); remove it or pass --skip_invalid"), skipped)
+    text_records.handle_invalid(
+        text_records.InputError(
+            f"{path}:{line_number}: the document has an empty title and body (it would be "
+            "indistinguishable from the null document); remove it or pass --skip_invalid"), skipped)
     return None
   try:
     (title + body + str(doc_id)).encode("utf-8")
   except UnicodeEncodeError as e:  # a JSON "\ud800" escape: the uid and the shard need UTF-8
-    text_records.handle_invalid(text_records.InputError(
-        f"{path}:{line_number}: the title, body or id holds a lone surrogate "
-        f"({e.object[e.start:e.end]!r}) that has no UTF-8 encoding; fix the record or pass "
-        "--skip_invalid"), skipped)
+    text_records.handle_invalid(
+        text_records.InputError(
+            f"{path}:{line_number}: the title, body or id holds a lone surrogate "
+            f"({e.object[e.start:e.end]!r}) that has no UTF-8 encoding; fix the record or pass "
+            "--skip_invalid"), skipped)
     return None
   return Document(title=title, body=body, doc_id=str(doc_id))
 
 
-def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None
-                   ) -> Iterator[Document]:
+def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None) -> Iterator[Document]:
   """Reads raw documents from JSONL ({"title", "body"} or {"title", "text"}, optional "id") or from a
   DPR-style TSV (id, text, title; a header row is optional and extra columns such as SQuAD's split are
   ignored). The format follows the extension: .jsonl/.json or .tsv.
@@ -82,11 +84,13 @@ def read_documents(path: str, skipped: Optional[text_records.SkipCounter] = None
     for line_number, record in text_records.read_jsonl(path, skipped):
       body = record.get("body", record.get("text"))
       if "title" not in record or body is None:
-        text_records.handle_invalid(text_records.InputError(
-            f"{path}:{line_number}: a document needs \"title\" and \"body\" (or \"text\") fields, got "
-            f"{sorted(record)}; fix the record or pass --skip_invalid"), skipped)
+        text_records.handle_invalid(
+            text_records.InputError(
+                f"{path}:{line_number}: a document needs \"title\" and \"body\" (or \"text\") fields, got "
+                f"{sorted(record)}; fix the record or pass --skip_invalid"), skipped)
         continue
-      doc = _validated(path, line_number, record["title"], body, record.get("id", f"line-{line_number}"), skipped)
+      doc = _validated(path, line_number, record["title"], body, record.get("id", f"line-{line_number}"),
+                       skipped)
       if doc is not None:
         yield doc
   elif lower.endswith(".tsv"):
@@ -112,14 +116,15 @@ def _bytes_feature(value: str) -> tf.train.Feature:
 
 
 def _to_example(doc: Document, title_ids, body_ids) -> bytes:
-  return tf.train.Example(features=tf.train.Features(feature={
-      "title": _bytes_feature(doc.title),
-      "body": _bytes_feature(doc.body),
-      "title_token_ids": _int64_feature(title_ids),
-      "body_token_ids": _int64_feature(body_ids),
-      "uid": _bytes_feature(doc.uid),
-      "doc_id": _bytes_feature(doc.doc_id),
-  })).SerializeToString()
+  return tf.train.Example(features=tf.train.Features(
+      feature={
+          "title": _bytes_feature(doc.title),
+          "body": _bytes_feature(doc.body),
+          "title_token_ids": _int64_feature(title_ids),
+          "body_token_ids": _int64_feature(body_ids),
+          "uid": _bytes_feature(doc.uid),
+          "doc_id": _bytes_feature(doc.doc_id),
+      })).SerializeToString()
 
 
 @dataclasses.dataclass
@@ -133,8 +138,11 @@ class CorpusStats:
   shard_paths: List[str]
 
 
-def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_prefix: str,
-                 num_shards: int, batch_size: int = 512,
+def write_corpus(documents: Callable[[], Iterable[Document]],
+                 tokenizer,
+                 output_prefix: str,
+                 num_shards: int,
+                 batch_size: int = 512,
                  skipped: Optional[text_records.SkipCounter] = None,
                  log: Callable[[str], None] = lambda message: None) -> CorpusStats:
   """Tokenizes documents and writes them as shards under output_prefix.
@@ -182,19 +190,23 @@ def write_corpus(documents: Callable[[], Iterable[Document]], tokenizer, output_
     if batch:
       flush()
     num_skipped = skipped.count if skipped is not None else 0
-    writer.finish({
-        "format_version": FORMAT_VERSION,
-        "num_documents": total,
-        "num_skipped": num_skipped,
-        "num_duplicate_uids": duplicates,
-        "vocab_size": tokenizer.vocab_size,
-        "vocab_sha256": vocab_sha256(tokenizer.vocab_path),
-        "do_lower_case": tokenizer.do_lower_case,
-    }, log)
-  return CorpusStats(num_documents=total, num_shards=writer.num_shards, num_skipped=num_skipped,
+    writer.finish(
+        {
+            "format_version": FORMAT_VERSION,
+            "num_documents": total,
+            "num_skipped": num_skipped,
+            "num_duplicate_uids": duplicates,
+            "vocab_size": tokenizer.vocab_size,
+            "vocab_sha256": vocab_sha256(tokenizer.vocab_path),
+            "do_lower_case": tokenizer.do_lower_case,
+        }, log)
+  return CorpusStats(num_documents=total,
+                     num_shards=writer.num_shards,
+                     num_skipped=num_skipped,
                      num_duplicate_uids=duplicates,
                      mean_body_wordpieces=body_lengths_sum / total,
-                     max_body_wordpieces=body_length_max, shard_paths=writer.finals)
+                     max_body_wordpieces=body_length_max,
+                     shard_paths=writer.finals)
 
 
 _HINT = "bin/generate_retrieval_corpus"
@@ -239,8 +251,12 @@ def descends_from(output_prefix: str, ancestor_prefix: str, max_depth: int = 100
   return False
 
 
-def write_derived_corpus(base_prefix: str, records: Callable[[], Iterable[dict]], total: int,
-                         output_prefix: str, num_shards: int, change: dict,
+def write_derived_corpus(base_prefix: str,
+                         records: Callable[[], Iterable[dict]],
+                         total: int,
+                         output_prefix: str,
+                         num_shards: int,
+                         change: dict,
                          log: Callable[[str], None] = lambda message: None) -> dict:
   """Writes a corpus derived from base_prefix (bin/update_index: documents added, replaced, removed)
   from already tokenized records (dicts as read_corpus yields), without tokenizing again; returns its
@@ -263,17 +279,21 @@ def write_derived_corpus(base_prefix: str, records: Callable[[], Iterable[dict]]
       writer.write(_to_example(doc, record["title_token_ids"], record["body_token_ids"]))
       duplicates += doc.uid in uids
       uids.add(doc.uid)
-    return writer.finish({
-        "format_version": FORMAT_VERSION,
-        "num_documents": total,
-        "num_skipped": 0,
-        "num_duplicate_uids": duplicates,
-        "vocab_size": base.get("vocab_size"),
-        "vocab_sha256": base.get("vocab_sha256"),
-        "do_lower_case": base.get("do_lower_case"),
-        "derived_from": {"corpus_prefix": os.path.abspath(base_prefix),
-                         "fingerprint": fingerprint(base_prefix), "change": change},
-    }, log)
+    return writer.finish(
+        {
+            "format_version": FORMAT_VERSION,
+            "num_documents": total,
+            "num_skipped": 0,
+            "num_duplicate_uids": duplicates,
+            "vocab_size": base.get("vocab_size"),
+            "vocab_sha256": base.get("vocab_sha256"),
+            "do_lower_case": base.get("do_lower_case"),
+            "derived_from": {
+                "corpus_prefix": os.path.abspath(base_prefix),
+                "fingerprint": fingerprint(base_prefix),
+                "change": change
+            },
+        }, log)
 
 
 class VocabMismatchError(ValueError):
@@ -288,8 +308,10 @@ def vocab_sha256(vocab_path: str) -> str:
   return shards.sha256_file(vocab_path)
 
 
-def check_vocab(vocab_path: str, corpus_prefix: Optional[str] = None,
-                recorded_sha256: Optional[str] = None, recorded_in: str = "",
+def check_vocab(vocab_path: str,
+                corpus_prefix: Optional[str] = None,
+                recorded_sha256: Optional[str] = None,
+                recorded_in: str = "",
                 source: str = "--vocab_path") -> str:
   """Stops, before any work, when vocab_path is not the vocab that the corpus and/or the run were made
   with; returns its sha256.
@@ -348,7 +370,9 @@ def corpus_dataset(output_prefix: str) -> tf.data.Dataset:
   return records.map(lambda r: tf.io.parse_single_example(r, FEATURE_SPEC))
 
 
-def read_shard_records(path: str, feature_spec: dict, fix: str,
+def read_shard_records(path: str,
+                       feature_spec: dict,
+                       fix: str,
                        expected: Optional[int] = None) -> Iterator[dict]:
   """Yields the parsed records of one GZIP TFRecord shard (numpy values), in order.
 
@@ -358,8 +382,8 @@ def read_shard_records(path: str, feature_spec: dict, fix: str,
   boundary can read as a clean end of file, so a shard that ends early is reported as truncated too.
   """
   iterator = tf.data.TFRecordDataset(path, compression_type="GZIP").map(
-      tf.autograph.experimental.do_not_convert(lambda r: tf.io.parse_single_example(r, feature_spec))
-  ).as_numpy_iterator()
+      tf.autograph.experimental.do_not_convert(
+          lambda r: tf.io.parse_single_example(r, feature_spec))).as_numpy_iterator()
   index = 0
   while True:
     try:
@@ -386,8 +410,10 @@ def read_corpus(output_prefix: str) -> Iterator[dict]:
   """
   counts = [s["num_documents"] for s in read_manifest(output_prefix)["shards"]]
   for path, count in zip(corpus_shards(output_prefix), counts):
-    for features in read_shard_records(path, FEATURE_SPEC, "regenerate the corpus with "
-                                       "bin/generate_retrieval_corpus", expected=count):
+    for features in read_shard_records(path,
+                                       FEATURE_SPEC, "regenerate the corpus with "
+                                       "bin/generate_retrieval_corpus",
+                                       expected=count):
       yield {
           "title": features["title"].decode("utf-8"),
           "body": features["body"].decode("utf-8"),

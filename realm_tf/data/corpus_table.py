@@ -79,8 +79,8 @@ class RaggedRows:
   @classmethod
   def from_lists(cls, rows: Sequence[Sequence[int]], dtype=np.int32) -> "RaggedRows":
     lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
-    values = (np.fromiter((v for r in rows for v in r), dtype, int(lengths.sum())) if len(rows)
-              else np.zeros([0], dtype))
+    values = (np.fromiter(
+        (v for r in rows for v in r), dtype, int(lengths.sum())) if len(rows) else np.zeros([0], dtype))
     return cls(values, lengths)
 
 
@@ -120,9 +120,8 @@ class CorpusTable:
       load's `previous`).
   """
 
-  def __init__(self, prefix: str, titles: Texts, bodies: Texts, doc_ids: Texts,
-               title_token_ids: RaggedRows, body_token_ids: RaggedRows, fingerprints: np.ndarray,
-               id_hashes: np.ndarray):
+  def __init__(self, prefix: str, titles: Texts, bodies: Texts, doc_ids: Texts, title_token_ids: RaggedRows,
+               body_token_ids: RaggedRows, fingerprints: np.ndarray, id_hashes: np.ndarray):
     if not len(bodies):
       raise ValueError(f"corpus {prefix} holds no documents; regenerate it with "
                        "bin/generate_retrieval_corpus")
@@ -181,8 +180,8 @@ class CorpusTable:
     id_bytes = [str(i).encode("utf-8") for i in doc_ids]
     fingerprints = document_fingerprint(tf.constant(title_bytes, tf.string),
                                         tf.constant(body_bytes, tf.string)).numpy()
-    return cls(source, Texts.from_bytes(title_bytes), Texts.from_bytes(body_bytes),
-               Texts.from_bytes(id_bytes), RaggedRows.from_lists(title_rows),
+    return cls(source, Texts.from_bytes(title_bytes),
+               Texts.from_bytes(body_bytes), Texts.from_bytes(id_bytes), RaggedRows.from_lists(title_rows),
                RaggedRows.from_lists(body_rows), fingerprints, _id_hashes(id_bytes))
 
   # -------------------------------------------------------------------------------------------------------
@@ -210,8 +209,9 @@ class CorpusTable:
 
   def ragged_token_ids(self) -> Tuple[tf.RaggedTensor, tf.RaggedTensor]:
     """(titles, bodies) int64 RaggedTensors [N, (wordpieces)], for Featurizer.candidate_inputs."""
-    return tuple(tf.RaggedTensor.from_row_lengths(rows.values.astype(np.int64), rows.lengths)
-                 for rows in (self.title_token_ids, self.body_token_ids))
+    return tuple(
+        tf.RaggedTensor.from_row_lengths(rows.values.astype(np.int64), rows.lengths)
+        for rows in (self.title_token_ids, self.body_token_ids))
 
   def dense_bodies(self, max_len: int) -> Tuple[np.ndarray, np.ndarray]:
     """(token_ids int32 [N, C], lengths int32 [N]): every body's first max_len wordpieces, as ORQA's

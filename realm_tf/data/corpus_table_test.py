@@ -10,8 +10,11 @@ from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 
-_DOCS = [corpus_lib.Document("T1", "Wenor founded it.", "a"), corpus_lib.Document("T2", "x", "b"),
-         corpus_lib.Document("Tœ", "Kelarlé ñ", "c")]
+_DOCS = [
+    corpus_lib.Document("T1", "Wenor founded it.", "a"),
+    corpus_lib.Document("T2", "x", "b"),
+    corpus_lib.Document("Tœ", "Kelarlé ñ", "c")
+]
 
 
 class CorpusTableTest(tf.test.TestCase):
@@ -90,8 +93,10 @@ class CorpusTableTest(tf.test.TestCase):
     records = list(corpus_lib.read_corpus(self.prefix))
     records[1] = dict(records[1], body="y", body_token_ids=self._ids("y"))  # doc "b" replaced
     del records[0]  # doc "a" removed
-    corpus_lib.write_derived_corpus(self.prefix, lambda: records, len(records), updated, 1,
-                                    {"replaced": ["b"], "removed": ["a"]})
+    corpus_lib.write_derived_corpus(self.prefix, lambda: records, len(records), updated, 1, {
+        "replaced": ["b"],
+        "removed": ["a"]
+    })
     newer = corpus_table.CorpusTable.load(updated, previous=self.table)
     old = int(self.table.fingerprints[1])
     self.assertEqual({old: int(newer.fingerprints[0])}, newer.aliases)

@@ -28,8 +28,7 @@ class CorpusTestCase(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.tokenizer = tokenization.Tokenizer(
-        testing_utils.write_vocab(self.create_tempdir().full_path))
+    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
 
   def write(self, name, content, directory=None):
     path = os.path.join(directory or self.create_tempdir().full_path, name)
@@ -49,8 +48,7 @@ class CorpusTestCase(tf.test.TestCase):
 class DocumentUidTest(tf.test.TestCase):
 
   def test_sha1_of_title_sep_body(self):
-    self.assertEqual(corpus.document_uid("title", "body"),
-                     hashlib.sha1(b"title <sep> body").hexdigest())
+    self.assertEqual(corpus.document_uid("title", "body"), hashlib.sha1(b"title <sep> body").hexdigest())
     self.assertEqual(corpus.document_uid("Zürich", "Café"),
                      hashlib.sha1("Zürich <sep> Café".encode("utf-8")).hexdigest())
     self.assertEqual(corpus.Document("a", "b", "7").uid, hashlib.sha1(b"a <sep> b").hexdigest())
@@ -61,19 +59,37 @@ class DocumentUidTest(tf.test.TestCase):
 class ReadDocumentsTest(CorpusTestCase):
 
   def test_jsonl_body_or_text_field(self):
-    path = self.write("docs.jsonl", "\n".join([
-        json.dumps({"title": "A", "body": "first", "id": "x1"}),
-        "",
-        json.dumps({"title": "B", "text": "second", "extra": 1}),
-        json.dumps({"title": "", "body": "no title"}),
-        json.dumps({"title": "Only title", "text": "", "id": 42}),
-    ]) + "\n")
-    self.assertEqual(list(corpus.read_documents(path)), [
-        corpus.Document("A", "first", "x1"),
-        corpus.Document("B", "second", "line-3"),  # no id: its line number, so skips shift nothing
-        corpus.Document("", "no title", "line-4"),
-        corpus.Document("Only title", "", "42"),
-    ])
+    path = self.write(
+        "docs.jsonl", "\n".join([
+            json.dumps({
+                "title": "A",
+                "body": "first",
+                "id": "x1"
+            }),
+            "",
+            json.dumps({
+                "title": "B",
+                "text": "second",
+                "extra": 1
+            }),
+            json.dumps({
+                "title": "",
+                "body": "no title"
+            }),
+            json.dumps({
+                "title": "Only title",
+                "text": "",
+                "id": 42
+            }),
+        ]) + "\n")
+    self.assertEqual(
+        list(corpus.read_documents(path)),
+        [
+            corpus.Document("A", "first", "x1"),
+            corpus.Document("B", "second", "line-3"),  # no id: its line number, so skips shift nothing
+            corpus.Document("", "no title", "line-4"),
+            corpus.Document("Only title", "", "42"),
+        ])
 
   def test_extension_is_case_insensitive_and_json_accepted(self):
     line = json.dumps({"title": "A", "body": "b"}) + "\n"
@@ -105,19 +121,19 @@ class ReadDocumentsTest(CorpusTestCase):
       list(corpus.read_documents(path))
 
   def test_skip_invalid_counts(self):
-    path = self.write("docs.jsonl", "\n".join([
-        '{"title": "A", "body": "a"}',
-        '{"title": "", "body": ""}',
-        "not json",
-        '{"title": "B"}',
-        '{"title": null, "body": "x"}',
-        '{"title": "C", "text": "c"}',
-    ]) + "\n")
+    path = self.write(
+        "docs.jsonl", "\n".join([
+            '{"title": "A", "body": "a"}',
+            '{"title": "", "body": ""}',
+            "not json",
+            '{"title": "B"}',
+            '{"title": null, "body": "x"}',
+            '{"title": "C", "text": "c"}',
+        ]) + "\n")
     skipped = text_records.SkipCounter()
     self.assertEqual([d.title for d in corpus.read_documents(path, skipped)], ["A", "C"])
     self.assertEqual(skipped.count, 4)
-    self.assertEqual([e.split(": ")[0] for e in skipped.examples],
-                     [f"{path}:{n}" for n in (2, 3, 4, 5)])
+    self.assertEqual([e.split(": ")[0] for e in skipped.examples], [f"{path}:{n}" for n in (2, 3, 4, 5)])
     path = self.write("docs.tsv", "1\ta\tA\n2\t \t \n3\tonly two\n4\tb\tB\n")
     skipped = text_records.SkipCounter()
     self.assertEqual([d.doc_id for d in corpus.read_documents(path, skipped)], ["1", "4"])
@@ -125,8 +141,7 @@ class ReadDocumentsTest(CorpusTestCase):
 
   def test_tsv_with_and_without_header(self):
     with_header = self.write("a.tsv", "id\ttext\ttitle\tsplit\n7\tbody seven\tSeven\tdev\n")
-    self.assertEqual(list(corpus.read_documents(with_header)),
-                     [corpus.Document("Seven", "body seven", "7")])
+    self.assertEqual(list(corpus.read_documents(with_header)), [corpus.Document("Seven", "body seven", "7")])
     without = self.write("b.tsv", '8\t"quoted\tbody"\tEight\n9\tnine\tNine\n')
     self.assertEqual(list(corpus.read_documents(without)),
                      [corpus.Document("Eight", "quoted\tbody", "8"),
@@ -160,13 +175,18 @@ class WriteCorpusTest(CorpusTestCase):
     skipped = text_records.SkipCounter()
     skipped.skip(InputError("x:1: bad"))
     skipped.skip(InputError("x:2: bad"))
-    stats = corpus.write_corpus(lambda: iter(docs), self.tokenizer, self.prefix, num_shards=4,
-                                batch_size=5, skipped=skipped, log=logs.append)
+    stats = corpus.write_corpus(lambda: iter(docs),
+                                self.tokenizer,
+                                self.prefix,
+                                num_shards=4,
+                                batch_size=5,
+                                skipped=skipped,
+                                log=logs.append)
     names = [f"corpus-0000{i}-of-00004" for i in range(4)]
     self.assertEqual(sorted(os.listdir(self.out_dir)), names + ["corpus.manifest.json"])
     self.assertEqual(stats.shard_paths, [os.path.join(self.out_dir, n) for n in names])
-    self.assertEqual((stats.num_documents, stats.num_shards, stats.num_skipped,
-                      stats.num_duplicate_uids), (23, 4, 2, 1))
+    self.assertEqual((stats.num_documents, stats.num_shards, stats.num_skipped, stats.num_duplicate_uids),
+                     (23, 4, 2, 1))
     self.assertIn("tokenized 23/23 documents", logs)
 
     rows = list(corpus.read_corpus(self.prefix))
@@ -209,28 +229,30 @@ class WriteCorpusTest(CorpusTestCase):
         self.assertEqual(shard["sha256"], hashlib.sha256(f.read()).hexdigest())
       records = list(tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator())
       self.assertLen(records, shard["num_documents"])
-      ids = [tf.train.Example.FromString(r).features.feature["doc_id"].bytes_list.value[0].decode()
-             for r in records]
+      ids = [
+          tf.train.Example.FromString(r).features.feature["doc_id"].bytes_list.value[0].decode()
+          for r in records
+      ]
       self.assertEqual(ids, [d.doc_id for d in docs[offset:offset + len(records)]])
       offset += len(records)
     self.assertEqual(offset, 23)
     self.assertEqual(corpus.corpus_shards(self.prefix), stats.shard_paths)
 
   def test_skipped_records_counted_once_over_both_passes(self):
-    path = self.write("docs.jsonl", "\n".join([
-        '{"title": "A", "body": "a", "id": "a"}',
-        "not json",
-        '{"title": "", "body": " "}',
-        '{"title": "B", "body": "b", "id": "b"}',
-    ]) + "\n")
+    path = self.write(
+        "docs.jsonl", "\n".join([
+            '{"title": "A", "body": "a", "id": "a"}',
+            "not json",
+            '{"title": "", "body": " "}',
+            '{"title": "B", "body": "b", "id": "b"}',
+        ]) + "\n")
     skipped = text_records.SkipCounter()
 
     def documents():
       skipped.reset()
       return corpus.read_documents(path, skipped)
 
-    stats = corpus.write_corpus(documents, self.tokenizer, self.prefix, num_shards=2,
-                                skipped=skipped)
+    stats = corpus.write_corpus(documents, self.tokenizer, self.prefix, num_shards=2, skipped=skipped)
     self.assertEqual((stats.num_documents, stats.num_skipped), (2, 2))
     self.assertEqual(corpus.read_manifest(self.prefix)["num_skipped"], 2)
     self.assertEqual([r["doc_id"] for r in corpus.read_corpus(self.prefix)], ["a", "b"])
@@ -240,8 +262,7 @@ class WriteCorpusTest(CorpusTestCase):
     corpus.write_corpus(lambda: docs, self.tokenizer, self.prefix, num_shards=3)
     dataset = corpus.corpus_dataset(self.prefix)
     self.assertEqual(dataset.element_spec["body_token_ids"].dtype, tf.int64)
-    self.assertEqual([x["doc_id"] for x in dataset.as_numpy_iterator()],
-                     [d.doc_id.encode() for d in docs])
+    self.assertEqual([x["doc_id"] for x in dataset.as_numpy_iterator()], [d.doc_id.encode() for d in docs])
 
   def test_rewrite_with_fewer_shards_removes_old_shards(self):
     other = self.write("other-00000-of-00004", b"unrelated", directory=self.out_dir)
@@ -250,11 +271,11 @@ class WriteCorpusTest(CorpusTestCase):
     self.assertLen([n for n in os.listdir(self.out_dir) if "-of-00004" in n], 5)
     docs = _docs(9)
     logs = []
-    stats = corpus.write_corpus(lambda: docs, self.tokenizer, self.prefix, num_shards=2,
-                                log=logs.append)
-    self.assertEqual(sorted(os.listdir(self.out_dir)),
-                     ["corpus-00000-of-00002", "corpus-00001-of-00002", "corpus-notes.txt",
-                      "corpus.manifest.json", "other-00000-of-00004"])
+    stats = corpus.write_corpus(lambda: docs, self.tokenizer, self.prefix, num_shards=2, log=logs.append)
+    self.assertEqual(sorted(os.listdir(self.out_dir)), [
+        "corpus-00000-of-00002", "corpus-00001-of-00002", "corpus-notes.txt", "corpus.manifest.json",
+        "other-00000-of-00004"
+    ])
     self.assertTrue(os.path.exists(other) and os.path.exists(notes))
     self.assertLen([m for m in logs if m.startswith("removing ")], 4)
     self.assertEqual(stats.num_shards, 2)
@@ -277,8 +298,7 @@ class WriteCorpusTest(CorpusTestCase):
     self.assertEqual(stats.num_shards, 3)
     self.assertEqual(sorted(os.listdir(self.out_dir)),
                      [f"corpus-0000{i}-of-00003" for i in range(3)] + ["corpus.manifest.json"])
-    self.assertEqual([s["num_documents"] for s in corpus.read_manifest(self.prefix)["shards"]],
-                     [1, 1, 1])
+    self.assertEqual([s["num_documents"] for s in corpus.read_manifest(self.prefix)["shards"]], [1, 1, 1])
     stats = corpus.write_corpus(lambda: docs, self.tokenizer, self.prefix, num_shards=0)
     self.assertEqual(stats.num_shards, 1)
 
@@ -303,12 +323,16 @@ class WriteCorpusTest(CorpusTestCase):
         if len(calls) > 1 and i == fail_after:
           raise OSError("disk went away")
         yield doc
+
     return documents
 
   def test_failure_mid_write_leaves_no_files(self):
     with self.assertRaisesRegex(OSError, "disk went away"):
-      corpus.write_corpus(self._failing_documents(_docs(23), 13), self.tokenizer, self.prefix,
-                          num_shards=4, batch_size=4)
+      corpus.write_corpus(self._failing_documents(_docs(23), 13),
+                          self.tokenizer,
+                          self.prefix,
+                          num_shards=4,
+                          batch_size=4)
     self.assertEqual(os.listdir(self.out_dir), [])
 
   def test_failure_mid_write_keeps_earlier_corpus(self):
@@ -320,11 +344,13 @@ class WriteCorpusTest(CorpusTestCase):
     # Same shard count (the shards would be overwritten in place) and another one (3).
     for num_shards in (4, 3):
       with self.assertRaisesRegex(OSError, "disk went away"):
-        corpus.write_corpus(self._failing_documents(newer, 25), self.tokenizer, self.prefix,
-                            num_shards=num_shards, batch_size=4)
+        corpus.write_corpus(self._failing_documents(newer, 25),
+                            self.tokenizer,
+                            self.prefix,
+                            num_shards=num_shards,
+                            batch_size=4)
       self.assertEqual(self.snapshot(self.out_dir), before)  # same names, same bytes, no .tmp-
-      self.assertEqual([r["title"] for r in corpus.read_corpus(self.prefix)],
-                       [d.title for d in earlier])
+      self.assertEqual([r["title"] for r in corpus.read_corpus(self.prefix)], [d.title for d in earlier])
 
   def test_input_that_shrinks_between_passes(self):
     calls = []
@@ -387,9 +413,9 @@ class WriteCorpusTest(CorpusTestCase):
     for part in (other, "--vocab_path", self.prefix + corpus.MANIFEST_SUFFIX, sha[:16],
                  "bin/generate_retrieval_corpus"):
       self.assertIn(part, message)
-    with self.assertRaisesRegex(corpus.VocabMismatchError,
-                                r"not the vocab this run was started with \(run/realm_config.json "
-                                r"records .*start a new --model_dir"):
+    with self.assertRaisesRegex(
+        corpus.VocabMismatchError, r"not the vocab this run was started with \(run/realm_config.json "
+        r"records .*start a new --model_dir"):
       corpus.check_vocab(other, None, sha, "run/realm_config.json")
     # Records that are absent (older files) are not checked.
     self.assertEqual(corpus.check_vocab(other, None, None), corpus.vocab_sha256(other))
@@ -415,8 +441,7 @@ class SharedDataTest(CorpusTestCase):
 
   def test_dpr_sample(self):
     skipped = text_records.SkipCounter()
-    docs = list(corpus.read_documents(
-        self._path("dpr_sample", "psgs_w100.haystack_sample.tsv"), skipped))
+    docs = list(corpus.read_documents(self._path("dpr_sample", "psgs_w100.haystack_sample.tsv"), skipped))
     self.assertLen(docs, 751)
     self.assertEqual(skipped.count, 0)
     self.assertEqual(docs[0].doc_id, "128529")
@@ -438,8 +463,7 @@ class SharedDataTest(CorpusTestCase):
   def test_write_dpr_sample_corpus(self):
     path = self._path("dpr_sample", "psgs_w100.haystack_sample.tsv")
     prefix = os.path.join(self.create_tempdir().full_path, "dpr")
-    stats = corpus.write_corpus(lambda: corpus.read_documents(path), self.tokenizer, prefix,
-                                num_shards=3)
+    stats = corpus.write_corpus(lambda: corpus.read_documents(path), self.tokenizer, prefix, num_shards=3)
     manifest = corpus.read_manifest(prefix)
     self.assertEqual(manifest["num_documents"], 751)
     self.assertEqual([s["num_documents"] for s in manifest["shards"]], [250, 250, 251])

@@ -56,7 +56,9 @@ class TokenizedExamples(NamedTuple):
   answer_texts: List[str]
 
 
-def tokenize_examples(tokenizer, questions: Sequence[str], passages: Sequence[Sequence[Tuple[str, str]]],
+def tokenize_examples(tokenizer,
+                      questions: Sequence[str],
+                      passages: Sequence[Sequence[Tuple[str, str]]],
                       answers: Optional[Sequence[str]] = None) -> TokenizedExamples:
   """Formats and tokenizes B questions with their n passages each (and their answers, if given)."""
   num_passages = {len(p) for p in passages}
@@ -67,12 +69,15 @@ def tokenize_examples(tokenizer, questions: Sequence[str], passages: Sequence[Se
   texts = [format_passage(q, t, b) for q, ps in zip(questions, passages) for t, b in ps]
   tokenized = [t.ids for t in tokenizer.tokenize_texts(texts)]
   pairs = [tokenized[i * n:(i + 1) * n] for i in range(len(questions))]
-  answer_ids = ([t.ids for t in tokenizer.tokenize_texts(list(answers))] if answers is not None
-                else [[] for _ in questions])
+  answer_ids = ([t.ids for t in tokenizer.tokenize_texts(list(answers))]
+                if answers is not None else [[] for _ in questions])
   return TokenizedExamples(pairs, answer_ids, list(answers) if answers is not None else [""] * len(pairs))
 
 
-def pad_examples(tokenizer, examples: TokenizedExamples, passage_seq_len: int, answer_seq_len: int,
+def pad_examples(tokenizer,
+                 examples: TokenizedExamples,
+                 passage_seq_len: int,
+                 answer_seq_len: int,
                  with_answers: bool = True) -> ReaderFeatures:
   """Truncates the pairs at L = passage_seq_len wordpieces (FiD truncates at text_maxlength), the
   answers at T - 1 (T = answer_seq_len), and pads; with_answers=False gives empty targets (prediction).
@@ -107,4 +112,3 @@ def detokenize(tokenizer, ids: Sequence[int]) -> str:
       continue
     pieces.append(tokenizer.vocab[i])
   return " ".join(pieces).replace(" ##", "").replace("##", "")
-

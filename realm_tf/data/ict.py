@@ -18,8 +18,7 @@ from realm_tf import tokenization
 
 
 def _ict_example(example: Dict[str, tf.Tensor], index: tf.Tensor, tokenizer: tokenization.Tokenizer,
-                 featurizer: featurization.Featurizer, block_seq_len: int, mask_rate: float,
-                 seed: int):
+                 featurizer: featurization.Featurizer, block_seq_len: int, mask_rate: float, seed: int):
   ids, starts, _ = tokenizer.tokenize_with_offsets(tf.reshape(example["text"], [1]))
   ids, starts = ids.flat_values, starts.flat_values
   limits = example["sentence_byte_limit"]
@@ -37,8 +36,7 @@ def _ict_example(example: Dict[str, tf.Tensor], index: tf.Tensor, tokenizer: tok
   query = featurizer.query_inputs(tf.RaggedTensor.from_tensor(query_ids[tf.newaxis]))
   block = featurizer.bert_format([title_ids, tf.RaggedTensor.from_tensor(block_ids[tf.newaxis])],
                                  block_seq_len)
-  keep = tf.logical_and(tf.size(query_ids) > 0,
-                        tf.logical_or(tf.logical_not(mask_query), num_sentences > 1))
+  keep = tf.logical_and(tf.size(query_ids) > 0, tf.logical_or(tf.logical_not(mask_query), num_sentences > 1))
   features = {}
   for prefix, inputs in (("query", query), ("block", block)):
     for field, value in zip(featurization.BertInputs._fields, inputs):
@@ -47,9 +45,14 @@ def _ict_example(example: Dict[str, tf.Tensor], index: tf.Tensor, tokenizer: tok
   return features, keep
 
 
-def ict_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
-                featurizer: featurization.Featurizer, block_seq_len: int, batch_size: int,
-                mask_rate: float = 0.9, seed: int = 0, shuffle_buffer: int = 10000,
+def ict_dataset(pretraining_examples: tf.data.Dataset,
+                tokenizer: tokenization.Tokenizer,
+                featurizer: featurization.Featurizer,
+                block_seq_len: int,
+                batch_size: int,
+                mask_rate: float = 0.9,
+                seed: int = 0,
+                shuffle_buffer: int = 10000,
                 skip_batches: int = 0) -> tf.data.Dataset:
   """Endless, shuffled batches of ICT features (see realm_tf.modeling.ict); deterministic per seed.
 

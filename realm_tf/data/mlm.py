@@ -78,7 +78,8 @@ class Pair:
   b: List[int]
 
 
-def read_document_sentences(path: str, tokenizer: tokenization.Tokenizer,
+def read_document_sentences(path: str,
+                            tokenizer: tokenization.Tokenizer,
                             splitter: Optional[salient_spans.SentenceSplitter] = None,
                             skipped: Optional[text_records.SkipCounter] = None) -> List[List[List[int]]]:
   """Each document of a JSONL/TSV file (the corpora's inputs) as a list of tokenized sentences.
@@ -138,8 +139,11 @@ def _random_segment(corpus: Sequence[Sequence[Sequence[int]]], index: int, targe
   return segment
 
 
-def pack_pairs(document: Sequence[Sequence[int]], options: MaskingOptions, rng: np.random.Generator,
-               corpus: Sequence[Sequence[Sequence[int]]] = (), index: int = -1) -> List[Pair]:
+def pack_pairs(document: Sequence[Sequence[int]],
+               options: MaskingOptions,
+               rng: np.random.Generator,
+               corpus: Sequence[Sequence[Sequence[int]]] = (),
+               index: int = -1) -> List[Pair]:
   """BERT's create_instances_from_document without the next-sentence loss. b follows a in the same
   document, or with options.random_next_rate comes from another document of corpus (document is
   corpus[index]); a document of one sentence gives pairs whose b is empty (or random)."""
@@ -229,16 +233,20 @@ def epoch_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer: toke
   """One epoch: documents shuffled, packed and masked with a generator seeded by (seed, epoch)."""
   rng = np.random.default_rng([seed, epoch])
   order = rng.permutation(len(documents))
-  examples = [mask_pair(pair, tokenizer, options, rng)
-              for index in order
-              for pair in pack_pairs(documents[index], options, rng, documents, int(index))]
+  examples = [
+      mask_pair(pair, tokenizer, options, rng)
+      for index in order
+      for pair in pack_pairs(documents[index], options, rng, documents, int(index))
+  ]
   permutation = rng.permutation(len(examples))
   return [examples[i] for i in permutation]
 
 
-def example_stream(documents: Sequence[Sequence[Sequence[int]]], tokenizer: tokenization.Tokenizer,
-                   options: MaskingOptions, seed: int, skip_examples: int = 0
-                   ) -> Iterator[Dict[str, np.ndarray]]:
+def example_stream(documents: Sequence[Sequence[Sequence[int]]],
+                   tokenizer: tokenization.Tokenizer,
+                   options: MaskingOptions,
+                   seed: int,
+                   skip_examples: int = 0) -> Iterator[Dict[str, np.ndarray]]:
   """Examples of epoch after epoch, forever, starting after skip_examples of them."""
   epoch = 0
   while True:
@@ -256,14 +264,19 @@ def example_stream(documents: Sequence[Sequence[Sequence[int]]], tokenizer: toke
 def _signature(options: MaskingOptions) -> Dict[str, tf.TensorSpec]:
   length, predictions = options.max_seq_len, options.max_predictions
   spec = {name: tf.TensorSpec([length], tf.int32) for name in (TOKEN_IDS, MASK, SEGMENT_IDS)}
-  spec.update({MLM_POSITIONS: tf.TensorSpec([predictions], tf.int32),
-               MLM_TARGETS: tf.TensorSpec([predictions], tf.int32),
-               MLM_WEIGHTS: tf.TensorSpec([predictions], tf.float32)})
+  spec.update({
+      MLM_POSITIONS: tf.TensorSpec([predictions], tf.int32),
+      MLM_TARGETS: tf.TensorSpec([predictions], tf.int32),
+      MLM_WEIGHTS: tf.TensorSpec([predictions], tf.float32)
+  })
   return spec
 
 
-def mlm_dataset(documents: Sequence[Sequence[Sequence[int]]], tokenizer: tokenization.Tokenizer,
-                options: MaskingOptions, batch_size: int, seed: int = 0,
+def mlm_dataset(documents: Sequence[Sequence[Sequence[int]]],
+                tokenizer: tokenization.Tokenizer,
+                options: MaskingOptions,
+                batch_size: int,
+                seed: int = 0,
                 skip_examples: int = 0) -> tf.data.Dataset:
   """Endless batches of training examples (static shapes), resumable by the number of examples seen."""
   dataset = tf.data.Dataset.from_generator(
@@ -272,8 +285,10 @@ def mlm_dataset(documents: Sequence[Sequence[Sequence[int]]], tokenizer: tokeniz
   return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
 
 
-def eval_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer: tokenization.Tokenizer,
-                  options: MaskingOptions, seed: int = 0) -> Dict[str, np.ndarray]:
+def eval_examples(documents: Sequence[Sequence[Sequence[int]]],
+                  tokenizer: tokenization.Tokenizer,
+                  options: MaskingOptions,
+                  seed: int = 0) -> Dict[str, np.ndarray]:
   """A fixed held-out set: one epoch of the documents masked with a seed of its own, stacked."""
   examples = epoch_examples(documents, tokenizer, options, seed + 1_000_003, 0)
   return {name: np.stack([e[name] for e in examples]) for name in _signature(options)}

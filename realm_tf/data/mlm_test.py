@@ -77,8 +77,7 @@ class PackPairsTest(tf.test.TestCase):
                        mlm.pack_pairs(corpus[1], options, np.random.default_rng(seed)))
 
   def test_one_sentence_document_gives_an_empty_b(self):
-    (pair,) = mlm.pack_pairs([[5, 6, 7]], mlm.MaskingOptions(short_seq_prob=0.0),
-                             np.random.default_rng(0))
+    (pair,) = mlm.pack_pairs([[5, 6, 7]], mlm.MaskingOptions(short_seq_prob=0.0), np.random.default_rng(0))
     self.assertEqual((pair.a, pair.b), ([5, 6, 7], []))
 
 
@@ -125,7 +124,8 @@ class MaskPairTest(tf.test.TestCase):
     self.assertEqual(total, 400 * 18)  # 15% of 120 pieces
     # 7,200 draws: each share within 4 standard deviations of BERT's 80/10/10 (sd of 10%: 0.35%).
     self.assertAllClose([counts["mask"] / total, counts["random"] / total + counts["same"] / total],
-                        [0.8, 0.2], atol=0.02)
+                        [0.8, 0.2],
+                        atol=0.02)
     # A random replacement can draw the original piece (1 in 285), so "same" is a hair above 10%.
     self.assertAllClose([counts["random"] / total, counts["same"] / total], [0.1, 0.1], atol=0.015)
 

@@ -98,10 +98,10 @@ def pack_reader_inputs(question_ids, question_len, block_ids, block_len, seq_len
   zeros = tf.zeros_like(block_tokens)
   token_ids = tf.where(
       pos == 0, cls_id,
-      tf.where(pos <= q, question_tokens + zeros,
-               tf.where(pos == q + 1, sep_id,
-                        tf.where(pos < block_end, block_tokens,
-                                 tf.where(pos == block_end, sep_id, 0)))))
+      tf.where(
+          pos <= q, question_tokens + zeros,
+          tf.where(pos == q + 1, sep_id,
+                   tf.where(pos < block_end, block_tokens, tf.where(pos == block_end, sep_id, 0)))))
   mask = tf.cast(pos <= block_end, tf.int32)
   segment_ids = tf.cast(pos >= q + 2, tf.int32) * mask
   block_mask = tf.cast(tf.logical_and(pos >= q + 2, pos < block_end), tf.int32)
@@ -190,8 +190,8 @@ def reader_gold_spans(inputs: ReaderInputs, answer_ids, answer_len,
                       max_answers: int) -> Tuple[tf.Tensor, tf.Tensor]:
   """Gold (starts, ends) int32 [B, K, max_answers] of packed reader inputs: answer occurrences in the
   block region."""
-  matches = find_occurrences(inputs.token_ids, inputs.block_start,
-                             inputs.block_start + inputs.block_length, answer_ids, answer_len)
+  matches = find_occurrences(inputs.token_ids, inputs.block_start, inputs.block_start + inputs.block_length,
+                             answer_ids, answer_len)
   return gold_spans(matches, answer_len, max_answers)
 
 
@@ -215,9 +215,8 @@ def _group_answers(pieces: tf.RaggedTensor, answers: tf.RaggedTensor, max_num_an
   pieces = pieces[:, :max_answer_len]
   lengths = tf.cast(pieces.row_lengths(), tf.int32)
   grouped = tf.RaggedTensor.from_row_splits(pieces, answers.row_splits)  # [B, (A), (pieces)]
-  answer_ids = tf.cast(grouped.to_tensor(default_value=0,
-                                         shape=tf.stack([batch, max_num_answers, max_answer_len])),
-                       tf.int32)
+  answer_ids = tf.cast(
+      grouped.to_tensor(default_value=0, shape=tf.stack([batch, max_num_answers, max_answer_len])), tf.int32)
   answer_len = tf.RaggedTensor.from_row_splits(lengths, answers.row_splits).to_tensor(
       default_value=0, shape=tf.stack([batch, max_num_answers]))
   return answer_ids, answer_len
@@ -233,12 +232,11 @@ def tokenize_answers(tokenizer: tokenization.Tokenizer, answers, max_num_answers
     max_answer_len: M; longer answers keep their first M wordpieces.
   """
   answers = _as_ragged_strings(answers)[:, :max_num_answers]
-  return _group_answers(tokenizer.tokenize(answers.flat_values), answers, max_num_answers,
-                        max_answer_len)
+  return _group_answers(tokenizer.tokenize(answers.flat_values), answers, max_num_answers, max_answer_len)
 
 
-def question_ids(tokenizer: tokenization.Tokenizer, questions, max_question_len: int
-                 ) -> Tuple[tf.Tensor, tf.Tensor]:
+def question_ids(tokenizer: tokenization.Tokenizer, questions,
+                 max_question_len: int) -> Tuple[tf.Tensor, tf.Tensor]:
   """Questions -> (ids int32 [B, max_question_len], length int32 [B]) for pack_reader_inputs."""
   pieces = tokenizer.tokenize(tf.convert_to_tensor(questions, tf.string))[:, :max_question_len]
   batch = pieces.nrows()
@@ -296,8 +294,13 @@ class TextReaderFeatures(NamedTuple):
   retriever_correct: Optional[tf.Tensor]
 
 
-def reader_inputs_from_texts(tokenizer: tokenization.Tokenizer, questions, block_texts, seq_len: int,
-                             answers=None, max_answers: int = 10, max_num_answers: int = 10,
+def reader_inputs_from_texts(tokenizer: tokenization.Tokenizer,
+                             questions,
+                             block_texts,
+                             seq_len: int,
+                             answers=None,
+                             max_answers: int = 10,
+                             max_num_answers: int = 10,
                              max_answer_len: int = 16) -> TextReaderFeatures:
   """Reader features of B questions x K block texts.
 
@@ -317,16 +320,15 @@ def reader_inputs_from_texts(tokenizer: tokenization.Tokenizer, questions, block
   dense_shape = tf.stack([batch * beam, max_len])
 
   def dense(ragged, default):
-    return tf.reshape(tf.cast(ragged[:, :max_len].to_tensor(default_value=default, shape=dense_shape),
-                              tf.int32), tf.stack([batch, beam, max_len]))
+    return tf.reshape(
+        tf.cast(ragged[:, :max_len].to_tensor(default_value=default, shape=dense_shape), tf.int32),
+        tf.stack([batch, beam, max_len]))
 
   block_ids, piece_starts, piece_limits = dense(ids, 0), dense(starts, -1), dense(limits, -1)
-  block_len = tf.reshape(tf.cast(tf.minimum(ids.row_lengths(), max_len), tf.int32),
-                         tf.stack([batch, beam]))
-  inputs = pack_reader_inputs(q_ids, q_len, block_ids, block_len, seq_len, tokenizer.cls_id,
-                              tokenizer.sep_id)
-  piece = tf.clip_by_value(tf.range(seq_len)[tf.newaxis, tf.newaxis, :] -
-                           inputs.block_start[:, :, tf.newaxis], 0, max_len - 1)
+  block_len = tf.reshape(tf.cast(tf.minimum(ids.row_lengths(), max_len), tf.int32), tf.stack([batch, beam]))
+  inputs = pack_reader_inputs(q_ids, q_len, block_ids, block_len, seq_len, tokenizer.cls_id, tokenizer.sep_id)
+  piece = tf.clip_by_value(
+      tf.range(seq_len)[tf.newaxis, tf.newaxis, :] - inputs.block_start[:, :, tf.newaxis], 0, max_len - 1)
   in_block = inputs.block_mask > 0
   byte_starts = tf.where(in_block, tf.gather(piece_starts, piece, batch_dims=2), -1)
   byte_limits = tf.where(in_block, tf.gather(piece_limits, piece, batch_dims=2), -1)
@@ -339,8 +341,8 @@ def reader_inputs_from_texts(tokenizer: tokenization.Tokenizer, questions, block
   return TextReaderFeatures(inputs, byte_starts, byte_limits, gold_starts, gold_ends, retriever_correct)
 
 
-def answer_byte_spans(tokenizer: tokenization.Tokenizer, block_texts, first_piece, last_piece
-                      ) -> Tuple[tf.Tensor, tf.Tensor]:
+def answer_byte_spans(tokenizer: tokenization.Tokenizer, block_texts, first_piece,
+                      last_piece) -> Tuple[tf.Tensor, tf.Tensor]:
   """Byte spans [begin, end) in each block's original text of predicted wordpiece indices.
 
   Args:
@@ -371,8 +373,10 @@ def answer_byte_spans(tokenizer: tokenization.Tokenizer, block_texts, first_piec
 def slice_answers(block_texts, begin, end) -> tf.Tensor:
   """text[begin:end] (bytes) per block; "" where begin is -1 (answer_byte_spans' "no span")."""
   valid = begin >= 0
-  text = tf.strings.substr(tf.convert_to_tensor(block_texts, tf.string), tf.where(valid, begin, 0),
-                           tf.where(valid, end - begin, 0), unit="BYTE")
+  text = tf.strings.substr(tf.convert_to_tensor(block_texts, tf.string),
+                           tf.where(valid, begin, 0),
+                           tf.where(valid, end - begin, 0),
+                           unit="BYTE")
   return tf.where(valid, text, "")
 
 
@@ -391,37 +395,40 @@ def extract_answers(tokenizer: tokenization.Tokenizer, block_texts, first_piece,
 # ---------------------------------------------------------------------------------------------------------
 # Host side: QA examples as training features.
 
-
 # Feature names of an ORQA batch (realm_tf.modeling.orqa.OrqaModel.compute_loss).
 QUERY_FIELDS = ("query_token_ids", "query_mask", "query_segment_ids")  # int32 [B, Q]
 QUESTION_IDS = "question_ids"  # int32 [B, L - 3]
 QUESTION_LEN = "question_len"  # int32 [B]
-ANSWER_IDS = "answer_ids"      # int32 [B, A, M]
-ANSWER_LEN = "answer_len"      # int32 [B, A]
+ANSWER_IDS = "answer_ids"  # int32 [B, A, M]
+ANSWER_LEN = "answer_len"  # int32 [B, A]
 
 
-def _question_features(featurizer, pieces: tf.RaggedTensor, reader_seq_len: int
-                       ) -> Dict[str, tf.Tensor]:
+def _question_features(featurizer, pieces: tf.RaggedTensor, reader_seq_len: int) -> Dict[str, tf.Tensor]:
   query = featurizer.query_inputs(pieces)
   max_question_len = reader_seq_len - 3
   kept = pieces[:, :max_question_len]
   features = dict(zip(QUERY_FIELDS, query))
-  features[QUESTION_IDS] = tf.cast(kept.to_tensor(
-      default_value=0, shape=tf.stack([kept.nrows(), max_question_len])), tf.int32)
+  features[QUESTION_IDS] = tf.cast(
+      kept.to_tensor(default_value=0, shape=tf.stack([kept.nrows(), max_question_len])), tf.int32)
   features[QUESTION_LEN] = tf.cast(kept.row_lengths(), tf.int32)
   return features
 
 
-def question_features(tokenizer: tokenization.Tokenizer, featurizer, questions, reader_seq_len: int
-                      ) -> Dict[str, tf.Tensor]:
+def question_features(tokenizer: tokenization.Tokenizer, featurizer, questions,
+                      reader_seq_len: int) -> Dict[str, tf.Tensor]:
   """Retriever query inputs ([CLS] q [SEP], featurizer.query_seq_len) and the reader's question ids
   (QUESTION_IDS [B, reader_seq_len - 3], QUESTION_LEN [B])."""
   pieces = tokenizer.tokenize(tf.convert_to_tensor(questions, tf.string))
   return _question_features(featurizer, pieces, reader_seq_len)
 
 
-def qa_features(tokenizer: tokenization.Tokenizer, featurizer, questions, answers, reader_seq_len: int,
-                max_num_answers: int = 10, max_answer_len: int = 16) -> Dict[str, tf.Tensor]:
+def qa_features(tokenizer: tokenization.Tokenizer,
+                featurizer,
+                questions,
+                answers,
+                reader_seq_len: int,
+                max_num_answers: int = 10,
+                max_answer_len: int = 16) -> Dict[str, tf.Tensor]:
   """question_features plus ANSWER_IDS [B, A, M] and ANSWER_LEN [B, A], from ONE tokenizer call.
 
   One call, because tracing the tokenizer into a graph (tf.data, SavedModels) costs seconds each time.
@@ -431,14 +438,22 @@ def qa_features(tokenizer: tokenization.Tokenizer, featurizer, questions, answer
   num_questions = tf.shape(questions, out_type=tf.int64)[0]
   pieces = tokenizer.tokenize(tf.concat([questions, answers.flat_values], 0))
   features = _question_features(featurizer, pieces[:num_questions], reader_seq_len)
-  features[ANSWER_IDS], features[ANSWER_LEN] = _group_answers(
-      pieces[num_questions:], answers, max_num_answers, max_answer_len)
+  features[ANSWER_IDS], features[ANSWER_LEN] = _group_answers(pieces[num_questions:], answers,
+                                                              max_num_answers, max_answer_len)
   return features
 
 
-def qa_dataset(questions: Sequence[str], answers: Sequence[Sequence[str]], tokenizer, featurizer,
-               reader_seq_len: int, batch_size: int, max_num_answers: int = 10,
-               max_answer_len: int = 16, seed: int = 0, repeat: bool = True, shuffle: bool = True,
+def qa_dataset(questions: Sequence[str],
+               answers: Sequence[Sequence[str]],
+               tokenizer,
+               featurizer,
+               reader_seq_len: int,
+               batch_size: int,
+               max_num_answers: int = 10,
+               max_answer_len: int = 16,
+               seed: int = 0,
+               repeat: bool = True,
+               shuffle: bool = True,
                skip_batches: int = 0) -> tf.data.Dataset:
   """Batches of ORQA training features (qa_features) from QA examples (answers as literal strings).
 
@@ -450,7 +465,8 @@ def qa_dataset(questions: Sequence[str], answers: Sequence[Sequence[str]], token
     raise ValueError("no QA examples to featurize")
   data = tf.data.Dataset.from_tensor_slices({
       "question": tf.constant(list(questions), tf.string),
-      "answers": tf.ragged.constant([list(a) for a in answers], dtype=tf.string, ragged_rank=1)})
+      "answers": tf.ragged.constant([list(a) for a in answers], dtype=tf.string, ragged_rank=1)
+  })
   if repeat:
     if shuffle:
       data = data.shuffle(len(questions), seed=seed, reshuffle_each_iteration=True)

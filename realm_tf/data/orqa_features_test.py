@@ -27,14 +27,14 @@ class PackReaderInputsTest(tf.test.TestCase):
     block_ids = np.zeros([1, len(blocks), block_width], np.int32)
     for k, block in enumerate(blocks):
       block_ids[0, k, :len(block)] = block
-    return orqa_features.pack_reader_inputs(
-        tf.constant([question + [0]], tf.int32), tf.constant([len(question)]), tf.constant(block_ids),
-        tf.constant([[len(b) for b in blocks]]), seq_len, _CLS, _SEP)
+    return orqa_features.pack_reader_inputs(tf.constant([question + [0]], tf.int32),
+                                            tf.constant([len(question)]), tf.constant(block_ids),
+                                            tf.constant([[len(b) for b in blocks]]), seq_len, _CLS, _SEP)
 
   def test_layout_and_block_truncation(self):
     inputs = self._pack([5, 6], [[7, 8, 9], [10, 11, 12, 13, 14]], seq_len=9)
-    self.assertAllEqual(inputs.token_ids[0], [[_CLS, 5, 6, _SEP, 7, 8, 9, _SEP, 0],
-                                              [_CLS, 5, 6, _SEP, 10, 11, 12, 13, _SEP]])
+    self.assertAllEqual(inputs.token_ids[0],
+                        [[_CLS, 5, 6, _SEP, 7, 8, 9, _SEP, 0], [_CLS, 5, 6, _SEP, 10, 11, 12, 13, _SEP]])
     self.assertAllEqual(inputs.mask[0], [[1] * 8 + [0], [1] * 9])
     self.assertAllEqual(inputs.segment_ids[0], [[0, 0, 0, 0, 1, 1, 1, 1, 0], [0] * 4 + [1] * 5])
     self.assertAllEqual(inputs.block_mask[0], [[0] * 4 + [1] * 3 + [0] * 2, [0] * 4 + [1] * 4 + [0]])
@@ -53,9 +53,9 @@ class GoldSpansTest(tf.test.TestCase):
 
   def test_every_occurrence_in_block_region_only(self):
     # [CLS] 7 8 [SEP] 7 8 9 7 8 [SEP]: the question's "7 8" is not gold, both block ones are.
-    inputs = orqa_features.pack_reader_inputs(
-        tf.constant([[7, 8]]), tf.constant([2]), tf.constant([[[7, 8, 9, 7, 8], [9, 9, 9, 9, 9]]]),
-        tf.constant([[5, 5]]), 10, _CLS, _SEP)
+    inputs = orqa_features.pack_reader_inputs(tf.constant([[7, 8]]), tf.constant([2]),
+                                              tf.constant([[[7, 8, 9, 7, 8], [9, 9, 9, 9, 9]]]),
+                                              tf.constant([[5, 5]]), 10, _CLS, _SEP)
     answer_ids = tf.constant([[[7, 8], [9, 0], [0, 0]]])  # answers "7 8", "9", and padding
     answer_len = tf.constant([[2, 1, 0]])
     starts, ends = orqa_features.reader_gold_spans(inputs, answer_ids, answer_len, max_answers=4)
@@ -65,9 +65,9 @@ class GoldSpansTest(tf.test.TestCase):
 
   def test_match_must_end_inside_block(self):
     """An answer cut by truncation is no gold span (its last piece is past the block)."""
-    inputs = orqa_features.pack_reader_inputs(
-        tf.constant([[5]]), tf.constant([1]), tf.constant([[[6, 7, 8]]]), tf.constant([[3]]), 6,
-        _CLS, _SEP)  # room for 6 7 only
+    inputs = orqa_features.pack_reader_inputs(tf.constant([[5]]), tf.constant([1]), tf.constant([[[6, 7,
+                                                                                                   8]]]),
+                                              tf.constant([[3]]), 6, _CLS, _SEP)  # room for 6 7 only
     starts, _ = orqa_features.reader_gold_spans(inputs, tf.constant([[[7, 8]]]), tf.constant([[2]]), 2)
     self.assertAllEqual(starts[0, 0], [-1, -1])
 
@@ -82,13 +82,13 @@ class GoldSpansTest(tf.test.TestCase):
     self.assertAllEqual(found, [[False, True]])
 
   def test_dense_form_compiles_with_xla(self):
+
     @tf.function(jit_compile=True)
     def labels(question, question_len, blocks, block_len, answers, answer_len):
-      inputs = orqa_features.pack_reader_inputs(question, question_len, blocks, block_len, 12, _CLS,
-                                                _SEP)
+      inputs = orqa_features.pack_reader_inputs(question, question_len, blocks, block_len, 12, _CLS, _SEP)
       starts, ends = orqa_features.reader_gold_spans(inputs, answers, answer_len, 3)
-      return inputs.token_ids, starts, ends, orqa_features.contains_answer(
-          blocks, block_len, answers, answer_len)
+      return inputs.token_ids, starts, ends, orqa_features.contains_answer(blocks, block_len, answers,
+                                                                           answer_len)
 
     args = (tf.constant([[5, 6]]), tf.constant([2]), tf.constant([[[7, 8, 9], [8, 9, 0]]]),
             tf.constant([[3, 2]]), tf.constant([[[8, 9]]]), tf.constant([[2]]))
@@ -103,17 +103,19 @@ class TextFeaturesTest(tf.test.TestCase):
 
   def test_gold_spans_point_at_the_answer_text(self):
     tokenizer = _tokenizer()
-    blocks = [["Wenor founded the Kelarlé Workshop. The Kelarlé Workshop burned.",
-               "Nothing to see here."]]
-    features = orqa_features.reader_inputs_from_texts(
-        tokenizer, ["What did Wenor found?"], blocks, seq_len=40,
-        answers=tf.ragged.constant([["Kelarlé Workshop"]]))
+    blocks = [["Wenor founded the Kelarlé Workshop. The Kelarlé Workshop burned.", "Nothing to see here."]]
+    features = orqa_features.reader_inputs_from_texts(tokenizer, ["What did Wenor found?"],
+                                                      blocks,
+                                                      seq_len=40,
+                                                      answers=tf.ragged.constant([["Kelarlé Workshop"]]))
     starts, ends = features.gold_starts.numpy(), features.gold_ends.numpy()
     self.assertEqual(starts[0, 0, 2], -1)
     self.assertAllEqual(starts[0, 1], [-1] * 10)
     text = blocks[0][0].encode("utf-8")
-    found = [text[features.byte_starts[0, 0, s]:features.byte_limits[0, 0, e]].decode("utf-8")
-             for s, e in zip(starts[0, 0, :2], ends[0, 0, :2])]
+    found = [
+        text[features.byte_starts[0, 0, s]:features.byte_limits[0, 0, e]].decode("utf-8")
+        for s, e in zip(starts[0, 0, :2], ends[0, 0, :2])
+    ]
     self.assertEqual(found, ["Kelarlé Workshop", "Kelarlé Workshop"])
     self.assertAllEqual(features.retriever_correct, [[True, False]])
     # Positions outside the block have no bytes.
@@ -130,8 +132,10 @@ class TextFeaturesTest(tf.test.TestCase):
     texts = ["Zoë Kelarlé lived in Café Ünter.", "Wenor founded it.", "x"]
     # Pieces: z ##o ##e | kel ##ar ##le | ... ; "Zoë Kelarlé" is pieces 0..5.
     pieces = tokenizer.tokenize_texts(texts[:1])[0]
-    last = [i for i, (s, l) in enumerate(zip(pieces.starts, pieces.limits))
-            if texts[0].encode()[s:l].decode() == "lé"][0]
+    last = [
+        i for i, (s, l) in enumerate(zip(pieces.starts, pieces.limits))
+        if texts[0].encode()[s:l].decode() == "lé"
+    ][0]
     answers = orqa_features.extract_answers(tokenizer, texts, [0, 0, 3], [last, 0, 5])
     self.assertEqual([a.decode("utf-8") for a in answers.numpy()], ["Zoë Kelarlé", "Wen", ""])
 
@@ -140,12 +144,19 @@ class QaDatasetTest(tf.test.TestCase):
 
   def test_batches_and_answer_ids(self):
     tokenizer = _tokenizer()
-    featurizer = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=8,
-                                                         candidate_seq_len=16, max_masks=2)
+    featurizer = featurization.Featurizer.from_tokenizer(tokenizer,
+                                                         query_seq_len=8,
+                                                         candidate_seq_len=16,
+                                                         max_masks=2)
     data = orqa_features.qa_dataset(["Where was Savix Lunene born?", "Who?", "What?"],
-                                    [["Rosysmer"], ["Wenor", "Thalis Wenor"], ["x"]], tokenizer,
-                                    featurizer, reader_seq_len=20, batch_size=2, max_num_answers=3,
-                                    max_answer_len=4, repeat=False)
+                                    [["Rosysmer"], ["Wenor", "Thalis Wenor"], ["x"]],
+                                    tokenizer,
+                                    featurizer,
+                                    reader_seq_len=20,
+                                    batch_size=2,
+                                    max_num_answers=3,
+                                    max_answer_len=4,
+                                    repeat=False)
     batches = list(data)
     self.assertLen(batches, 2)  # 3 examples, the last batch padded with the first
     first = batches[0]
@@ -155,8 +166,7 @@ class QaDatasetTest(tf.test.TestCase):
     lengths = [len(ids) for ids in tokenizer.tokenize(["Rosysmer", "Wenor", "Thalis Wenor"]).to_list()]
     self.assertAllEqual(first[orqa_features.ANSWER_LEN],
                         [[lengths[0], 0, 0], [lengths[1], min(lengths[2], 4), 0]])
-    self.assertAllEqual(first[orqa_features.ANSWER_IDS][1, 0, :2],
-                        tokenizer.tokenize(["Wenor"]).to_list()[0])
+    self.assertAllEqual(first[orqa_features.ANSWER_IDS][1, 0, :2], tokenizer.tokenize(["Wenor"]).to_list()[0])
     self.assertAllEqual(batches[1][orqa_features.QUESTION_IDS][1], first[orqa_features.QUESTION_IDS][0])
 
 

@@ -66,13 +66,14 @@ def _offset_error(where: str, message: str) -> InputError:
 
 def _parse_offsets(where: str, field: str, value) -> Tuple[Span, ...]:
   if not isinstance(value, list):
-    raise _offset_error(where, f"\"{field}\" must be a list of [start, limit] byte offsets, got "
-                               f"{type(value).__name__}")
+    raise _offset_error(
+        where, f"\"{field}\" must be a list of [start, limit] byte offsets, got "
+        f"{type(value).__name__}")
   pairs = []
   for i, pair in enumerate(value):
     if not (isinstance(pair, list) and len(pair) == 2 and all(_is_int(v) for v in pair)):
       raise _offset_error(where, f"{field}[{i}] = {json.dumps(pair)} is not a [start, limit] pair of "
-                                 "integers")
+                          "integers")
     pairs.append((pair[0], pair[1]))
   return tuple(pairs)
 
@@ -84,21 +85,25 @@ def validate_offsets(where: str, text: str, sentences: Sequence[Span], spans: Se
   for field, pairs in (("sentences", sentences), ("spans", spans)):
     for i, (start, limit) in enumerate(pairs):
       if start < 0 or limit > len(data):
-        raise _offset_error(where, f"{field}[{i}] = [{start}, {limit}] is out of range: the text is "
-                                   f"{len(data)} UTF-8 bytes")
+        raise _offset_error(
+            where, f"{field}[{i}] = [{start}, {limit}] is out of range: the text is "
+            f"{len(data)} UTF-8 bytes")
       if limit <= start:
-        raise _offset_error(where, f"{field}[{i}] = [{start}, {limit}]: the limit must be greater "
-                                   "than the start (limits are exclusive)")
+        raise _offset_error(
+            where, f"{field}[{i}] = [{start}, {limit}]: the limit must be greater "
+            "than the start (limits are exclusive)")
       for name, offset in (("start", start), ("limit", limit)):
         if offset < len(data) and 0x80 <= data[offset] < 0xC0:
-          raise _offset_error(where, f"{field}[{i}] = [{start}, {limit}]: the {name} {offset} falls "
-                                     "inside a multi-byte UTF-8 character (offsets count UTF-8 bytes "
-                                     "of text, not characters)")
+          raise _offset_error(
+              where, f"{field}[{i}] = [{start}, {limit}]: the {name} {offset} falls "
+              "inside a multi-byte UTF-8 character (offsets count UTF-8 bytes "
+              "of text, not characters)")
   for i in range(1, len(sentences)):
     if sentences[i][0] < sentences[i - 1][1]:
-      raise _offset_error(where, f"sentences[{i}] = {list(sentences[i])} starts before sentences[{i - 1}]"
-                                 f" = {list(sentences[i - 1])} ends; sentences must be sorted and must "
-                                 "not overlap")
+      raise _offset_error(
+          where, f"sentences[{i}] = {list(sentences[i])} starts before sentences[{i - 1}]"
+          f" = {list(sentences[i - 1])} ends; sentences must be sorted and must "
+          "not overlap")
 
 
 def _document(where: str, title, text, sentences, spans, reannotate: bool) -> PretrainingDocument:
@@ -121,11 +126,11 @@ def _document(where: str, title, text, sentences, spans, reannotate: bool) -> Pr
   sentence_pairs = _parse_offsets(where, "sentences", sentences)
   span_pairs = _parse_offsets(where, "spans", spans)
   validate_offsets(where, text, sentence_pairs, span_pairs)
-  return PretrainingDocument(title=title, text=text, sentences=sentence_pairs, spans=span_pairs,
-                             source=where)
+  return PretrainingDocument(title=title, text=text, sentences=sentence_pairs, spans=span_pairs, source=where)
 
 
-def read_raw_documents(path: str, skipped: Optional[text_records.SkipCounter] = None,
+def read_raw_documents(path: str,
+                       skipped: Optional[text_records.SkipCounter] = None,
                        reannotate: bool = False) -> Iterator[PretrainingDocument]:
   """Reads documents from JSONL or a DPR-style TSV (the format follows the extension).
 
@@ -195,10 +200,10 @@ class PretrainingStats:
   num_documents: int = 0
   num_shards: int = 0
   num_skipped: int = 0
-  num_annotated: int = 0                 # documents whose sentences/spans were computed here
+  num_annotated: int = 0  # documents whose sentences/spans were computed here
   num_sentences: int = 0
   num_spans: int = 0
-  num_sentences_with_spans: int = 0      # sentences that fully contain at least one span
+  num_sentences_with_spans: int = 0  # sentences that fully contain at least one span
   num_spans_crossing_sentences: int = 0  # spans inside no single sentence (kept; the pipeline drops them)
   num_documents_without_usable_spans: int = 0  # no sentence holds a span: the pipeline skips them
   shard_paths: List[str] = dataclasses.field(default_factory=list)
@@ -239,17 +244,19 @@ def to_example(doc: PretrainingDocument) -> bytes:
   """The serialized tf.Example of an annotated document, in the original's features."""
   if doc.sentences is None or doc.spans is None:
     raise ValueError(f"{doc.source or repr(doc.title)} is not annotated; call annotate_document first")
-  return tf.train.Example(features=tf.train.Features(feature={
-      "title": _bytes_feature(doc.title),
-      "text": _bytes_feature(doc.text),
-      "sentence_byte_start": _int64_feature([s for s, _ in doc.sentences]),
-      "sentence_byte_limit": _int64_feature([l for _, l in doc.sentences]),
-      "span_byte_start": _int64_feature([s for s, _ in doc.spans]),
-      "span_byte_limit": _int64_feature([l for _, l in doc.spans]),
-  })).SerializeToString()
+  return tf.train.Example(features=tf.train.Features(
+      feature={
+          "title": _bytes_feature(doc.title),
+          "text": _bytes_feature(doc.text),
+          "sentence_byte_start": _int64_feature([s for s, _ in doc.sentences]),
+          "sentence_byte_limit": _int64_feature([l for _, l in doc.sentences]),
+          "span_byte_start": _int64_feature([s for s, _ in doc.spans]),
+          "span_byte_limit": _int64_feature([l for _, l in doc.spans]),
+      })).SerializeToString()
 
 
-def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocument]], output_prefix: str,
+def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocument]],
+                             output_prefix: str,
                              num_shards: int,
                              annotator: Optional[salient_spans.SpanAnnotator] = None,
                              sentence_splitter: Optional[salient_spans.SentenceSplitter] = None,
@@ -303,26 +310,26 @@ def write_pretraining_corpus(documents: Callable[[], Iterable[PretrainingDocumen
         log(f"wrote {stats.num_documents}/{total} documents")
     stats.num_skipped = skipped.count if skipped is not None else 0
     stats.shard_paths = writer.finals
-    writer.finish({
-        "kind": KIND,
-        "format_version": FORMAT_VERSION,
-        "num_documents": stats.num_documents,
-        "num_skipped": stats.num_skipped,
-        "num_annotated": stats.num_annotated,
-        "num_sentences": stats.num_sentences,
-        "num_spans": stats.num_spans,
-        "num_sentences_with_spans": stats.num_sentences_with_spans,
-        "num_spans_crossing_sentences": stats.num_spans_crossing_sentences,
-        "num_documents_without_usable_spans": stats.num_documents_without_usable_spans,
-        "annotator": annotator.name if stats.num_annotated else None,
-        "sentence_splitter": splitter.name if stats.num_annotated else None,
-    }, log)
+    writer.finish(
+        {
+            "kind": KIND,
+            "format_version": FORMAT_VERSION,
+            "num_documents": stats.num_documents,
+            "num_skipped": stats.num_skipped,
+            "num_annotated": stats.num_annotated,
+            "num_sentences": stats.num_sentences,
+            "num_spans": stats.num_spans,
+            "num_sentences_with_spans": stats.num_sentences_with_spans,
+            "num_spans_crossing_sentences": stats.num_spans_crossing_sentences,
+            "num_documents_without_usable_spans": stats.num_documents_without_usable_spans,
+            "annotator": annotator.name if stats.num_annotated else None,
+            "sentence_splitter": splitter.name if stats.num_annotated else None,
+        }, log)
   return stats
 
 
 # ----------------------------------------------------------------------------------------------------
 # Reading the corpus back.
-
 
 _HINT = "bin/generate_pretraining_corpus"
 
@@ -366,8 +373,11 @@ def read_pretraining_corpus(output_prefix: str) -> Iterator[PretrainingDocument]
   """
   counts = [s["num_documents"] for s in read_manifest(output_prefix)["shards"]]
   for path, count in zip(pretraining_shards(output_prefix), counts):
-    for index, record in enumerate(corpus.read_shard_records(
-        path, FEATURE_SPEC, "regenerate it with bin/generate_pretraining_corpus", expected=count)):
+    for index, record in enumerate(
+        corpus.read_shard_records(path,
+                                  FEATURE_SPEC,
+                                  "regenerate it with bin/generate_pretraining_corpus",
+                                  expected=count)):
       yield PretrainingDocument(
           title=record["title"].decode("utf-8"),
           text=record["text"].decode("utf-8"),

@@ -44,14 +44,18 @@ class PretrainingTestCase(tf.test.TestCase):
     return path
 
   def write_records(self, records, name="docs.jsonl"):
-    return self.write(name, "".join(
-        (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records))
+    return self.write(
+        name, "".join(
+            (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records))
 
   def corpus_from(self, path, num_shards=1, skipped=None, reannotate=False, **kwargs):
     prefix = os.path.join(self.create_tempdir().full_path, "pt")
     stats = pretraining.write_pretraining_corpus(
-        lambda: pretraining.read_raw_documents(path, skipped, reannotate=reannotate), prefix, num_shards,
-        skipped=skipped, **kwargs)
+        lambda: pretraining.read_raw_documents(path, skipped, reannotate=reannotate),
+        prefix,
+        num_shards,
+        skipped=skipped,
+        **kwargs)
     return prefix, stats
 
 
@@ -63,12 +67,16 @@ class TestdataRoundTripTest(PretrainingTestCase):
     self.assertLen(records, 444)  # 300 articles, 144 news items
     prefix, stats = self.corpus_from(path, num_shards=4)
     docs = list(pretraining.read_pretraining_corpus(prefix))
-    self.assertEqual([(d.title, d.text, [list(s) for s in d.sentences], [list(s) for s in d.spans])
-                      for d in docs],
-                     [(r["title"], r["text"], r["sentences"], r["spans"]) for r in records])
+    self.assertEqual(
+        [(d.title, d.text, [list(s) for s in d.sentences], [list(s) for s in d.spans]) for d in docs],
+        [(r["title"], r["text"], r["sentences"], r["spans"]) for r in records])
 
-    with_spans = sum(len({i for i, (s, l) in enumerate(r["sentences"])
-                          for a, b in r["spans"] if s <= a and b <= l}) for r in records)
+    with_spans = sum(
+        len({i
+             for i, (s, l) in enumerate(r["sentences"])
+             for a, b in r["spans"]
+             if s <= a and b <= l})
+        for r in records)
     self.assertEqual((stats.num_documents, stats.num_shards, stats.num_annotated, stats.num_skipped),
                      (444, 4, 0, 0))
     self.assertEqual(stats.num_sentences, sum(len(r["sentences"]) for r in records))
@@ -90,9 +98,9 @@ class TestdataRoundTripTest(PretrainingTestCase):
     prefix, _ = self.corpus_from(os.path.join(_TESTDATA, "pretraining.jsonl"), num_shards=3)
     records = _load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
     dataset = pretraining.pretraining_dataset(prefix)
-    self.assertEqual(set(dataset.element_spec), {"title", "text", "sentence_byte_start",
-                                                 "sentence_byte_limit", "span_byte_start",
-                                                 "span_byte_limit"})
+    self.assertEqual(
+        set(dataset.element_spec),
+        {"title", "text", "sentence_byte_start", "sentence_byte_limit", "span_byte_start", "span_byte_limit"})
     self.assertEqual(dataset.element_spec["span_byte_start"].dtype, tf.int64)
     parsed = list(dataset.as_numpy_iterator())
     self.assertLen(parsed, 444)
@@ -116,8 +124,9 @@ class TestdataRoundTripTest(PretrainingTestCase):
     uids = [d.uid for d in pretraining.read_pretraining_corpus(prefix)]
     self.assertEqual(uids[:300], [d.uid for d in retrieval])
     self.assertEmpty(set(uids[300:]) & set(uids[:300]))
-    self.assertEqual(pretraining.PretrainingDocument("A b", "c").uid,
-                     hashlib.sha1(b"A b <sep> c").hexdigest())
+    self.assertEqual(
+        pretraining.PretrainingDocument("A b", "c").uid,
+        hashlib.sha1(b"A b <sep> c").hexdigest())
 
 
 class AnnotateRawTextTest(PretrainingTestCase):
@@ -148,9 +157,10 @@ class AnnotateRawTextTest(PretrainingTestCase):
     self.assertEqual(stats.num_documents_without_usable_spans, 0)
 
   def test_non_ascii_tsv_byte_offsets_and_uids(self):
-    path = self.write("docs.tsv", "id\ttext\ttitle\n"
-                                  "1\tÉmile Zola was born in Paris on 2 April 1840. He lived in Zürich.\tZola\n"
-                                  "2\t  The space around is kept. In 1854 Łódź grew.  \tŁódź\n")
+    path = self.write(
+        "docs.tsv", "id\ttext\ttitle\n"
+        "1\tÉmile Zola was born in Paris on 2 April 1840. He lived in Zürich.\tZola\n"
+        "2\t  The space around is kept. In 1854 Łódź grew.  \tŁódź\n")
     prefix, stats = self.corpus_from(path)
     docs = list(pretraining.read_pretraining_corpus(prefix))
     self.assertEqual([d.uid for d in docs], [d.uid for d in corpus.read_documents(path)])
@@ -163,24 +173,35 @@ class AnnotateRawTextTest(PretrainingTestCase):
 
   def test_spans_crossing_sentences_are_kept_and_counted(self):
     path = self.write_records([
-        {"title": "T", "text": "Aaaa bb. Cc dd.", "sentences": [[0, 8], [9, 15]],
-         "spans": [[5, 11], [0, 4], [9, 11], [0, 4]]},
-        {"title": "U", "text": "Eeee ff. Gg hh.", "sentences": [[0, 8]], "spans": [[9, 11]]},
+        {
+            "title": "T",
+            "text": "Aaaa bb. Cc dd.",
+            "sentences": [[0, 8], [9, 15]],
+            "spans": [[5, 11], [0, 4], [9, 11], [0, 4]]
+        },
+        {
+            "title": "U",
+            "text": "Eeee ff. Gg hh.",
+            "sentences": [[0, 8]],
+            "spans": [[9, 11]]
+        },
     ])
     prefix, stats = self.corpus_from(path)
     docs = list(pretraining.read_pretraining_corpus(prefix))
     self.assertEqual(docs[0].spans, ((5, 11), (0, 4), (9, 11), (0, 4)))  # as given, duplicates too
-    self.assertEqual((stats.num_spans, stats.num_spans_crossing_sentences,
-                      stats.num_sentences_with_spans, stats.num_documents_without_usable_spans),
-                     (5, 2, 2, 1))
+    self.assertEqual((stats.num_spans, stats.num_spans_crossing_sentences, stats.num_sentences_with_spans,
+                      stats.num_documents_without_usable_spans), (5, 2, 2, 1))
 
   def test_reannotate_replaces_given_offsets(self):
-    path = self.write_records([{"title": "T", "text": "In 1854 Zorvel left.", "sentences": [[0, 99]],
-                                "spans": [[3, 2]]}])
+    path = self.write_records([{
+        "title": "T",
+        "text": "In 1854 Zorvel left.",
+        "sentences": [[0, 99]],
+        "spans": [[3, 2]]
+    }])
     with self.assertRaisesRegex(InputError, r"docs.jsonl:1: sentences\[0\] = \[0, 99\] is out of range"):
       self.corpus_from(path)
-    prefix, stats = self.corpus_from(path, reannotate=True,
-                                     annotator=salient_spans.load_annotator("dates"))
+    prefix, stats = self.corpus_from(path, reannotate=True, annotator=salient_spans.load_annotator("dates"))
     doc = next(pretraining.read_pretraining_corpus(prefix))
     self.assertEqual((doc.sentences, doc.spans), (((0, 20),), ((3, 7),)))
     self.assertEqual(stats.num_annotated, 1)
@@ -190,7 +211,8 @@ class AnnotateRawTextTest(PretrainingTestCase):
     directory = self.create_tempdir().full_path
     with self.assertRaisesRegex(ValueError, re.escape(f"{path}:1: ") + ".*_OutOfRangeAnnotator returned"):
       pretraining.write_pretraining_corpus(lambda: pretraining.read_raw_documents(path),
-                                           os.path.join(directory, "pt"), 2,
+                                           os.path.join(directory, "pt"),
+                                           2,
                                            annotator=_OutOfRangeAnnotator())
     self.assertEqual(os.listdir(directory), [])
 
@@ -219,8 +241,12 @@ class AnnotateRawTextTest(PretrainingTestCase):
 
 class BadInputTest(PretrainingTestCase):
 
-  GOOD = {"title": "Zürich", "text": "Zürich is old. It grew.", "sentences": [[0, 15], [16, 24]],
-          "spans": [[0, 7]]}
+  GOOD = {
+      "title": "Zürich",
+      "text": "Zürich is old. It grew.",
+      "sentences": [[0, 15], [16, 24]],
+      "spans": [[0, 7]]
+  }
 
   def bad_cases(self):
     good = self.GOOD
@@ -236,11 +262,27 @@ class BadInputTest(PretrainingTestCase):
         (dict(good, spans=[[0, 7.0]]), r"spans\[0\] = \[0, 7.0\] is not a \[start, limit\] pair"),
         (dict(good, spans=[[0, True]]), r"spans\[0\] = \[0, true\] is not a \[start, limit\] pair"),
         (dict(good, spans="0-7"), r"\"spans\" must be a list"),
-        ({"title": "T", "text": "x y", "spans": [[0, 1]]}, r"a pre-annotated document needs both \"sentences\" and \"spans\""),
-        ({"title": "T", "text": 5}, r"title and text must be strings"),
-        ({"title": " ", "text": ""}, r"the document has an empty title and text"),
-        ({"title": "T"}, r"a document needs \"title\" and \"text\""),
-        ({"title": "T", "text": "a", "body": "b"}, r"\"text\" and \"body\" differ"),
+        ({
+            "title": "T",
+            "text": "x y",
+            "spans": [[0, 1]]
+        }, r"a pre-annotated document needs both \"sentences\" and \"spans\""),
+        ({
+            "title": "T",
+            "text": 5
+        }, r"title and text must be strings"),
+        ({
+            "title": " ",
+            "text": ""
+        }, r"the document has an empty title and text"),
+        ({
+            "title": "T"
+        }, r"a document needs \"title\" and \"text\""),
+        ({
+            "title": "T",
+            "text": "a",
+            "body": "b"
+        }, r"\"text\" and \"body\" differ"),
         ("{\"title\": \"T\", \"text\": ", r"not a JSON object"),
         ("[1, 2]", r"expected a JSON object"),
     ]
@@ -302,8 +344,13 @@ class DprSampleTest(PretrainingTestCase):
 def _run_binary(*args):
   repo = testing_utils.repo_root()
   env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-  return subprocess.run([sys.executable, os.path.join(repo, "bin", "generate_pretraining_corpus.py"),
-                         *args], capture_output=True, text=True, env=env, timeout=300, check=False)
+  return subprocess.run(
+      [sys.executable, os.path.join(repo, "bin", "generate_pretraining_corpus.py"), *args],
+      capture_output=True,
+      text=True,
+      env=env,
+      timeout=300,
+      check=False)
 
 
 class GeneratePretrainingCorpusBinaryTest(PretrainingTestCase):
@@ -314,22 +361,23 @@ class GeneratePretrainingCorpusBinaryTest(PretrainingTestCase):
     # and two invalid ones that --skip_invalid skips and counts.
     with open(os.path.join(_TESTDATA, "pretraining.jsonl"), encoding="utf-8") as f:
       testdata = [line.rstrip("\n") for line in f]
-    path = self.write_records(testdata + [{"title": "T", "text": "Zorvel met Zorvel in 1854."},
-                                          "{broken", dict(BadInputTest.GOOD, spans=[[0, 99]])])
+    path = self.write_records(testdata + [{
+        "title": "T",
+        "text": "Zorvel met Zorvel in 1854."
+    }, "{broken",
+                                          dict(BadInputTest.GOOD, spans=[[0, 99]])])
     prefix = os.path.join(self.create_tempdir().full_path, "pt")
     result = _run_binary(f"--input_path={path}", f"--output_prefix={prefix}", "--num_output_shards=3",
                          "--skip_invalid", "--annotator=realm_tf.data.salient_spans_test:FixedAnnotator")
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn("wrote 445 documents (1 annotated here, 2 invalid skipped) in 3 shards", result.stdout)
     self.assertIn("2 invalid documents skipped", result.stderr)
-    self.assertIn("annotated 1 documents with realm_tf.data.salient_spans_test.FixedAnnotator",
-                  result.stderr)
+    self.assertIn("annotated 1 documents with realm_tf.data.salient_spans_test.FixedAnnotator", result.stderr)
     manifest = pretraining.read_manifest(prefix)
     self.assertEqual([s["num_documents"] for s in manifest["shards"]], [148, 148, 149])
     documents = list(pretraining.read_pretraining_corpus(prefix))
     self.assertLen(documents, 445)
-    self.assertEqual([(d.title, d.spans) for d in documents if d.title == "T"],
-                     [("T", ((0, 6), (11, 17)))])
+    self.assertEqual([(d.title, d.spans) for d in documents if d.title == "T"], [("T", ((0, 6), (11, 17)))])
     # The pre-annotated testdata documents keep their spans: the annotator only fills missing ones.
     first = json.loads(testdata[0])
     self.assertEqual(documents[0].title, first["title"])

@@ -75,7 +75,9 @@ def _checked_example(where: str, question, answers, *, answer_is_regex: bool, re
       except (re.error, OverflowError, RecursionError) as e:  # a{4294967296}; deeply nested groups
         raise InputError(f"{where}: the answer pattern {answer!r} is not a valid regular expression "
                          f"({e}); fix the pattern or pass --skip_invalid") from None
-  return QAExample(question=question, answers=list(answers), answer_is_regex=answer_is_regex,
+  return QAExample(question=question,
+                   answers=list(answers),
+                   answer_is_regex=answer_is_regex,
                    metadata=metadata)
 
 
@@ -88,7 +90,10 @@ def _dedupe(values: Sequence[str]) -> List[str]:
 # ORQA resplit / NQ-open / testdata JSONL
 
 
-def load_jsonl(path: str, *, require_answers: bool = True, answer_is_regex: bool = False,
+def load_jsonl(path: str,
+               *,
+               require_answers: bool = True,
+               answer_is_regex: bool = False,
                skipped: Optional[SkipCounter] = None) -> List[QAExample]:
   """Reads JSON lines `{"question": str, "answer": [str, ...], ...}` (ORQA's `*.resplit.*.jsonl`, NQ-open,
   testdata/qa.*.jsonl). `"answers"` is accepted where `"answer"` is absent; every other field (testdata's
@@ -106,16 +111,21 @@ def load_jsonl(path: str, *, require_answers: bool = True, answer_is_regex: bool
     where = f"{path}:{line_number}"
     key = "answer" if "answer" in record or "answers" not in record else "answers"
     if require_answers and key not in record:
-      handle_invalid(InputError(
-          f"{where}: no \"answer\" field (keys: {', '.join(sorted(record)) or 'none'}); add the gold "
-          "answers, pass --skip_invalid, or load a prediction-only file with require_answers=False"),
+      handle_invalid(
+          InputError(
+              f"{where}: no \"answer\" field (keys: {', '.join(sorted(record)) or 'none'}); add the gold "
+              "answers, pass --skip_invalid, or load a prediction-only file with require_answers=False"),
           skipped)
       continue
     metadata = {k: v for k, v in record.items() if k not in ("question", key)}
     try:
-      examples.append(_checked_example(where, record.get("question"), record.get(key),
-                                       answer_is_regex=answer_is_regex,
-                                       require_answers=require_answers, metadata=metadata))
+      examples.append(
+          _checked_example(where,
+                           record.get("question"),
+                           record.get(key),
+                           answer_is_regex=answer_is_regex,
+                           require_answers=require_answers,
+                           metadata=metadata))
     except InputError as e:
       handle_invalid(e, skipped)
   return examples
@@ -123,7 +133,6 @@ def load_jsonl(path: str, *, require_answers: bool = True, answer_is_regex: bool
 
 # ---------------------------------------------------------------------------------------------------------
 # WebQuestions
-
 
 _JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
@@ -135,8 +144,8 @@ def _read_json_text(path: str) -> str:
     return raw.decode("utf-8")
   except UnicodeDecodeError as e:
     line = raw.count(b"\n", 0, e.start) + 1
-    raise InputError(f"{path}:{line}: not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8"
-                     ) from None
+    raise InputError(
+        f"{path}:{line}: not valid UTF-8 (byte {e.start}); re-encode the file as UTF-8") from None
 
 
 def _json_syntax_error(path: str, e: json.JSONDecodeError) -> InputError:
@@ -249,7 +258,9 @@ def parse_target_value(target_value: str) -> List[str]:
   return answers
 
 
-def load_webquestions(path: str, *, require_answers: bool = True,
+def load_webquestions(path: str,
+                      *,
+                      require_answers: bool = True,
                       skipped: Optional[SkipCounter] = None) -> List[QAExample]:
   """Reads a WebQuestions JSON array in either packaging:
 
@@ -290,8 +301,13 @@ def load_webquestions(path: str, *, require_answers: bool = True,
       if answers is None and require_answers:
         raise InputError(f"{where}: no answers (\"targetValue\" or \"answers\"); add them, pass "
                          "--skip_invalid, or load with require_answers=False")
-      examples.append(_checked_example(where, question, answers, answer_is_regex=False,
-                                       require_answers=require_answers, metadata=metadata))
+      examples.append(
+          _checked_example(where,
+                           question,
+                           answers,
+                           answer_is_regex=False,
+                           require_answers=require_answers,
+                           metadata=metadata))
     except InputError as e:
       handle_invalid(e, skipped)
   return examples
@@ -330,8 +346,12 @@ def load_curatedtrec(path: str, *, skipped: Optional[SkipCounter] = None) -> Lis
         raise InputError(f"{where}: {len(columns)} tab-separated columns, expected 2 (question, "
                          "pattern) or 4 (id, type, question, pattern); fix the row or pass "
                          "--skip_invalid")
-      examples.append(_checked_example(where, question, [pattern], answer_is_regex=True,
-                                       require_answers=True, metadata=metadata))
+      examples.append(
+          _checked_example(where,
+                           question, [pattern],
+                           answer_is_regex=True,
+                           require_answers=True,
+                           metadata=metadata))
     except InputError as e:
       handle_invalid(e, skipped)
   return examples
@@ -353,10 +373,10 @@ def _squad_articles(path: str) -> List[dict]:
     raise InputError(f"{path}: not a SQuAD file (expected an object with a \"data\" list of articles); "
                      "use the official train-v1.1.json / dev-v1.1.json layout")
   for i, article in enumerate(value["data"]):
-    if (not isinstance(article, dict) or not isinstance(article.get("title"), str)
-        or not isinstance(article.get("paragraphs"), list)
-        or not all(isinstance(p, dict) and isinstance(p.get("context"), str)
-                   and isinstance(p.get("qas", []), list) for p in article["paragraphs"])):
+    if (not isinstance(article, dict) or not isinstance(article.get("title"), str) or
+        not isinstance(article.get("paragraphs"), list) or not all(
+            isinstance(p, dict) and isinstance(p.get("context"), str) and isinstance(p.get("qas", []), list)
+            for p in article["paragraphs"])):
       raise InputError(f"{path}: data[{i}] is not an article with a \"title\" and \"paragraphs\" of "
                        "{\"context\", \"qas\"}; fix the file")
   return value["data"]
@@ -378,12 +398,17 @@ def load_squad_paragraphs(path: str, *, first_paragraph_id: int = 0) -> List[cor
   documents = []
   for article in _squad_articles(path):
     for paragraph in article["paragraphs"]:
-      documents.append(corpus.Document(title=_squad_title(article["title"]), body=paragraph["context"],
-                                       doc_id=str(first_paragraph_id + len(documents))))
+      documents.append(
+          corpus.Document(title=_squad_title(article["title"]),
+                          body=paragraph["context"],
+                          doc_id=str(first_paragraph_id + len(documents))))
   return documents
 
 
-def load_squad(path: str, *, first_paragraph_id: int = 0, require_answers: bool = True,
+def load_squad(path: str,
+               *,
+               first_paragraph_id: int = 0,
+               require_answers: bool = True,
                skipped: Optional[SkipCounter] = None) -> List[QAExample]:
   """SQuAD v1.1 questions with their answer texts (duplicates removed, first-seen order).
 
@@ -408,12 +433,18 @@ def load_squad(path: str, *, first_paragraph_id: int = 0, require_answers: bool 
               isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
             raise InputError(f"{where}: answers must be a list of {{\"text\", \"answer_start\"}}; fix "
                              "the file or pass --skip_invalid")
-          examples.append(_checked_example(
-              where, qa.get("question"), _dedupe([a["text"] for a in answers]), answer_is_regex=False,
-              require_answers=require_answers,
-              metadata={"id": qa.get("id"), "title": _squad_title(article["title"]),
-                        "paragraph_index": paragraph_index,
-                        "doc_id": str(first_paragraph_id + paragraph_index)}))
+          examples.append(
+              _checked_example(where,
+                               qa.get("question"),
+                               _dedupe([a["text"] for a in answers]),
+                               answer_is_regex=False,
+                               require_answers=require_answers,
+                               metadata={
+                                   "id": qa.get("id"),
+                                   "title": _squad_title(article["title"]),
+                                   "paragraph_index": paragraph_index,
+                                   "doc_id": str(first_paragraph_id + paragraph_index)
+                               }))
         except InputError as e:
           handle_invalid(e, skipped)
       paragraph_index += 1
@@ -441,15 +472,18 @@ def _tfds_web_questions(ex) -> Tuple[str, List[str], dict]:
 
 
 def _tfds_squad(ex) -> Tuple[str, List[str], dict]:
-  return (_text(ex["question"]), _dedupe(_texts(ex["answers"]["text"])),
-          {"id": _text(ex["id"]), "title": _squad_title(_text(ex["title"]))})
+  return (_text(ex["question"]), _dedupe(_texts(ex["answers"]["text"])), {
+      "id": _text(ex["id"]),
+      "title": _squad_title(_text(ex["title"]))
+  })
 
 
 def _tfds_trivia_qa(ex) -> Tuple[str, List[str], dict]:
   # Open-domain TriviaQA counts the answer's value and all its aliases as correct.
   answer = ex["answer"]
-  return (_text(ex["question"]), _dedupe([_text(answer["value"])] + _texts(answer["aliases"])),
-          {"question_id": _text(ex["question_id"])})
+  return (_text(ex["question"]), _dedupe([_text(answer["value"])] + _texts(answer["aliases"])), {
+      "question_id": _text(ex["question_id"])
+  })
 
 
 _TFDS_MAPPERS = {
@@ -460,8 +494,13 @@ _TFDS_MAPPERS = {
 }
 
 
-def load_tfds(name: str, split: str, data_dir: Optional[str] = None, *, download: bool = True,
-              require_answers: bool = True, skipped: Optional[SkipCounter] = None) -> List[QAExample]:
+def load_tfds(name: str,
+              split: str,
+              data_dir: Optional[str] = None,
+              *,
+              download: bool = True,
+              require_answers: bool = True,
+              skipped: Optional[SkipCounter] = None) -> List[QAExample]:
   """Loads a TensorFlow Datasets QA set, mapping its features to QAExample.
 
   Args:
@@ -483,8 +522,13 @@ def load_tfds(name: str, split: str, data_dir: Optional[str] = None, *, download
     where = f"tfds:{name}/{split} example {index}"
     try:
       question, answers, metadata = mapper(ex)
-      examples.append(_checked_example(where, question, answers, answer_is_regex=False,
-                                       require_answers=require_answers, metadata=metadata))
+      examples.append(
+          _checked_example(where,
+                           question,
+                           answers,
+                           answer_is_regex=False,
+                           require_answers=require_answers,
+                           metadata=metadata))
     except InputError as e:
       handle_invalid(e, skipped)
   return examples
@@ -510,7 +554,9 @@ def _json_starts_with_array(path: str) -> bool:
   return head.startswith(b"[")
 
 
-def load_qa(path_or_spec: str, *, require_answers: bool = True,
+def load_qa(path_or_spec: str,
+            *,
+            require_answers: bool = True,
             answer_is_regex: Optional[bool] = None,
             skipped: Optional[SkipCounter] = None) -> List[QAExample]:
   """Loads QA examples from a file or a TFDS spec, choosing the loader by form:
@@ -529,8 +575,7 @@ def load_qa(path_or_spec: str, *, require_answers: bool = True,
   if extension == ".jsonl":
     if answer_is_regex is None:
       answer_is_regex = "curatedtrec" in os.path.basename(path).lower()
-    return load_jsonl(path, require_answers=require_answers, answer_is_regex=answer_is_regex,
-                      skipped=skipped)
+    return load_jsonl(path, require_answers=require_answers, answer_is_regex=answer_is_regex, skipped=skipped)
   if extension == ".json":
     if _json_starts_with_array(path):
       return load_webquestions(path, require_answers=require_answers, skipped=skipped)

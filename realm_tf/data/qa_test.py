@@ -39,14 +39,25 @@ def _jsonl(*records):
 class JsonlTest(QATestCase):
 
   def test_reads_questions_answers_and_metadata(self):
-    path = self.write("qa.jsonl", _jsonl(
-        {"question": "who?", "answer": ["Ann", "Anne"], "doc_id": "d1", "title": "T"},
-        "",
-        {"question": "where?", "answers": ["Rome"]}))
+    path = self.write(
+        "qa.jsonl",
+        _jsonl({
+            "question": "who?",
+            "answer": ["Ann", "Anne"],
+            "doc_id": "d1",
+            "title": "T"
+        }, "", {
+            "question": "where?",
+            "answers": ["Rome"]
+        }))
     examples = qa.load_jsonl(path)
     self.assertEqual(examples, [
-        qa.QAExample("who?", ["Ann", "Anne"], False, {"doc_id": "d1", "title": "T"}),
-        qa.QAExample("where?", ["Rome"], False, {})])
+        qa.QAExample("who?", ["Ann", "Anne"], False, {
+            "doc_id": "d1",
+            "title": "T"
+        }),
+        qa.QAExample("where?", ["Rome"], False, {})
+    ])
 
   def test_malformed_json_line_names_line(self):
     path = self.write("qa.jsonl", _jsonl({"question": "q", "answer": ["a"]}, '{"question": "q", '))
@@ -64,15 +75,35 @@ class JsonlTest(QATestCase):
     self.assertIn("empty answer", self.assertRaisesAt(f"{path}:1:", qa.load_jsonl, path))
 
   def test_wrong_types_name_line(self):
-    for record in ({"question": "q", "answer": "a"}, {"question": "", "answer": ["a"]},
-                   {"question": 3, "answer": ["a"]}, {"question": "q", "answer": [1]}):
+    for record in ({
+        "question": "q",
+        "answer": "a"
+    }, {
+        "question": "",
+        "answer": ["a"]
+    }, {
+        "question": 3,
+        "answer": ["a"]
+    }, {
+        "question": "q",
+        "answer": [1]
+    }):
       path = self.write("qa.jsonl", _jsonl(record))
       self.assertRaisesAt(f"{path}:1:", qa.load_jsonl, path)
 
   def test_skip_invalid_counts(self):
-    path = self.write("qa.jsonl", _jsonl(
-        {"question": "q1", "answer": ["a"]}, "not json", {"question": "q2"},
-        {"question": "q3", "answer": []}, {"question": "q4", "answer": ["b"]}))
+    path = self.write(
+        "qa.jsonl",
+        _jsonl({
+            "question": "q1",
+            "answer": ["a"]
+        }, "not json", {"question": "q2"}, {
+            "question": "q3",
+            "answer": []
+        }, {
+            "question": "q4",
+            "answer": ["b"]
+        }))
     skipped = qa.SkipCounter()
     examples = qa.load_jsonl(path, skipped=skipped)
     self.assertEqual([e.question for e in examples], ["q1", "q4"])
@@ -80,16 +111,30 @@ class JsonlTest(QATestCase):
     self.assertIn(f"{path}:2:", skipped.examples[0])
 
   def test_prediction_only_files(self):
-    path = self.write("q.jsonl", _jsonl({"question": "q1"}, {"question": "q2", "answer": []},
-                                        {"question": "q3", "answer": ["c"]}))
+    path = self.write(
+        "q.jsonl",
+        _jsonl({"question": "q1"}, {
+            "question": "q2",
+            "answer": []
+        }, {
+            "question": "q3",
+            "answer": ["c"]
+        }))
     examples = qa.load_jsonl(path, require_answers=False)
     self.assertEqual([(e.question, e.answers) for e in examples], [("q1", []), ("q2", []), ("q3", ["c"])])
 
   def test_regex_answers_are_validated(self):
-    path = self.write("CuratedTrec.resplit.test.jsonl", _jsonl(
-        {"question": "q", "answer": ["Sept?(ember)?"]}, {"question": "r", "answer": ["(unclosed"]}))
-    self.assertIn("regular expression", self.assertRaisesAt(
-        f"{path}:2:", qa.load_jsonl, path, answer_is_regex=True))
+    path = self.write(
+        "CuratedTrec.resplit.test.jsonl",
+        _jsonl({
+            "question": "q",
+            "answer": ["Sept?(ember)?"]
+        }, {
+            "question": "r",
+            "answer": ["(unclosed"]
+        }))
+    self.assertIn("regular expression",
+                  self.assertRaisesAt(f"{path}:2:", qa.load_jsonl, path, answer_is_regex=True))
     skipped = qa.SkipCounter()
     examples = qa.load_qa(path, skipped=skipped)  # the file name says CuratedTrec: patterns
     self.assertEqual(examples, [qa.QAExample("q", ["Sept?(ember)?"], True, {})])
@@ -113,24 +158,32 @@ class WebQuestionsTest(QATestCase):
         qa.parse_target_value(bad)
 
   def test_original_packaging(self):
-    records = [
-        {"url": "http://www.freebase.com/view/en/x", "utterance": "who is x?",
-         "targetValue": '(list (description "Padm\u00e9 Amidala") (description "Tom \\"T\\" Jones"))'},
-        {"url": "u2", "utterance": "what is y?", "targetValue": "(list (description Lawyer))"}]
+    records = [{
+        "url": "http://www.freebase.com/view/en/x",
+        "utterance": "who is x?",
+        "targetValue": '(list (description "Padm\u00e9 Amidala") (description "Tom \\"T\\" Jones"))'
+    }, {
+        "url": "u2",
+        "utterance": "what is y?",
+        "targetValue": "(list (description Lawyer))"
+    }]
     path = self.write("webquestions.examples.test.json",
                       "[" + ",\n".join(json.dumps(r) for r in records) + "]\n")
     examples = qa.load_qa(path)
     self.assertEqual(examples, [
         qa.QAExample("who is x?", ["Padmé Amidala", 'Tom "T" Jones'], False,
                      {"url": "http://www.freebase.com/view/en/x"}),
-        qa.QAExample("what is y?", ["Lawyer"], False, {"url": "u2"})])
+        qa.QAExample("what is y?", ["Lawyer"], False, {"url": "u2"})
+    ])
 
   def test_qtext_packaging(self):
-    path = self.write("test.json", '[\n {"qId": "wq1", "answers": ["A", "B"], "qText": "q1?"},\n'
-                      ' {"qId": "wq2", "answers": ["C"], "qText": "q2?"}\n]\n')
+    path = self.write(
+        "test.json", '[\n {"qId": "wq1", "answers": ["A", "B"], "qText": "q1?"},\n'
+        ' {"qId": "wq2", "answers": ["C"], "qText": "q2?"}\n]\n')
     self.assertEqual(qa.load_webquestions(path), [
         qa.QAExample("q1?", ["A", "B"], False, {"qId": "wq1"}),
-        qa.QAExample("q2?", ["C"], False, {"qId": "wq2"})])
+        qa.QAExample("q2?", ["C"], False, {"qId": "wq2"})
+    ])
 
   def test_errors_name_the_record_line(self):
     good = '{"qId": "a", "answers": ["A"], "qText": "q?"}'
@@ -164,14 +217,21 @@ class WebQuestionsTest(QATestCase):
 class CuratedTrecTest(QATestCase):
 
   def test_both_layouts(self):
-    path = self.write("trec.tsv", "12\tfactoid\t\"The Muppets\" was created by whom?\tHenson\n"
-                      "When is it?\tSept?(ember)?|Feb(ruary)?\n"
-                      "lfb1\tfactoid\tWhat is x?\tA\\\tB|C\n")
+    path = self.write(
+        "trec.tsv", "12\tfactoid\t\"The Muppets\" was created by whom?\tHenson\n"
+        "When is it?\tSept?(ember)?|Feb(ruary)?\n"
+        "lfb1\tfactoid\tWhat is x?\tA\\\tB|C\n")
     self.assertEqual(qa.load_curatedtrec(path), [
-        qa.QAExample('"The Muppets" was created by whom?', ["Henson"], True,
-                     {"id": "12", "type": "factoid"}),
+        qa.QAExample('"The Muppets" was created by whom?', ["Henson"], True, {
+            "id": "12",
+            "type": "factoid"
+        }),
         qa.QAExample("When is it?", ["Sept?(ember)?|Feb(ruary)?"], True, {}),
-        qa.QAExample("What is x?", ["A\\\tB|C"], True, {"id": "lfb1", "type": "factoid"})])
+        qa.QAExample("What is x?", ["A\\\tB|C"], True, {
+            "id": "lfb1",
+            "type": "factoid"
+        })
+    ])
 
   def test_invalid_regex_names_line(self):
     path = self.write("trec.tsv", "q1\tfine\nq2\tSievert \\(Sv\\)\\\nq3\tok\n")
@@ -195,16 +255,56 @@ def _squad_json(articles):
 
 
 _SQUAD = [
-    {"title": "Alpha_Beta", "paragraphs": [
-        {"context": "Alpha ctx one.", "qas": [
-            {"id": "q1", "question": "Q1?", "answers": [
-                {"answer_start": 0, "text": "Alpha"}, {"answer_start": 6, "text": "ctx"},
-                {"answer_start": 0, "text": "Alpha"}]}]},
-        {"context": "Alpha ctx two.", "qas": []}]},
-    {"title": "Gamma", "paragraphs": [
-        {"context": "Gamma ctx.", "qas": [
-            {"id": "q2", "question": "Q2?", "answers": [{"answer_start": 0, "text": "Gamma"}]},
-            {"id": "q3", "question": "Q3?", "answers": [{"answer_start": 6, "text": "ctx"}]}]}]},
+    {
+        "title":
+            "Alpha_Beta",
+        "paragraphs": [{
+            "context":
+                "Alpha ctx one.",
+            "qas": [{
+                "id":
+                    "q1",
+                "question":
+                    "Q1?",
+                "answers": [{
+                    "answer_start": 0,
+                    "text": "Alpha"
+                }, {
+                    "answer_start": 6,
+                    "text": "ctx"
+                }, {
+                    "answer_start": 0,
+                    "text": "Alpha"
+                }]
+            }]
+        }, {
+            "context": "Alpha ctx two.",
+            "qas": []
+        }]
+    },
+    {
+        "title":
+            "Gamma",
+        "paragraphs": [{
+            "context":
+                "Gamma ctx.",
+            "qas": [{
+                "id": "q2",
+                "question": "Q2?",
+                "answers": [{
+                    "answer_start": 0,
+                    "text": "Gamma"
+                }]
+            }, {
+                "id": "q3",
+                "question": "Q3?",
+                "answers": [{
+                    "answer_start": 6,
+                    "text": "ctx"
+                }]
+            }]
+        }]
+    },
 ]
 
 
@@ -213,15 +313,21 @@ class SquadTest(QATestCase):
   def test_questions_answers_and_gold_paragraphs(self):
     path = self.write("dev.json", _squad_json(_SQUAD))
     examples = qa.load_squad(path, first_paragraph_id=10)
-    self.assertEqual([(e.question, e.answers) for e in examples],
-                     [("Q1?", ["Alpha", "ctx"]), ("Q2?", ["Gamma"]), ("Q3?", ["ctx"])])
-    self.assertEqual(examples[0].metadata, {"id": "q1", "title": "Alpha Beta", "paragraph_index": 0,
-                                            "doc_id": "10"})
+    self.assertEqual([(e.question, e.answers) for e in examples], [("Q1?", ["Alpha", "ctx"]),
+                                                                   ("Q2?", ["Gamma"]), ("Q3?", ["ctx"])])
+    self.assertEqual(examples[0].metadata, {
+        "id": "q1",
+        "title": "Alpha Beta",
+        "paragraph_index": 0,
+        "doc_id": "10"
+    })
     self.assertEqual([e.metadata["paragraph_index"] for e in examples], [0, 2, 2])
     documents = qa.load_squad_paragraphs(path, first_paragraph_id=10)
-    self.assertEqual(documents, [corpus.Document("Alpha Beta", "Alpha ctx one.", "10"),
-                                 corpus.Document("Alpha Beta", "Alpha ctx two.", "11"),
-                                 corpus.Document("Gamma", "Gamma ctx.", "12")])
+    self.assertEqual(documents, [
+        corpus.Document("Alpha Beta", "Alpha ctx one.", "10"),
+        corpus.Document("Alpha Beta", "Alpha ctx two.", "11"),
+        corpus.Document("Gamma", "Gamma ctx.", "12")
+    ])
     by_id = {d.doc_id: d for d in documents}
     for example in examples:
       self.assertTrue(any(a in by_id[example.metadata["doc_id"]].body for a in example.answers))
@@ -292,34 +398,40 @@ class TfdsTest(QATestCase):
       examples = qa.load_qa(spec)
       raw = self._raw(name, split)
     self.assertLen(examples, 4)
-    self.assertEqual([(e.question, e.answers, e.metadata) for e in examples],
-                     [expected_fn(r) for r in raw])
+    self.assertEqual([(e.question, e.answers, e.metadata) for e in examples], [expected_fn(r) for r in raw])
     self.assertTrue(all(e.answers for e in examples))
 
   def test_natural_questions_open(self):
-    self._check("tfds:natural_questions_open/validation",
-                lambda r: (r["question"].decode(), [a.decode() for a in r["answer"]], {}))
+    self._check("tfds:natural_questions_open/validation", lambda r:
+                (r["question"].decode(), [a.decode() for a in r["answer"]], {}))
 
   def test_web_questions(self):
-    self._check("tfds:web_questions/test",
-                lambda r: (r["question"].decode(), [a.decode() for a in r["answers"]],
-                           {"url": r["url"].decode()}))
+    self._check(
+        "tfds:web_questions/test", lambda r: (r["question"].decode(), [a.decode() for a in r["answers"]], {
+            "url": r["url"].decode()
+        }))
 
   def test_squad(self):
+
     def expected(r):
       answers = []
       for a in r["answers"]["text"]:
         if a.decode() not in answers:
           answers.append(a.decode())
-      return (r["question"].decode(), answers,
-              {"id": r["id"].decode(), "title": r["title"].decode().replace("_", " ")})
+      return (r["question"].decode(), answers, {
+          "id": r["id"].decode(),
+          "title": r["title"].decode().replace("_", " ")
+      })
+
     self._check("tfds:squad/v1.1/validation", expected)
 
   def test_trivia_qa(self):
+
     def expected(r):
       answers = [r["answer"]["value"].decode()]
       answers += [a.decode() for a in r["answer"]["aliases"] if a.decode() not in answers]
       return r["question"].decode(), answers, {"question_id": r["question_id"].decode()}
+
     self._check("tfds:trivia_qa/unfiltered.nocontext/validation", expected)
 
 
@@ -362,17 +474,23 @@ class SharedDataTest(QATestCase):
       self.assertRaisesAt(f"{self._path('nq_open', name)}:1:", qa.load_qa, self._path("nq_open", name))
 
   def test_webquestions(self):
-    for name, count in (("test.json", 2032), ("trainmodel.json", 2834), ("val.json", 755),
-                        ("devtest.json", 189)):
+    for name, count in (("test.json", 2032), ("trainmodel.json", 2834), ("val.json", 755), ("devtest.json",
+                                                                                            189)):
       examples = self._load("webquestions", name)
       self.assertLen(examples, count, name)
       self.assertLen({e.metadata["qId"] for e in examples}, count)
     self.assertEqual(examples[0].answers, ["Jazmyn Bieber", "Jaxon Bieber"])
 
   def test_curatedtrec(self):
-    counts = {"large2180-test.tsv": 694, "large2180-train.tsv": 1479, "large2470-test.tsv": 766,
-              "large2470-train.tsv": 1704, "curated-test.tsv": 430, "curated-train.tsv": 430,
-              "curated-full.tsv": 867}
+    counts = {
+        "large2180-test.tsv": 694,
+        "large2180-train.tsv": 1479,
+        "large2470-test.tsv": 766,
+        "large2470-train.tsv": 1704,
+        "curated-test.tsv": 430,
+        "curated-train.tsv": 430,
+        "curated-full.tsv": 867
+    }
     loaded = {}
     for name, count in counts.items():
       loaded[name] = self._load("curatedtrec", name)
@@ -387,8 +505,8 @@ class SharedDataTest(QATestCase):
     # The shared paragraph corpus numbers train then dev paragraphs from 1; the ids line up with it.
     tsv = {d.doc_id: d for d in corpus.read_documents(self._path("squad", "squad-v1.1-paragraphs.tsv"))}
     self.assertLen(tsv, 20963)
-    for split, first_id, (questions, paragraphs, articles) in (
-        ("dev", 18897, (10570, 2067, 48)), ("train", 1, (87599, 18896, 442))):
+    for split, first_id, (questions, paragraphs, articles) in (("dev", 18897, (10570, 2067, 48)),
+                                                               ("train", 1, (87599, 18896, 442))):
       path = self._path("squad", f"{split}-v1.1.rebuilt.json")
       skipped = qa.SkipCounter()
       examples = qa.load_squad(path, first_paragraph_id=first_id, skipped=skipped)
@@ -400,8 +518,7 @@ class SharedDataTest(QATestCase):
       self.assertEqual({e.metadata["paragraph_index"] for e in examples}, set(range(paragraphs)))
       self.assertTrue(all(len(set(e.answers)) == len(e.answers) for e in examples))
       self.assertEqual(documents, [tsv[str(i)] for i in range(first_id, first_id + paragraphs)])
-      self.assertTrue(all(any(a in tsv[e.metadata["doc_id"]].body for a in e.answers)
-                          for e in examples))
+      self.assertTrue(all(any(a in tsv[e.metadata["doc_id"]].body for a in e.answers) for e in examples))
     self.assertEqual(examples[0].answers, ["Saint Bernadette Soubirous"])
 
   def test_testdata(self):

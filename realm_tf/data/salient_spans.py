@@ -92,14 +92,15 @@ class SpanAnnotator(abc.ABC):
     return f"{type(self).__module__}.{type(self).__qualname__}"
 
 
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-           "October", "November", "December"]
+_MONTHS = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+    "November", "December"
+]
 _WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 # Full names first: regex alternation takes the first alternative that matches, not the longest.
-_MONTH = (r"(?:" + "|".join(_MONTHS) +
-          r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?)")
+_MONTH = (r"(?:" + "|".join(_MONTHS) + r"|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?)")
 _DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
-_YEAR = r"\d{3,4}"          # in a full date
+_YEAR = r"\d{3,4}"  # in a full date
 _YEAR4 = r"(?:1\d{3}|20\d{2})"  # alone or with a month only: 1000-2099
 _ERA = r"(?:BCE|BC|CE|AD|B\.C\.|A\.D\.)"
 _BEFORE = r"(?<![\w.,/$£€#])"
@@ -248,8 +249,8 @@ class CapitalizedEntityAnnotator(SpanAnnotator):
       start, end = m.span()
       word = m.group()
       capitalized = word[0].isupper()
-      if capitalized and end < len(text) and text[end] == "." and (
-          len(word) == 1 or word in _NAME_ABBREVIATIONS):
+      if capitalized and end < len(text) and text[end] == "." and (len(word) == 1 or
+                                                                   word in _NAME_ABBREVIATIONS):
         end += 1
       words.append((start, end, capitalized))
     lower_words = {text[s:e].lower() for s, e, capitalized in words if not capitalized}
@@ -272,8 +273,8 @@ class CapitalizedEntityAnnotator(SpanAnnotator):
       previous_end = end
       if capitalized:
         lower = text[start:end].lower()
-        if run and adjacent and not particles and (
-            lower in _ARTICLES or (text[run[-1][1] - 1] == "." and lower in _STOPWORDS)):
+        if run and adjacent and not particles and (lower in _ARTICLES or
+                                                   (text[run[-1][1] - 1] == "." and lower in _STOPWORDS)):
           adjacent = False  # "Plan B. The ..."; "Erie Canal The Erie Canal" (DPR's title + text)
         if run and adjacent:
           run.extend(particles)
@@ -313,8 +314,8 @@ class CapitalizedEntityAnnotator(SpanAnnotator):
       lower = word.lower()
       if lower in _STOPWORDS or lower in _NOT_ALONE or len(word) == 1:
         return None
-      if words[0] == run[0] and initial and (
-          (len(lower) > 4 and lower.endswith("ly")) or lower in lower_words):
+      if words[0] == run[0] and initial and ((len(lower) > 4 and lower.endswith("ly")) or
+                                             lower in lower_words):
         return None
     return (start, end)
 
@@ -542,14 +543,14 @@ def load_sentence_splitter(spec: str) -> SentenceSplitter:
                    "module.path:ClassOrFactory for your own")
 
 
-def annotate_spans(text: str, annotator: SpanAnnotator,
-                   offsets: Optional[List[int]] = None) -> List[Span]:
+def annotate_spans(text: str, annotator: SpanAnnotator, offsets: Optional[List[int]] = None) -> List[Span]:
   """The annotator's spans as sorted, unique UTF-8 BYTE offsets into text (checked first)."""
   spans = _checked_char_spans(annotator.annotate(text), text, _name_of(annotator), "spans")
   return to_byte_spans(text, sorted(set(spans)), offsets)
 
 
-def split_sentences(text: str, splitter: Optional[SentenceSplitter] = None,
+def split_sentences(text: str,
+                    splitter: Optional[SentenceSplitter] = None,
                     offsets: Optional[List[int]] = None) -> List[Span]:
   """Sentences as sorted, non-overlapping UTF-8 BYTE offsets into text (RuleSentenceSplitter by
   default); a plug-in's output is checked to be in range, sorted and non-overlapping."""

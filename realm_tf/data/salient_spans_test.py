@@ -69,7 +69,8 @@ class DateAnnotatorTest(tf.test.TestCase):
         "In March 1854 the war began.": ["March 1854"],
         "In 1854 the war began.": ["1854"],
         "Dated 12/03/1854 and 03/12/54 and 12.03.1854 and 12-03-1854.": [
-            "12/03/1854", "03/12/54", "12.03.1854", "12-03-1854"],
+            "12/03/1854", "03/12/54", "12.03.1854", "12-03-1854"
+        ],
         "Filed 1854-03-12 here.": ["1854-03-12"],
         "Popular in the 1850s and 1960's.": ["1850s", "1960's"],
         "A 19th century house and a 5th-century tomb.": ["19th century", "5th-century"],
@@ -81,10 +82,12 @@ class DateAnnotatorTest(tf.test.TestCase):
       self.assertEqual(_texts(self.dates, text), expected, text)
 
   def test_non_dates(self):
-    for text in ["It is 3.5 metres.", "A crowd of 4352 people.", "It cost $1854.", "Count 1,854 votes.",
-                 "The value 1854.5 is high.", "In March they left.", "You may 12 times.",
-                 "Code 18545 failed.", "Dated 13/13/1854 and 1.2.34.", "Filed 1854-13-01.",
-                 "Around 999 of them.", "Version 12.03.54 shipped.", "Year 2150 or 0999."]:
+    for text in [
+        "It is 3.5 metres.", "A crowd of 4352 people.", "It cost $1854.", "Count 1,854 votes.",
+        "The value 1854.5 is high.", "In March they left.", "You may 12 times.", "Code 18545 failed.",
+        "Dated 13/13/1854 and 1.2.34.", "Filed 1854-13-01.", "Around 999 of them.",
+        "Version 12.03.54 shipped.", "Year 2150 or 0999."
+    ]:
       self.assertEqual(_texts(self.dates, text), [], text)
 
   def test_lower_case_month_is_no_date_but_the_year_is(self):
@@ -120,8 +123,7 @@ class CapitalizedEntityAnnotatorTest(tf.test.TestCase):
     self.assertEqual(_texts(self.entities, "He read The Times daily."), ["The Times"])
 
   def test_single_words_dropped(self):
-    self.assertEqual(_texts(self.entities, "Then I left in March on a Monday with Plan B."),
-                     ["Plan B"])
+    self.assertEqual(_texts(self.entities, "Then I left in March on a Monday with Plan B."), ["Plan B"])
 
   def test_initials_titles_and_possessives(self):
     self.assertEqual(_texts(self.entities, "Yesterday Dr. Jones met J. R. R. Tolkien in St. Louis."),
@@ -144,8 +146,7 @@ class CapitalizedEntityAnnotatorTest(tf.test.TestCase):
     byte_spans = ss.annotate_spans(text, self.entities)
     data = text.encode("utf-8")
     self.assertEqual(byte_spans, [(0, 11), (21, 28), (34, 41)])  # bytes: É, ü, Ł, ó, ź take two
-    self.assertEqual([data[s:l].decode("utf-8") for s, l in byte_spans],
-                     ["Émile Zola", "Zürich", "Łódź"])
+    self.assertEqual([data[s:l].decode("utf-8") for s, l in byte_spans], ["Émile Zola", "Zürich", "Łódź"])
 
 
 class OffsetConversionTest(tf.test.TestCase):
@@ -166,8 +167,10 @@ class OffsetConversionTest(tf.test.TestCase):
 class CombinedAnnotatorTest(tf.test.TestCase):
 
   def test_overlap_prefers_longer_then_earlier(self):
-    combined = ss.CombinedAnnotator([_ListAnnotator([(0, 5), (10, 12), (20, 30)]),
-                                     _ListAnnotator([(3, 12), (11, 15), (20, 30), (40, 42)])])
+    combined = ss.CombinedAnnotator([
+        _ListAnnotator([(0, 5), (10, 12), (20, 30)]),
+        _ListAnnotator([(3, 12), (11, 15), (20, 30), (40, 42)])
+    ])
     # (3,12) beats (0,5) and (10,12); (11,15) overlaps (3,12); (20,30) is deduplicated.
     self.assertEqual(combined.annotate("x" * 50), [(3, 12), (20, 30), (40, 42)])
     tie = ss.CombinedAnnotator([_ListAnnotator([(5, 9)]), _ListAnnotator([(2, 6)])])
@@ -176,8 +179,7 @@ class CombinedAnnotatorTest(tf.test.TestCase):
 
   def test_builtin_date_wins_over_month_entity(self):
     text = "Rosis was born on 12 September 1737 in Pryenfal."
-    self.assertEqual(_texts(ss.load_annotator("builtin"), text),
-                     ["Rosis", "12 September 1737", "Pryenfal"])
+    self.assertEqual(_texts(ss.load_annotator("builtin"), text), ["Rosis", "12 September 1737", "Pryenfal"])
 
   def test_bad_plugin_output_is_named(self):
     bad = ss.CombinedAnnotator([_ListAnnotator([(3, 99)])])
@@ -196,8 +198,7 @@ class LoadAnnotatorTest(tf.test.TestCase):
     self.assertIsInstance(ss.load_annotator("entities"), ss.CapitalizedEntityAnnotator)
     builtin = ss.load_annotator("builtin")
     self.assertIsInstance(builtin, ss.CombinedAnnotator)
-    self.assertEqual([type(a) for a in builtin.annotators],
-                     [ss.DateAnnotator, ss.CapitalizedEntityAnnotator])
+    self.assertEqual([type(a) for a in builtin.annotators], [ss.DateAnnotator, ss.CapitalizedEntityAnnotator])
 
   def test_plugin_by_module_path(self):
     text = "In 1854 Zorvel met Zorvel."
@@ -277,8 +278,9 @@ class SentenceSplitterTest(tf.test.TestCase):
       def split(self, text):
         return [(0, 4), (2, 6)]
 
-    with self.assertRaisesRegex(ValueError, r"Overlapping returned sentences\[1\] = \(2, 6\) starting "
-                                r"before sentences\[0\] = \(0, 4\) ends"):
+    with self.assertRaisesRegex(
+        ValueError, r"Overlapping returned sentences\[1\] = \(2, 6\) starting "
+        r"before sentences\[0\] = \(0, 4\) ends"):
       ss.split_sentences("abcdefgh", Overlapping())
 
   def test_reproduces_testdata_sentences(self):

@@ -76,14 +76,19 @@ class ShardedWriter:
       io_utils.publish(tmp, final)
     # Matched by name, not glob: brackets or '*' in a user's prefix must not reach other directories.
     shard_name = re.compile(re.escape(os.path.basename(self.output_prefix)) + r"-\d{5}-of-\d{5}$")
-    stale = sorted(os.path.join(self._output_dir, name) for name in tf.io.gfile.listdir(self._output_dir)
-                   if shard_name.match(name) and os.path.join(self._output_dir, name) not in self.finals)
+    stale = sorted(
+        os.path.join(self._output_dir, name)
+        for name in tf.io.gfile.listdir(self._output_dir)
+        if shard_name.match(name) and os.path.join(self._output_dir, name) not in self.finals)
     for path in stale:
       log(f"removing {path}: a shard of an earlier output with another shard count")
       tf.io.gfile.remove(path)
-    manifest = dict(manifest, shards=[
-        {"path": os.path.basename(p), "num_documents": self._boundaries[i + 1] - self._boundaries[i],
-         "sha256": sha256_file(p)} for i, p in enumerate(self.finals)])
+    manifest = dict(manifest,
+                    shards=[{
+                        "path": os.path.basename(p),
+                        "num_documents": self._boundaries[i + 1] - self._boundaries[i],
+                        "sha256": sha256_file(p)
+                    } for i, p in enumerate(self.finals)])
     io_utils.write_json_atomic(self.output_prefix + MANIFEST_SUFFIX, manifest)
     return manifest
 

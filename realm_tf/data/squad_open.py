@@ -65,8 +65,12 @@ class SquadOpen:
   def recall_inputs(self) -> Dict:
     """Keyword arguments of realm_tf.evaluation.rankings_recall for rankings of this corpus's rows:
     answers searched in the bodies, normalised (SQuAD-open's convention), and the gold rows."""
-    return {"texts": [d.body for d in self.documents], "answers": [q.answers for q in self.questions],
-            "gold_rows": self.gold_rows(), "mode": "normalized"}
+    return {
+        "texts": [d.body for d in self.documents],
+        "answers": [q.answers for q in self.questions],
+        "gold_rows": self.gold_rows(),
+        "mode": "normalized"
+    }
 
   def gold_rows(self) -> np.ndarray:
     """int64 [num_questions]: the row of each question's gold paragraph in documents (-1 if absent)."""

@@ -18,11 +18,22 @@ from realm_tf.data import squad_open
 
 def _write_squad(path, articles):
   """articles: [(title, [(context, [(question, [answers])])])] in the SQuAD v1.1 layout."""
-  data = [{"title": title, "paragraphs": [
-      {"context": context, "qas": [{"id": f"{title}-{i}-{j}", "question": question,
-                                    "answers": [{"text": a, "answer_start": 0} for a in answers]}
-                                   for j, (question, answers) in enumerate(qas)]}
-      for i, (context, qas) in enumerate(paragraphs)]} for title, paragraphs in articles]
+  data = [{
+      "title":
+          title,
+      "paragraphs": [{
+          "context":
+              context,
+          "qas": [{
+              "id": f"{title}-{i}-{j}",
+              "question": question,
+              "answers": [{
+                  "text": a,
+                  "answer_start": 0
+              } for a in answers]
+          } for j, (question, answers) in enumerate(qas)]
+      } for i, (context, qas) in enumerate(paragraphs)]
+  } for title, paragraphs in articles]
   with open(path, "w", encoding="utf-8") as f:
     json.dump({"version": "1.1", "data": data}, f)
   return path
@@ -33,13 +44,15 @@ class SquadOpenTest(tf.test.TestCase):
   def setUp(self):
     super().setUp()
     directory = self.create_tempdir().full_path
-    self.train = _write_squad(os.path.join(directory, "train.json"), [
-        ("Alpha_Article", [("Alpha one text.", [("q?", ["one"])]), ("Alpha two text.", [])]),
-        ("Beta", [("Beta text about Paris.", [])])])
-    self.dev = _write_squad(os.path.join(directory, "dev.json"), [
-        ("Gamma", [("Its capital is PARIS\n France.", [("What is the capital?", ["paris france"])]),
-                   ("Gamma second paragraph.", [("Which paragraph?", ["second", "2nd"]),
-                                                ("Missing?", ["nowhere at all"])])])])
+    self.train = _write_squad(os.path.join(directory, "train.json"),
+                              [("Alpha_Article", [("Alpha one text.", [("q?", ["one"])]),
+                                                  ("Alpha two text.", [])]),
+                               ("Beta", [("Beta text about Paris.", [])])])
+    self.dev = _write_squad(
+        os.path.join(directory, "dev.json"),
+        [("Gamma", [("Its capital is PARIS\n France.", [("What is the capital?", ["paris france"])]),
+                    ("Gamma second paragraph.", [("Which paragraph?", ["second", "2nd"]),
+                                                 ("Missing?", ["nowhere at all"])])])])
     self.data = squad_open.load_squad_open(self.train, self.dev)
 
   def test_corpus_and_questions(self):
@@ -65,8 +78,8 @@ class SquadOpenTest(tf.test.TestCase):
 
   def test_answer_is_looked_for_in_the_body_only(self):
     # "Alpha Article" is the title of rows 0 and 1, not in their bodies: no answer hit.
-    data = squad_open.SquadOpen(self.data.documents, [qa.QAExample("t?", ["Alpha Article"], metadata={
-        "doc_id": "1"})], 3)
+    data = squad_open.SquadOpen(self.data.documents,
+                                [qa.QAExample("t?", ["Alpha Article"], metadata={"doc_id": "1"})], 3)
     recall = evaluation.rankings_recall(np.array([[0, 1]]), ks=(1, 2), **data.recall_inputs())
     self.assertEqual(recall["answer_recall@2"], 0)
     self.assertEqual(recall["gold_recall@1"], 100)
@@ -83,20 +96,20 @@ class SquadOpenTest(tf.test.TestCase):
 
   def test_find_squad_files(self):
     directory = self.create_tempdir().full_path
-    with self.assertRaisesRegex(FileNotFoundError, r"no train-v1\.1\.json or train-v1\.1\.rebuilt"
-                                r"\.json and no dev-v1\.1\.json or .*bin/download_data\.py"):
+    with self.assertRaisesRegex(
+        FileNotFoundError, r"no train-v1\.1\.json or train-v1\.1\.rebuilt"
+        r"\.json and no dev-v1\.1\.json or .*bin/download_data\.py"):
       squad_open.find_squad_files(directory)
     # The shared mirror's rebuilt names, then the official names (bin/download_data's), which win.
     for name in ("train-v1.1.rebuilt.json", "dev-v1.1.rebuilt.json"):
       _write_squad(os.path.join(directory, name), [])
     rebuilt = squad_open.find_squad_files(directory)
-    self.assertEqual(rebuilt, (os.path.join(directory, "train-v1.1.rebuilt.json"),
-                               os.path.join(directory, "dev-v1.1.rebuilt.json")))
+    self.assertEqual(rebuilt, (os.path.join(
+        directory, "train-v1.1.rebuilt.json"), os.path.join(directory, "dev-v1.1.rebuilt.json")))
     for name in ("train-v1.1.json", "dev-v1.1.json"):
       _write_squad(os.path.join(directory, name), [])
     self.assertEqual(squad_open.find_squad_files(directory),
-                     (os.path.join(directory, "train-v1.1.json"),
-                      os.path.join(directory, "dev-v1.1.json")))
+                     (os.path.join(directory, "train-v1.1.json"), os.path.join(directory, "dev-v1.1.json")))
 
 
 class SharedDataTest(tf.test.TestCase):
@@ -122,8 +135,7 @@ class SharedDataTest(tf.test.TestCase):
     self.assertTrue(all(isinstance(d, corpus.Document) for d in data.documents))
     # Ids, texts and titles are the paragraphs TSV's (id, text, title, split).
     csv.field_size_limit(sys.maxsize)
-    with open(os.path.join(self.directory, squad_open.PARAGRAPHS_FILE), encoding="utf-8",
-              newline="") as f:
+    with open(os.path.join(self.directory, squad_open.PARAGRAPHS_FILE), encoding="utf-8", newline="") as f:
       rows = list(csv.reader(f, delimiter="\t"))
     self.assertEqual(rows[0], ["id", "text", "title", "split"])
     self.assertLen(rows, 1 + 20963)

@@ -47,16 +47,23 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from realm_tf import io_utils
 from realm_tf import tokenization
 
-_ONSETS = ["zor", "kel", "vas", "tam", "bri", "dol", "fen", "gar", "hul", "jin", "lom", "mer", "nak",
-           "pel", "quo", "rud", "sil", "tov", "ul", "wen", "yar", "bel", "cor", "dra", "ess", "fal",
-           "gri", "hod", "isk", "jor", "kra", "lun", "mav", "nor", "orm", "pry", "ros", "sav", "thal",
-           "vir", "zé", "lé"]
-_CODAS = ["ak", "el", "in", "or", "us", "an", "ek", "ith", "om", "ar", "ul", "en", "is", "ot", "ada",
-          "ene", "ix", "ova", "und", "era", "ys", "ash"]
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
-           "October", "November", "December"]
-_PROFESSIONS = ["painter", "sculptor", "poet", "astronomer", "weaver", "composer", "cartographer",
-                "glassmaker", "botanist", "engineer", "physician", "architect"]
+_ONSETS = [
+    "zor", "kel", "vas", "tam", "bri", "dol", "fen", "gar", "hul", "jin", "lom", "mer", "nak", "pel", "quo",
+    "rud", "sil", "tov", "ul", "wen", "yar", "bel", "cor", "dra", "ess", "fal", "gri", "hod", "isk", "jor",
+    "kra", "lun", "mav", "nor", "orm", "pry", "ros", "sav", "thal", "vir", "zé", "lé"
+]
+_CODAS = [
+    "ak", "el", "in", "or", "us", "an", "ek", "ith", "om", "ar", "ul", "en", "is", "ot", "ada", "ene", "ix",
+    "ova", "und", "era", "ys", "ash"
+]
+_MONTHS = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+    "November", "December"
+]
+_PROFESSIONS = [
+    "painter", "sculptor", "poet", "astronomer", "weaver", "composer", "cartographer", "glassmaker",
+    "botanist", "engineer", "physician", "architect"
+]
 _WORK_KINDS = ["tapestry", "lantern", "map", "hymn", "telescope", "bridge", "garden", "clock"]
 _ORG_KINDS = ["Guild", "Academy", "Society", "Workshop", "Circle", "School"]
 # Title of the news items: pre-training text about the articles' subjects, never in the retrieval corpus.
@@ -92,8 +99,7 @@ class _Names:
   def draw(self, syllables: int) -> str:
     while True:
       word = self._rng.choice(_ONSETS) + "".join(
-          self._rng.choice(_CODAS) if i % 2 == 0 else self._rng.choice(_ONSETS)
-          for i in range(syllables - 1))
+          self._rng.choice(_CODAS) if i % 2 == 0 else self._rng.choice(_ONSETS) for i in range(syllables - 1))
       if word not in self._used:
         self._used.add(word)
         return word.capitalize()
@@ -131,8 +137,8 @@ def _person(i: int, rng: random.Random, names: _Names, dates: set) -> _Doc:
                          (f"{full} is best known for the {work}.", work)])
   # Two phrasings, chosen by index so no draw from rng changes the rest of the world.
   # Words of the vocabulary only (it covers this world's text, not the lead's).
-  doc.lead = (f"{full}, born in {town}, founded the {org}, best known for the {work}." if i % 2 == 0
-              else f"Known for the {work}, {full} from {town} founded the {org}.")
+  doc.lead = (f"{full}, born in {town}, founded the {org}, best known for the {work}." if i %
+              2 == 0 else f"Known for the {work}, {full} from {town} founded the {org}.")
   doc.questions = [
       (f"Where was {full} born?", town),
       (f"When was {full} born?", date),
@@ -165,8 +171,8 @@ def _village(i: int, rng: random.Random, names: _Names) -> _Doc:
   doc.salient = [(0, village), (1, river), (2, village), (2, str(recorded)), (2, founder),
                  (3, str(population))]
   doc.news = _news(doc, [(f"{village} lies on the {river} river.", river)])
-  doc.lead = (f"{village}, a village on the {river} river, was first recorded by {founder}." if i % 2 == 0
-              else f"On the {river} river lies {village}, first recorded by {founder} in {recorded}.")
+  doc.lead = (f"{village}, a village on the {river} river, was first recorded by {founder}." if i %
+              2 == 0 else f"On the {river} river lies {village}, first recorded by {founder} in {recorded}.")
   doc.questions = [
       (f"On which river does {village} lie?", river),
       (f"Who first recorded {village}?", founder),
@@ -208,14 +214,19 @@ def _assemble(doc: _Doc) -> dict:
     char_start = sentence.index(substring)
     byte_start = sentence_offsets[sentence_index][0] + len(sentence[:char_start].encode("utf-8"))
     spans.add((byte_start, byte_start + len(substring.encode("utf-8"))))
-  return {"title": doc.title, "text": text, "sentences": sentence_offsets,
-          "spans": [list(s) for s in sorted(spans)]}
+  return {
+      "title": doc.title,
+      "text": text,
+      "sentences": sentence_offsets,
+      "spans": [list(s) for s in sorted(spans)]
+  }
 
 
 def build_vocab(texts: Sequence[str]) -> List[str]:
   """A WordPiece vocab for the synthetic world: specials, every lower-cased whole word of the texts
   except invented names (kept out so names split into syllable pieces), syllables as word starts and
   continuations, and single characters so nothing is [UNK]."""
+
   def strip_accents(s):
     return "".join(c for c in unicodedata.normalize("NFD", s) if unicodedata.category(c) != "Mn")
 
@@ -282,23 +293,28 @@ def generate(seed: int = 20200812, num_people: int = 200, num_villages: int = 10
   num_dev = num_test = len(qa) // 10
   asked = {q["doc_id"] for q in qa[:num_dev + num_test]}
   return {
-      "vocab.txt": build_vocab([c["title"] + " " + c["body"] for c in corpus] +
-                               [q["question"] for q in qa]),
-      "corpus.jsonl": corpus,
+      "vocab.txt":
+          build_vocab([c["title"] + " " + c["body"] for c in corpus] + [q["question"] for q in qa]),
+      "corpus.jsonl":
+          corpus,
       # News items only about subjects no dev or test question asks about: REALM's gain on those questions
       # is then the retriever's learned skill (matching a name to its article), not a memorized fact.
-      "pretraining.jsonl": assembled + [_assemble(d.news) for d in docs if d.doc_id not in asked],
-      "qa.train.jsonl": qa[num_dev + num_test:],
-      "qa.dev.jsonl": qa[:num_dev],
-      "qa.test.jsonl": qa[num_dev:num_dev + num_test],
-      "bert_pretraining.jsonl": [
-          {"title": d.title, "text": f"{d.lead} {_assemble(d.news)['text']} {_assemble(d)['text']}"}
-          for d in other],
+      "pretraining.jsonl":
+          assembled + [_assemble(d.news) for d in docs if d.doc_id not in asked],
+      "qa.train.jsonl":
+          qa[num_dev + num_test:],
+      "qa.dev.jsonl":
+          qa[:num_dev],
+      "qa.test.jsonl":
+          qa[num_dev:num_dev + num_test],
+      "bert_pretraining.jsonl": [{
+          "title": d.title,
+          "text": f"{d.lead} {_assemble(d.news)['text']} {_assemble(d)['text']}"
+      } for d in other],
   }
 
 
-def all_news_items(seed: int = 20200812, num_people: int = 200,
-                   num_villages: int = 100) -> List[dict]:
+def all_news_items(seed: int = 20200812, num_people: int = 200, num_villages: int = 100) -> List[dict]:
   """The news item of every subject, with its subject's "doc_id". pretraining.jsonl holds only those of
   subjects no dev or test question asks about; the others are statements no training text holds."""
   docs = _world(random.Random(seed), num_people, num_villages)  # generate's world: _world draws first

@@ -18,20 +18,23 @@ class SyntheticTest(tf.test.TestCase):
   def test_regenerates_committed_testdata_byte_for_byte(self):
     out = self.create_tempdir().full_path
     counts = synthetic.write_testdata(out)
-    self.assertEqual(set(counts), {"vocab.txt", "corpus.jsonl", "pretraining.jsonl",
-                                   "qa.train.jsonl", "qa.dev.jsonl", "qa.test.jsonl",
-                                   "bert_pretraining.jsonl"})
+    self.assertEqual(
+        set(counts), {
+            "vocab.txt", "corpus.jsonl", "pretraining.jsonl", "qa.train.jsonl", "qa.dev.jsonl",
+            "qa.test.jsonl", "bert_pretraining.jsonl"
+        })
     for name in counts:
-      self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(_TESTDATA, name),
-                                  shallow=False), f"{name} differs from testdata/{name}")
+      self.assertTrue(filecmp.cmp(os.path.join(out, name), os.path.join(_TESTDATA, name), shallow=False),
+                      f"{name} differs from testdata/{name}")
 
   def test_bert_pretraining_text_shares_the_language_not_the_facts(self):
     corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
     other = synthetic.load_jsonl(os.path.join(_TESTDATA, "bert_pretraining.jsonl"))
     self.assertLen(other, len(corpus_docs))
-    answers = {a for split in ("train", "dev", "test")
-               for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
-               for a in q["answer"]}
+    answers = {
+        a for split in ("train", "dev", "test")
+        for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl")) for a in q["answer"]
+    }
     text = " ".join(d["text"] for d in other)
     # Dates, guilds, works and towns are drawn anew: almost no answer of this corpus occurs there.
     self.assertLess(sum(answer in text for answer in answers), 0.05 * len(answers))
@@ -52,12 +55,18 @@ class SyntheticTest(tf.test.TestCase):
   def test_all_news_items_extend_the_pretraining_news_with_the_asked_subjects(self):
     news = synthetic.all_news_items()
     self.assertLen(news, 300)
-    pretraining = [r for r in synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
-                   if r["title"] == synthetic.NEWS_TITLE]
-    asked = {q["doc_id"] for split in ("dev", "test")
-             for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))}
-    self.assertEqual([{k: v for k, v in r.items() if k != "doc_id"} for r in news
-                      if r["doc_id"] not in asked], pretraining)
+    pretraining = [
+        r for r in synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))
+        if r["title"] == synthetic.NEWS_TITLE
+    ]
+    asked = {
+        q["doc_id"]
+        for split in ("dev", "test")
+        for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
+    }
+    self.assertEqual([{
+        k: v for k, v in r.items() if k != "doc_id"
+    } for r in news if r["doc_id"] not in asked], pretraining)
     self.assertTrue(asked <= {r["doc_id"] for r in news})
 
   def test_another_seed_gives_another_world(self):
@@ -79,10 +88,8 @@ class SyntheticTest(tf.test.TestCase):
       holders = [d["id"] for d in docs if answer in d["body"] or answer in d["title"]]
       self.assertEqual(holders, [qa["doc_id"]], qa)
       self.assertEqual(by_id[qa["doc_id"]]["title"], qa["title"])
-    dev_questions = {q["question"] for q in synthetic.load_jsonl(
-        os.path.join(_TESTDATA, "qa.dev.jsonl"))}
-    train_questions = {q["question"] for q in synthetic.load_jsonl(
-        os.path.join(_TESTDATA, "qa.train.jsonl"))}
+    dev_questions = {q["question"] for q in synthetic.load_jsonl(os.path.join(_TESTDATA, "qa.dev.jsonl"))}
+    train_questions = {q["question"] for q in synthetic.load_jsonl(os.path.join(_TESTDATA, "qa.train.jsonl"))}
     self.assertEmpty(dev_questions & train_questions)
 
   def test_pretraining_offsets_are_sentences_and_salient_spans(self):
@@ -109,8 +116,11 @@ class SyntheticTest(tf.test.TestCase):
   def test_news_items_state_facts_of_one_article_whose_subject_no_dev_or_test_question_asks(self):
     corpus_docs = synthetic.load_jsonl(os.path.join(_TESTDATA, "corpus.jsonl"))
     news = synthetic.load_jsonl(os.path.join(_TESTDATA, "pretraining.jsonl"))[len(corpus_docs):]
-    asked = {q["doc_id"] for split in ("dev", "test")
-             for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))}
+    asked = {
+        q["doc_id"]
+        for split in ("dev", "test")
+        for q in synthetic.load_jsonl(os.path.join(_TESTDATA, f"qa.{split}.jsonl"))
+    }
     unasked = [d for d in corpus_docs if d["id"] not in asked]
     self.assertGreater(len(unasked), 100)
     self.assertLen(news, len(unasked))  # one news item per subject no dev/test question asks about

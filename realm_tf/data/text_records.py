@@ -57,9 +57,10 @@ def _decoded_lines(path: str, skipped: Optional[SkipCounter]) -> Iterator[Tuple[
       try:
         yield line_number, raw.decode("utf-8")
       except UnicodeDecodeError as e:
-        handle_invalid(InputError(
-            f"{path}:{line_number}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r}); "
-            "re-encode the file as UTF-8 or pass --skip_invalid"), skipped)
+        handle_invalid(
+            InputError(
+                f"{path}:{line_number}: not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 4]!r}); "
+                "re-encode the file as UTF-8 or pass --skip_invalid"), skipped)
         yield line_number, None
 
 
@@ -71,22 +72,26 @@ def read_jsonl(path: str, skipped: Optional[SkipCounter] = None) -> Iterator[Tup
     try:
       value = json.loads(line)
     except json.JSONDecodeError as e:
-      handle_invalid(InputError(f"{path}:{line_number}: not a JSON object ({e.msg} at column "
-                                f"{e.colno}); fix the line or pass --skip_invalid"), skipped)
+      handle_invalid(
+          InputError(f"{path}:{line_number}: not a JSON object ({e.msg} at column "
+                     f"{e.colno}); fix the line or pass --skip_invalid"), skipped)
       continue
     except RecursionError:
-      handle_invalid(InputError(f"{path}:{line_number}: JSON nested too deeply to read; fix the line "
-                                "or pass --skip_invalid"), skipped)
+      handle_invalid(
+          InputError(f"{path}:{line_number}: JSON nested too deeply to read; fix the line "
+                     "or pass --skip_invalid"), skipped)
       continue
     if not isinstance(value, dict):
-      handle_invalid(InputError(f"{path}:{line_number}: expected a JSON object, got "
-                                f"{type(value).__name__}; fix the line or pass --skip_invalid"), skipped)
+      handle_invalid(
+          InputError(f"{path}:{line_number}: expected a JSON object, got "
+                     f"{type(value).__name__}; fix the line or pass --skip_invalid"), skipped)
       continue
     yield line_number, value
 
 
-def read_tsv(path: str, default_header: List[str], skipped: Optional[SkipCounter] = None
-             ) -> Iterator[Tuple[int, Dict[str, str]]]:
+def read_tsv(path: str,
+             default_header: List[str],
+             skipped: Optional[SkipCounter] = None) -> Iterator[Tuple[int, Dict[str, str]]]:
   """Yields (line_number, {column: value}) for each row of a tab-separated file.
 
   Fields may be double-quoted (and then hold tabs, newlines and "" escapes), as in DPR's psgs_w100.tsv.
@@ -113,8 +118,9 @@ def read_tsv(path: str, default_header: List[str], skipped: Optional[SkipCounter
       return
     except csv.Error as e:
       pending_bad_line.clear()  # the bad line belonged to this malformed row, not to the next one
-      handle_invalid(InputError(f"{path}:{row_start}: malformed TSV ({e}); fix the quoting or pass "
-                                "--skip_invalid"), skipped)
+      handle_invalid(
+          InputError(f"{path}:{row_start}: malformed TSV ({e}); fix the quoting or pass "
+                     "--skip_invalid"), skipped)
       row_start = reader.line_num + 1
       continue
     line_number, row_start = row_start, reader.line_num + 1
@@ -129,9 +135,10 @@ def read_tsv(path: str, default_header: List[str], skipped: Optional[SkipCounter
         header = row
         continue
     if len(row) != len(header):
-      handle_invalid(InputError(
-          f"{path}:{line_number}: {len(row)} tab-separated columns, expected {len(header)} "
-          f"({', '.join(header)}); fix the row (quote fields that contain tabs) or pass --skip_invalid"),
+      handle_invalid(
+          InputError(
+              f"{path}:{line_number}: {len(row)} tab-separated columns, expected {len(header)} "
+              f"({', '.join(header)}); fix the row (quote fields that contain tabs) or pass --skip_invalid"),
           skipped)
       continue
     yield line_number, dict(zip(header, row))

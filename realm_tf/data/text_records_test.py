@@ -23,8 +23,13 @@ class ReadJsonlTest(TextRecordsTestCase):
 
   def test_reads_objects_with_physical_line_numbers(self):
     path = self.write("docs.jsonl", '{"a": 1}\n\n   \n{"b": "é"}\r\n{"c": [1, 2]}')
-    self.assertEqual(list(text_records.read_jsonl(path)),
-                     [(1, {"a": 1}), (4, {"b": "é"}), (5, {"c": [1, 2]})])
+    self.assertEqual(list(text_records.read_jsonl(path)), [(1, {
+        "a": 1
+    }), (4, {
+        "b": "é"
+    }), (5, {
+        "c": [1, 2]
+    })])
 
   def test_not_json_names_file_and_line(self):
     path = self.write("docs.jsonl", '{"a": 1}\n{"a": 2}\n{"a": \n{"a": 4}\n')
@@ -100,20 +105,33 @@ class ReadTsvTest(TextRecordsTestCase):
   def test_header_row_is_detected_and_used(self):
     # Columns in another order and an extra one (SQuAD's split): the header names them.
     path = self.write("p.tsv", "title\tid\ttext\tsplit\nT1\t1\tbody one\ttrain\n")
-    self.assertEqual(list(text_records.read_tsv(path, HEADER)),
-                     [(2, {"title": "T1", "id": "1", "text": "body one", "split": "train"})])
+    self.assertEqual(list(text_records.read_tsv(path, HEADER)), [(2, {
+        "title": "T1",
+        "id": "1",
+        "text": "body one",
+        "split": "train"
+    })])
 
   def test_without_header_the_default_applies(self):
     path = self.write("p.tsv", "1\tbody one\tT1\n2\tbody two\tT2\n")
-    self.assertEqual(list(text_records.read_tsv(path, HEADER)),
-                     [(1, {"id": "1", "text": "body one", "title": "T1"}),
-                      (2, {"id": "2", "text": "body two", "title": "T2"})])
+    self.assertEqual(list(text_records.read_tsv(path, HEADER)), [(1, {
+        "id": "1",
+        "text": "body one",
+        "title": "T1"
+    }), (2, {
+        "id": "2",
+        "text": "body two",
+        "title": "T2"
+    })])
 
   def test_partial_header_is_data(self):
     # A first row naming only some of the columns is not a header.
     path = self.write("p.tsv", "id\ttext\tname\n")
-    self.assertEqual(list(text_records.read_tsv(path, HEADER)),
-                     [(1, {"id": "id", "text": "text", "title": "name"})])
+    self.assertEqual(list(text_records.read_tsv(path, HEADER)), [(1, {
+        "id": "id",
+        "text": "text",
+        "title": "name"
+    })])
 
   def test_wrong_column_count_names_line(self):
     path = self.write("p.tsv", "id\ttext\ttitle\n1\tbody\tT\n2\tonly two\n")
@@ -126,13 +144,14 @@ class ReadTsvTest(TextRecordsTestCase):
       list(text_records.read_tsv(path, HEADER))
 
   def test_quoted_multiline_fields_and_physical_line_numbers(self):
-    content = ("id\ttext\ttitle\n"                                   # 1
-               "1\t\"first line\nsecond line\"\tT1\n"                # 2-3
-               "2\tplain\tT2\n"                                       # 4
-               "\n"                                                   # 5
-               "3\t\"a \"\"quoted\"\" word and a\ttab\"\tT3\n"       # 6
-               "4\t\"x\n\n\ny\"\t\"Multi\nTitle\"\n"                 # 7-11
-               "5\tlast\tT5\n")                                       # 12
+    content = (
+        "id\ttext\ttitle\n"  # 1
+        "1\t\"first line\nsecond line\"\tT1\n"  # 2-3
+        "2\tplain\tT2\n"  # 4
+        "\n"  # 5
+        "3\t\"a \"\"quoted\"\" word and a\ttab\"\tT3\n"  # 6
+        "4\t\"x\n\n\ny\"\t\"Multi\nTitle\"\n"  # 7-11
+        "5\tlast\tT5\n")  # 12
     path = self.write("p.tsv", content)
     rows = list(text_records.read_tsv(path, HEADER))
     self.assertEqual([n for n, _ in rows], [2, 4, 6, 7, 12])
@@ -149,14 +168,19 @@ class ReadTsvTest(TextRecordsTestCase):
 
   def test_blank_lines_ignored(self):
     path = self.write("p.tsv", "\n\nid\ttext\ttitle\n\n1\tb\tT\n\n\n2\tc\tU\n\n")
-    self.assertEqual([(n, r["id"]) for n, r in text_records.read_tsv(path, HEADER)],
-                     [(5, "1"), (8, "2")])
+    self.assertEqual([(n, r["id"]) for n, r in text_records.read_tsv(path, HEADER)], [(5, "1"), (8, "2")])
 
   def test_crlf_line_endings(self):
     path = self.write("p.tsv", "id\ttext\ttitle\r\n1\tb\tT\r\n2\tc\tU\r\n")
-    self.assertEqual(list(text_records.read_tsv(path, HEADER)),
-                     [(2, {"id": "1", "text": "b", "title": "T"}),
-                      (3, {"id": "2", "text": "c", "title": "U"})])
+    self.assertEqual(list(text_records.read_tsv(path, HEADER)), [(2, {
+        "id": "1",
+        "text": "b",
+        "title": "T"
+    }), (3, {
+        "id": "2",
+        "text": "c",
+        "title": "U"
+    })])
 
   def test_malformed_quoting_names_line(self):
     path = self.write("p.tsv", '1\tok\tT\n2\t"bad"x\tT\n3\tok\tT\n')
@@ -178,12 +202,13 @@ class ReadTsvTest(TextRecordsTestCase):
       list(text_records.read_tsv(path, HEADER))
 
   def test_skip_invalid_counts_and_keeps_line_numbers(self):
-    content = (b"id\ttext\ttitle\n"     # 1
-               b"1\tgood\tT\n"          # 2
-               b"2\tbad \xff\tT\n"      # 3: invalid UTF-8
-               b"3\ttwo columns\n"      # 4: wrong column count
-               b"4\t\"multi\nline\"\tT\n"  # 5-6
-               b"5\tgood\tT\n")         # 7
+    content = (
+        b"id\ttext\ttitle\n"  # 1
+        b"1\tgood\tT\n"  # 2
+        b"2\tbad \xff\tT\n"  # 3: invalid UTF-8
+        b"3\ttwo columns\n"  # 4: wrong column count
+        b"4\t\"multi\nline\"\tT\n"  # 5-6
+        b"5\tgood\tT\n")  # 7
     path = self.write("p.tsv", content)
     skipped = text_records.SkipCounter()
     rows = list(text_records.read_tsv(path, HEADER, skipped))

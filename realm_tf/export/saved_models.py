@@ -82,16 +82,18 @@ VOCAB_COPY = os.path.join("assets.extra", "vocab.txt")
 class DocumentEmbedderModule(tf.Module):
   """(titles, bodies) -> document embeddings, [CLS] title [SEP] body [SEP] at candidate_seq_len."""
 
-  def __init__(self, tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer,
-               doc_embedder):
+  def __init__(self, tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer, doc_embedder):
     super().__init__(name="document_embedder_module")
     self.tokenizer = tokenizer
     self.doc_embedder = untracked.Untracked(doc_embedder)
     self.doc_embedder_variables = untracked.variables_of(doc_embedder)
     self._featurizer = featurizer
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="titles"),
-                                tf.TensorSpec([None], tf.string, name="bodies")], autograph=False)
+  @tf.function(input_signature=[
+      tf.TensorSpec([None], tf.string, name="titles"),
+      tf.TensorSpec([None], tf.string, name="bodies")
+  ],
+               autograph=False)
   def embed(self, titles, bodies):
     # One tokenizer call for both fields: each traced call adds thousands of ops to the graph.
     count = tf.shape(titles, out_type=tf.int64)[0]
@@ -109,9 +111,12 @@ class DocumentEmbedderTokenIdsModule(tf.Module):
     self.doc_embedder_variables = untracked.variables_of(doc_embedder)
     self._featurizer = featurizer
 
-  @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
-                                bert_inputs.ids_spec("input_mask"),
-                                bert_inputs.ids_spec("input_type_ids")], autograph=False)
+  @tf.function(input_signature=[
+      bert_inputs.ids_spec("input_word_ids"),
+      bert_inputs.ids_spec("input_mask"),
+      bert_inputs.ids_spec("input_type_ids")
+  ],
+               autograph=False)
   def embed(self, input_word_ids, input_mask, input_type_ids):
     titles, bodies = bert_inputs.unpack_segments(input_word_ids, input_mask, input_type_ids)
     inputs = self._featurizer.candidate_inputs(titles, bodies)
@@ -131,8 +136,14 @@ class OpenQaModule(tf.Module):
       documents ScaNN scores by brute force).
   """
 
-  def __init__(self, model, tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer,
-               titles, bodies, doc_ids, index: str = "brute_force",
+  def __init__(self,
+               model,
+               tokenizer: tokenization.Tokenizer,
+               featurizer: featurization.Featurizer,
+               titles,
+               bodies,
+               doc_ids,
+               index: str = "brute_force",
                scann_options: Optional[index_lib.ScannOptions] = None):
     super().__init__(name="open_qa_module")
     if index not in INDEX_CHOICES:
@@ -166,9 +177,9 @@ class OpenQaModule(tf.Module):
                              num_leaves_to_search=params["num_leaves_to_search"],
                              training_sample_size=params["training_sample_size"])
       threshold = params["anisotropic_quantization_threshold"]
-      builder = builder.score_ah(params["dimensions_per_block"],
-                                 anisotropic_quantization_threshold=(
-                                     float("nan") if threshold is None else float(threshold)))
+      builder = builder.score_ah(
+          params["dimensions_per_block"],
+          anisotropic_quantization_threshold=(float("nan") if threshold is None else float(threshold)))
     else:
       builder = builder.score_brute_force()
     self.scann_state = builder.build().serialize_to_module()
@@ -195,7 +206,8 @@ class OpenQaModule(tf.Module):
                                                  outputs["last_piece"])
     result = _retrieved_outputs(self, outputs, orqa_features.slice_answers(text, begin, end))
     # Where the answer sits, so a client (bin/serve's page) can mark it in its passage.
-    result.update(answer_block_ids=row, answer_byte_starts=tf.cast(begin, tf.int32),
+    result.update(answer_block_ids=row,
+                  answer_byte_starts=tf.cast(begin, tf.int32),
                   answer_byte_limits=tf.cast(end, tf.int32))
     return result
 
@@ -203,16 +215,22 @@ class OpenQaModule(tf.Module):
 def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
   """The open-QA signature's outputs from OrqaModel.predict_answers' (module carries the block texts)."""
   rows = outputs["block_rows"]
-  return {"answers": answers, "scores": outputs["score"], "block_ids": rows,
-          "doc_ids": tf.gather(module.block_doc_ids, rows),
-          "block_titles": tf.gather(module.block_titles, rows),
-          "block_texts": tf.gather(module.block_texts, rows),
-          "retriever_scores": outputs["retriever_logits"]}
+  return {
+      "answers": answers,
+      "scores": outputs["score"],
+      "block_ids": rows,
+      "doc_ids": tf.gather(module.block_doc_ids, rows),
+      "block_titles": tf.gather(module.block_titles, rows),
+      "block_texts": tf.gather(module.block_texts, rows),
+      "retriever_scores": outputs["retriever_logits"]
+  }
 
 
-def block_piece_offsets(tokenizer: tokenization.Tokenizer, blocks: corpus_table.CorpusTable,
-                        max_block_len: int, batch_size: int = 512, log: Callable[[str], None] = print
-                        ) -> Tuple[np.ndarray, np.ndarray]:
+def block_piece_offsets(tokenizer: tokenization.Tokenizer,
+                        blocks: corpus_table.CorpusTable,
+                        max_block_len: int,
+                        batch_size: int = 512,
+                        log: Callable[[str], None] = print) -> Tuple[np.ndarray, np.ndarray]:
   """Byte spans [start, limit) in each block's text of its first C wordpieces: int32 [N, C] each, -1 past
   the block's wordpieces (C: the width of blocks.dense_bodies(max_block_len), the model's block ids).
 
@@ -289,20 +307,25 @@ class OpenQaTokenIdsModule(tf.Module):
     valid = tf.logical_and(valid, tf.logical_and(begin >= 0, end >= begin))
     begin, end = tf.where(valid, begin, -1), tf.where(valid, end, -1)
     text = tf.gather(self.block_texts, row)
-    answers = tf.where(valid, tf.strings.substr(text, tf.maximum(begin, 0), tf.maximum(end - begin, 0),
-                                                unit="BYTE"), "")
+    answers = tf.where(valid,
+                       tf.strings.substr(text, tf.maximum(begin, 0), tf.maximum(end - begin, 0), unit="BYTE"),
+                       "")
     span = tf.range(model.orqa.max_span_width, dtype=tf.int32)[tf.newaxis, :]
     in_span = tf.logical_and(valid[:, tf.newaxis], span <= (last - first)[:, tf.newaxis])
     piece = tf.clip_by_value(first[:, tf.newaxis] + span, 0, self.block_token_ids.shape[1] - 1)
-    answer_ids = tf.where(in_span, tf.gather(tf.gather(self.block_token_ids, row), piece, batch_dims=1),
-                          0)
+    answer_ids = tf.where(in_span, tf.gather(tf.gather(self.block_token_ids, row), piece, batch_dims=1), 0)
     result = _retrieved_outputs(self, outputs, answers)
-    result.update(answer_block_ids=row, answer_byte_starts=begin, answer_byte_limits=end,
+    result.update(answer_block_ids=row,
+                  answer_byte_starts=begin,
+                  answer_byte_limits=end,
                   answer_token_ids=answer_ids)
     return result
 
 
-def _save(module: tf.Module, signature, path: str, info: Dict,
+def _save(module: tf.Module,
+          signature,
+          path: str,
+          info: Dict,
           signature_keys: Sequence[str] = ("serving_default",),
           vocab_path: Optional[str] = None) -> str:
   """Saves module with its serving signature (under each of signature_keys) into path atomically
@@ -330,12 +353,18 @@ def _save(module: tf.Module, signature, path: str, info: Dict,
   return path
 
 
-def _token_ids_info(info: Optional[Dict], kind: str, tokenizer: tokenization.Tokenizer,
-                    inputs: str) -> Dict:
-  return dict(info or {}, kind=kind + loader.TOKEN_IDS_SUFFIX, inputs=inputs, vocab=VOCAB_COPY,
-              vocab_size=tokenizer.vocab_size, vocab_sha256=corpus_lib.vocab_sha256(tokenizer.vocab_path),
-              do_lower_case=tokenizer.do_lower_case, pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id,
-              sep_id=tokenizer.sep_id, signatures=["serving_default", TOKEN_IDS_SIGNATURE])
+def _token_ids_info(info: Optional[Dict], kind: str, tokenizer: tokenization.Tokenizer, inputs: str) -> Dict:
+  return dict(info or {},
+              kind=kind + loader.TOKEN_IDS_SUFFIX,
+              inputs=inputs,
+              vocab=VOCAB_COPY,
+              vocab_size=tokenizer.vocab_size,
+              vocab_sha256=corpus_lib.vocab_sha256(tokenizer.vocab_path),
+              do_lower_case=tokenizer.do_lower_case,
+              pad_id=tokenizer.pad_id,
+              cls_id=tokenizer.cls_id,
+              sep_id=tokenizer.sep_id,
+              signatures=["serving_default", TOKEN_IDS_SIGNATURE])
 
 
 _TOKEN_ID_KEYS = ("serving_default", TOKEN_IDS_SIGNATURE)
@@ -343,78 +372,108 @@ _QUESTION_INPUTS = ("input_word_ids, input_mask int32 [B, T]: [CLS] question [SE
                     "the [CLS]..[SEP] positions")
 
 
-def export_query_embedder(config: realm_config_lib.RealmConfig, query_embedder, path: str,
+def export_query_embedder(config: realm_config_lib.RealmConfig,
+                          query_embedder,
+                          path: str,
                           info: Optional[Dict] = None) -> str:
   tokenizer = config.tokenizer()
   module = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.TEXT,
                                                   config.featurizer(tokenizer), tokenizer)
-  return _save(module, module.embed, path, dict(info or {}, kind=QUERY_EMBEDDER,
-                                                 query_seq_len=config.query_seq_len,
-                                                 dim=config.embedding_dim))
+  return _save(
+      module, module.embed, path,
+      dict(info or {}, kind=QUERY_EMBEDDER, query_seq_len=config.query_seq_len, dim=config.embedding_dim))
 
 
-def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig, query_embedder, path: str,
+def export_query_embedder_token_ids(config: realm_config_lib.RealmConfig,
+                                    query_embedder,
+                                    path: str,
                                     info: Optional[Dict] = None) -> str:
   """The core-ops twin of export_query_embedder (signatures serving_default and serving_token_ids)."""
   tokenizer = config.tokenizer()
   module = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.TOKEN_IDS,
                                                   config.featurizer(tokenizer))
-  return _save(module, module.embed, path, dict(
-      _token_ids_info(info, QUERY_EMBEDDER, tokenizer, _QUESTION_INPUTS),
-      query_seq_len=config.query_seq_len, dim=config.embedding_dim),
-               _TOKEN_ID_KEYS, tokenizer.vocab_path)
+  return _save(
+      module, module.embed, path,
+      dict(_token_ids_info(info, QUERY_EMBEDDER, tokenizer, _QUESTION_INPUTS),
+           query_seq_len=config.query_seq_len,
+           dim=config.embedding_dim), _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 
-def export_document_embedder(config: realm_config_lib.RealmConfig, doc_embedder, path: str,
+def export_document_embedder(config: realm_config_lib.RealmConfig,
+                             doc_embedder,
+                             path: str,
                              info: Optional[Dict] = None) -> str:
   tokenizer = config.tokenizer()
   module = DocumentEmbedderModule(tokenizer, config.featurizer(tokenizer), doc_embedder)
-  return _save(module, module.embed, path, dict(info or {}, kind=DOCUMENT_EMBEDDER,
-                                                 candidate_seq_len=config.candidate_seq_len,
-                                                 dim=config.embedding_dim))
+  return _save(
+      module, module.embed, path,
+      dict(info or {},
+           kind=DOCUMENT_EMBEDDER,
+           candidate_seq_len=config.candidate_seq_len,
+           dim=config.embedding_dim))
 
 
-def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig, doc_embedder, path: str,
+def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig,
+                                       doc_embedder,
+                                       path: str,
                                        info: Optional[Dict] = None) -> str:
   """The core-ops twin of export_document_embedder."""
   tokenizer = config.tokenizer()
   module = DocumentEmbedderTokenIdsModule(config.featurizer(tokenizer), doc_embedder)
-  return _save(module, module.embed, path, dict(
-      _token_ids_info(info, DOCUMENT_EMBEDDER, tokenizer,
-                      "input_word_ids, input_mask, input_type_ids int32 [B, T]: [CLS] title [SEP] "
-                      "body [SEP] [PAD]*, type ids 0 on [CLS] title [SEP], 1 on body [SEP]"),
-      candidate_seq_len=config.candidate_seq_len, dim=config.embedding_dim),
-               _TOKEN_ID_KEYS, tokenizer.vocab_path)
+  return _save(
+      module, module.embed, path,
+      dict(_token_ids_info(
+          info, DOCUMENT_EMBEDDER, tokenizer,
+          "input_word_ids, input_mask, input_type_ids int32 [B, T]: [CLS] title [SEP] "
+          "body [SEP] [PAD]*, type ids 0 on [CLS] title [SEP], 1 on body [SEP]"),
+           candidate_seq_len=config.candidate_seq_len,
+           dim=config.embedding_dim), _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 
-def export_open_qa(trained, path: str, index: str = "brute_force",
+def export_open_qa(trained,
+                   path: str,
+                   index: str = "brute_force",
                    scann_options: Optional[index_lib.ScannOptions] = None,
                    info: Optional[Dict] = None) -> str:
   """Exports a realm_tf.training.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
   blocks = trained.blocks
-  module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles,
-                        blocks.bodies, blocks.doc_ids, index, scann_options)
-  return _save(module, module.answer, path, dict(
-      info or {}, kind=loader.OPEN_QA, index=index, scann_parameters=module.scann_parameters,
-      num_blocks=trained.model.num_blocks, reader_beam=trained.model.reader_beam,
-      checkpoint=trained.checkpoint))
+  module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles, blocks.bodies,
+                        blocks.doc_ids, index, scann_options)
+  return _save(
+      module, module.answer, path,
+      dict(info or {},
+           kind=loader.OPEN_QA,
+           index=index,
+           scann_parameters=module.scann_parameters,
+           num_blocks=trained.model.num_blocks,
+           reader_beam=trained.model.reader_beam,
+           checkpoint=trained.checkpoint))
 
 
-def export_open_qa_token_ids(trained, path: str, info: Optional[Dict] = None,
+def export_open_qa_token_ids(trained,
+                             path: str,
+                             info: Optional[Dict] = None,
                              log: Callable[[str], None] = print) -> str:
   """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index."""
   starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, trained.orqa.max_block_len, log=log)
   module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits)
-  return _save(module, module.answer, path, dict(
-      _token_ids_info(info, loader.OPEN_QA, trained.tokenizer, _QUESTION_INPUTS), index="brute_force",
-      num_blocks=trained.model.num_blocks, reader_beam=trained.model.reader_beam,
-      max_span_width=trained.orqa.max_span_width, checkpoint=trained.checkpoint),
-               _TOKEN_ID_KEYS, trained.tokenizer.vocab_path)
+  return _save(
+      module, module.answer, path,
+      dict(_token_ids_info(info, loader.OPEN_QA, trained.tokenizer, _QUESTION_INPUTS),
+           index="brute_force",
+           num_blocks=trained.model.num_blocks,
+           reader_beam=trained.model.reader_beam,
+           max_span_width=trained.orqa.max_span_width,
+           checkpoint=trained.checkpoint), _TOKEN_ID_KEYS, trained.tokenizer.vocab_path)
 
 
-def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None,
-               index: str = "brute_force", scann_options: Optional[index_lib.ScannOptions] = None,
-               log: Callable[[str], None] = print, token_ids: bool = True,
+def export_all(model_dir: str,
+               output_dir: str,
+               checkpoint: Optional[str] = None,
+               index: str = "brute_force",
+               scann_options: Optional[index_lib.ScannOptions] = None,
+               log: Callable[[str], None] = print,
+               token_ids: bool = True,
                index_dir: Optional[str] = None) -> Dict[str, str]:
   """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}, and with
   token_ids their core-ops twins {...}_token_ids (see the module docstring).
@@ -442,10 +501,10 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
 
   def embedders(query_embedder, doc_embedder, info):
     out = os.path.join
-    for kind, export, export_twin, embedder in (
-        (QUERY_EMBEDDER, export_query_embedder, export_query_embedder_token_ids, query_embedder),
-        (DOCUMENT_EMBEDDER, export_document_embedder, export_document_embedder_token_ids,
-         doc_embedder)):
+    for kind, export, export_twin, embedder in ((QUERY_EMBEDDER, export_query_embedder,
+                                                 export_query_embedder_token_ids, query_embedder),
+                                                (DOCUMENT_EMBEDDER, export_document_embedder,
+                                                 export_document_embedder_token_ids, doc_embedder)):
       if embedder is None:
         continue
       paths[kind] = export(config, embedder, out(output_dir, kind), info)
@@ -468,9 +527,14 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
     open_qa(trained, info)
   elif index_dir is not None:
     trained = orqa_model.load_converted(model_dir, index_dir, checkpoint)
-    info = {"model_dir": os.path.abspath(model_dir), "checkpoint": trained.checkpoint,
-            "index_dir": os.path.abspath(index_dir), "source": conversion.get("source"),
-            "query_seq_len": config.query_seq_len, "reader_seq_len": trained.orqa.reader_seq_len}
+    info = {
+        "model_dir": os.path.abspath(model_dir),
+        "checkpoint": trained.checkpoint,
+        "index_dir": os.path.abspath(index_dir),
+        "source": conversion.get("source"),
+        "query_seq_len": config.query_seq_len,
+        "reader_seq_len": trained.orqa.reader_seq_len
+    }
     log(f"exporting converted ORQA {trained.checkpoint} over the {trained.model.num_blocks} blocks of "
         f"{index_dir} (no document_embedder: the released blocks were embedded by REALM's embedder, "
         "not this checkpoint; export its conversion for that)")
@@ -478,16 +542,17 @@ def export_all(model_dir: str, output_dir: str, checkpoint: Optional[str] = None
     open_qa(trained, info)
   else:
     config_path = os.path.join(model_dir, realm_config_lib.CONFIG_NAME)
-    corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
+    corpus_lib.check_vocab(config.vocab_path,
+                           None,
+                           config.vocab_sha256,
+                           config_path,
                            source=f"{config_path}'s vocab_path")
     retriever = config.build_retriever()
     resolved = training_state.restore_retriever(retriever, checkpoint or model_dir)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": resolved}
-    log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model"
-        + ("; pass --index_dir=<converted block_emb> for one)" if converted_orqa else ")"))
+    log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model" +
+        ("; pass --index_dir=<converted block_emb> for one)" if converted_orqa else ")"))
     embedders(retriever.query_embedder, retriever.doc_embedder, info)
   for kind, path in paths.items():
     log(f"wrote {kind} SavedModel to {path}")
   return paths
-
-

@@ -28,8 +28,10 @@ from realm_tf.testing import random_orqa
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_model
 
-_QUESTIONS = ["Where was Savix Lunene born?", "", "What did Wenor found? " * 91,
-              "Où est né Zoë Kelarlé, l'ingénieur?", "When was Essan Zoror born?"]
+_QUESTIONS = [
+    "Where was Savix Lunene born?", "", "What did Wenor found? " * 91, "Où est né Zoë Kelarlé, l'ingénieur?",
+    "When was Essan Zoror born?"
+]
 _NUM_DOCS = 40
 
 # Runs in a fresh interpreter with no realm_tf on the path: the SavedModels must stand alone.
@@ -70,8 +72,10 @@ def _packed(rows, type_ids=None):
   """Client-side BERT packing of wordpiece rows, padded with 0 to the longest: the token-id signatures'
   inputs (no truncation), as Python lists for --input_exprs."""
   width = max(len(r) for r in rows)
-  out = {"input_word_ids": [r + [0] * (width - len(r)) for r in rows],
-         "input_mask": [[1] * len(r) + [0] * (width - len(r)) for r in rows]}
+  out = {
+      "input_word_ids": [r + [0] * (width - len(r)) for r in rows],
+      "input_mask": [[1] * len(r) + [0] * (width - len(r)) for r in rows]
+  }
   if type_ids is not None:
     out["input_type_ids"] = [t + [0] * (width - len(t)) for t in type_ids]
   return out
@@ -93,7 +97,6 @@ def _read_outdir(outdir):
   return out
 
 
-
 class ExportTest(tf.test.TestCase):
 
   _loaded = None  # the shared fresh process's outputs (_fresh_process)
@@ -104,8 +107,12 @@ class ExportTest(tf.test.TestCase):
     cls.tmp = tempfile.mkdtemp()
     model_dir, vocab, cls.documents = random_orqa.write_model_dir(cls.tmp, num_docs=_NUM_DOCS)
     trained = cls.trained = orqa_model.load_trained(model_dir)
-    predictor = orqa_evaluation.OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer,
-                                           trained.blocks, batch_size=len(_QUESTIONS), num_retrieved=3)
+    predictor = orqa_evaluation.OrqaPredictor(trained.model,
+                                              trained.tokenizer,
+                                              trained.featurizer,
+                                              trained.blocks,
+                                              batch_size=len(_QUESTIONS),
+                                              num_retrieved=3)
     cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
     query_inputs = trained.featurizer.query_inputs(trained.tokenizer.tokenize(_QUESTIONS))
     cls.expected_queries = trained.model.retriever.embed_queries(tuple(query_inputs)).numpy()
@@ -113,24 +120,26 @@ class ExportTest(tf.test.TestCase):
     cls.bodies = [d.body for d in cls.documents[:4]]
     cls.candidate_inputs = trained.featurizer.candidate_inputs(trained.tokenizer.tokenize(cls.titles),
                                                                trained.tokenizer.tokenize(cls.bodies))
-    cls.expected_documents = trained.model.retriever.embed_documents(
-        tuple(cls.candidate_inputs)).numpy()
+    cls.expected_documents = trained.model.retriever.embed_documents(tuple(cls.candidate_inputs)).numpy()
     # What a client's BERT tokenizer sends to the token-id models.
     tokenizer = trained.tokenizer
-    cls.question_ids = _packed([[tokenizer.cls_id] + q + [tokenizer.sep_id]
-                                for q in tokenizer.tokenize(_QUESTIONS).to_list()])
+    cls.question_ids = _packed(
+        [[tokenizer.cls_id] + q + [tokenizer.sep_id] for q in tokenizer.tokenize(_QUESTIONS).to_list()])
     titles, bodies = tokenizer.tokenize(cls.titles).to_list(), tokenizer.tokenize(cls.bodies).to_list()
     cls.document_ids = _packed(
-        [[tokenizer.cls_id] + t + [tokenizer.sep_id] + b + [tokenizer.sep_id]
-         for t, b in zip(titles, bodies)],
-        [[0] * (len(t) + 2) + [1] * (len(b) + 1) for t, b in zip(titles, bodies)])
+        [[tokenizer.cls_id] + t + [tokenizer.sep_id] + b + [tokenizer.sep_id] for t, b in zip(titles, bodies)
+        ], [[0] * (len(t) + 2) + [1] * (len(b) + 1) for t, b in zip(titles, bodies)])
 
     export_dir = os.path.join(cls.tmp, "export")
     cls.paths = saved_models.export_all(model_dir, export_dir, log=lambda _: None)
-    cls.paths["open_qa_scann"] = saved_models.export_open_qa(
-        trained, os.path.join(export_dir, "open_qa_scann"), index="scann",
-        scann_options=index_lib.ScannOptions(tree_min_docs=10, num_leaves=4, num_leaves_to_search=4,
-                                             num_candidates=_NUM_DOCS))
+    cls.paths["open_qa_scann"] = saved_models.export_open_qa(trained,
+                                                             os.path.join(export_dir, "open_qa_scann"),
+                                                             index="scann",
+                                                             scann_options=index_lib.ScannOptions(
+                                                                 tree_min_docs=10,
+                                                                 num_leaves=4,
+                                                                 num_leaves_to_search=4,
+                                                                 num_candidates=_NUM_DOCS))
     os.remove(vocab)  # the SavedModels carry it as an asset
 
   @classmethod
@@ -163,22 +172,33 @@ class ExportTest(tf.test.TestCase):
     saved_model_cli runs' {kind: outputs} (its core-ops part's flag under "core_ops_only")."""
     if cls._loaded is None:
       paths = {kind: path for kind, path in cls.paths.items() if not kind.endswith("_token_ids")}
-      outdirs = {kind: tempfile.mkdtemp(dir=cls.tmp) for kind in
-                 ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa_scann")}
-      core_cli_runs = [
-          [cls.paths["query_embedder_token_ids"], "serving_token_ids", _exprs(cls.question_ids),
-           outdirs["query_embedder_token_ids"]],
-          [cls.paths["document_embedder_token_ids"], "serving_default", _exprs(cls.document_ids),
-           outdirs["document_embedder_token_ids"]]]
+      outdirs = {
+          kind: tempfile.mkdtemp(dir=cls.tmp)
+          for kind in ("query_embedder_token_ids", "document_embedder_token_ids", "open_qa_scann")
+      }
+      core_cli_runs = [[
+          cls.paths["query_embedder_token_ids"], "serving_token_ids",
+          _exprs(cls.question_ids), outdirs["query_embedder_token_ids"]
+      ],
+                       [
+                           cls.paths["document_embedder_token_ids"], "serving_default",
+                           _exprs(cls.document_ids), outdirs["document_embedder_token_ids"]
+                       ]]
       # The raw-text model that needs both op libraries (open_qa, tokenizer ops only, loads with
       # tf.saved_model.load below).
-      cli_runs = [[cls.paths["open_qa_scann"], "serving_default", _exprs({"questions": _QUESTIONS}),
-                   outdirs["open_qa_scann"]]]
-      loaded = subprocess.run(
-          [sys.executable, "-c", _LOADER],
-          input=json.dumps([paths, _QUESTIONS, cls.titles, cls.bodies, core_cli_runs, cli_runs]),
-          capture_output=True, text=True, timeout=300, check=False,
-          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""), cwd=cls.tmp)
+      cli_runs = [[
+          cls.paths["open_qa_scann"], "serving_default",
+          _exprs({"questions": _QUESTIONS}), outdirs["open_qa_scann"]
+      ]]
+      loaded = subprocess.run([sys.executable, "-c", _LOADER],
+                              input=json.dumps(
+                                  [paths, _QUESTIONS, cls.titles, cls.bodies, core_cli_runs, cli_runs]),
+                              capture_output=True,
+                              text=True,
+                              timeout=300,
+                              check=False,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""),
+                              cwd=cls.tmp)
       if loaded.returncode != 0:
         raise AssertionError(f"the fresh process failed: {loaded.stderr[-3000:]}")
       cls._loaded = json.loads(loaded.stdout.strip().splitlines()[-1])
@@ -189,21 +209,27 @@ class ExportTest(tf.test.TestCase):
     """Runs `saved_model_cli run` (command: the stock script) in a fresh process and returns its outputs
     (read back from --outdir) as Python values."""
     outdir = tempfile.mkdtemp(dir=self.tmp)
-    run = subprocess.run(
-        command + ["run", "--dir", path, "--tag_set", "serve", "--signature_def", signature,
-                   "--input_exprs", _exprs(inputs), "--outdir", outdir],
-        capture_output=True, text=True, timeout=300, check=False, cwd=self.tmp,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
+    run = subprocess.run(command + [
+        "run", "--dir", path, "--tag_set", "serve", "--signature_def", signature, "--input_exprs",
+        _exprs(inputs), "--outdir", outdir
+    ],
+                         capture_output=True,
+                         text=True,
+                         timeout=300,
+                         check=False,
+                         cwd=self.tmp,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
     self.assertEqual(run.returncode, 0, run.stderr[-3000:])
     return _read_outdir(outdir)
 
   def test_fresh_process_matches_python_model(self):
     paths, trained = dict(self.paths), self.trained
-    self.assertEqual(set(paths) - {"open_qa_scann"},
-                     {"query_embedder", "document_embedder", "open_qa", "query_embedder_token_ids",
-                      "document_embedder_token_ids", "open_qa_token_ids"})
-    self.assertEqual(loader.export_info(paths["open_qa_scann"])["scann_parameters"]["mode"],
-                     "tree_ah")
+    self.assertEqual(
+        set(paths) - {"open_qa_scann"}, {
+            "query_embedder", "document_embedder", "open_qa", "query_embedder_token_ids",
+            "document_embedder_token_ids", "open_qa_token_ids"
+        })
+    self.assertEqual(loader.export_info(paths["open_qa_scann"])["scann_parameters"]["mode"], "tree_ah")
     self.assertEqual(loader.export_info(paths["open_qa"])["checkpoint"], trained.checkpoint)
     with self.assertRaises(FileExistsError):
       saved_models.export_open_qa(trained, paths["open_qa"])
@@ -239,8 +265,8 @@ class ExportTest(tf.test.TestCase):
     for i in range(len(qa["answers"])):
       first, last = expected["first_piece"][i], expected["last_piece"][i]
       width = last - first + 1 if first >= 0 else 0
-      block = self.trained.blocks.dense_bodies(self.trained.orqa.max_block_len)[0][
-          expected["predicted_row"][i]]
+      block = self.trained.blocks.dense_bodies(
+          self.trained.orqa.max_block_len)[0][expected["predicted_row"][i]]
       self.assertEqual(qa["answer_token_ids"][i][:width], block[first:last + 1].tolist())
       self.assertFalse(any(qa["answer_token_ids"][i][width:]))
     info = loader.export_info(self.paths["open_qa_token_ids"])

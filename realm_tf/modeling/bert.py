@@ -23,14 +23,18 @@ _ACTIVATIONS = {
     GELU_EXACT: lambda x: tf_keras.activations.gelu(x, approximate=False),
 }
 # Names used by Google's bert_config.json and Hugging Face's config.json.
-_ACTIVATION_ALIASES = {"gelu": GELU_EXACT, "gelu_new": GELU_TANH, "gelu_pytorch_tanh": GELU_TANH,
-                       "gelu_fast": GELU_TANH, GELU_TANH: GELU_TANH, GELU_EXACT: GELU_EXACT}
-
+_ACTIVATION_ALIASES = {
+    "gelu": GELU_EXACT,
+    "gelu_new": GELU_TANH,
+    "gelu_pytorch_tanh": GELU_TANH,
+    "gelu_fast": GELU_TANH,
+    GELU_TANH: GELU_TANH,
+    GELU_EXACT: GELU_EXACT
+}
 
 # Keys a config file must hold; the others default to BERT-base's (a config without the shape keys is
 # most likely not a BERT config at all, and would silently build BERT-base).
-REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size")
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 CONFIG_NEEDS = ("a BERT config (Google's bert_config.json or Hugging Face's config.json) needs "
                 "vocab_size, hidden_size, num_hidden_layers, num_attention_heads and intermediate_size "
                 "(hidden_act, max_position_embeddings, type_vocab_size, dropout rates and "
@@ -79,8 +83,10 @@ class BertConfig:
     """
     if not isinstance(values, dict):
       raise ValueError(f"a BERT config is a JSON object, got {type(values).__name__}; {CONFIG_NEEDS}")
-    missing = [k for k in REQUIRED_KEYS if k not in values
-               and not (k == "num_hidden_layers" and "num_layers" in values)]
+    missing = [
+        k for k in REQUIRED_KEYS
+        if k not in values and not (k == "num_hidden_layers" and "num_layers" in values)
+    ]
     if missing:
       raise ValueError(f"missing {missing}; {CONFIG_NEEDS}")
     if huggingface is None:
@@ -90,18 +96,17 @@ class BertConfig:
       act = "gelu_new"
     if act not in _ACTIVATION_ALIASES:
       raise ValueError(f"unsupported hidden_act {act!r}; use one of {sorted(_ACTIVATION_ALIASES)}")
-    return cls(
-        vocab_size=int(values["vocab_size"]),
-        hidden_size=int(values.get("hidden_size", 768)),
-        num_layers=int(values.get("num_hidden_layers", values.get("num_layers", 12))),
-        num_attention_heads=int(values.get("num_attention_heads", 12)),
-        intermediate_size=int(values.get("intermediate_size", 3072)),
-        hidden_act=_ACTIVATION_ALIASES[act],
-        max_position_embeddings=int(values.get("max_position_embeddings", 512)),
-        type_vocab_size=int(values.get("type_vocab_size", 2)),
-        hidden_dropout_prob=float(values.get("hidden_dropout_prob", 0.1)),
-        attention_probs_dropout_prob=float(values.get("attention_probs_dropout_prob", 0.1)),
-        initializer_range=float(values.get("initializer_range", 0.02)))
+    return cls(vocab_size=int(values["vocab_size"]),
+               hidden_size=int(values.get("hidden_size", 768)),
+               num_layers=int(values.get("num_hidden_layers", values.get("num_layers", 12))),
+               num_attention_heads=int(values.get("num_attention_heads", 12)),
+               intermediate_size=int(values.get("intermediate_size", 3072)),
+               hidden_act=_ACTIVATION_ALIASES[act],
+               max_position_embeddings=int(values.get("max_position_embeddings", 512)),
+               type_vocab_size=int(values.get("type_vocab_size", 2)),
+               hidden_dropout_prob=float(values.get("hidden_dropout_prob", 0.1)),
+               attention_probs_dropout_prob=float(values.get("attention_probs_dropout_prob", 0.1)),
+               initializer_range=float(values.get("initializer_range", 0.02)))
 
   @classmethod
   def from_json_file(cls, path: str) -> "BertConfig":
@@ -124,8 +129,12 @@ class BertConfig:
 
 def tiny_config(vocab_size: int, **overrides) -> BertConfig:
   """The laptop-sized BERT of tests and bin/demo: 2 layers, hidden 64, 2 heads."""
-  values = dict(vocab_size=vocab_size, hidden_size=64, num_layers=2, num_attention_heads=2,
-                intermediate_size=128, max_position_embeddings=256)
+  values = dict(vocab_size=vocab_size,
+                hidden_size=64,
+                num_layers=2,
+                num_attention_heads=2,
+                intermediate_size=128,
+                max_position_embeddings=256)
   values.update(overrides)
   return BertConfig(**values)
 
@@ -137,8 +146,12 @@ def bert_base_config(vocab_size: int = 30522) -> BertConfig:
 
 def minilm_l6_config() -> BertConfig:
   """all-MiniLM-L6-v2: 6 layers, hidden 384, 12 heads, intermediate 1536, exact gelu."""
-  return BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_attention_heads=12,
-                    intermediate_size=1536, hidden_act=GELU_EXACT)
+  return BertConfig(vocab_size=30522,
+                    hidden_size=384,
+                    num_layers=6,
+                    num_attention_heads=12,
+                    intermediate_size=1536,
+                    hidden_act=GELU_EXACT)
 
 
 PRESETS = {"tiny": tiny_config, "bert_base": bert_base_config}

@@ -84,9 +84,14 @@ class RetrieverEmbedder(tf_keras.Model):
     Returns float32 [..., D].
   """
 
-  def __init__(self, config: bert.BertConfig, projection_size: Optional[int] = 128,
-               layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0, name: str = "embedder",
-               pooling: str = POOLER, cosine_score_scale: float = 0.0,
+  def __init__(self,
+               config: bert.BertConfig,
+               projection_size: Optional[int] = 128,
+               layer_norm_epsilon: float = 1e-12,
+               dropout_rate: float = 0.0,
+               name: str = "embedder",
+               pooling: str = POOLER,
+               cosine_score_scale: float = 0.0,
                encoder: Optional[tf_keras.Model] = None,
                **kwargs):
     super().__init__(name=name, **kwargs)
@@ -108,7 +113,8 @@ class RetrieverEmbedder(tf_keras.Model):
           kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range),
           name="projection")
       # float32: the scores that feed softmaxes stay in full precision under mixed_bfloat16.
-      self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm",
+      self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
+                                                           name="layer_norm",
                                                            dtype=tf.float32)
     # float32 as well: under mixed_bfloat16 a default-policy Dropout would cast the embedding back.
     self.dropout = tf_keras.layers.Dropout(dropout_rate, dtype=tf.float32)
@@ -127,15 +133,20 @@ class RetrieverEmbedder(tf_keras.Model):
       embedding = self.layer_norm(self.projection(pooled))
     embedding = self.dropout(embedding, training=training)
     if self.cosine_score_scale:
-      embedding = tf.math.l2_normalize(embedding, axis=-1) * (self.cosine_score_scale ** 0.5)
+      embedding = tf.math.l2_normalize(embedding, axis=-1) * (self.cosine_score_scale**0.5)
     return tf.reshape(embedding, tf.concat([tf.shape(token_ids)[:-1], [self.output_size]], 0))
 
 
-def sentence_transformers_embedder(config: bert.BertConfig, encoder: Optional[tf_keras.Model] = None,
+def sentence_transformers_embedder(config: bert.BertConfig,
+                                   encoder: Optional[tf_keras.Model] = None,
                                    name: str = "embedder") -> RetrieverEmbedder:
   """The embedder of a sentence-transformers model such as all-MiniLM-L6-v2: mean pooling over the real
   tokens, no projection, L2-normalised; over encoder (its converted BERT) if given."""
-  return RetrieverEmbedder(config, projection_size=None, name=name, pooling=MEAN, cosine_score_scale=1.0,
+  return RetrieverEmbedder(config,
+                           projection_size=None,
+                           name=name,
+                           pooling=MEAN,
+                           cosine_score_scale=1.0,
                            encoder=encoder)
 
 
@@ -148,18 +159,33 @@ class Retriever(tf_keras.Model):
     share_embedders: one embedder for both towers (default) or two.
   """
 
-  def __init__(self, config: bert.BertConfig, projection_size: int = 128,
-               layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-               share_embedders: bool = True, name: str = "retriever", pooling: str = POOLER,
-               cosine_score_scale: float = 0.0, **kwargs):
+  def __init__(self,
+               config: bert.BertConfig,
+               projection_size: int = 128,
+               layer_norm_epsilon: float = 1e-12,
+               dropout_rate: float = 0.0,
+               share_embedders: bool = True,
+               name: str = "retriever",
+               pooling: str = POOLER,
+               cosine_score_scale: float = 0.0,
+               **kwargs):
     super().__init__(name=name, **kwargs)
     self.share_embedders = share_embedders
-    self.doc_embedder = RetrieverEmbedder(config, projection_size, layer_norm_epsilon, dropout_rate,
-                                          name="doc_embedder", pooling=pooling,
+    self.doc_embedder = RetrieverEmbedder(config,
+                                          projection_size,
+                                          layer_norm_epsilon,
+                                          dropout_rate,
+                                          name="doc_embedder",
+                                          pooling=pooling,
                                           cosine_score_scale=cosine_score_scale)
     self.query_embedder = self.doc_embedder if share_embedders else RetrieverEmbedder(
-        config, projection_size, layer_norm_epsilon, dropout_rate, name="query_embedder",
-        pooling=pooling, cosine_score_scale=cosine_score_scale)
+        config,
+        projection_size,
+        layer_norm_epsilon,
+        dropout_rate,
+        name="query_embedder",
+        pooling=pooling,
+        cosine_score_scale=cosine_score_scale)
 
   def embed_queries(self, inputs, training=None):
     """[..., Q] query inputs -> float32 [..., D]."""
@@ -184,13 +210,22 @@ class Retriever(tf_keras.Model):
     return tf.einsum("bd,bnd->bn", query, candidates)
 
 
-def build_retriever(config: bert.BertConfig, projection_size: int = 128,
-                    layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-                    share_embedders: bool = True, seq_len: Optional[int] = 8,
-                    pooling: str = POOLER, cosine_score_scale: float = 0.0) -> Retriever:
+def build_retriever(config: bert.BertConfig,
+                    projection_size: int = 128,
+                    layer_norm_epsilon: float = 1e-12,
+                    dropout_rate: float = 0.0,
+                    share_embedders: bool = True,
+                    seq_len: Optional[int] = 8,
+                    pooling: str = POOLER,
+                    cosine_score_scale: float = 0.0) -> Retriever:
   """A Retriever with its variables created (a forward pass on a dummy batch), ready to restore into."""
-  retriever = Retriever(config, projection_size, layer_norm_epsilon, dropout_rate, share_embedders,
-                        pooling=pooling, cosine_score_scale=cosine_score_scale)
+  retriever = Retriever(config,
+                        projection_size,
+                        layer_norm_epsilon,
+                        dropout_rate,
+                        share_embedders,
+                        pooling=pooling,
+                        cosine_score_scale=cosine_score_scale)
   dummy = tf.zeros([1, seq_len], tf.int32)
   retriever.embed_queries((dummy, dummy, dummy))
   retriever.embed_documents((dummy, dummy, dummy))

@@ -33,7 +33,7 @@ def _inputs(shape, seed=0):
 
 def _layer_norm(x, gamma, beta, epsilon):
   mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  var = ((x - mean)**2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(var + epsilon) * gamma + beta
 
 
@@ -83,12 +83,11 @@ class RetrieverEmbedderTest(_SeededTestCase):
     # A padding token's id cannot change the embedding; a real token's can.
     changed_pad = token_ids.numpy().copy()
     changed_pad[:, -1] = 7
-    self.assertAllClose(got, model((tf.constant(changed_pad), mask, segment_ids), training=False),
-                        atol=1e-5)
+    self.assertAllClose(got, model((tf.constant(changed_pad), mask, segment_ids), training=False), atol=1e-5)
     changed_real = token_ids.numpy().copy()
     changed_real[:, 2] = (changed_real[:, 2] + 1 - 5) % (_VOCAB - 5) + 5
-    self.assertGreater(np.abs(got - model((tf.constant(changed_real), mask, segment_ids),
-                                          training=False)).max(), 1e-3)
+    self.assertGreater(
+        np.abs(got - model((tf.constant(changed_real), mask, segment_ids), training=False)).max(), 1e-3)
 
   def test_sentence_transformers_embedder_is_the_normalised_mean(self):
     """No projection, no LayerNorm: the unit-norm mean of the encoder's outputs over the real tokens
@@ -112,17 +111,20 @@ class RetrieverEmbedderTest(_SeededTestCase):
     whatever their norms, in a retriever's scores as in its towers."""
     tf_keras.utils.set_random_seed(3)
     retriever = embedder.build_retriever(_CONFIG, 0, pooling=embedder.MEAN, cosine_score_scale=20.0)
-    raw = embedder.RetrieverEmbedder(_CONFIG, None, pooling=embedder.MEAN,
+    raw = embedder.RetrieverEmbedder(_CONFIG,
+                                     None,
+                                     pooling=embedder.MEAN,
                                      encoder=retriever.doc_embedder.encoder)
     self.assertIsNone(retriever.doc_embedder.projection)
     query_inputs, candidate_inputs = _inputs([2, 7], seed=3), _inputs([2, 4, 9], seed=4)
     q, d = raw(query_inputs).numpy(), raw(candidate_inputs).numpy()
     self.assertGreater(np.abs(np.linalg.norm(d, axis=-1) - 1.0).max(), 0.05)  # not unit vectors already
-    cosine = np.einsum("bh,bnh->bn", q, d) / (np.linalg.norm(q, axis=-1)[:, None] *
-                                               np.linalg.norm(d, axis=-1))
+    cosine = np.einsum("bh,bnh->bn", q,
+                       d) / (np.linalg.norm(q, axis=-1)[:, None] * np.linalg.norm(d, axis=-1))
     self.assertAllClose(20.0 * cosine, retriever((query_inputs, candidate_inputs)), atol=1e-4)
     self.assertAllClose(np.full([2, 4], np.sqrt(20.0)),
-                        np.linalg.norm(retriever.embed_documents(candidate_inputs), axis=-1), atol=1e-5)
+                        np.linalg.norm(retriever.embed_documents(candidate_inputs), axis=-1),
+                        atol=1e-5)
     with self.assertRaisesRegex(ValueError, "cosine_score_scale must be >= 0"):
       embedder.RetrieverEmbedder(_CONFIG, None, cosine_score_scale=-1.0)
 
@@ -171,7 +173,6 @@ class RetrieverEmbedderTest(_SeededTestCase):
     # With rate 0 training and inference agree (the BERT config has no dropout here).
     no_dropout = embedder.RetrieverEmbedder(_CONFIG, projection_size=_D, dropout_rate=0.0)
     self.assertAllClose(no_dropout(inputs, training=True), no_dropout(inputs, training=False))
-
 
   def test_float32_under_mixed_bfloat16(self):
     """Scores feed softmaxes: the embedding must stay float32 (the dropout layer once cast it back)."""
@@ -230,11 +231,13 @@ class RetrieverTest(_SeededTestCase):
     optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
     for v, before in zip(retriever.doc_embedder.trainable_variables, doc_before):
       self.assertAllEqual(before, v.numpy(), msg=v.name)
-    changed = [not np.array_equal(before, v.numpy())
-               for v, before in zip(retriever.query_embedder.trainable_variables, query_before)]
-    self.assertTrue(all(changed), msg=[v.name for v, c in
-                                       zip(retriever.query_embedder.trainable_variables, changed)
-                                       if not c])
+    changed = [
+        not np.array_equal(before, v.numpy())
+        for v, before in zip(retriever.query_embedder.trainable_variables, query_before)
+    ]
+    self.assertTrue(
+        all(changed),
+        msg=[v.name for v, c in zip(retriever.query_embedder.trainable_variables, changed) if not c])
 
   def test_separate_towers_survive_a_checkpoint(self):
     """A round trip must restore two different towers, not one set of weights twice."""
@@ -257,7 +260,8 @@ class RetrieverTest(_SeededTestCase):
     docs = retriever.embed_documents(candidate_inputs).numpy()
     self.assertAllClose(np.einsum("bd,bnd->bn", query, docs), scores, atol=1e-4)
     # Towers swapped would give other scores: the query tower must embed the queries.
-    swapped = np.einsum("bd,bnd->bn", retriever.embed_documents(query_inputs).numpy(),
+    swapped = np.einsum("bd,bnd->bn",
+                        retriever.embed_documents(query_inputs).numpy(),
                         retriever.embed_queries(candidate_inputs).numpy())
     self.assertGreater(np.abs(swapped - scores).max(), 1e-2)
 

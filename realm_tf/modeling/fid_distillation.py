@@ -18,9 +18,10 @@ from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import losses
 
 
-def distillation_loss(retriever_scores: tf.Tensor, reader_scores: tf.Tensor,
-                      reader_temperature: float = 1.0, retriever_temperature: float = 1.0
-                      ) -> losses.LossOutput:
+def distillation_loss(retriever_scores: tf.Tensor,
+                      reader_scores: tf.Tensor,
+                      reader_temperature: float = 1.0,
+                      retriever_temperature: float = 1.0) -> losses.LossOutput:
   """KL(softmax(reader / T_reader) || softmax(retriever / T_retriever)) per question.
 
   Args:
@@ -42,9 +43,12 @@ def distillation_loss(retriever_scores: tf.Tensor, reader_scores: tf.Tensor,
   kl = tf.reduce_sum(target * (log_target - log_student), axis=-1)
   count = tf.cast(tf.shape(kl)[0], tf.float32)
   agree = tf.cast(tf.equal(tf.argmax(retriever_scores, -1), tf.argmax(reader_scores, -1)), tf.float32)
-  return losses.LossOutput(loss_sum=tf.reduce_sum(kl), loss_weight=count,
-                           metrics={"kl": (tf.reduce_sum(kl), count),
-                                    "top1_agreement": (tf.reduce_sum(agree), count)})
+  return losses.LossOutput(loss_sum=tf.reduce_sum(kl),
+                           loss_weight=count,
+                           metrics={
+                               "kl": (tf.reduce_sum(kl), count),
+                               "top1_agreement": (tf.reduce_sum(agree), count)
+                           })
 
 
 class RetrieverDistillation(tf_keras.Model):
@@ -60,8 +64,12 @@ class RetrieverDistillation(tf_keras.Model):
     reader_scores: float32 [B, n], aggregate_cross_attention of the reader on the same passages.
   """
 
-  def __init__(self, retriever: embedder_lib.Retriever, reader_temperature: float = 1.0,
-               retriever_temperature: float = 1.0, name: str = "fid_kd", **kwargs):
+  def __init__(self,
+               retriever: embedder_lib.Retriever,
+               reader_temperature: float = 1.0,
+               retriever_temperature: float = 1.0,
+               name: str = "fid_kd",
+               **kwargs):
     super().__init__(name=name, **kwargs)
     self.retriever = retriever
     self.reader_temperature = reader_temperature
@@ -70,8 +78,8 @@ class RetrieverDistillation(tf_keras.Model):
   def call(self, features, training=None):
     return self.retriever(
         ((features["query_token_ids"], features["query_mask"], features["query_segment_ids"]),
-         (features["candidate_token_ids"], features["candidate_mask"],
-          features["candidate_segment_ids"])), training=training)
+         (features["candidate_token_ids"], features["candidate_mask"], features["candidate_segment_ids"])),
+        training=training)
 
   def compute_loss(self, features: Dict[str, tf.Tensor], training=None) -> losses.LossOutput:
     scores = self(features, training=training)

@@ -185,8 +185,10 @@ def aggregate_attention_mass(first_token_logits: tf.Tensor, passage_mask: tf.Ten
   shape = tf.shape(mask)
   flat_mask = tf.reshape(mask, [shape[0], 1, 1, -1])
   probabilities = tf.nn.softmax(logits + (1.0 - flat_mask) * t5_layers.MASK_BIAS, axis=-1) * flat_mask
-  per_passage = tf.reduce_sum(tf.reshape(probabilities, [shape[0], tf.shape(logits)[1], tf.shape(logits)[2],
-                                                          shape[1], shape[2]]), axis=-1)
+  per_passage = tf.reduce_sum(tf.reshape(
+      probabilities,
+      [shape[0], tf.shape(logits)[1], tf.shape(logits)[2], shape[1], shape[2]]),
+                              axis=-1)
   return tf.math.log(tf.maximum(tf.reduce_mean(per_passage, axis=[1, 2]), 1e-20))
 
 
@@ -213,39 +215,54 @@ class FidReader(tf_keras.Model):
     # passage per question and substituted answers: with 0.02 the reader had not learned to copy an
     # answer after 2,000 steps (0% dev exact match); with this initialization it reached 91% in 3,000.
     # A factory, not one instance: a reused unseeded Keras initializer returns the same values each call.
-    initializer = lambda fan_in: tf_keras.initializers.RandomNormal(
-        stddev=config.initializer_factor * fan_in ** -0.5)
+    initializer = lambda fan_in: tf_keras.initializers.RandomNormal(stddev=config.initializer_factor * fan_in
+                                                                    **-0.5)
     # Embeddings at stddev 1 (fan_in 1), with the H^-0.5 logit scale of T5's tied softmax below; none
     # of its own when it shares the BERT encoder's (decode).
     self.token_embedding = (None if config.share_embeddings else tf_keras.layers.Embedding(
         config.vocab_size, config.hidden_size, embeddings_initializer=initializer(1), name="token_embedding"))
-    self.decoder_position_bias = t5_layers.RelativePositionBias(
-        config.num_heads, config.relative_attention_num_buckets, config.relative_attention_max_distance,
-        False, initializer, name="decoder_position_bias")
+    self.decoder_position_bias = t5_layers.RelativePositionBias(config.num_heads,
+                                                                config.relative_attention_num_buckets,
+                                                                config.relative_attention_max_distance,
+                                                                False,
+                                                                initializer,
+                                                                name="decoder_position_bias")
     if config.encoder == "bert":
       # Unless share_embeddings, the decoder keeps its own token embedding (the BERT word embeddings stay
       # the encoder's, and the decoder's width may differ).
       self.bert_encoder = bert_lib.build_encoder(config.bert, name="bert_encoder")
-      self.encoder_projection = (
-          tf_keras.layers.Dense(config.hidden_size, kernel_initializer=initializer(config.bert.hidden_size),
-                                name="encoder_projection")
-          if config.bert.hidden_size != config.hidden_size else None)
+      self.encoder_projection = (tf_keras.layers.Dense(
+          config.hidden_size,
+          kernel_initializer=initializer(config.bert.hidden_size),
+          name="encoder_projection") if config.bert.hidden_size != config.hidden_size else None)
     else:
-      self.encoder_position_bias = t5_layers.RelativePositionBias(
-          config.num_heads, config.relative_attention_num_buckets, config.relative_attention_max_distance,
-          True, initializer, name="encoder_position_bias")
+      self.encoder_position_bias = t5_layers.RelativePositionBias(config.num_heads,
+                                                                  config.relative_attention_num_buckets,
+                                                                  config.relative_attention_max_distance,
+                                                                  True,
+                                                                  initializer,
+                                                                  name="encoder_position_bias")
       self.encoder_layers = [
-          t5_layers.EncoderLayer(config.hidden_size, config.num_heads, config.intermediate_size,
-                                 config.dropout_rate, initializer, name=f"encoder_layer_{i}")
-          for i in range(config.num_encoder_layers)]
+          t5_layers.EncoderLayer(config.hidden_size,
+                                 config.num_heads,
+                                 config.intermediate_size,
+                                 config.dropout_rate,
+                                 initializer,
+                                 name=f"encoder_layer_{i}") for i in range(config.num_encoder_layers)
+      ]
       self.encoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
     self.decoder_layers = [
-        t5_layers.DecoderLayer(config.hidden_size, config.num_heads, config.intermediate_size,
-                               config.dropout_rate, initializer, name=f"decoder_layer_{i}")
-        for i in range(config.num_decoder_layers)]
+        t5_layers.DecoderLayer(config.hidden_size,
+                               config.num_heads,
+                               config.intermediate_size,
+                               config.dropout_rate,
+                               initializer,
+                               name=f"decoder_layer_{i}") for i in range(config.num_decoder_layers)
+    ]
     self.decoder_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
     # p(generate) per decoded token; starts near 0.5.
-    self.copy_gate = (tf_keras.layers.Dense(1, kernel_initializer=initializer(config.hidden_size),
+    self.copy_gate = (tf_keras.layers.Dense(1,
+                                            kernel_initializer=initializer(config.hidden_size),
                                             name="copy_gate") if config.copy_attention else None)
     self.dropout = tf_keras.layers.Dropout(config.dropout_rate)
 
@@ -264,7 +281,8 @@ class FidReader(tf_keras.Model):
     mask = tf.cast(tf.reshape(passage_mask, [-1, seq_len]), tf.float32)
     if self.config.encoder == "bert":
       int_mask = tf.cast(mask, tf.int32)
-      x = self.bert_encoder(bert_lib.encoder_inputs(tf.cast(ids, tf.int32), int_mask, tf.zeros_like(int_mask)),
+      x = self.bert_encoder(bert_lib.encoder_inputs(tf.cast(ids, tf.int32), int_mask,
+                                                    tf.zeros_like(int_mask)),
                             training=training)["sequence_output"]
       if self.encoder_projection is not None:
         x = self.encoder_projection(x)
@@ -298,11 +316,11 @@ class FidReader(tf_keras.Model):
       # the softmax below is unscaled (x after the final LayerNorm has norm ~sqrt(H), so a logit is up
       # to ~sqrt(H) x cosine, as in BERT's own tied masked-LM softmax).
       table = self.bert_encoder.get_embedding_table()
-      x = tf.gather(table, tf.cast(decoder_input_ids, tf.int32)) * self.config.hidden_size ** 0.5
+      x = tf.gather(table, tf.cast(decoder_input_ids, tf.int32)) * self.config.hidden_size**0.5
       output_table, output_scale = table, 1.0
     else:
       x = self.token_embedding(decoder_input_ids)
-      output_table, output_scale = self.token_embedding.embeddings, self.config.hidden_size ** -0.5
+      output_table, output_scale = self.token_embedding.embeddings, self.config.hidden_size**-0.5
     x = self.dropout(x, training=training)
     causal = tf.linalg.band_part(tf.ones([steps, steps]), -1, 0)
     self_bias = ((1.0 - causal) * t5_layers.MASK_BIAS)[tf.newaxis, tf.newaxis] + self.decoder_position_bias(
@@ -314,8 +332,8 @@ class FidReader(tf_keras.Model):
       cross.append(cross_logits)
     x = self.decoder_norm(x)
     # Tied output embedding; its own scaled by H^-0.5 as T5 does when tying.
-    logits = tf.cast(tf.einsum("bth,vh->btv", tf.cast(x, output_table.dtype) * output_scale, output_table),
-                     tf.float32)
+    logits = tf.cast(tf.einsum("bth,vh->btv",
+                               tf.cast(x, output_table.dtype) * output_scale, output_table), tf.float32)
     if self.config.copy_attention:
       if memory_ids is None:
         raise ValueError("FidReader.decode: copy_attention needs memory_ids")
@@ -341,22 +359,27 @@ class FidReader(tf_keras.Model):
     """(passage_ids, passage_mask, decoder_input_ids) -> logits [B, T, V]."""
     passage_ids, passage_mask, decoder_input_ids = inputs
     memory, memory_mask = self.encode(passage_ids, passage_mask, training=training)
-    return self.decode(decoder_input_ids, memory, memory_mask, _memory_ids(passage_ids),
-                       training=training)[0]
+    return self.decode(decoder_input_ids, memory, memory_mask, _memory_ids(passage_ids), training=training)[0]
 
   def compute_loss(self, features: Dict[str, tf.Tensor], training=None) -> losses.LossOutput:
     logits = self((features["passage_ids"], features["passage_mask"], features["decoder_input_ids"]),
                   training=training)
     mask = tf.cast(features["target_mask"], tf.float32)
-    token_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(features["target_ids"], tf.int32), logits=logits)
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
-                               tf.cast(features["target_ids"], tf.int32)), tf.float32)
+    token_losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(
+        features["target_ids"], tf.int32),
+                                                                  logits=logits)
+    correct = tf.cast(
+        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(features["target_ids"], tf.int32)),
+        tf.float32)
     count = tf.reduce_sum(mask)
-    return losses.LossOutput(loss_sum=tf.reduce_sum(token_losses * mask), loss_weight=count,
+    return losses.LossOutput(loss_sum=tf.reduce_sum(token_losses * mask),
+                             loss_weight=count,
                              metrics={"token_accuracy": (tf.reduce_sum(correct * mask), count)})
 
-  def passage_scores(self, passage_ids, passage_mask, start_id: int,
+  def passage_scores(self,
+                     passage_ids,
+                     passage_mask,
+                     start_id: int,
                      aggregation: str = "pre_softmax") -> tf.Tensor:
     """FiD-KD relevance of each passage, float32 [B, n], by one of SCORE_AGGREGATIONS.
 
@@ -381,8 +404,9 @@ class FidReader(tf_keras.Model):
     memory_ids = _memory_ids(passage_ids)
     batch = tf.shape(passage_ids)[0]
     steps = self.config.answer_seq_len
-    tokens = tf.concat([tf.fill([batch, 1], tf.cast(start_id, tf.int32)),
-                        tf.zeros([batch, steps - 1], tf.int32)], axis=1)
+    tokens = tf.concat(
+        [tf.fill([batch, 1], tf.cast(start_id, tf.int32)),
+         tf.zeros([batch, steps - 1], tf.int32)], axis=1)
     outputs = []
     for t in range(steps):
       logits, _ = self.decode(tokens, memory, memory_mask, memory_ids, training=False)
@@ -405,4 +429,3 @@ def build_reader(config: FidConfig) -> FidReader:
   dummy = tf.zeros([1, 1, config.passage_seq_len], tf.int32)
   reader((dummy, tf.ones_like(dummy), tf.zeros([1, config.answer_seq_len], tf.int32)))
   return reader
-

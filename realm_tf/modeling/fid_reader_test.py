@@ -20,8 +20,14 @@ from realm_tf.training import train_lib
 
 def _tiny_config(vocab_size, **overrides):
   # The tiny test vocab spells most words letter by letter, so L = 24 truncates inside the title.
-  values = dict(vocab_size=vocab_size, hidden_size=32, num_heads=2, num_encoder_layers=1,
-                num_decoder_layers=2, intermediate_size=64, passage_seq_len=24, answer_seq_len=6)
+  values = dict(vocab_size=vocab_size,
+                hidden_size=32,
+                num_heads=2,
+                num_encoder_layers=1,
+                num_decoder_layers=2,
+                intermediate_size=64,
+                passage_seq_len=24,
+                answer_seq_len=6)
   values.update(overrides)
   return fid_reader.FidConfig(**values)
 
@@ -121,10 +127,11 @@ class ReaderTest(_Seeded):
     decoded = reader.greedy_decode(features.passage_ids, features.passage_mask, self.tokenizer.cls_id)
     self.assertEqual(["abc 12", "xyz"],
                      [fid_features.detokenize(self.tokenizer, row) for row in decoded.numpy()])
-    self.assertEqual([True, True], evaluation.wordpiece_exact_match(self.tokenizer, decoded.numpy(),
-                                                                    [["ABC 12"], ["xyz", "w"]]))
-    self.assertEqual([False],
-                     evaluation.wordpiece_exact_match(self.tokenizer, decoded.numpy()[:1], [["abc"]]))
+    self.assertEqual([True, True],
+                     evaluation.wordpiece_exact_match(self.tokenizer, decoded.numpy(),
+                                                      [["ABC 12"], ["xyz", "w"]]))
+    self.assertEqual([False], evaluation.wordpiece_exact_match(self.tokenizer,
+                                                               decoded.numpy()[:1], [["abc"]]))
 
   def test_passage_scores_are_first_token_cross_attention(self):
     config = _tiny_config(self.tokenizer.vocab_size)
@@ -140,13 +147,13 @@ class ReaderTest(_Seeded):
     self.assertAllClose(expected, scores, atol=1e-5)
     mass = reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id,
                                  "attention_mass")
-    self.assertAllClose(fid_reader.aggregate_attention_mass(cross[:, :, :, 0], features.passage_mask), mass,
+    self.assertAllClose(fid_reader.aggregate_attention_mass(cross[:, :, :, 0], features.passage_mask),
+                        mass,
                         atol=1e-5)
     with self.assertRaisesRegex(ValueError, "unknown reader score aggregation"):
       reader.passage_scores(features.passage_ids, features.passage_mask, self.tokenizer.cls_id, "max")
     later = fid_reader.aggregate_cross_attention(cross[:, :, :, 1], features.passage_mask)
     self.assertGreater(np.abs(later - scores).max(), 1e-5)
-
 
 
 def _random_bert(config: bert.BertConfig, seed: int):
@@ -165,8 +172,11 @@ class BertEncoderReaderTest(_Seeded):
   """The FiD reader with a warm-started BERT encoder (FidConfig.encoder = "bert")."""
 
   def _bert_config(self, vocab_size=None):
-    return bert.tiny_config(vocab_size or self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                            intermediate_size=64, max_position_embeddings=64)
+    return bert.tiny_config(vocab_size or self.tokenizer.vocab_size,
+                            hidden_size=32,
+                            num_layers=1,
+                            intermediate_size=64,
+                            max_position_embeddings=64)
 
   def _write_train_mlm_export(self, config, seed=1):
     """bin/train_mlm's MODEL_DIR/bert layout: a Model Garden checkpoint (encoder/, masked_lm/), the
@@ -185,21 +195,31 @@ class BertEncoderReaderTest(_Seeded):
     """Google's TF1 BERT layout (bert/encoder/layer_0/..., fused head kernels) and bert_config.json."""
     source = _random_bert(config, seed)
     # pylint: disable=protected-access (the converter's own name and shape map, read backwards)
-    variables = {t.source_name: t.variable.numpy().reshape(t.source_shape)
-                 for t in bert_mapping._encoder_targets(source, "bert/")}
+    variables = {
+        t.source_name: t.variable.numpy().reshape(t.source_shape)
+        for t in bert_mapping._encoder_targets(source, "bert/")
+    }
     directory = os.path.join(self.get_temp_dir(), f"tf1_{seed}")
     tf.io.gfile.makedirs(directory)
     path = testing_utils.write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)
     with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
-      json.dump({"vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-                 "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
-                 "intermediate_size": config.intermediate_size, "hidden_act": "gelu",
-                 "max_position_embeddings": config.max_position_embeddings}, f)
+      json.dump(
+          {
+              "vocab_size": config.vocab_size,
+              "hidden_size": config.hidden_size,
+              "num_hidden_layers": config.num_layers,
+              "num_attention_heads": config.num_attention_heads,
+              "intermediate_size": config.intermediate_size,
+              "hidden_act": "gelu",
+              "max_position_embeddings": config.max_position_embeddings
+          }, f)
     return source, path
 
   def _reader(self, checkpoint, hidden_size):
     bert_config = fid_warm_start.bert_encoder_config(checkpoint, self.tokenizer.vocab_size)
-    config = _tiny_config(self.tokenizer.vocab_size, hidden_size=hidden_size, encoder="bert",
+    config = _tiny_config(self.tokenizer.vocab_size,
+                          hidden_size=hidden_size,
+                          encoder="bert",
                           bert=bert_config)
     reader = fid_reader.build_reader(config)
     fid_warm_start.load_encoder_weights(reader, checkpoint)
@@ -223,8 +243,8 @@ class BertEncoderReaderTest(_Seeded):
     # of the source encoder's sequence output on it.
     ids = features.passage_ids[:, 0]
     mask = features.passage_mask[:, 0]
-    expected = reader.encoder_projection(source(bert.encoder_inputs(ids, mask, np.zeros_like(ids)),
-                                                training=False)["sequence_output"])
+    expected = reader.encoder_projection(
+        source(bert.encoder_inputs(ids, mask, np.zeros_like(ids)), training=False)["sequence_output"])
     self.assertAllClose(expected, memory[:, :config.passage_seq_len], atol=1e-5)
     # Loss, gradients into the BERT encoder, greedy decoding and the cross-attention scores.
     batch = {k: tf.constant(v) for k, v in features._asdict().items()}
@@ -256,7 +276,10 @@ class BertEncoderReaderTest(_Seeded):
   def test_shared_embeddings_are_the_encoders_word_embeddings(self):
     source, directory = self._write_train_mlm_export(self._bert_config())
     bert_config = fid_warm_start.bert_encoder_config(directory, self.tokenizer.vocab_size)
-    config = _tiny_config(self.tokenizer.vocab_size, hidden_size=32, encoder="bert", bert=bert_config,
+    config = _tiny_config(self.tokenizer.vocab_size,
+                          hidden_size=32,
+                          encoder="bert",
+                          bert=bert_config,
                           share_embeddings=True)
     reader = fid_reader.build_reader(config)
     fid_warm_start.load_encoder_weights(reader, directory)
@@ -287,18 +310,23 @@ class BertEncoderReaderTest(_Seeded):
       output = reader.compute_loss(batch, training=True)
     self.assertIsNotNone(tape.gradient(output.loss_sum, table))
     with self.assertRaisesRegex(ValueError, "share_embeddings needs the decoder as wide.*16.*32"):
-      _tiny_config(self.tokenizer.vocab_size, hidden_size=16, encoder="bert", bert=bert_config,
+      _tiny_config(self.tokenizer.vocab_size,
+                   hidden_size=16,
+                   encoder="bert",
+                   bert=bert_config,
                    share_embeddings=True)
     with self.assertRaisesRegex(ValueError, "share_embeddings.*needs encoder 'bert'"):
       _tiny_config(self.tokenizer.vocab_size, share_embeddings=True)
 
   def test_checkpoint_of_another_vocabulary_is_refused(self):
     _, directory = self._write_train_mlm_export(self._bert_config(vocab_size=self.tokenizer.vocab_size + 5))
-    with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*vocabulary of "
-                                f"{self.tokenizer.vocab_size + 5} wordpieces.*--vocab_path"):
+    with self.assertRaisesRegex(
+        ValueError, "--reader_init_checkpoint=.*vocabulary of "
+        f"{self.tokenizer.vocab_size + 5} wordpieces.*--vocab_path"):
       fid_warm_start.bert_encoder_config(directory, self.tokenizer.vocab_size)
     with self.assertRaisesRegex(ValueError, "--reader_init_checkpoint=.*not a BERT checkpoint"):
-      fid_warm_start.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"), self.tokenizer.vocab_size)
+      fid_warm_start.bert_encoder_config(os.path.join(self.get_temp_dir(), "missing"),
+                                         self.tokenizer.vocab_size)
 
   def test_config_round_trip_and_checks(self):
     config = _tiny_config(self.tokenizer.vocab_size, encoder="bert", bert=self._bert_config())
@@ -362,8 +390,10 @@ class CopyAttentionTest(_Seeded):
     """Trained on answers copied from their passage, it copies names it never emitted; without the pointer
     the same reader cannot (their output embeddings never got a gradient)."""
     names = [f"name{i}" for i in range(60)]  # whole-word pieces: each answer is one wordpiece
-    tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(
-        self.get_temp_dir(), testing_utils.tiny_vocab_tokens() + names, name="names_vocab.txt"))
+    tokenizer = tokenization.Tokenizer(
+        testing_utils.write_vocab(self.get_temp_dir(),
+                                  testing_utils.tiny_vocab_tokens() + names,
+                                  name="names_vocab.txt"))
     rng = np.random.default_rng(0)
 
     def draw(pool, size):
@@ -383,7 +413,9 @@ class CopyAttentionTest(_Seeded):
 
     def reader_config(copy_attention):
       # 48 holds the whole passage (the tiny vocab spells "who" as 3 pieces).
-      return _tiny_config(tokenizer.vocab_size, copy_attention=copy_attention, passage_seq_len=48,
+      return _tiny_config(tokenizer.vocab_size,
+                          copy_attention=copy_attention,
+                          passage_seq_len=48,
                           answer_seq_len=4)
 
     # 40 steps of 16 (640 examples) already give ~0.9 held-out exact match with the pointer (100 steps
@@ -401,8 +433,8 @@ class CopyAttentionTest(_Seeded):
       for s in range(steps):
         step({k: tf.constant(v[s * batch_size:(s + 1) * batch_size]) for k, v in train._asdict().items()})
       decoded = reader.greedy_decode(held_out.passage_ids, held_out.passage_mask, tokenizer.cls_id)
-      return float(np.mean(evaluation.wordpiece_exact_match(tokenizer, decoded.numpy(),
-                                                             [[a] for a in answers])))
+      return float(
+          np.mean(evaluation.wordpiece_exact_match(tokenizer, decoded.numpy(), [[a] for a in answers])))
 
     self.assertGreaterEqual(held_out_exact_match(copy_attention=True), 0.8)
     self.assertLessEqual(held_out_exact_match(copy_attention=False), 0.1)
@@ -426,7 +458,7 @@ class PositionsAndInitializationTest(tf.test.TestCase):
     config = _tiny_config(40, hidden_size=64)
     reader = fid_reader.build_reader(config)
     kernel = reader.decoder_layers[0].cross_attention.query.kernel.numpy()
-    self.assertAllClose(64 ** -0.5, kernel.std(), rtol=0.1)
+    self.assertAllClose(64**-0.5, kernel.std(), rtol=0.1)
     self.assertAllClose(1.0, reader.token_embedding.embeddings.numpy().std(), rtol=0.1)
 
 

@@ -16,8 +16,8 @@ from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import losses
 from realm_tf.modeling import realm
 
-QUERY = "query"       # query_{token_ids,mask,segment_ids}  int32 [b, Q]: [CLS] sentence [SEP]
-BLOCK = "block"       # block_{token_ids,mask,segment_ids}  int32 [b, C]: [CLS] title [SEP] block [SEP]
+QUERY = "query"  # query_{token_ids,mask,segment_ids}  int32 [b, Q]: [CLS] sentence [SEP]
+BLOCK = "block"  # block_{token_ids,mask,segment_ids}  int32 [b, C]: [CLS] title [SEP] block [SEP]
 MASK_QUERY = "mask_query"  # float32 [b], 1.0 where the sentence was removed from the block
 
 
@@ -35,12 +35,22 @@ class IctModel(tf_keras.Model):
   # The loss gathers the blocks of all replicas (see realm_tf.training.train_lib).
   cross_replica_loss = True
 
-  def __init__(self, config: bert.BertConfig, projection_size: int = 128,
-               layer_norm_epsilon: float = 1e-3, dropout_rate: float = 0.1, name: str = "ict",
-               pooling: str = embedder_lib.POOLER, cosine_score_scale: float = 0.0, **kwargs):
+  def __init__(self,
+               config: bert.BertConfig,
+               projection_size: int = 128,
+               layer_norm_epsilon: float = 1e-3,
+               dropout_rate: float = 0.1,
+               name: str = "ict",
+               pooling: str = embedder_lib.POOLER,
+               cosine_score_scale: float = 0.0,
+               **kwargs):
     super().__init__(name=name, **kwargs)
-    self.embedder = embedder_lib.RetrieverEmbedder(config, projection_size, layer_norm_epsilon,
-                                                   dropout_rate, name="embedder", pooling=pooling,
+    self.embedder = embedder_lib.RetrieverEmbedder(config,
+                                                   projection_size,
+                                                   layer_norm_epsilon,
+                                                   dropout_rate,
+                                                   name="embedder",
+                                                   pooling=pooling,
                                                    cosine_score_scale=cosine_score_scale)
 
   def call(self, features: Dict[str, tf.Tensor], training=None):

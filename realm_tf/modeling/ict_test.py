@@ -59,7 +59,8 @@ class IctModelTest(_SeededTestCase):
     features = _features([0, 1, 2, 3])
     # Make queries differ from their blocks: different token ids after position 1.
     features["query_token_ids"] = tf.concat(
-        [features["query_token_ids"][:, :2], tf.reverse(features["query_token_ids"][:, 2:], [0])], 1)
+        [features["query_token_ids"][:, :2],
+         tf.reverse(features["query_token_ids"][:, 2:], [0])], 1)
     query, blocks = (x.numpy() for x in model(features))
     self.assertEqual(query.shape, (_B, 16))
     self.assertEqual(blocks.shape, (_B, 16))
@@ -105,8 +106,9 @@ class IctModelTest(_SeededTestCase):
     self.assertEqual(1e-3, model.embedder.layer_norm.epsilon)
     self.assertEqual(0.1, model.embedder.dropout.rate)
     features = _features([0, 1, 2, 3])
-    self.assertAllEqual(model.compute_loss(features, training=False).loss_sum,
-                        model.compute_loss(features, training=False).loss_sum)
+    self.assertAllEqual(
+        model.compute_loss(features, training=False).loss_sum,
+        model.compute_loss(features, training=False).loss_sum)
     self.assertNotAllClose(model(features, training=True)[0], model(features, training=False)[0])
 
 

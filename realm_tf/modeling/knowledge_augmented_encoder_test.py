@@ -47,8 +47,8 @@ class KnowledgeAugmentedEncoderTest(_SeededTestCase):
     self.assertEqual(logits.dtype, tf.float32)
     # [B, N, ...] inputs give the same logits as their [B * N, ...] flattening.
     bert_inputs, positions = _inputs()
-    flat = model((tuple(tf.reshape(x, [_B * _N, _L]) for x in bert_inputs),
-                  tf.reshape(positions, [_B * _N, _M])))
+    flat = model(
+        (tuple(tf.reshape(x, [_B * _N, _L]) for x in bert_inputs), tf.reshape(positions, [_B * _N, _M])))
     self.assertAllClose(tf.reshape(logits, [_B * _N, _M, _VOCAB]), flat, atol=1e-5)
 
   def test_logits_are_float32_under_mixed_bfloat16(self):
@@ -76,15 +76,14 @@ class KnowledgeAugmentedEncoderTest(_SeededTestCase):
     after = model(inputs).numpy()
     changed = np.abs(after - before).max(axis=(0, 1, 2))
     self.assertGreater(changed[_UNUSED_TOKEN], 1e-2)
-    self.assertAllClose(np.delete(after, _UNUSED_TOKEN, -1), np.delete(before, _UNUSED_TOKEN, -1),
-                        atol=1e-6)
+    self.assertAllClose(np.delete(after, _UNUSED_TOKEN, -1), np.delete(before, _UNUSED_TOKEN, -1), atol=1e-6)
 
   def test_logits_are_transform_times_embedding_table_plus_bias(self):
     model = kae_lib.KnowledgeAugmentedEncoder(_CONFIG)
     bert_inputs, positions = _inputs()
     logits = model((bert_inputs, positions)).numpy()
-    sequence = model.encoder(bert.encoder_inputs(*(tf.reshape(x, [-1, _L]) for x in bert_inputs)))[
-        "sequence_output"].numpy().reshape([_B, _N, _L, -1])
+    sequence = model.encoder(bert.encoder_inputs(
+        *(tf.reshape(x, [-1, _L]) for x in bert_inputs)))["sequence_output"].numpy().reshape([_B, _N, _L, -1])
     gathered = np.take_along_axis(sequence, positions.numpy()[..., np.newaxis], axis=2)
     hidden = model.masked_lm.layer_norm(model.masked_lm.dense(gathered.reshape([-1, _CONFIG.hidden_size])))
     hidden = hidden.numpy().reshape([_B, _N, _M, -1])

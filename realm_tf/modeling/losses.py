@@ -42,8 +42,7 @@ def realm_marginal_log_likelihood(candidate_log_probs: tf.Tensor, gold_log_probs
   return tf.reduce_logsumexp(joint, axis=1), joint
 
 
-def realm_loss(candidate_log_probs: tf.Tensor, gold_log_probs: tf.Tensor,
-               mlm_mask: tf.Tensor) -> LossOutput:
+def realm_loss(candidate_log_probs: tf.Tensor, gold_log_probs: tf.Tensor, mlm_mask: tf.Tensor) -> LossOutput:
   """REALM's MLM loss and its metrics.
 
   Args:
@@ -61,17 +60,18 @@ def realm_loss(candidate_log_probs: tf.Tensor, gold_log_probs: tf.Tensor,
   num_masks = tf.reduce_sum(mlm_mask)
   utility = marginal - gold_log_probs[:, 0, :]
   null_share = tf.exp(joint[:, 0, :] - marginal)
-  return LossOutput(
-      loss_sum=-tf.reduce_sum(marginal * mlm_mask),
-      loss_weight=num_masks,
-      metrics={
-          "retrieval_utility": (tf.reduce_sum(utility * mlm_mask), num_masks),
-          "null_document_share": (tf.reduce_sum(null_share * mlm_mask), num_masks),
-          "mlm_log_likelihood": (tf.reduce_sum(marginal * mlm_mask), num_masks),
-      })
+  return LossOutput(loss_sum=-tf.reduce_sum(marginal * mlm_mask),
+                    loss_weight=num_masks,
+                    metrics={
+                        "retrieval_utility": (tf.reduce_sum(utility * mlm_mask), num_masks),
+                        "null_document_share": (tf.reduce_sum(null_share * mlm_mask), num_masks),
+                        "mlm_log_likelihood": (tf.reduce_sum(marginal * mlm_mask), num_masks),
+                    })
 
 
-def in_batch_softmax_loss(query_emb: tf.Tensor, block_emb: tf.Tensor, labels: tf.Tensor,
+def in_batch_softmax_loss(query_emb: tf.Tensor,
+                          block_emb: tf.Tensor,
+                          labels: tf.Tensor,
                           accuracy_groups: Optional[Dict[str, tf.Tensor]] = None) -> LossOutput:
   """ICT's loss: each query against every block of the global batch.
 
@@ -127,10 +127,13 @@ def retriever_loss(retriever_logits: tf.Tensor, retriever_correct: tf.Tensor) ->
   log_probs = tf.nn.log_softmax(retriever_logits, axis=-1)
   mass = tf.reduce_sum(tf.exp(log_probs) * correct, axis=-1)
   count = tf.cast(tf.shape(retriever_logits)[0], tf.float32)
-  return LossOutput(
-      loss_sum=tf.reduce_sum(per_question), loss_weight=count,
-      metrics={"retriever_top1_match": (tf.reduce_sum(tf.gather(correct, best, batch_dims=1)), count),
-               "retriever_correct_mass": (tf.reduce_sum(mass), count)})
+  return LossOutput(loss_sum=tf.reduce_sum(per_question),
+                    loss_weight=count,
+                    metrics={
+                        "retriever_top1_match": (tf.reduce_sum(tf.gather(correct, best,
+                                                                         batch_dims=1)), count),
+                        "retriever_correct_mass": (tf.reduce_sum(mass), count)
+                    })
 
 
 def reader_loss(reader_logits: tf.Tensor, reader_correct: tf.Tensor) -> LossOutput:
@@ -153,10 +156,12 @@ def reader_loss(reader_logits: tf.Tensor, reader_correct: tf.Tensor) -> LossOutp
   supervised = tf.reduce_sum(tf.cast(tf.reduce_any(correct > 0, axis=-1), tf.float32))
   best = tf.argmax(logits, axis=-1, output_type=tf.int32)
   count = tf.cast(batch, tf.float32)
-  return LossOutput(
-      loss_sum=tf.reduce_sum(marginal_log_loss(logits, correct)), loss_weight=tf.maximum(supervised, 1.0),
-      metrics={"reader_oracle": (supervised, count),
-               "exact_match": (tf.reduce_sum(tf.gather(correct, best, batch_dims=1)), count)})
+  return LossOutput(loss_sum=tf.reduce_sum(marginal_log_loss(logits, correct)),
+                    loss_weight=tf.maximum(supervised, 1.0),
+                    metrics={
+                        "reader_oracle": (supervised, count),
+                        "exact_match": (tf.reduce_sum(tf.gather(correct, best, batch_dims=1)), count)
+                    })
 
 
 def orqa_loss(retriever_logits: tf.Tensor, retriever_correct: tf.Tensor, reader_logits: tf.Tensor,
@@ -175,7 +180,9 @@ def orqa_loss(retriever_logits: tf.Tensor, retriever_correct: tf.Tensor, reader_
   reader_loss = marginal_log_loss(tf.reshape(reader_logits, [batch, -1]),
                                   tf.reshape(reader_correct, [batch, -1]))
   count = tf.cast(batch, tf.float32)
-  return LossOutput(
-      loss_sum=tf.reduce_sum(retriever_loss + reader_loss), loss_weight=count,
-      metrics={"retriever_loss": (tf.reduce_sum(retriever_loss), count),
-               "reader_loss": (tf.reduce_sum(reader_loss), count)})
+  return LossOutput(loss_sum=tf.reduce_sum(retriever_loss + reader_loss),
+                    loss_weight=count,
+                    metrics={
+                        "retriever_loss": (tf.reduce_sum(retriever_loss), count),
+                        "reader_loss": (tf.reduce_sum(reader_loss), count)
+                    })

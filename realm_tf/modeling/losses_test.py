@@ -12,8 +12,7 @@ from realm_tf.modeling import losses
 # REALM: B=2 examples, N=3 candidates (null document first), M=2 mask slots.
 _P_Z = np.array([[0.5, 0.25, 0.25], [0.25, 0.25, 0.5]])
 # p(y_j | z, x), [B, N, M]. Example 1's second slot is padding with a tiny probability that must not count.
-_P_Y = np.array([[[0.2, 0.8], [0.4, 0.4], [0.8, 0.2]],
-                 [[0.1, 1e-6], [0.5, 1e-6], [0.5, 1e-6]]])
+_P_Y = np.array([[[0.2, 0.8], [0.4, 0.4], [0.8, 0.2]], [[0.1, 1e-6], [0.5, 1e-6], [0.5, 1e-6]]])
 _MLM_MASK = np.array([[1.0, 1.0], [1.0, 0.0]])
 # By hand: sum_z p(z) p(y_j|z):
 #   ex 0, token 0: 0.5*0.2 + 0.25*0.4 + 0.25*0.8 = 0.4;  token 1: 0.5*0.8 + 0.25*0.4 + 0.25*0.2 = 0.55
@@ -26,8 +25,8 @@ _UTILITIES = [np.log(2.0), np.log(0.55 / 0.8), np.log(4.0)]
 
 
 def _realm_inputs():
-  return (tf.constant(np.log(_P_Z), tf.float32), tf.constant(np.log(_P_Y), tf.float32),
-          tf.constant(_MLM_MASK, tf.float32))
+  return (tf.constant(np.log(_P_Z), tf.float32), tf.constant(np.log(_P_Y),
+                                                             tf.float32), tf.constant(_MLM_MASK, tf.float32))
 
 
 def _value(pair):
@@ -71,10 +70,10 @@ class RealmLossTest(tf.test.TestCase):
   def test_metrics(self):
     output = losses.realm_loss(*_realm_inputs())
     self.assertAllClose(np.mean(_UTILITIES), _value(output.metrics["retrieval_utility"]), atol=1e-5)
-    self.assertAllClose(np.mean(_NULL_SHARES), _value(output.metrics["null_document_share"]),
-                        atol=1e-5)
+    self.assertAllClose(np.mean(_NULL_SHARES), _value(output.metrics["null_document_share"]), atol=1e-5)
     self.assertAllClose(np.log([0.4, 0.55, 0.4]).mean(),
-                        _value(output.metrics["mlm_log_likelihood"]), atol=1e-6)
+                        _value(output.metrics["mlm_log_likelihood"]),
+                        atol=1e-6)
     for name, (_, weight) in output.metrics.items():
       self.assertAllClose(3.0, weight, msg=name)
 
@@ -141,8 +140,8 @@ class OrqaLossTest(tf.test.TestCase):
     # The reader marginalizes over blocks x spans jointly.
     reader = [nll(reader_logits[b].ravel(), reader_correct[b].ravel()) for b in range(2)]
     self.assertEqual(0.0, retriever[1])
-    output = losses.orqa_loss(*(tf.constant(x) for x in (retriever_logits, retriever_correct,
-                                                         reader_logits, reader_correct)))
+    output = losses.orqa_loss(
+        *(tf.constant(x) for x in (retriever_logits, retriever_correct, reader_logits, reader_correct)))
     self.assertAllClose(2.0, output.loss_weight)
     self.assertAllClose(sum(retriever) + sum(reader), output.loss_sum, atol=1e-5)
     self.assertAllClose(np.mean(retriever), _value(output.metrics["retriever_loss"]), atol=1e-5)
@@ -223,8 +222,8 @@ class InBatchSoftmaxLossTest(tf.test.TestCase):
     # Query i is block i scaled up: a sure hit; query 2 points at block 0: a sure miss.
     blocks = np.eye(3, dtype=np.float32)
     query = np.array([[5, 0, 0], [0, 5, 0], [5, 0, 0]], np.float32)
-    output = losses.in_batch_softmax_loss(tf.constant(query), tf.constant(blocks),
-                                          tf.range(3), {"first": tf.constant([1.0, 0.0, 1.0])})
+    output = losses.in_batch_softmax_loss(tf.constant(query), tf.constant(blocks), tf.range(3),
+                                          {"first": tf.constant([1.0, 0.0, 1.0])})
     self.assertAllClose(2.0 / 3.0, _value(output.metrics["accuracy"]))
     self.assertAllClose(0.5, _value(output.metrics["first"]))
 

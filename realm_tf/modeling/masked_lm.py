@@ -52,6 +52,6 @@ class MaskedLmPretrainer(tf_keras.Model):
     log_probs = realm_model.gather_target_log_probs(logits, targets)
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), targets), tf.float32)
     count = tf.reduce_sum(weights)
-    return losses.LossOutput(
-        loss_sum=-tf.reduce_sum(log_probs * weights), loss_weight=count,
-        metrics={"masked_lm_accuracy": (tf.reduce_sum(correct * weights), count)})
+    return losses.LossOutput(loss_sum=-tf.reduce_sum(log_probs * weights),
+                             loss_weight=count,
+                             metrics={"masked_lm_accuracy": (tf.reduce_sum(correct * weights), count)})

@@ -97,12 +97,12 @@ class _FrozenCorpus:
   object, not a tf.Module): they stay out of every checkpoint (saved once as the run's index instead)."""
 
   def __init__(self, embeddings: np.ndarray, token_ids: np.ndarray, lengths: np.ndarray):
-    self.embeddings = tf.Variable(np.asarray(embeddings, np.float32), trainable=False,
+    self.embeddings = tf.Variable(np.asarray(embeddings, np.float32),
+                                  trainable=False,
                                   name="block_embeddings")  # [N, D]
     self.token_ids = tf.Variable(np.asarray(token_ids, np.int32), trainable=False,
                                  name="block_token_ids")  # [N, C]
-    self.lengths = tf.Variable(np.asarray(lengths, np.int32), trainable=False,
-                               name="block_lengths")  # [N]
+    self.lengths = tf.Variable(np.asarray(lengths, np.int32), trainable=False, name="block_lengths")  # [N]
 
 
 class OrqaModel(tf_keras.Model):
@@ -122,9 +122,16 @@ class OrqaModel(tf_keras.Model):
   answer_len [B, A].
   """
 
-  def __init__(self, config: realm_config_lib.RealmConfig, orqa: OrqaConfig,
-               block_embeddings: np.ndarray, block_token_ids: np.ndarray, block_lengths: np.ndarray,
-               cls_id: int, sep_id: int, name: str = "orqa", **kwargs):
+  def __init__(self,
+               config: realm_config_lib.RealmConfig,
+               orqa: OrqaConfig,
+               block_embeddings: np.ndarray,
+               block_token_ids: np.ndarray,
+               block_lengths: np.ndarray,
+               cls_id: int,
+               sep_id: int,
+               name: str = "orqa",
+               **kwargs):
     super().__init__(name=name, **kwargs)
     block_embeddings = np.asarray(block_embeddings)
     if block_embeddings.ndim != 2 or block_embeddings.shape[1] != config.embedding_dim:
@@ -143,14 +150,19 @@ class OrqaModel(tf_keras.Model):
     self.orqa = orqa
     self.cls_id, self.sep_id = int(cls_id), int(sep_id)
     self.num_blocks = int(block_embeddings.shape[0])
-    self.retriever = embedder_lib.Retriever(
-        config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-        config.embedder_dropout_rate, share_embedders=False, pooling=config.embedder_pooling,
-        cosine_score_scale=config.cosine_score_scale)
+    self.retriever = embedder_lib.Retriever(config.retriever_bert,
+                                            config.projection_size,
+                                            config.embedder_layer_norm_epsilon,
+                                            config.embedder_dropout_rate,
+                                            share_embedders=False,
+                                            pooling=config.embedder_pooling,
+                                            cosine_score_scale=config.cosine_score_scale)
     self.retriever.doc_embedder.trainable = False
-    self.reader = reader_lib.SpanReader(
-        config.reader_bert, seq_len=orqa.reader_seq_len, span_hidden_size=orqa.span_hidden_size,
-        max_span_width=orqa.max_span_width, layer_norm_epsilon=orqa.reader_layer_norm_epsilon)
+    self.reader = reader_lib.SpanReader(config.reader_bert,
+                                        seq_len=orqa.reader_seq_len,
+                                        span_hidden_size=orqa.span_hidden_size,
+                                        max_span_width=orqa.max_span_width,
+                                        layer_norm_epsilon=orqa.reader_layer_norm_epsilon)
     self.corpus = _FrozenCorpus(block_embeddings, block_token_ids, block_lengths)
 
   @property
@@ -173,9 +185,12 @@ class OrqaModel(tf_keras.Model):
 
   # -- the pieces of the step ------------------------------------------------------------------------
 
-  def retrieve(self, features: Dict[str, tf.Tensor], beam: int, training=None,
-               candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
-               ) -> Tuple[tf.Tensor, tf.Tensor]:
+  def retrieve(
+      self,
+      features: Dict[str, tf.Tensor],
+      beam: int,
+      training=None,
+      candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None) -> Tuple[tf.Tensor, tf.Tensor]:
     """Top `beam` blocks of each question.
 
     Args:
@@ -189,8 +204,8 @@ class OrqaModel(tf_keras.Model):
       block_rows int32 [B, beam] (best first) and retriever_logits float32 [B, beam], exact q . d
       differentiable in the query tower.
     """
-    query = self.retriever.embed_queries(
-        tuple(features[name] for name in orqa_features.QUERY_FIELDS), training=training)
+    query = self.retriever.embed_queries(tuple(features[name] for name in orqa_features.QUERY_FIELDS),
+                                         training=training)
     query = tf.cast(query, tf.float32)  # [B, D]
     if candidate_fn is None:
       scores = tf.matmul(tf.stop_gradient(query), self.corpus.embeddings, transpose_b=True)  # [B, N]
@@ -201,8 +216,7 @@ class OrqaModel(tf_keras.Model):
                               [tf.shape(query)[0], -1])  # [B, R]
       valid = tf.logical_and(candidates >= 0, candidates < self.num_blocks)
       candidates = tf.where(valid, candidates, 0)
-      scores = tf.einsum("bd,brd->br", tf.stop_gradient(query),
-                         tf.gather(self.corpus.embeddings, candidates))
+      scores = tf.einsum("bd,brd->br", tf.stop_gradient(query), tf.gather(self.corpus.embeddings, candidates))
       _, order = tf.math.top_k(tf.where(valid, scores, float("-inf")), k=beam)
       block_rows = tf.gather(candidates, order, batch_dims=1)
     block_embeddings = tf.gather(self.corpus.embeddings, block_rows)  # [B, beam, D]
@@ -212,16 +226,20 @@ class OrqaModel(tf_keras.Model):
     """Wordpieces int32 [..., C] and lengths int32 [...] of the given rows."""
     return tf.gather(self.corpus.token_ids, block_rows), tf.gather(self.corpus.lengths, block_rows)
 
-  def read(self, features: Dict[str, tf.Tensor], block_rows: tf.Tensor, retriever_logits: tf.Tensor,
+  def read(self,
+           features: Dict[str, tf.Tensor],
+           block_rows: tf.Tensor,
+           retriever_logits: tf.Tensor,
            training=None) -> Tuple[orqa_features.ReaderInputs, reader_lib.ReaderOutput]:
     """The reader over the first reader_beam of block_rows [B, >= reader_beam]."""
     rows = block_rows[:, :self.reader_beam]
     block_ids, block_len = self.blocks(rows)
-    inputs = orqa_features.pack_reader_inputs(
-        features[orqa_features.QUESTION_IDS], features[orqa_features.QUESTION_LEN], block_ids,
-        block_len, self.orqa.reader_seq_len, self.cls_id, self.sep_id)
+    inputs = orqa_features.pack_reader_inputs(features[orqa_features.QUESTION_IDS],
+                                              features[orqa_features.QUESTION_LEN], block_ids, block_len,
+                                              self.orqa.reader_seq_len, self.cls_id, self.sep_id)
     output = self.reader(((inputs.token_ids, inputs.mask, inputs.segment_ids), inputs.block_mask,
-                          retriever_logits[:, :self.reader_beam]), training=training)
+                          retriever_logits[:, :self.reader_beam]),
+                         training=training)
     return inputs, output
 
   # -- training --------------------------------------------------------------------------------------
@@ -265,22 +283,24 @@ class OrqaModel(tf_keras.Model):
     metrics["reader_oracle"] = mean(tf.reduce_any(reader_correct, axis=[1, 2]))
     metrics[f"retriever_top{self.reader_beam}_match"] = mean(
         tf.reduce_any(retriever_correct[:, :self.reader_beam], axis=1))
-    metrics[f"retriever_top{self.retriever_beam}_match"] = mean(
-        tf.reduce_any(retriever_correct, axis=1))
+    metrics[f"retriever_top{self.retriever_beam}_match"] = mean(tf.reduce_any(retriever_correct, axis=1))
     return losses.LossOutput(result.loss_sum, result.loss_weight, metrics)
 
   # -- prediction ------------------------------------------------------------------------------------
 
-  def score_rows(self, features: Dict[str, tf.Tensor], block_rows: tf.Tensor,
-                 training=None) -> tf.Tensor:
+  def score_rows(self, features: Dict[str, tf.Tensor], block_rows: tf.Tensor, training=None) -> tf.Tensor:
     """Exact retriever logits q . d float32 [B, R] of given corpus rows int [B, R] (another retriever's
     candidates, e.g. BM25's or a hybrid's), differentiable in the query tower."""
-    query = tf.cast(self.retriever.embed_queries(
-        tuple(features[name] for name in orqa_features.QUERY_FIELDS), training=training), tf.float32)
+    query = tf.cast(
+        self.retriever.embed_queries(tuple(features[name] for name in orqa_features.QUERY_FIELDS),
+                                     training=training), tf.float32)
     return tf.einsum("bd,bkd->bk", query, tf.gather(self.corpus.embeddings, block_rows))
 
-  def predict_answers(self, features: Dict[str, tf.Tensor], num_retrieved: Optional[int] = None,
-                      training=None, candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+  def predict_answers(self,
+                      features: Dict[str, tf.Tensor],
+                      num_retrieved: Optional[int] = None,
+                      training=None,
+                      candidate_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
                       block_rows: Optional[tf.Tensor] = None) -> Dict[str, tf.Tensor]:
     """Retrieves max(reader_beam, num_retrieved) blocks (candidate_fn: see retrieve), reads the top
     reader_beam, takes the best span.
@@ -299,7 +319,9 @@ class OrqaModel(tf_keras.Model):
     """
     if block_rows is None:
       num_retrieved = min(max(self.reader_beam, num_retrieved or 0), self.num_blocks)
-      block_rows, retriever_logits = self.retrieve(features, num_retrieved, training=training,
+      block_rows, retriever_logits = self.retrieve(features,
+                                                   num_retrieved,
+                                                   training=training,
                                                    candidate_fn=candidate_fn)
     else:
       block_rows = tf.cast(block_rows, tf.int32)
@@ -347,5 +369,5 @@ def answer_texts(tokenizer, bodies, predictions: Dict[str, Any]) -> np.ndarray:
   texts = [bodies[int(r)] for r in rows]
   if not texts:
     return np.zeros([0], object)
-  return orqa_features.extract_answers(tokenizer, tf.constant(texts, tf.string),
-                                       predictions["first_piece"], predictions["last_piece"]).numpy()
+  return orqa_features.extract_answers(tokenizer, tf.constant(texts, tf.string), predictions["first_piece"],
+                                       predictions["last_piece"]).numpy()

@@ -56,6 +56,5 @@ class OrqaReader(tf_keras.Model):
     correct = reader_lib.reader_correct(output.span_starts, output.span_ends, features[GOLD_STARTS],
                                         features[GOLD_ENDS])  # [B, K, S]
     if RETRIEVER_LOGITS in features:
-      return losses.orqa_loss(features[RETRIEVER_LOGITS], features[RETRIEVER_CORRECT], output.logits,
-                              correct)
+      return losses.orqa_loss(features[RETRIEVER_LOGITS], features[RETRIEVER_CORRECT], output.logits, correct)
     return losses.reader_loss(output.logits, correct)

@@ -25,10 +25,14 @@ def _features(with_retriever: bool):
   gold_starts = np.full([_B, _K, 2], -1, np.int32)
   gold_ends = np.full([_B, _K, 2], -1, np.int32)
   gold_starts[0, 1, 0], gold_ends[0, 1, 0] = 5, 6  # question 1 has no gold span
-  features = {"reader_token_ids": token_ids, "reader_mask": np.ones_like(token_ids),
-              "reader_segment_ids": (np.arange(_L) >= 4).astype(np.int32) * np.ones_like(token_ids),
-              orqa_reader.BLOCK_MASK: block_mask, orqa_reader.GOLD_STARTS: gold_starts,
-              orqa_reader.GOLD_ENDS: gold_ends}
+  features = {
+      "reader_token_ids": token_ids,
+      "reader_mask": np.ones_like(token_ids),
+      "reader_segment_ids": (np.arange(_L) >= 4).astype(np.int32) * np.ones_like(token_ids),
+      orqa_reader.BLOCK_MASK: block_mask,
+      orqa_reader.GOLD_STARTS: gold_starts,
+      orqa_reader.GOLD_ENDS: gold_ends
+  }
   if with_retriever:
     features[orqa_reader.RETRIEVER_LOGITS] = rng.normal(size=[_B, _R]).astype(np.float32)
     features[orqa_reader.RETRIEVER_CORRECT] = np.array([[0, 1, 0, 0, 1], [1, 0, 0, 0, 0]], bool)
@@ -40,15 +44,15 @@ class OrqaReaderTest(tf.test.TestCase):
   def setUp(self):
     super().setUp()
     tf_keras.utils.set_random_seed(0)
-    self.model = orqa_reader.OrqaReader(reader.SpanReader(_CONFIG, seq_len=_L, span_hidden_size=8,
-                                                          max_span_width=3))
+    self.model = orqa_reader.OrqaReader(
+        reader.SpanReader(_CONFIG, seq_len=_L, span_hidden_size=8, max_span_width=3))
 
   def _expected(self, features, retriever_logits):
-    output = self.model.reader(((features["reader_token_ids"], features["reader_mask"],
-                                 features["reader_segment_ids"]), features[orqa_reader.BLOCK_MASK],
-                                retriever_logits))
-    correct = reader.reader_correct(output.span_starts, output.span_ends,
-                                    features[orqa_reader.GOLD_STARTS], features[orqa_reader.GOLD_ENDS])
+    output = self.model.reader(
+        ((features["reader_token_ids"], features["reader_mask"], features["reader_segment_ids"]),
+         features[orqa_reader.BLOCK_MASK], retriever_logits))
+    correct = reader.reader_correct(output.span_starts, output.span_ends, features[orqa_reader.GOLD_STARTS],
+                                    features[orqa_reader.GOLD_ENDS])
     return output, correct
 
   def test_with_retriever_features_is_orqa_loss(self):
@@ -73,7 +77,8 @@ class OrqaReaderTest(tf.test.TestCase):
   def test_step_lowers_the_loss(self):
     features = _features(with_retriever=False)
     self.model(features)
-    step = train_lib.TrainStep(self.model, optimization.create_optimizer(1e-3, 20, num_warmup_steps=0),
+    step = train_lib.TrainStep(self.model,
+                               optimization.create_optimizer(1e-3, 20, num_warmup_steps=0),
                                jit_compile=False)
     seen = [float(step(features)["loss"]) for _ in range(4)]
     self.assertLess(seen[-1], seen[0])

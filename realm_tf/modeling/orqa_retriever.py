@@ -50,8 +50,12 @@ class OrqaRetriever(tf_keras.Model):
   Call returns the query embeddings, float32 [B, D].
   """
 
-  def __init__(self, query_embedder: embedder_lib.RetrieverEmbedder, block_embeddings: np.ndarray,
-               scale: float = 1.0, name: str = "orqa_retriever", **kwargs):
+  def __init__(self,
+               query_embedder: embedder_lib.RetrieverEmbedder,
+               block_embeddings: np.ndarray,
+               scale: float = 1.0,
+               name: str = "orqa_retriever",
+               **kwargs):
     super().__init__(name=name, **kwargs)
     block_embeddings = np.asarray(block_embeddings, np.float32)
     if block_embeddings.ndim != 2 or block_embeddings.shape[1] != query_embedder.output_size:

@@ -18,10 +18,12 @@ _CONFIG = bert.tiny_config(50, hidden_dropout_prob=0.0, attention_probs_dropout_
 
 def _features(correct):
   ids = np.array([[1, 5, 7, 2], [1, 9, 2, 0]], np.int32)
-  return {orqa_features.QUERY_FIELDS[0]: tf.constant(ids),
-          orqa_features.QUERY_FIELDS[1]: tf.constant((ids > 0).astype(np.int32)),
-          orqa_features.QUERY_FIELDS[2]: tf.constant(np.zeros_like(ids)),
-          orqa_retriever.RETRIEVER_CORRECT: tf.constant(correct, tf.float32)}
+  return {
+      orqa_features.QUERY_FIELDS[0]: tf.constant(ids),
+      orqa_features.QUERY_FIELDS[1]: tf.constant((ids > 0).astype(np.int32)),
+      orqa_features.QUERY_FIELDS[2]: tf.constant(np.zeros_like(ids)),
+      orqa_retriever.RETRIEVER_CORRECT: tf.constant(correct, tf.float32)
+  }
 
 
 class OrqaRetrieverTest(tf.test.TestCase):
@@ -53,7 +55,8 @@ class OrqaRetrieverTest(tf.test.TestCase):
     model(features)
     self.assertNotIn(model.index.embeddings.ref(), {v.ref() for v in model.variables})
     self.assertEqual(len(model.trainable_variables), len(self.tower.encoder.trainable_variables))
-    step = train_lib.TrainStep(model, optimization.create_optimizer(1e-3, 20, num_warmup_steps=0),
+    step = train_lib.TrainStep(model,
+                               optimization.create_optimizer(1e-3, 20, num_warmup_steps=0),
                                jit_compile=False)
     losses_seen = [float(step(features)["loss"]) for _ in range(5)]
     self.assertLess(losses_seen[-1], losses_seen[0])

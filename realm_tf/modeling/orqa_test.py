@@ -40,12 +40,24 @@ from realm_tf.training import train_lib
 
 _VOCAB_PATH = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
 _VOCAB = 285
-_BERT = bert.tiny_config(_VOCAB, hidden_size=32, num_layers=1, intermediate_size=64,
-                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
-                                       projection_size=16, query_seq_len=8)
-_ORQA = orqa.OrqaConfig(reader_seq_len=20, span_hidden_size=8, max_span_width=3,
-                        retriever_beam_size=12, reader_beam_size=3, max_answers=4, max_num_answers=2,
+_BERT = bert.tiny_config(_VOCAB,
+                         hidden_size=32,
+                         num_layers=1,
+                         intermediate_size=64,
+                         hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                       reader_bert=_BERT,
+                                       vocab_path=_VOCAB_PATH,
+                                       projection_size=16,
+                                       query_seq_len=8)
+_ORQA = orqa.OrqaConfig(reader_seq_len=20,
+                        span_hidden_size=8,
+                        max_span_width=3,
+                        retriever_beam_size=12,
+                        reader_beam_size=3,
+                        max_answers=4,
+                        max_num_answers=2,
                         max_answer_len=4)
 _CLS, _SEP = 2, 3
 _N, _C, _B = 12, 10, 4
@@ -82,12 +94,15 @@ def _features(answer=None, seed=1):
   answer = _ANSWER if answer is None else answer
   answer_ids[:, 0, :len(answer)] = answer
   answer_len[:, 0] = len(answer)
-  return {"query_token_ids": tf.constant(query), "query_mask": tf.constant((query > 0).astype(np.int32)),
-          "query_segment_ids": tf.zeros([_B, 8], tf.int32),
-          orqa_features.QUESTION_IDS: tf.constant(question_ids),
-          orqa_features.QUESTION_LEN: tf.fill([_B], 5),
-          orqa_features.ANSWER_IDS: tf.constant(answer_ids),
-          orqa_features.ANSWER_LEN: tf.constant(answer_len)}
+  return {
+      "query_token_ids": tf.constant(query),
+      "query_mask": tf.constant((query > 0).astype(np.int32)),
+      "query_segment_ids": tf.zeros([_B, 8], tf.int32),
+      orqa_features.QUESTION_IDS: tf.constant(question_ids),
+      orqa_features.QUESTION_LEN: tf.fill([_B], 5),
+      orqa_features.ANSWER_IDS: tf.constant(answer_ids),
+      orqa_features.ANSWER_LEN: tf.constant(answer_len)
+  }
 
 
 class OrqaLossTest(tf.test.TestCase):
@@ -153,8 +168,10 @@ class TrainStepTest(tf.test.TestCase):
       optimizer._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
     features = _features()
     expected = model.compute_loss(features, training=True)
-    before = {name: [w.numpy() for w in tower.weights] for name, tower in
-              (("query", model.retriever.query_embedder), ("doc", model.retriever.doc_embedder))}
+    before = {
+        name: [w.numpy() for w in tower.weights]
+        for name, tower in (("query", model.retriever.query_embedder), ("doc", model.retriever.doc_embedder))
+    }
     embeddings = model.corpus.embeddings.numpy()
     dataset = tf.data.Dataset.from_tensors(features)
     batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
@@ -163,8 +180,8 @@ class TrainStepTest(tf.test.TestCase):
     self.assertAllClose(result["retriever_top12_match"], 1.0)
     self.assertEqual(int(optimizer.iterations.numpy()), 1)
     # The step updated the query tower, and neither the document tower nor the block embeddings.
-    changed = lambda name, tower: any(not np.allclose(a, b.numpy()) for a, b in zip(before[name],
-                                                                                   tower.weights))
+    changed = lambda name, tower: any(not np.allclose(a, b.numpy())
+                                      for a, b in zip(before[name], tower.weights))
     self.assertTrue(changed("query", model.retriever.query_embedder))
     self.assertFalse(changed("doc", model.retriever.doc_embedder))
     self.assertAllEqual(model.corpus.embeddings.numpy(), embeddings)
@@ -174,8 +191,10 @@ class PredictionTest(tf.test.TestCase):
 
   def test_answer_text_is_the_original_slice(self):
     tokenizer = tokenization.Tokenizer(_VOCAB_PATH)
-    bodies = ["Zoë Kelarlé founded the Ünter Workshop in Café.", "Wenor was born in Griencor.",
-              "Nothing here at all.", "Savix Lunene lived in Rosysmer."]
+    bodies = [
+        "Zoë Kelarlé founded the Ünter Workshop in Café.", "Wenor was born in Griencor.",
+        "Nothing here at all.", "Savix Lunene lived in Rosysmer."
+    ]
     ids = tokenizer.tokenize(bodies)
     token_ids = ids.to_tensor().numpy().astype(np.int32)
     lengths = ids.row_lengths().numpy().astype(np.int32)
@@ -184,10 +203,12 @@ class PredictionTest(tf.test.TestCase):
     embeddings = np.random.default_rng(0).normal(size=[4, 16]).astype(np.float32)
     model = orqa.OrqaModel(_CONFIG, config, embeddings, token_ids, lengths, tokenizer.cls_id,
                            tokenizer.sep_id)
-    featurizer = featurization.Featurizer.from_tokenizer(tokenizer, query_seq_len=8,
-                                                         candidate_seq_len=16, max_masks=1)
-    features = orqa_features.question_features(
-        tokenizer, featurizer, ["Who founded the Ünter Workshop?", "Where?", ""], 32)
+    featurizer = featurization.Featurizer.from_tokenizer(tokenizer,
+                                                         query_seq_len=8,
+                                                         candidate_seq_len=16,
+                                                         max_masks=1)
+    features = orqa_features.question_features(tokenizer, featurizer,
+                                               ["Who founded the Ünter Workshop?", "Where?", ""], 32)
     predictions = {k: v.numpy() for k, v in model.predict_answers(features, num_retrieved=3).items()}
     self.assertEqual(predictions["block_rows"].shape, (3, 3))
     answers = orqa.answer_texts(tokenizer, bodies, predictions)
@@ -212,8 +233,8 @@ class PredictionTest(tf.test.TestCase):
 
     def candidates(query):
       batch = tf.shape(query)[0]
-      return tf.concat([tf.tile(tf.range(_N - 1, -1, -1)[tf.newaxis], [batch, 1]),
-                        -tf.ones([batch, 3], tf.int32)], axis=1)
+      return tf.concat(
+          [tf.tile(tf.range(_N - 1, -1, -1)[tf.newaxis], [batch, 1]), -tf.ones([batch, 3], tf.int32)], axis=1)
 
     exact = model.predict_answers(features, num_retrieved=5)
     approx = model.predict_answers(features, num_retrieved=5, candidate_fn=candidates)
@@ -232,9 +253,11 @@ class PredictionTest(tf.test.TestCase):
       self.assertAllClose(dense[name], given[name], msg=name)
     self.assertAllClose(dense["retriever_logits"], given["retriever_logits"], rtol=1e-5)
     # Rows the dense search ranks last, one per question: the answer can only come from them.
-    last = tf.math.top_k(-tf.matmul(model.retriever.embed_queries(
-        tuple(features[n] for n in orqa_features.QUERY_FIELDS)), model.corpus.embeddings,
-        transpose_b=True), k=1)[1]
+    last = tf.math.top_k(
+        -tf.matmul(model.retriever.embed_queries(tuple(features[n] for n in orqa_features.QUERY_FIELDS)),
+                   model.corpus.embeddings,
+                   transpose_b=True),
+        k=1)[1]
     one = model.predict_answers(features, block_rows=last)
     self.assertAllEqual(one["block_rows"], last)
     self.assertAllEqual(one["predicted_row"], last[:, 0])

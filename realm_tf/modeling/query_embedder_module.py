@@ -43,7 +43,9 @@ class QueryEmbedderModule(tf.Module):
       that the other forms hold no tensorflow_text op.
   """
 
-  def __init__(self, query_embedder, inputs: str = TEXT,
+  def __init__(self,
+               query_embedder,
+               inputs: str = TEXT,
                featurizer: Optional[featurization.Featurizer] = None,
                tokenizer: Optional[tokenization.Tokenizer] = None):
     super().__init__(name="query_embedder_module")
@@ -58,13 +60,18 @@ class QueryEmbedderModule(tf.Module):
     self.tokenizer = tokenizer if inputs == TEXT else None
     self._featurizer = featurizer
     if inputs == TEXT:
-      self.embed = tf.function(self._embed_text, autograph=False, input_signature=[
-          tf.TensorSpec([None], tf.string, name="questions")])
+      self.embed = tf.function(self._embed_text,
+                               autograph=False,
+                               input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
     elif inputs == TOKEN_IDS:
-      self.embed = tf.function(self._embed_token_ids, autograph=False, input_signature=[
-          bert_inputs.ids_spec("input_word_ids"), bert_inputs.ids_spec("input_mask")])
+      self.embed = tf.function(
+          self._embed_token_ids,
+          autograph=False,
+          input_signature=[bert_inputs.ids_spec("input_word_ids"),
+                           bert_inputs.ids_spec("input_mask")])
     else:
-      self.embed = tf.function(self._embed_bert_inputs, autograph=False,
+      self.embed = tf.function(self._embed_bert_inputs,
+                               autograph=False,
                                input_signature=[tf.TensorSpec([None, None], tf.int32)] * 3)
 
   def _embeddings(self, inputs):

@@ -24,8 +24,11 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
     tf_keras.utils.set_random_seed(0)
     vocab_path = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
     bert_config = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-    config = realm_config_lib.RealmConfig(retriever_bert=bert_config, reader_bert=bert_config,
-                                          vocab_path=vocab_path, projection_size=16, query_seq_len=16,
+    config = realm_config_lib.RealmConfig(retriever_bert=bert_config,
+                                          reader_bert=bert_config,
+                                          vocab_path=vocab_path,
+                                          projection_size=16,
+                                          query_seq_len=16,
                                           candidate_seq_len=32)
     cls.tokenizer = config.tokenizer()
     cls.featurizer = config.featurizer(cls.tokenizer)
@@ -39,7 +42,8 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
     self.assertAllClose(text.embed(tf.constant(_QUESTIONS))["embeddings"], self.expected, atol=1e-6)
     token_ids = query_embedder.QueryEmbedderModule(self.tower, query_embedder.TOKEN_IDS, self.featurizer)
     self.assertIsNone(token_ids.tokenizer)  # no tensorflow_text op in the core-ops form
-    self.assertAllClose(token_ids.embed(self.inputs[0], self.inputs[1])["embeddings"], self.expected,
+    self.assertAllClose(token_ids.embed(self.inputs[0], self.inputs[1])["embeddings"],
+                        self.expected,
                         atol=1e-6)
     packed = query_embedder.QueryEmbedderModule(self.tower, query_embedder.BERT_INPUTS)
     self.assertAllClose(packed.embed(*self.inputs)["embeddings"], self.expected, atol=1e-6)
@@ -56,8 +60,11 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
     saved = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
       saved.ParseFromString(f.read())
-    identifiers = {node.user_object.identifier for node in saved.meta_graphs[0].object_graph_def.nodes
-                   if node.HasField("user_object")}
+    identifiers = {
+        node.user_object.identifier
+        for node in saved.meta_graphs[0].object_graph_def.nodes
+        if node.HasField("user_object")
+    }
     self.assertEmpty({i for i in identifiers if "keras" in i}, identifiers)
 
   def test_missing_pieces_are_named(self):

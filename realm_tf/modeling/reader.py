@@ -55,8 +55,13 @@ class SpanReader(tf_keras.Model):
     Returns a ReaderOutput.
   """
 
-  def __init__(self, config: bert.BertConfig, seq_len: int = 320, span_hidden_size: int = 256,
-               max_span_width: int = 10, layer_norm_epsilon: float = 1e-3, name: str = "reader",
+  def __init__(self,
+               config: bert.BertConfig,
+               seq_len: int = 320,
+               span_hidden_size: int = 256,
+               max_span_width: int = 10,
+               layer_norm_epsilon: float = 1e-3,
+               name: str = "reader",
                **kwargs):
     super().__init__(name=name, **kwargs)
     if not 1 <= seq_len <= config.max_position_embeddings:
@@ -68,16 +73,22 @@ class SpanReader(tf_keras.Model):
     starts, ends = span_candidates(seq_len, max_span_width)
     self._span_starts = tf.constant(starts)
     self._span_ends = tf.constant(ends)
+
     # One initializer instance per layer: a reused unseeded tf_keras initializer repeats its values, so
     # dense_1's kernel would start as a copy of the first entries of dense's.
     def initializer():
       return tf_keras.initializers.TruncatedNormal(stddev=0.02)
+
     self.encoder = bert.build_encoder(config, name="bert")
-    self.span_projection = tf_keras.layers.Dense(2 * span_hidden_size, kernel_initializer=initializer(),
+    self.span_projection = tf_keras.layers.Dense(2 * span_hidden_size,
+                                                 kernel_initializer=initializer(),
                                                  name="dense")
     self.layer_norm = tf_keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
-                                                         name="layer_normalization", dtype=tf.float32)
-    self.span_output = tf_keras.layers.Dense(1, kernel_initializer=initializer(), name="dense_1",
+                                                         name="layer_normalization",
+                                                         dtype=tf.float32)
+    self.span_output = tf_keras.layers.Dense(1,
+                                             kernel_initializer=initializer(),
+                                             name="dense_1",
                                              dtype=tf.float32)
 
   @property
@@ -98,8 +109,11 @@ class SpanReader(tf_keras.Model):
       if length != self.seq_len:
         raise ValueError(f"{built} length {length}; {fix}")
       return tensor
-    with tf.control_dependencies([tf.debugging.assert_equal(
-        tf.shape(tensor)[-1], self.seq_len, message=f"{built} another length (below); {fix}")]):
+    with tf.control_dependencies([
+        tf.debugging.assert_equal(tf.shape(tensor)[-1],
+                                  self.seq_len,
+                                  message=f"{built} another length (below); {fix}")
+    ]):
       return tf.identity(tensor)
 
   def call(self, inputs, training=None) -> ReaderOutput:
@@ -111,8 +125,9 @@ class SpanReader(tf_keras.Model):
                             training=training)["sequence_output"]  # [B*K, L, H]
     projected = self.span_projection(sequence)
     start_proj, end_proj = tf.split(projected, 2, axis=-1)
-    hidden = tf.nn.relu(tf.gather(start_proj, self._span_starts, axis=1) +
-                        tf.gather(end_proj, self._span_ends, axis=1))  # [B*K, S, span_hidden]
+    hidden = tf.nn.relu(
+        tf.gather(start_proj, self._span_starts, axis=1) +
+        tf.gather(end_proj, self._span_ends, axis=1))  # [B*K, S, span_hidden]
     scores = tf.squeeze(self.span_output(self.layer_norm(hidden)), -1)  # [B*K, S]
     block_mask = tf.cast(tf.reshape(block_mask, [-1, self.seq_len]), tf.float32)
     span_mask = tf.gather(block_mask, self._span_starts, axis=1) * tf.gather(

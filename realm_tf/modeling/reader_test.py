@@ -30,8 +30,7 @@ def _inputs(seed=0):
 
 
 def _reader(**kwargs):
-  return reader.SpanReader(_CONFIG, seq_len=_L, span_hidden_size=_HIDDEN, max_span_width=_WIDTH,
-                           **kwargs)
+  return reader.SpanReader(_CONFIG, seq_len=_L, span_hidden_size=_HIDDEN, max_span_width=_WIDTH, **kwargs)
 
 
 class _SeededTestCase(tf.test.TestCase):
@@ -73,15 +72,15 @@ class SpanReaderTest(_SeededTestCase):
     output = model((bert_inputs, tf.ones_like(block_mask), retriever_logits))
     self.assertEqual(output.logits.shape, [_B, _K, model.num_spans])
     self.assertEqual(output.logits.dtype, tf.float32)
-    sequence = model.encoder(bert.encoder_inputs(*(tf.reshape(x, [-1, _L]) for x in bert_inputs)))[
-        "sequence_output"].numpy()
+    sequence = model.encoder(
+        bert.encoder_inputs(*(tf.reshape(x, [-1, _L]) for x in bert_inputs)))["sequence_output"].numpy()
     kernel, bias = (w.numpy() for w in model.span_projection.weights)
     projected = sequence @ kernel + bias
     start_proj, end_proj = projected[..., :_HIDDEN], projected[..., _HIDDEN:]
     starts, ends = output.span_starts.numpy(), output.span_ends.numpy()
     hidden = np.maximum(start_proj[:, starts] + end_proj[:, ends], 0.0)
     mean = hidden.mean(-1, keepdims=True)
-    var = ((hidden - mean) ** 2).mean(-1, keepdims=True)
+    var = ((hidden - mean)**2).mean(-1, keepdims=True)
     gamma, beta = (w.numpy() for w in model.layer_norm.weights)
     hidden = (hidden - mean) / np.sqrt(var + 1e-3) * gamma + beta
     out_kernel, out_bias = (w.numpy() for w in model.span_output.weights)
@@ -114,7 +113,8 @@ class SpanReaderTest(_SeededTestCase):
     without = model((bert_inputs, block_mask, tf.zeros_like(retriever_logits))).logits.numpy()
     difference = with_logits - without
     self.assertAllClose(np.broadcast_to(retriever_logits.numpy()[:, :, np.newaxis], difference.shape),
-                        difference, atol=2e-3)  # atol: float32 steps near -10000 are ~1e-3
+                        difference,
+                        atol=2e-3)  # atol: float32 steps near -10000 are ~1e-3
 
   def test_layer_norm_epsilon_default(self):
     self.assertEqual(1e-3, _reader().layer_norm.epsilon)
@@ -126,8 +126,9 @@ class SpanReaderTest(_SeededTestCase):
     bert_inputs, block_mask, retriever_logits = _inputs()
     for length in (_L - 3, _L + 2):
       ids = tf.zeros([_B, _K, length], tf.int32)
-      with self.assertRaisesRegex(ValueError, rf"built for sequences of length {_L} \(its span "
-                                  rf"enumeration\), but its token ids have length {length}"):
+      with self.assertRaisesRegex(
+          ValueError, rf"built for sequences of length {_L} \(its span "
+          rf"enumeration\), but its token ids have length {length}"):
         model(((ids, ids, ids), block_mask, retriever_logits))
     with self.assertRaisesRegex(ValueError, rf"its block mask has length {_L - 1}"):
       model((bert_inputs, block_mask[..., 1:], retriever_logits))
@@ -147,9 +148,11 @@ class SpanReaderTest(_SeededTestCase):
     model = _reader()
     model(_inputs())
     head = {v.name for v in model.trainable_variables if "/bert/" not in v.name}
-    self.assertEqual({"reader/dense/kernel:0", "reader/dense/bias:0",
-                      "reader/layer_normalization/gamma:0", "reader/layer_normalization/beta:0",
-                      "reader/dense_1/kernel:0", "reader/dense_1/bias:0"}, head)
+    self.assertEqual(
+        {
+            "reader/dense/kernel:0", "reader/dense/bias:0", "reader/layer_normalization/gamma:0",
+            "reader/layer_normalization/beta:0", "reader/dense_1/kernel:0", "reader/dense_1/bias:0"
+        }, head)
     self.assertEqual([_CONFIG.hidden_size, 2 * _HIDDEN], model.span_projection.kernel.shape)
     self.assertEqual([_HIDDEN, 1], model.span_output.kernel.shape)
 
@@ -169,8 +172,7 @@ class ReaderCorrectTest(tf.test.TestCase):
     gold_ends = tf.constant([[[2, 3, -1], [-1, -1, -1]]])
     correct = reader.reader_correct(tf.constant(starts), tf.constant(ends), gold_starts, gold_ends)
     self.assertEqual(correct.dtype, tf.bool)
-    self.assertAllEqual([[[False, False, False, True, False, True, False],
-                          [False] * 7]], correct)
+    self.assertAllEqual([[[False, False, False, True, False, True, False], [False] * 7]], correct)
 
   def test_start_and_end_must_match_the_same_gold_span(self):
     starts, ends = reader.span_candidates(4, 2)
@@ -185,10 +187,10 @@ class PredictSpansTest(tf.test.TestCase):
   def test_global_argmax(self):
     starts, ends = reader.span_candidates(4, 2)
     logits = np.full([2, 3, 7], -5.0, np.float32)
-    logits[0, 2, 5] = 3.0   # example 0: block 2, span (1, 2)
-    logits[0, 0, 1] = 2.5   # best in its block, not globally
-    logits[1, 1, 3] = 1.0   # example 1: block 1, span (3, 3)
-    logits[1, 0, :] = 0.9   # block 0 is better on average, but has no better single span
+    logits[0, 2, 5] = 3.0  # example 0: block 2, span (1, 2)
+    logits[0, 0, 1] = 2.5  # best in its block, not globally
+    logits[1, 1, 3] = 1.0  # example 1: block 1, span (3, 3)
+    logits[1, 0, :] = 0.9  # block 0 is better on average, but has no better single span
     output = reader.ReaderOutput(tf.constant(logits), tf.constant(starts), tf.constant(ends))
     prediction = reader.predict_spans(output)
     self.assertAllEqual([2, 1], prediction["block_index"])

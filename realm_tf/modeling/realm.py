@@ -22,12 +22,12 @@ from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
 from realm_tf.modeling import losses
 
 # Feature names of a REALM pre-training batch; shapes with B examples, N candidates, M masks.
-QUERY = "query"          # query_{token_ids,mask,segment_ids}        int32 [B, Q]
+QUERY = "query"  # query_{token_ids,mask,segment_ids}        int32 [B, Q]
 CANDIDATE = "candidate"  # candidate_{token_ids,mask,segment_ids}    int32 [B, N, C]
-JOINT = "joint"          # joint_{token_ids,mask,segment_ids}        int32 [B, N, Q + C]
+JOINT = "joint"  # joint_{token_ids,mask,segment_ids}        int32 [B, N, Q + C]
 MLM_POSITIONS = "mlm_positions"  # int32 [B, M]
-MLM_TARGETS = "mlm_targets"      # int32 [B, M]
-MLM_MASK = "mlm_mask"            # float32 [B, M]
+MLM_TARGETS = "mlm_targets"  # int32 [B, M]
+MLM_MASK = "mlm_mask"  # float32 [B, M]
 BERT_FIELDS = ("token_ids", "mask", "segment_ids")
 
 
@@ -56,22 +56,31 @@ class RealmPretrainer(tf_keras.Model):
       see embedder.Retriever.
   """
 
-  def __init__(self, retriever_config: bert.BertConfig,
-               reader_config: Optional[bert.BertConfig] = None, projection_size: int = 128,
-               layer_norm_epsilon: float = 1e-12, dropout_rate: float = 0.0,
-               share_embedders: bool = True, name: str = "realm",
-               pooling: str = embedder_lib.POOLER, cosine_score_scale: float = 0.0, **kwargs):
+  def __init__(self,
+               retriever_config: bert.BertConfig,
+               reader_config: Optional[bert.BertConfig] = None,
+               projection_size: int = 128,
+               layer_norm_epsilon: float = 1e-12,
+               dropout_rate: float = 0.0,
+               share_embedders: bool = True,
+               name: str = "realm",
+               pooling: str = embedder_lib.POOLER,
+               cosine_score_scale: float = 0.0,
+               **kwargs):
     super().__init__(name=name, **kwargs)
-    self.retriever = embedder_lib.Retriever(retriever_config, projection_size, layer_norm_epsilon,
-                                            dropout_rate, share_embedders, pooling=pooling,
+    self.retriever = embedder_lib.Retriever(retriever_config,
+                                            projection_size,
+                                            layer_norm_epsilon,
+                                            dropout_rate,
+                                            share_embedders,
+                                            pooling=pooling,
                                             cosine_score_scale=cosine_score_scale)
     self.encoder = kae_lib.KnowledgeAugmentedEncoder(reader_config or retriever_config)
 
   def call(self, features: Dict[str, tf.Tensor], training=None) -> Dict[str, tf.Tensor]:
     """Returns retrieval_logits [B, N], candidate_log_probs [B, N], gold_log_probs [B, N, M]."""
-    retrieval_logits = self.retriever(
-        (bert_triple(features, QUERY), bert_triple(features, CANDIDATE)),
-        training=training)
+    retrieval_logits = self.retriever((bert_triple(features, QUERY), bert_triple(features, CANDIDATE)),
+                                      training=training)
     num_candidates = tf.shape(retrieval_logits)[1]
     # The query's masks sit at the same positions in every joint input ([CLS] query [SEP] body).
     positions = tf.repeat(features[MLM_POSITIONS][:, tf.newaxis, :], num_candidates, axis=1)
@@ -85,5 +94,4 @@ class RealmPretrainer(tf_keras.Model):
 
   def compute_loss(self, features: Dict[str, tf.Tensor], training=None) -> losses.LossOutput:
     outputs = self(features, training=training)
-    return losses.realm_loss(outputs["candidate_log_probs"], outputs["gold_log_probs"],
-                             features[MLM_MASK])
+    return losses.realm_loss(outputs["candidate_log_probs"], outputs["gold_log_probs"], features[MLM_MASK])

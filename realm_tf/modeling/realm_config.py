@@ -114,12 +114,16 @@ class RealmConfig(json_config.JsonConfig):
     return tokenizer
 
   def featurizer(self, tokenizer: Optional[tokenization.Tokenizer] = None) -> featurization.Featurizer:
-    return featurization.Featurizer.from_tokenizer(
-        tokenizer or self.tokenizer(), query_seq_len=self.query_seq_len,
-        candidate_seq_len=self.candidate_seq_len, max_masks=self.max_masks)
+    return featurization.Featurizer.from_tokenizer(tokenizer or self.tokenizer(),
+                                                   query_seq_len=self.query_seq_len,
+                                                   candidate_seq_len=self.candidate_seq_len,
+                                                   max_masks=self.max_masks)
 
   def build_retriever(self) -> embedder_lib.Retriever:
-    return embedder_lib.build_retriever(
-        self.retriever_bert, self.projection_size, self.embedder_layer_norm_epsilon,
-        self.embedder_dropout_rate, self.share_embedders, pooling=self.embedder_pooling,
-        cosine_score_scale=self.cosine_score_scale)
+    return embedder_lib.build_retriever(self.retriever_bert,
+                                        self.projection_size,
+                                        self.embedder_layer_norm_epsilon,
+                                        self.embedder_dropout_rate,
+                                        self.share_embedders,
+                                        pooling=self.embedder_pooling,
+                                        cosine_score_scale=self.cosine_score_scale)

@@ -15,9 +15,14 @@ _VOCAB_SIZE = 285
 
 
 def _config(**overrides) -> realm_config_lib.RealmConfig:
-  values = dict(retriever_bert=bert.tiny_config(_VOCAB_SIZE), reader_bert=bert.tiny_config(_VOCAB_SIZE),
-                vocab_path=_VOCAB, projection_size=16, query_seq_len=16, candidate_seq_len=32,
-                max_masks=4, num_candidates=4)
+  values = dict(retriever_bert=bert.tiny_config(_VOCAB_SIZE),
+                reader_bert=bert.tiny_config(_VOCAB_SIZE),
+                vocab_path=_VOCAB,
+                projection_size=16,
+                query_seq_len=16,
+                candidate_seq_len=32,
+                max_masks=4,
+                num_candidates=4)
   values.update(overrides)
   return realm_config_lib.RealmConfig(**values)
 
@@ -27,7 +32,9 @@ class RealmConfigTest(tf.test.TestCase):
   def test_save_load_round_trip_from_directory_and_file(self):
     model_dir = os.path.join(self.get_temp_dir(), "round_trip")
     config = _config(retriever_bert=bert.tiny_config(_VOCAB_SIZE, num_layers=1),
-                     embedder_layer_norm_epsilon=1e-3, share_embedders=False, do_lower_case=False)
+                     embedder_layer_norm_epsilon=1e-3,
+                     share_embedders=False,
+                     do_lower_case=False)
     path = config.save(model_dir)  # creates the directory
     self.assertEqual(path, os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
     from_dir = realm_config_lib.RealmConfig.load(model_dir)
@@ -105,8 +112,8 @@ class RealmConfigTest(tf.test.TestCase):
 
   def test_load_of_a_file_that_is_not_a_config_raises_value_error(self):
     directory = self.get_temp_dir()
-    for name, text in (("broken.json", "{not json"),
-                       ("unknown_key.json", json.dumps(dict(_config().to_dict(), surprise=1))),
+    for name, text in (("broken.json", "{not json"), ("unknown_key.json",
+                                                      json.dumps(dict(_config().to_dict(), surprise=1))),
                        ("missing_key.json", json.dumps({"vocab_path": _VOCAB}))):
       with self.subTest(name):
         path = os.path.join(directory, name)
@@ -189,18 +196,25 @@ class RealmConfigTest(tf.test.TestCase):
     directory = self.get_temp_dir()
     path = os.path.join(directory, "bc.json")
     with open(path, "w") as f:
-      json.dump({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                 "intermediate_size": 128}, f)
+      json.dump(
+          {
+              "hidden_size": 64,
+              "num_hidden_layers": 2,
+              "num_attention_heads": 2,
+              "intermediate_size": 128
+          }, f)
     with self.assertRaises(ValueError) as ctx:
       bert.BertConfig.from_json_file(path)
     message = str(ctx.exception)
     self.assertIn(f"{path}: missing ['vocab_size']", message)
-    self.assertIn("needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads and "
-                  "intermediate_size", message)
+    self.assertIn(
+        "needs vocab_size, hidden_size, num_hidden_layers, num_attention_heads and "
+        "intermediate_size", message)
     with open(path, "w") as f:
       json.dump({"vocab_size": 10}, f)
-    with self.assertRaisesRegex(ValueError, r"missing \['hidden_size', 'num_hidden_layers', "
-                                r"'num_attention_heads', 'intermediate_size'\]"):
+    with self.assertRaisesRegex(
+        ValueError, r"missing \['hidden_size', 'num_hidden_layers', "
+        r"'num_attention_heads', 'intermediate_size'\]"):
       bert.BertConfig.from_json_file(path)
     with open(path, "w") as f:
       json.dump([1, 2], f)
@@ -210,8 +224,14 @@ class RealmConfigTest(tf.test.TestCase):
       bert.BertConfig.from_json_file(os.path.join(directory, "nope.json"))
     # A Google config with the num_hidden_layers name or the num_layers name both load.
     with open(path, "w") as f:
-      json.dump({"vocab_size": 10, "hidden_size": 64, "num_layers": 3, "num_attention_heads": 2,
-                 "intermediate_size": 128}, f)
+      json.dump(
+          {
+              "vocab_size": 10,
+              "hidden_size": 64,
+              "num_layers": 3,
+              "num_attention_heads": 2,
+              "intermediate_size": 128
+          }, f)
     self.assertEqual(bert.BertConfig.from_json_file(path).num_layers, 3)
 
   def test_config_is_immutable(self):

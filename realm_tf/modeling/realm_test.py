@@ -21,9 +21,14 @@ _VOCAB = 30
 # at the least cost (the XLA test's tracing and compile time grow with the layers). initializer_range 0.5
 # makes p(y|z,x) differ visibly between its documents (max/min ~4.5; 0.2 gives only ~1.1 at this size),
 # so r(z) is far from zero.
-_CONFIG = bert.tiny_config(_VOCAB, hidden_size=32, num_layers=1, intermediate_size=64,
-                           max_position_embeddings=16, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0, initializer_range=0.5)
+_CONFIG = bert.tiny_config(_VOCAB,
+                           hidden_size=32,
+                           num_layers=1,
+                           intermediate_size=64,
+                           max_position_embeddings=16,
+                           hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0,
+                           initializer_range=0.5)
 _D = 16
 _Q, _C = 6, 7
 _CLS, _SEP = 2, 3
@@ -49,15 +54,20 @@ def _features(num_candidates, mlm_positions, mlm_targets, mlm_mask, seed=0):
   candidate_segments[:, 0] = [0, 0, 1] + [0] * (_C - 3)
   # Joint input: [CLS] query [SEP] body [SEP] (the query already holds its [CLS] and [SEP]).
   joint = np.concatenate([np.repeat(query[:, np.newaxis], num_candidates, 1), candidates[:, :, 3:]], -1)
-  joint_mask = np.concatenate([np.ones([batch, num_candidates, _Q], np.int32),
-                               candidate_mask[:, :, 3:]], -1)
-  joint_segments = np.concatenate([np.zeros([batch, num_candidates, _Q], np.int32),
-                                   np.ones_like(candidates[:, :, 3:])], -1) * joint_mask
+  joint_mask = np.concatenate([np.ones([batch, num_candidates, _Q], np.int32), candidate_mask[:, :, 3:]], -1)
+  joint_segments = np.concatenate(
+      [np.zeros([batch, num_candidates, _Q], np.int32),
+       np.ones_like(candidates[:, :, 3:])], -1) * joint_mask
   features = {
-      "query_token_ids": query, "query_mask": np.ones_like(query), "query_segment_ids": np.zeros_like(query),
-      "candidate_token_ids": candidates, "candidate_mask": candidate_mask,
+      "query_token_ids": query,
+      "query_mask": np.ones_like(query),
+      "query_segment_ids": np.zeros_like(query),
+      "candidate_token_ids": candidates,
+      "candidate_mask": candidate_mask,
       "candidate_segment_ids": candidate_segments,
-      "joint_token_ids": joint, "joint_mask": joint_mask, "joint_segment_ids": joint_segments,
+      "joint_token_ids": joint,
+      "joint_mask": joint_mask,
+      "joint_segment_ids": joint_segments,
       "mlm_positions": np.array(mlm_positions, np.int32),
       "mlm_targets": np.array(mlm_targets, np.int32),
       "mlm_mask": np.array(mlm_mask, np.float32),
@@ -156,7 +166,8 @@ class RealmPretrainerTest(_SeededTestCase):
 
   def test_loss_is_mean_over_masks_of_the_batch(self):
     # Example 0 has three masks, example 1 one (and two padding slots with arbitrary targets).
-    features = _features(num_candidates=3, mlm_positions=[[1, 2, 3], [4, 0, 0]],
+    features = _features(num_candidates=3,
+                         mlm_positions=[[1, 2, 3], [4, 0, 0]],
                          mlm_targets=[[11, 12, 13], [20, 0, 0]],
                          mlm_mask=[[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     model = _model()
@@ -175,7 +186,9 @@ class RealmPretrainerTest(_SeededTestCase):
     self.assertAllClose(output.loss_sum, model.compute_loss(other).loss_sum)
 
   def test_gold_log_probs_are_mlm_log_softmax_at_targets(self):
-    features = _features(num_candidates=2, mlm_positions=[[1, 3]], mlm_targets=[[11, 17]],
+    features = _features(num_candidates=2,
+                         mlm_positions=[[1, 3]],
+                         mlm_targets=[[11, 17]],
                          mlm_mask=[[1.0, 1.0]])
     model = _model()
     outputs = model(features)
@@ -186,7 +199,9 @@ class RealmPretrainerTest(_SeededTestCase):
     self.assertAllClose(expected, outputs["gold_log_probs"], atol=1e-5)
 
   def test_compiles_with_xla(self):
-    features = _features(num_candidates=3, mlm_positions=[[1, 2], [3, 0]], mlm_targets=[[11, 12], [13, 0]],
+    features = _features(num_candidates=3,
+                         mlm_positions=[[1, 2], [3, 0]],
+                         mlm_targets=[[11, 12], [13, 0]],
                          mlm_mask=[[1.0, 1.0], [1.0, 0.0]])
     model = _model()
     model(features)
@@ -196,8 +211,9 @@ class RealmPretrainerTest(_SeededTestCase):
         output = model.compute_loss(features, training=True)
       gradients = tape.gradient(output.loss_sum, model.trainable_variables)
       # The reader BERT's pooler is unused by the MLM head: no gradient.
-      return output, [tf.zeros_like(v) if g is None else g
-                      for g, v in zip(gradients, model.trainable_variables)]
+      return output, [
+          tf.zeros_like(v) if g is None else g for g, v in zip(gradients, model.trainable_variables)
+      ]
 
     eager_output, eager_gradients = loss_and_gradients(features)
     compiled = tf.function(loss_and_gradients, jit_compile=True)

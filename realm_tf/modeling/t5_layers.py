@@ -34,13 +34,15 @@ class Attention(tf_keras.layers.Layer):
     self.num_heads = num_heads
     self.head_size = hidden_size // num_heads
     dense = lambda name: tf_keras.layers.EinsumDense(  # pylint: disable=g-long-lambda
-        "btd,dnh->btnh", output_shape=[None, num_heads, self.head_size],
+        "btd,dnh->btnh",
+        output_shape=[None, num_heads, self.head_size],
         kernel_initializer=initializer(hidden_size),
         name=name)
     self.query = dense("query")
     self.key = dense("key")
     self.value = dense("value")
-    self.output_dense = tf_keras.layers.EinsumDense("btnh,nhd->btd", output_shape=[None, hidden_size],
+    self.output_dense = tf_keras.layers.EinsumDense("btnh,nhd->btd",
+                                                    output_shape=[None, hidden_size],
                                                     kernel_initializer=initializer(hidden_size),
                                                     name="output")
 
@@ -72,8 +74,8 @@ def relative_position_bucket(relative_position: tf.Tensor, bidirectional: bool, 
     n = tf.maximum(n, 0)
   max_exact = num_buckets // 2
   large = max_exact + tf.cast(
-      tf.math.log(tf.maximum(tf.cast(n, tf.float32), 1.0) / max_exact) / np.log(max_distance / max_exact)
-      * (num_buckets - max_exact), tf.int32)
+      tf.math.log(tf.maximum(tf.cast(n, tf.float32), 1.0) / max_exact) / np.log(max_distance / max_exact) *
+      (num_buckets - max_exact), tf.int32)
   large = tf.minimum(large, num_buckets - 1)
   return bucket + tf.where(n < max_exact, n, large)
 
@@ -88,13 +90,15 @@ class RelativePositionBias(tf_keras.layers.Layer):
     initializer: fan_in -> a Keras initializer.
   """
 
-  def __init__(self, num_heads: int, num_buckets: int, max_distance: int, bidirectional: bool,
-               initializer, **kwargs):
+  def __init__(self, num_heads: int, num_buckets: int, max_distance: int, bidirectional: bool, initializer,
+               **kwargs):
     super().__init__(**kwargs)
     self.num_buckets = num_buckets
     self.max_distance = max_distance
     self.bidirectional = bidirectional
-    self.bias = tf_keras.layers.Embedding(num_buckets, num_heads, embeddings_initializer=initializer(1),
+    self.bias = tf_keras.layers.Embedding(num_buckets,
+                                          num_heads,
+                                          embeddings_initializer=initializer(1),
                                           name="bias")
 
   def call(self, query_length, key_length):
@@ -108,9 +112,12 @@ class FeedForward(tf_keras.layers.Layer):
 
   def __init__(self, hidden_size: int, intermediate_size: int, initializer, **kwargs):
     super().__init__(**kwargs)
-    self.inner = tf_keras.layers.Dense(intermediate_size, activation="relu",
-                                       kernel_initializer=initializer(hidden_size), name="inner")
-    self.outer = tf_keras.layers.Dense(hidden_size, kernel_initializer=initializer(intermediate_size),
+    self.inner = tf_keras.layers.Dense(intermediate_size,
+                                       activation="relu",
+                                       kernel_initializer=initializer(hidden_size),
+                                       name="inner")
+    self.outer = tf_keras.layers.Dense(hidden_size,
+                                       kernel_initializer=initializer(intermediate_size),
                                        name="outer")
 
   def call(self, x):
@@ -149,11 +156,9 @@ class DecoderLayer(tf_keras.layers.Layer):
                initializer, **kwargs):
     super().__init__(**kwargs)
     self.self_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="self_attention_norm")
-    self.self_attention = Attention(hidden_size, num_heads, initializer,
-                                    name="self_attention")
+    self.self_attention = Attention(hidden_size, num_heads, initializer, name="self_attention")
     self.cross_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="cross_attention_norm")
-    self.cross_attention = Attention(hidden_size, num_heads, initializer,
-                                     name="cross_attention")
+    self.cross_attention = Attention(hidden_size, num_heads, initializer, name="cross_attention")
     self.ffn_norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, name="ffn_norm")
     self.ffn = FeedForward(hidden_size, intermediate_size, initializer, name="ffn")
     self.dropout = tf_keras.layers.Dropout(dropout_rate)
@@ -165,4 +170,3 @@ class DecoderLayer(tf_keras.layers.Layer):
     attended, cross_logits = self.cross_attention(self.cross_norm(x), memory, cross_bias)
     x = x + self.dropout(attended, training=training)
     return x + self.dropout(self.ffn(self.ffn_norm(x)), training=training), cross_logits
-

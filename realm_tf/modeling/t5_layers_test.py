@@ -15,11 +15,11 @@ class RelativePositionTest(tf.test.TestCase):
     self.assertAllEqual([0, 1, 17, 7, 10, 15, 26],
                         t5_layers.relative_position_bucket(relative, True, 32, 128))
     # Causal: every future key shares bucket 0.
-    self.assertAllEqual([0, 0, 3, 30], t5_layers.relative_position_bucket(tf.constant([0, 3, -3, -100]),
-                                                                           False, 32, 128))
+    self.assertAllEqual([0, 0, 3, 30],
+                        t5_layers.relative_position_bucket(tf.constant([0, 3, -3, -100]), False, 32, 128))
 
   def test_bias_is_shared_by_equal_distances(self):
-    init = lambda fan_in: tf_keras.initializers.RandomNormal(stddev=fan_in ** -0.5, seed=1)
+    init = lambda fan_in: tf_keras.initializers.RandomNormal(stddev=fan_in**-0.5, seed=1)
     bias = t5_layers.RelativePositionBias(2, 8, 16, True, init)(4, 4).numpy()
     self.assertEqual((1, 2, 4, 4), bias.shape)
     self.assertAllClose(bias[0, :, 0, 1], bias[0, :, 2, 3])  # key - query = 1 both
@@ -29,7 +29,7 @@ class RelativePositionTest(tf.test.TestCase):
 class AttentionTest(tf.test.TestCase):
 
   def test_logits_are_pre_softmax_and_without_the_bias(self):
-    init = lambda fan_in: tf_keras.initializers.RandomNormal(stddev=fan_in ** -0.5, seed=2)
+    init = lambda fan_in: tf_keras.initializers.RandomNormal(stddev=fan_in**-0.5, seed=2)
     attention = t5_layers.Attention(8, 2, init)
     x = tf.random.stateless_normal([1, 3, 8], seed=[1, 2])
     masked = tf.constant([0.0, 0.0, t5_layers.MASK_BIAS])[tf.newaxis, tf.newaxis, tf.newaxis, :]

@@ -29,8 +29,12 @@ class Bm25Index:
     stemmer_language: a Snowball language for PyStemmer ("english"), or None for no stemming.
   """
 
-  def __init__(self, texts: Sequence[str], k1: float = DEFAULT_K1, b: float = DEFAULT_B,
-               stopwords: Optional[str] = "en", stemmer_language: Optional[str] = "english"):
+  def __init__(self,
+               texts: Sequence[str],
+               k1: float = DEFAULT_K1,
+               b: float = DEFAULT_B,
+               stopwords: Optional[str] = "en",
+               stemmer_language: Optional[str] = "english"):
     if not texts:
       raise ValueError("Bm25Index: no texts to index; pass at least one document")
     for i, text in enumerate(texts):
@@ -44,16 +48,26 @@ class Bm25Index:
       raise ValueError(f"Bm25Index: PyStemmer has no {stemmer_language!r} stemmer; choose one of "
                        f"{Stemmer.algorithms()}") from None
     self._stopwords = stopwords or []
-    self.parameters = {"k1": k1, "b": b, "method": "lucene", "stopwords": stopwords,
-                       "stemmer_language": stemmer_language, "bm25s": bm25s.__version__}
+    self.parameters = {
+        "k1": k1,
+        "b": b,
+        "method": "lucene",
+        "stopwords": stopwords,
+        "stemmer_language": stemmer_language,
+        "bm25s": bm25s.__version__
+    }
     self._retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
     self._retriever.index(self._analyze(texts), show_progress=False)
     self.num_docs = len(texts)
 
   def _analyze(self, texts: Sequence[str]):
     # Strings (not bm25s's per-call ids) so that query tokens map onto the index's vocabulary.
-    return bm25s.tokenize(list(texts), lower=True, stopwords=self._stopwords, stemmer=self._stemmer,
-                          return_ids=False, show_progress=False)
+    return bm25s.tokenize(list(texts),
+                          lower=True,
+                          stopwords=self._stopwords,
+                          stemmer=self._stemmer,
+                          return_ids=False,
+                          show_progress=False)
 
   def search(self, queries: Sequence[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
     """(row indices int64 [len(queries), k'], scores float32 [len(queries), k']), best first.
@@ -66,6 +80,5 @@ class Bm25Index:
     k = min(k, self.num_docs)
     if not queries:
       return np.zeros([0, k], np.int64), np.zeros([0, k], np.float32)
-    ids, scores = self._retriever.retrieve(self._analyze(queries), k=k, show_progress=False,
-                                           n_threads=0)
+    ids, scores = self._retriever.retrieve(self._analyze(queries), k=k, show_progress=False, n_threads=0)
     return np.asarray(ids, np.int64), np.asarray(scores, np.float32)

@@ -9,12 +9,12 @@ import tensorflow as tf
 from realm_tf.retrieval import bm25
 
 _CORPUS = [
-    "The river flows past the old mill and the bridge.",                       # 0
-    "Engineers were running tests on the new bridge design.",                  # 1
-    "The the the of of and and the the of the and.",                           # 2: stopwords only
-    "A short note about volcanoes.",                                           # 3
-    "Volcanoes erupt. " + "Plate tectonics and mountains and oceans. " * 12,   # 4: long, one mention
-    "The mill grinds wheat; the mill was built in 1820.",                      # 5
+    "The river flows past the old mill and the bridge.",  # 0
+    "Engineers were running tests on the new bridge design.",  # 1
+    "The the the of of and and the the of the and.",  # 2: stopwords only
+    "A short note about volcanoes.",  # 3
+    "Volcanoes erupt. " + "Plate tectonics and mountains and oceans. " * 12,  # 4: long, one mention
+    "The mill grinds wheat; the mill was built in 1820.",  # 5
 ]
 
 
@@ -61,7 +61,8 @@ class Bm25IndexTest(tf.test.TestCase):
     self.assertAllClose(scores[0, 0], scores[0, 1])
 
   def test_lucene_score_by_hand(self):
-    index = bm25.Bm25Index(["apple banana", "banana cherry cherry", "date"], stopwords=None,
+    index = bm25.Bm25Index(["apple banana", "banana cherry cherry", "date"],
+                           stopwords=None,
                            stemmer_language=None)
     ids, scores = index.search(["cherry"], 3)
     self.assertEqual(ids[0, 0], 1)

@@ -25,7 +25,6 @@ from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
 
-
 # Four padded lengths: on SQuAD's paragraphs (mean 155 of 288 wordpieces) about half of a fully padded
 # batch is padding; four static shapes keep XLA's compilation to a handful of programs.
 DEFAULT_LENGTH_BUCKETS = 4
@@ -65,7 +64,8 @@ class EmbeddingProgress:
             f"ETA {eta:.0f} s")
 
 
-def candidate_dataset(corpus_prefix: str, featurizer: featurization.Featurizer,
+def candidate_dataset(corpus_prefix: str,
+                      featurizer: featurization.Featurizer,
                       rows: Optional[range] = None) -> tf.data.Dataset:
   """The corpus as packed candidate inputs ([CLS] title [SEP] body [SEP]), one document per element."""
   dataset = corpus_lib.corpus_dataset(corpus_prefix)
@@ -111,8 +111,12 @@ class CorpusEmbedder:
       of compiled programs), one every 8 wordpieces without.
   """
 
-  def __init__(self, embed_fn: Callable, featurizer: featurization.Featurizer, batch_size: int = 256,
-               strategy: Optional[tf.distribute.Strategy] = None, jit_compile: bool = True,
+  def __init__(self,
+               embed_fn: Callable,
+               featurizer: featurization.Featurizer,
+               batch_size: int = 256,
+               strategy: Optional[tf.distribute.Strategy] = None,
+               jit_compile: bool = True,
                num_length_buckets: Optional[int] = None):
     self._strategy = strategy or tf.distribute.get_strategy()
     if batch_size % self._strategy.num_replicas_in_sync:
@@ -155,8 +159,12 @@ class CorpusEmbedder:
     without, at most three times: a first shape, then any length, then any batch size)."""
     return self._step.experimental_get_tracing_count()
 
-  def __call__(self, corpus_prefix: str, num_workers: int = 1, worker_index: int = 0,
-               log: Callable[[str], None] = print, log_every_seconds: float = 30.0) -> np.ndarray:
+  def __call__(self,
+               corpus_prefix: str,
+               num_workers: int = 1,
+               worker_index: int = 0,
+               log: Callable[[str], None] = print,
+               log_every_seconds: float = 30.0) -> np.ndarray:
     """Embeds this worker's rows of the corpus: float32 [num_rows_of_this_worker, D], in row order."""
     num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
     rows = worker_rows(num_docs, num_workers, worker_index)
@@ -175,15 +183,18 @@ class CorpusEmbedder:
 
     @tf.autograph.experimental.do_not_convert
     def batches_of(bucket, window):
-      return window.batch(batch_size).map(tf.autograph.experimental.do_not_convert(
-          lambda row, features: _fill_batch(row, features, lengths[bucket], fill_to, static_batch)))
+      return window.batch(batch_size).map(
+          tf.autograph.experimental.do_not_convert(
+              lambda row, features: _fill_batch(row, features, lengths[bucket], fill_to, static_batch)))
 
     # One pass over the corpus: each element is a [batch_size, L] batch of one bucket and the corpus
     # rows it holds (-1 for the padding that fills a bucket's last batch with copies of its first
     # document).
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-      dataset = candidate_dataset(corpus_prefix, self._featurizer, rows).enumerate().group_by_window(
-          bucket_of, batches_of, window_size=batch_size)
+      dataset = candidate_dataset(corpus_prefix, self._featurizer,
+                                  rows).enumerate().group_by_window(bucket_of,
+                                                                    batches_of,
+                                                                    window_size=batch_size)
       return _per_replica_batches(dataset, context).prefetch(2)
 
     distributed = self._strategy.distribute_datasets_from_function(dataset_fn)
@@ -207,10 +218,15 @@ class CorpusEmbedder:
     return embeddings
 
 
-def embed_corpus(embed_fn: Callable, corpus_prefix: str, featurizer: featurization.Featurizer,
-                 batch_size: int = 256, strategy: Optional[tf.distribute.Strategy] = None,
-                 num_workers: int = 1, worker_index: int = 0,
-                 log: Callable[[str], None] = print, log_every_seconds: float = 30.0,
+def embed_corpus(embed_fn: Callable,
+                 corpus_prefix: str,
+                 featurizer: featurization.Featurizer,
+                 batch_size: int = 256,
+                 strategy: Optional[tf.distribute.Strategy] = None,
+                 num_workers: int = 1,
+                 worker_index: int = 0,
+                 log: Callable[[str], None] = print,
+                 log_every_seconds: float = 30.0,
                  jit_compile: bool = True,
                  num_length_buckets: Optional[int] = None) -> np.ndarray:
   """Embeds this worker's rows of the corpus once (see CorpusEmbedder for the arguments); a caller that
@@ -245,8 +261,7 @@ def _fill_batch(row, features, length: tf.Tensor, fill_to: int, static_batch: bo
   return {k: tf.ensure_shape(v, [fill_to] + v.shape.as_list()[1:]) for k, v in batch.items()}
 
 
-def _per_replica_batches(dataset: tf.data.Dataset,
-                         context: tf.distribute.InputContext) -> tf.data.Dataset:
+def _per_replica_batches(dataset: tf.data.Dataset, context: tf.distribute.InputContext) -> tf.data.Dataset:
   """Each global batch (a multiple of the replicas long) cut into num_replicas_in_sync equal parts in
   order, as distribute_datasets_from_function wants them: on one host replica r takes part r, as
   experimental_distribute_dataset split a batch; each input pipeline (host) keeps every

@@ -40,7 +40,7 @@ def _token_features(inputs):
   documents (or the same document in another row order) cannot give the same row."""
   token_ids, mask, segment_ids = (tf.cast(x, tf.float32) for x in inputs)
   positions = tf.range(1, tf.shape(token_ids)[-1] + 1, dtype=tf.float32)
-  weights = tf.stack([positions ** (j % 4) * (1.0 + j) for j in range(_D)], axis=1)  # [C, D]
+  weights = tf.stack([positions**(j % 4) * (1.0 + j) for j in range(_D)], axis=1)  # [C, D]
   values = token_ids * mask + 1000.0 * segment_ids
   return tf.matmul(values, weights / tf.reduce_sum(weights, axis=0, keepdims=True))
 
@@ -61,16 +61,17 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     cls.prefix = os.path.join(directory, "blocks")
     stats = corpus_lib.write_corpus(lambda: documents, cls.tokenizer, cls.prefix, num_shards=3)
     assert stats.num_shards == 3 and stats.num_documents == _NUM_DOCS, stats
-    cls.featurizer = featurization.Featurizer.from_tokenizer(
-        cls.tokenizer, query_seq_len=16, candidate_seq_len=_C, max_masks=4)
+    cls.featurizer = featurization.Featurizer.from_tokenizer(cls.tokenizer,
+                                                             query_seq_len=16,
+                                                             candidate_seq_len=_C,
+                                                             max_masks=4)
     cls.documents = list(corpus_lib.read_corpus(cls.prefix))
     # The documents read back in corpus order, featurized in one batch outside the embedding
     # pipeline: row i of the reference is document i.
     inputs = cls.featurizer.candidate_inputs(
         tf.ragged.constant([d["title_token_ids"] for d in cls.documents], tf.int64),
         tf.ragged.constant([d["body_token_ids"] for d in cls.documents], tf.int64))
-    cls.candidates = tuple(tf.cast(x, tf.int32) for x in
-                           (inputs.token_ids, inputs.mask, inputs.segment_ids))
+    cls.candidates = tuple(tf.cast(x, tf.int32) for x in (inputs.token_ids, inputs.mask, inputs.segment_ids))
     cls.expected = _token_features(cls.candidates).numpy()
 
   def _embed(self, embed_fn=_token_features, **kwargs):
@@ -106,12 +107,11 @@ class CorpusEmbeddingTest(tf.test.TestCase):
       with self.subTest(batch_size=batch_size):
         seen_shapes.clear()
         messages = []
-        embeddings = self._embed(recording, batch_size=batch_size, log=messages.append,
-                                 log_every_seconds=0)
+        embeddings = self._embed(recording, batch_size=batch_size, log=messages.append, log_every_seconds=0)
         # Progress after every batch; the padding is never counted.
         counts = [int(m.split()[1].split("/")[0]) for m in messages]
-        self.assertEqual(counts, [min(n, _NUM_DOCS) for n in range(batch_size, _NUM_DOCS + batch_size,
-                                                                   batch_size)])
+        self.assertEqual(counts,
+                         [min(n, _NUM_DOCS) for n in range(batch_size, _NUM_DOCS + batch_size, batch_size)])
         self.assertIn(f"embedded {_NUM_DOCS}/{_NUM_DOCS} documents", messages[-1])
         self.assertEqual(embeddings.dtype, np.float32)
         self.assertEqual(embeddings.shape, (_NUM_DOCS, _D))
@@ -122,8 +122,7 @@ class CorpusEmbeddingTest(tf.test.TestCase):
 
   def test_retriever_embedder_rows_match_direct_embedding(self):
     tf_keras.utils.set_random_seed(0)
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                              intermediate_size=64)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
     model = embedder_lib.RetrieverEmbedder(config, _D)
     embed_fn = lambda inputs: model(inputs, training=False)
     embeddings = self._embed(embed_fn, batch_size=8)
@@ -137,16 +136,14 @@ class CorpusEmbeddingTest(tf.test.TestCase):
 
   def test_mirrored_retriever_embedder_equals_single_device(self):
     strategy = self._mirrored()
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                              intermediate_size=64)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
     tf_keras.utils.set_random_seed(1)
     single = embedder_lib.build_retriever(config, _D)
     with strategy.scope():
       mirrored = embedder_lib.build_retriever(config, _D)
     mirrored.set_weights(single.get_weights())
     want = single.embed_documents(self.candidates, training=False).numpy()
-    got = self._embed(lambda x: mirrored.embed_documents(x, training=False), batch_size=6,
-                      strategy=strategy)
+    got = self._embed(lambda x: mirrored.embed_documents(x, training=False), batch_size=6, strategy=strategy)
     self.assertEqual(got.shape, (_NUM_DOCS, _D))
     self.assertAllClose(got, want, atol=1e-5)
 
@@ -184,13 +181,14 @@ class CorpusEmbeddingTest(tf.test.TestCase):
 
   def test_length_buckets_embed_as_the_padded_path_for_both_poolings_and_replicas(self):
     # At 128 wordpieces the testdata documents (81 on average) fall in several buckets.
-    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=16,
-                                                         candidate_seq_len=128, max_masks=4)
+    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer,
+                                                         query_seq_len=16,
+                                                         candidate_seq_len=128,
+                                                         max_masks=4)
     candidates = self._candidates(featurizer)
     # One layer: the masking that makes buckets equal the padded path is each layer's own, and every
     # bucket's XLA program is compiled per pooling and replica.
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                              intermediate_size=64)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
     for pooling in (embedder_lib.POOLER, "mean"):
       towers = self._towers(config, pooling, seed=2)
       padded = towers[0][2].embed_documents(candidates, training=False).numpy()
@@ -202,9 +200,13 @@ class CorpusEmbeddingTest(tf.test.TestCase):
             shapes.append(inputs[0].shape.as_list())  # at trace time
             return retriever.embed_documents(inputs, training=False)
 
-          bucketed = corpus_embedding.embed_corpus(
-              embed_fn, self.prefix, featurizer, batch_size=6, strategy=strategy, log=lambda _: None,
-              num_length_buckets=4)
+          bucketed = corpus_embedding.embed_corpus(embed_fn,
+                                                   self.prefix,
+                                                   featurizer,
+                                                   batch_size=6,
+                                                   strategy=strategy,
+                                                   log=lambda _: None,
+                                                   num_length_buckets=4)
           self.assertEqual(bucketed.shape, (_NUM_DOCS, _D))
           self.assertAllClose(bucketed, padded, atol=2e-5)
           lengths = sorted({s[1] for s in shapes})
@@ -216,10 +218,11 @@ class CorpusEmbeddingTest(tf.test.TestCase):
   def test_without_xla_batches_fit_their_documents_and_trace_for_any_shape(self):
     # The non-XLA path: a length every 8 wordpieces, partial batches not filled up to batch_size (only
     # to a multiple of the replicas), one shape-generic trace; the same vectors as the padded path.
-    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer, query_seq_len=16,
-                                                         candidate_seq_len=128, max_masks=4)
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                              intermediate_size=64)
+    featurizer = featurization.Featurizer.from_tokenizer(self.tokenizer,
+                                                         query_seq_len=16,
+                                                         candidate_seq_len=128,
+                                                         max_masks=4)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
     self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=False), 16)
     self.assertEqual(corpus_embedding.default_length_buckets(128, jit_compile=True), 4)
     towers = self._towers(config, "mean", seed=5)
@@ -236,7 +239,10 @@ class CorpusEmbeddingTest(tf.test.TestCase):
           with tf.control_dependencies([tf.py_function(record, [inputs[0]], tf.int32)]):
             return tf.identity(retriever.embed_documents(inputs, training=False))
 
-        embedder = corpus_embedding.CorpusEmbedder(embed_fn, featurizer, batch_size=6, strategy=strategy,
+        embedder = corpus_embedding.CorpusEmbedder(embed_fn,
+                                                   featurizer,
+                                                   batch_size=6,
+                                                   strategy=strategy,
                                                    jit_compile=False)
         got = embedder(self.prefix, log=lambda _: None)
         self.assertAllClose(got, padded, atol=2e-5)
@@ -258,11 +264,11 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     # The refresher's case: one CorpusEmbedder for the process, a new checkpoint restored into the same
     # tower before each refresh.
     tf_keras.utils.set_random_seed(3)
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                              intermediate_size=64)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
     retriever = embedder_lib.build_retriever(config, _D, pooling="mean")
-    embedder = corpus_embedding.CorpusEmbedder(
-        lambda x: retriever.embed_documents(x, training=False), self.featurizer, batch_size=8)
+    embedder = corpus_embedding.CorpusEmbedder(lambda x: retriever.embed_documents(x, training=False),
+                                               self.featurizer,
+                                               batch_size=8)
     first = embedder(self.prefix, log=lambda _: None)
     traced = embedder.tracing_count
     self.assertGreaterEqual(traced, 1)
@@ -270,12 +276,10 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     second = embedder(self.prefix, log=lambda _: None)
     self.assertEqual(embedder.tracing_count, traced)  # no new trace, so no new compilation
     self.assertGreater(np.max(np.abs(second - first)), 1e-3)  # the new weights were used
-    self.assertAllClose(second, retriever.embed_documents(self.candidates, training=False).numpy(),
-                        atol=2e-5)
+    self.assertAllClose(second, retriever.embed_documents(self.candidates, training=False).numpy(), atol=2e-5)
 
   def test_mixed_bfloat16_tower_embeds_close_to_float32(self):
-    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2,
-                              intermediate_size=64)
+    config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2, intermediate_size=64)
     tf_keras.utils.set_random_seed(4)
     full = embedder_lib.build_retriever(config, _D, pooling="mean")
     want = full.embed_documents(self.candidates, training=False).numpy()
@@ -288,7 +292,8 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     half.set_weights(full.get_weights())
     for jit_compile in (False, True):
       with self.subTest(jit_compile=jit_compile):
-        got = self._embed(lambda x: half.embed_documents(x, training=False), batch_size=8,
+        got = self._embed(lambda x: half.embed_documents(x, training=False),
+                          batch_size=8,
                           jit_compile=jit_compile)
         self.assertEqual(got.dtype, np.float32)
         self.assertGreater(np.max(np.abs(got - want)), 1e-4)  # computed in bfloat16 ...
@@ -330,8 +335,7 @@ class CorpusEmbeddingTest(tf.test.TestCase):
   def test_merge_with_a_missing_worker_names_it(self):
     output_dir = os.path.join(self.get_temp_dir(), "missing")
     for worker in (0, 2):
-      corpus_embedding.save_worker_embeddings(np.full([4, _D], worker, np.float32), output_dir, 3,
-                                              worker)
+      corpus_embedding.save_worker_embeddings(np.full([4, _D], worker, np.float32), output_dir, 3, worker)
     with self.assertRaises(FileNotFoundError) as cm:
       corpus_embedding.merge_worker_embeddings(output_dir, 3)
     message = str(cm.exception)
@@ -345,11 +349,10 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     num_workers = _NUM_DOCS + 3
     for worker in range(num_workers):
       rows = corpus_embedding.worker_rows(_NUM_DOCS, num_workers, worker)
-      part = (self.expected[rows.start:rows.stop] if len(rows) else
-              self._embed(batch_size=4, num_workers=num_workers, worker_index=worker))
+      part = (self.expected[rows.start:rows.stop]
+              if len(rows) else self._embed(batch_size=4, num_workers=num_workers, worker_index=worker))
       corpus_embedding.save_worker_embeddings(part, output_dir, num_workers, worker)
-    self.assertAllClose(corpus_embedding.merge_worker_embeddings(output_dir, num_workers),
-                        self.expected)
+    self.assertAllClose(corpus_embedding.merge_worker_embeddings(output_dir, num_workers), self.expected)
 
   def test_saved_embeddings_are_plain_npy(self):
     output_dir = os.path.join(self.get_temp_dir(), "npy")

@@ -41,8 +41,8 @@ def _paths(cache_dir: str, name: str) -> Tuple[str, str]:
   return os.path.join(cache_dir, name + ".npy"), os.path.join(cache_dir, name + ".json")
 
 
-def _load_if_current(npy_path: str, json_path: str, want: str, num_texts: int
-                     ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+def _load_if_current(npy_path: str, json_path: str, want: str,
+                     num_texts: int) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
   metadata = _read_metadata(json_path)
   if metadata.get("fingerprint") == want and os.path.exists(npy_path):
     array = np.load(npy_path, allow_pickle=False)
@@ -51,8 +51,8 @@ def _load_if_current(npy_path: str, json_path: str, want: str, num_texts: int
   return None
 
 
-def lookup(cache_dir: str, name: str, model_id: str, texts: Sequence[str]
-           ) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
+def lookup(cache_dir: str, name: str, model_id: str,
+           texts: Sequence[str]) -> Optional[Tuple[np.ndarray, Dict[str, Any]]]:
   """cached_embeddings' result if cache_dir/name holds these texts' embeddings by model_id, else None.
 
   Never computes: for readers of vectors another program makes (a fixed index built from them, say),
@@ -63,8 +63,7 @@ def lookup(cache_dir: str, name: str, model_id: str, texts: Sequence[str]
 
 
 def cached_embeddings(cache_dir: str, name: str, model_id: str, texts: Sequence[str],
-                      compute: Callable[[Sequence[str]], np.ndarray]
-                      ) -> Tuple[np.ndarray, Dict[str, Any]]:
+                      compute: Callable[[Sequence[str]], np.ndarray]) -> Tuple[np.ndarray, Dict[str, Any]]:
   """(embeddings [len(texts), D] float32, metadata) from cache_dir/name.npy, computed on a miss.
 
   metadata: model_id, fingerprint, num_texts, dim, compute_seconds (of the run that made the file),
@@ -84,8 +83,13 @@ def cached_embeddings(cache_dir: str, name: str, model_id: str, texts: Sequence[
   os.makedirs(cache_dir, exist_ok=True)
   with io_utils.atomic_write(npy_path, "wb") as f:
     np.save(f, array, allow_pickle=False)
-  metadata = {"model_id": model_id, "fingerprint": want, "num_texts": len(texts),
-              "dim": int(array.shape[1]), "compute_seconds": seconds,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+  metadata = {
+      "model_id": model_id,
+      "fingerprint": want,
+      "num_texts": len(texts),
+      "dim": int(array.shape[1]),
+      "compute_seconds": seconds,
+      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+  }
   io_utils.write_json_atomic(json_path, metadata)
   return array, dict(metadata, path=npy_path, cached=False)

@@ -41,8 +41,8 @@ class EmbeddingCacheTest(tf.test.TestCase):
 
   def test_any_change_recomputes(self):
     self._get(["a", "bb"])
-    self._get(["a", "bc"])              # a changed text
-    self._get(["a", "bc"], "model-b")   # a changed model
+    self._get(["a", "bc"])  # a changed text
+    self._get(["a", "bc"], "model-b")  # a changed model
     self._get(["a", "bc", "d"], "model-b")
     self.assertLen(self.calls, 4)
     # The fingerprint separates texts, so re-splitting the same characters is a different input.
@@ -70,8 +70,7 @@ class EmbeddingCacheTest(tf.test.TestCase):
 
   def test_bad_compute_output(self):
     with self.assertRaisesRegex(ValueError, r"compute returned float64 \(2, 2\), expected float32"):
-      embedding_cache.cached_embeddings(self.directory, "x", "m", ["a", "b"],
-                                        lambda texts: np.zeros([2, 2]))
+      embedding_cache.cached_embeddings(self.directory, "x", "m", ["a", "b"], lambda texts: np.zeros([2, 2]))
     with self.assertRaisesRegex(ValueError, r"expected float32 \[3, D\]"):
       embedding_cache.cached_embeddings(self.directory, "x", "m", ["a", "b", "c"],
                                         lambda texts: np.zeros([2, 2], np.float32))

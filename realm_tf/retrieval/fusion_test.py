@@ -30,8 +30,8 @@ class ReciprocalRankFusionTest(absltest.TestCase):
     np.testing.assert_array_equal(fusion.reciprocal_rank_fusion([c, d], depth=3, k=60), [[4, 1, 3]])
 
   def test_padding_and_short_rows(self):
-    fused = fusion.reciprocal_rank_fusion([np.array([[4, -1], [0, 1]]), np.array([[-1, -1], [1, 0]])],
-                                          depth=3)
+    fused = fusion.reciprocal_rank_fusion(
+        [np.array([[4, -1], [0, 1]]), np.array([[-1, -1], [1, 0]])], depth=3)
     np.testing.assert_array_equal(fused, [[4, -1, -1], [0, 1, -1]])
 
   def test_single_ranking_is_unchanged(self):
@@ -45,7 +45,6 @@ class ReciprocalRankFusionTest(absltest.TestCase):
       fusion.reciprocal_rank_fusion([np.zeros([2, 3]), np.zeros([3, 3])], depth=1)
     with self.assertRaisesRegex(ValueError, "depth >= 1"):
       fusion.reciprocal_rank_fusion([np.zeros([2, 3])], depth=0)
-
 
 
 class WeightedScoreFusionTest(absltest.TestCase):
@@ -72,8 +71,8 @@ class WeightedScoreFusionTest(absltest.TestCase):
     sparse, sparse_scores = np.array([[1, 2, 4, 3]]), np.array([[10.0, 9.95, 9.9, 1.0]])
     dense, dense_scores = np.array([[4, 1, 2, 3]]), np.array([[0.95, 0.30, 0.29, 0.28]])
     self.assertEqual(fusion.reciprocal_rank_fusion([sparse, dense], 1)[0, 0], 1)
-    self.assertEqual(fusion.weighted_score_fusion([sparse, dense], [sparse_scores, dense_scores],
-                                                  [0.5, 0.5], 1)[0, 0], 4)
+    self.assertEqual(
+        fusion.weighted_score_fusion([sparse, dense], [sparse_scores, dense_scores], [0.5, 0.5], 1)[0, 0], 4)
 
   def test_padding_and_errors(self):
     fused = fusion.weighted_score_fusion([np.array([[2, -1]]), np.array([[-1, -1]])],

@@ -48,8 +48,11 @@ def build_bm25(titles: Sequence[str], bodies: Sequence[str]) -> bm25.Bm25Index:
   return bm25.Bm25Index(block_texts(titles, bodies))
 
 
-def fuse(sparse_rows: np.ndarray, dense_rows: np.ndarray, depth: int,
-         sparse_scores: Optional[np.ndarray] = None, dense_scores: Optional[np.ndarray] = None,
+def fuse(sparse_rows: np.ndarray,
+         dense_rows: np.ndarray,
+         depth: int,
+         sparse_scores: Optional[np.ndarray] = None,
+         dense_scores: Optional[np.ndarray] = None,
          bm25_weight: Optional[float] = None) -> np.ndarray:
   """The hybrid ranking int64 [Q, depth] of two rankings of the same rows: reciprocal rank fusion, or
   with bm25_weight the weighted sum of their z-normalised scores (which then must be given)."""
@@ -92,11 +95,14 @@ def gold_rows(question_doc_ids: Sequence[Optional[str]], corpus_doc_ids: Sequenc
   return rows
 
 
-def candidate_rows(retriever: str, questions: Sequence[str], depth: int,
+def candidate_rows(retriever: str,
+                   questions: Sequence[str],
+                   depth: int,
                    dense_fn: Callable[[int], Tuple[np.ndarray, np.ndarray]],
                    sparse: Optional[bm25.Bm25Index] = None,
                    question_doc_ids: Optional[Sequence[Optional[str]]] = None,
-                   corpus_doc_ids: Optional[Sequence[str]] = None, source: str = "the QA file",
+                   corpus_doc_ids: Optional[Sequence[str]] = None,
+                   source: str = "the QA file",
                    bm25_weight: Optional[float] = None) -> Dict[str, np.ndarray]:
   """The rows retriever returns for questions, best first: {"rows": int64 [Q, depth'], ...}.
 
@@ -120,6 +126,12 @@ def candidate_rows(retriever: str, questions: Sequence[str], depth: int,
   sparse_rows, sparse_scores = sparse.search(list(questions), fusion_depth)
   dense_rows, dense_scores = dense_fn(min(fusion_depth, sparse.num_docs))
   dense_rows = np.asarray(dense_rows, np.int64)
-  return {"rows": fuse(sparse_rows, dense_rows, min(depth, sparse.num_docs), sparse_scores, dense_scores,
-                       bm25_weight),
-          "bm25_rows": sparse_rows, "dense_rows": dense_rows}
+  return {
+      "rows":
+          fuse(sparse_rows, dense_rows, min(depth, sparse.num_docs), sparse_scores, dense_scores,
+               bm25_weight),
+      "bm25_rows":
+          sparse_rows,
+      "dense_rows":
+          dense_rows
+  }

@@ -30,7 +30,8 @@ class HybridTest(absltest.TestCase):
   def test_bm25_indexes_titles(self):
     # A person's name is the title of their own document; the body says "X was born in ...".
     row = next(i for i, t in enumerate(self.titles) if self.ids[i].startswith("person"))
-    rows = hybrid.candidate_rows(hybrid.BM25, [f"Who is {self.titles[row]}?"], 3,
+    rows = hybrid.candidate_rows(hybrid.BM25, [f"Who is {self.titles[row]}?"],
+                                 3,
                                  dense_fn=lambda d: self.fail("bm25 asked the dense tower"),
                                  sparse=self.sparse)["rows"]
     self.assertEqual(rows.shape, (1, 3))
@@ -43,8 +44,7 @@ class HybridTest(absltest.TestCase):
     self.assertEqual(self.sparse.search([question], 1)[0][0, 0], row)
     # A dense tower that disagrees with BM25: its ranking is BM25's reversed, but for the document, which
     # it ranks 8th, out of its top 5.
-    reversed_bm25 = [int(r) for r in self.sparse.search([question], len(self.bodies))[0][0, ::-1]
-                     if r != row]
+    reversed_bm25 = [int(r) for r in self.sparse.search([question], len(self.bodies))[0][0, ::-1] if r != row]
     dense = np.array([reversed_bm25[:7] + [row] + reversed_bm25[7:]])
     asked = []
 
@@ -89,8 +89,11 @@ class HybridTest(absltest.TestCase):
     np.testing.assert_array_equal(rows, dense[:, :3])
 
   def test_gold_reads_each_questions_own_document(self):
-    rows = hybrid.candidate_rows(hybrid.GOLD, ["a", "b"], 5, lambda d: None,
-                                 question_doc_ids=[self.ids[7], self.ids[3]], corpus_doc_ids=self.ids)
+    rows = hybrid.candidate_rows(hybrid.GOLD, ["a", "b"],
+                                 5,
+                                 lambda d: None,
+                                 question_doc_ids=[self.ids[7], self.ids[3]],
+                                 corpus_doc_ids=self.ids)
     np.testing.assert_array_equal(rows["rows"], [[7], [3]])
 
   def test_gold_errors_name_the_file_and_the_question(self):
@@ -100,8 +103,9 @@ class HybridTest(absltest.TestCase):
       hybrid.gold_rows(["nope"], self.ids, "dev.jsonl")
 
   def test_unknown_retriever_names_the_flag(self):
-    with self.assertRaisesRegex(ValueError, r"--retriever: unknown retriever 'sparse'; choose from dense, "
-                                r"bm25, hybrid, gold"):
+    with self.assertRaisesRegex(
+        ValueError, r"--retriever: unknown retriever 'sparse'; choose from dense, "
+        r"bm25, hybrid, gold"):
       hybrid.check_retrievers(["dense", "sparse"])
     with self.assertRaisesRegex(ValueError, r"--retrievers: unknown retriever '\(none given\)'"):
       hybrid.check_retrievers([], flag="--retrievers")

@@ -149,9 +149,11 @@ def _npy_header(path: str) -> Tuple[Tuple[int, ...], np.dtype]:
 def _write_npy(path: str, shape: Tuple[int, ...], dtype, parts) -> None:
   """Writes a .npy (readable by np.load(allow_pickle=False)) from row blocks, without joining them."""
   with open(path, "wb") as f:
-    np.lib.format.write_array_header_1_0(
-        f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-            "shape": tuple(shape)})
+    np.lib.format.write_array_header_1_0(f, {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "fortran_order": False,
+        "shape": tuple(shape)
+    })
     for part in parts:
       f.write(np.ascontiguousarray(part, dtype=dtype).tobytes())
     f.flush()
@@ -249,7 +251,9 @@ class Int8Embeddings:
     return out
 
 
-def _stored_vectors(num_docs: int, dim: int, parameters: Dict[str, Any],
+def _stored_vectors(num_docs: int,
+                    dim: int,
+                    parameters: Dict[str, Any],
                     format_version: int = FORMAT_VERSION) -> List[Tuple[str, Tuple[int, ...], Any]]:
   """(file name, shape, dtype) of the document vectors an index with these parameters stores."""
   if parameters.get("rescoring", "float32") == "int8":
@@ -273,7 +277,11 @@ class MipsIndex(abc.ABC):
 
   implementation: str = ""  # the manifest's "implementation" value
 
-  def __init__(self, num_docs: int, dim: int, doc_ids: Optional[np.ndarray], parameters: Dict[str, Any],
+  def __init__(self,
+               num_docs: int,
+               dim: int,
+               doc_ids: Optional[np.ndarray],
+               parameters: Dict[str, Any],
                manifest: Optional[Dict[str, Any]] = None):
     self._num_docs = int(num_docs)
     self._dim = int(dim)
@@ -328,8 +336,7 @@ class MipsIndex(abc.ABC):
   # -- building -------------------------------------------------------------------------------------
 
   @classmethod
-  def build(cls, embeddings: np.ndarray, doc_ids: Optional[np.ndarray] = None,
-            **options) -> "MipsIndex":
+  def build(cls, embeddings: np.ndarray, doc_ids: Optional[np.ndarray] = None, **options) -> "MipsIndex":
     """Builds an index over embeddings.
 
     Args:
@@ -388,8 +395,7 @@ class MipsIndex(abc.ABC):
     return queries
 
   @abc.abstractmethod
-  def _search_rows(self, queries: np.ndarray, k: int, **search_options
-                   ) -> Tuple[np.ndarray, np.ndarray]:
+  def _search_rows(self, queries: np.ndarray, k: int, **search_options) -> Tuple[np.ndarray, np.ndarray]:
     """Top-k rows for validated float32 queries [batch, dim], 1 <= k <= num_docs.
 
     Returns int64 rows [batch, k] and float32 exact scores [batch, k], descending, ties by lower row.
@@ -397,7 +403,10 @@ class MipsIndex(abc.ABC):
 
   # -- saving and loading ---------------------------------------------------------------------------
 
-  def save(self, directory: str, step: Optional[int] = None, extra: Optional[Dict[str, Any]] = None,
+  def save(self,
+           directory: str,
+           step: Optional[int] = None,
+           extra: Optional[Dict[str, Any]] = None,
            overwrite: bool = False) -> Dict[str, Any]:
     """Writes the index to `directory` atomically and returns its manifest.
 
@@ -412,8 +421,7 @@ class MipsIndex(abc.ABC):
       overwrite: replace an existing directory (briefly absent during the swap).
     """
     directory = os.path.abspath(_check_local(directory))
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer))
-                             or step < 0):
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0):
       raise ValueError(f"{directory}: step must be a non-negative integer or None, got {step!r}")
     extra = dict(extra or {})
     try:
@@ -536,8 +544,8 @@ class MipsIndex(abc.ABC):
 
   @classmethod
   @abc.abstractmethod
-  def _load(cls, directory: str, manifest: Dict[str, Any], embeddings: np.ndarray,
-            doc_ids: np.ndarray, **options) -> "MipsIndex":
+  def _load(cls, directory: str, manifest: Dict[str, Any], embeddings: np.ndarray, doc_ids: np.ndarray,
+            **options) -> "MipsIndex":
     """Constructs from a verified directory; embeddings is a read-only memory map of embeddings.npy
     (Int8Embeddings for a compressed index)."""
 
@@ -567,8 +575,8 @@ def _read_manifest(directory: str) -> Dict[str, Any]:
   if manifest.get("doc_ids", "stored") not in ("rows", "stored"):
     raise CorruptIndexError(f"{path}: field 'doc_ids' is {manifest.get('doc_ids')!r}, not 'rows' or "
                             "'stored'; rebuild the index")
-  for key, kind in (("implementation", str), ("num_docs", int), ("dim", int), ("files", dict),
-                    ("parameters", dict)):
+  for key, kind in (("implementation", str), ("num_docs", int), ("dim", int), ("files", dict), ("parameters",
+                                                                                                dict)):
     if not isinstance(manifest.get(key), kind):
       raise CorruptIndexError(f"{path}: field {key!r} is missing or not a {kind.__name__}; rebuild "
                               "the index")
@@ -608,7 +616,7 @@ def verify_index(directory: str) -> Dict[str, Any]:
   files = manifest["files"]
   impl_cls = _IMPLEMENTATIONS[manifest["implementation"]]
   stored = _stored_vectors(manifest["num_docs"], manifest["dim"], manifest["parameters"],
-                          manifest["format_version"])
+                           manifest["format_version"])
   id_files = [DOC_IDS_NAME] if _stores_doc_ids(manifest) else []
   required = [name for name, _, _ in stored] + id_files + impl_cls.required_files
   for rel in required:
@@ -657,8 +665,10 @@ def load_index(directory: str, verify: bool = True, **options) -> MipsIndex:
   return MipsIndex.load(directory, verify=verify, **options)
 
 
-def build_index(embeddings: np.ndarray, doc_ids: Optional[np.ndarray] = None,
-                implementation: str = "scann", **options) -> MipsIndex:
+def build_index(embeddings: np.ndarray,
+                doc_ids: Optional[np.ndarray] = None,
+                implementation: str = "scann",
+                **options) -> MipsIndex:
   """Builds an index of the named implementation ("scann" or "brute_force"); see their build()."""
   if implementation not in _IMPLEMENTATIONS:
     raise ValueError(f"unknown index implementation {implementation!r}; choose one of "
@@ -688,12 +698,18 @@ class BruteForceIndex(MipsIndex):
   implementation = "brute_force"
   required_files: List[str] = []
 
-  def __init__(self, blocks: List[tf.Tensor], doc_ids: np.ndarray, query_batch_size: int,
-               doc_block_size: int, device: str, manifest: Optional[Dict[str, Any]] = None):
+  def __init__(self,
+               blocks: List[tf.Tensor],
+               doc_ids: np.ndarray,
+               query_batch_size: int,
+               doc_block_size: int,
+               device: str,
+               manifest: Optional[Dict[str, Any]] = None):
     num_docs = sum(int(b.shape[0]) for b in blocks)
-    super().__init__(num_docs, int(blocks[0].shape[1]), doc_ids,
-                     {"query_batch_size": query_batch_size, "doc_block_size": doc_block_size},
-                     manifest)
+    super().__init__(num_docs, int(blocks[0].shape[1]), doc_ids, {
+        "query_batch_size": query_batch_size,
+        "doc_block_size": doc_block_size
+    }, manifest)
     self._blocks = blocks
     self._query_batch_size = query_batch_size
     self._device = device
@@ -705,22 +721,39 @@ class BruteForceIndex(MipsIndex):
         raise ValueError(f"BruteForceIndex: {name} must be a positive integer, got {value!r}")
 
   @classmethod
-  def _from_rows(cls, embeddings: np.ndarray, doc_ids: np.ndarray, query_batch_size: int,
-                 doc_block_size: int, device: str, manifest=None) -> "BruteForceIndex":
+  def _from_rows(cls,
+                 embeddings: np.ndarray,
+                 doc_ids: np.ndarray,
+                 query_batch_size: int,
+                 doc_block_size: int,
+                 device: str,
+                 manifest=None) -> "BruteForceIndex":
     cls._checked_options(query_batch_size, doc_block_size)
     with tf.device(device):
-      blocks = [tf.constant(np.asarray(embeddings[start:start + doc_block_size], np.float32))
-                for start in range(0, embeddings.shape[0], doc_block_size)]
+      blocks = [
+          tf.constant(np.asarray(embeddings[start:start + doc_block_size], np.float32))
+          for start in range(0, embeddings.shape[0], doc_block_size)
+      ]
     return cls(blocks, doc_ids, int(query_batch_size), int(doc_block_size), device, manifest)
 
   @classmethod
-  def _build(cls, embeddings: np.ndarray, doc_ids: np.ndarray, query_batch_size: int = 64,
-             doc_block_size: int = 262144, device: str = "/CPU:0") -> "BruteForceIndex":
+  def _build(cls,
+             embeddings: np.ndarray,
+             doc_ids: np.ndarray,
+             query_batch_size: int = 64,
+             doc_block_size: int = 262144,
+             device: str = "/CPU:0") -> "BruteForceIndex":
     return cls._from_rows(embeddings, doc_ids, query_batch_size, doc_block_size, device)
 
   @classmethod
-  def _load(cls, directory, manifest, embeddings, doc_ids, query_batch_size: Optional[int] = None,
-            doc_block_size: Optional[int] = None, device: str = "/CPU:0") -> "BruteForceIndex":
+  def _load(cls,
+            directory,
+            manifest,
+            embeddings,
+            doc_ids,
+            query_batch_size: Optional[int] = None,
+            doc_block_size: Optional[int] = None,
+            device: str = "/CPU:0") -> "BruteForceIndex":
     saved = manifest["parameters"]
     return cls._from_rows(embeddings, doc_ids, query_batch_size or saved.get("query_batch_size", 64),
                           doc_block_size or saved.get("doc_block_size", 262144), device, manifest)
@@ -815,15 +848,14 @@ class ScannOptions:
     for name in ("num_leaves", "num_leaves_to_search", "training_sample_size", "num_candidates",
                  "dimensions_per_block", "tree_min_docs", "training_threads"):
       value = getattr(self, name)
-      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                                or value < (0 if name in ("training_threads", "tree_min_docs") else 1)):
+      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or
+                                value < (0 if name in ("training_threads", "tree_min_docs") else 1)):
         raise ValueError(f"ScannIndex: {name} must be a positive integer, got {value!r}")
     params = dataclasses.asdict(self)
     if params["num_candidates"] is None:
       params["num_candidates"] = _DEFAULT_NUM_CANDIDATES[self.rescoring]
     if num_docs < self.tree_min_docs:
-      params.update(mode="brute_force", num_leaves=None, num_leaves_to_search=None,
-                    training_sample_size=None)
+      params.update(mode="brute_force", num_leaves=None, num_leaves_to_search=None, training_sample_size=None)
       return params
     sample = min(num_docs, self.training_sample_size or 100000)
     leaves = self.num_leaves or max(2, int(min(2 * math.sqrt(num_docs), num_docs / 100, sample / 40)))
@@ -832,7 +864,9 @@ class ScannOptions:
     to_search = self.num_leaves_to_search or min(leaves, max(10, math.ceil(0.1 * leaves)))
     if to_search > leaves:
       raise ValueError(f"ScannIndex: num_leaves_to_search={to_search} exceeds num_leaves={leaves}")
-    params.update(mode="tree_ah", num_leaves=int(leaves), num_leaves_to_search=int(to_search),
+    params.update(mode="tree_ah",
+                  num_leaves=int(leaves),
+                  num_leaves_to_search=int(to_search),
                   training_sample_size=int(sample))
     return params
 
@@ -858,7 +892,11 @@ class ScannIndex(MipsIndex):
   implementation = "scann"
   required_files = [f"{SCANN_DIR}/{_SCANN_ASSETS}"]
 
-  def __init__(self, searcher, embeddings, doc_ids: np.ndarray, parameters: Dict[str, Any],
+  def __init__(self,
+               searcher,
+               embeddings,
+               doc_ids: np.ndarray,
+               parameters: Dict[str, Any],
                manifest: Optional[Dict[str, Any]] = None):
     super().__init__(embeddings.shape[0], embeddings.shape[1], doc_ids, parameters, manifest)
     self._searcher = searcher
@@ -877,17 +915,18 @@ class ScannIndex(MipsIndex):
       builder = builder.tree(num_leaves=params["num_leaves"],
                              num_leaves_to_search=params["num_leaves_to_search"],
                              training_sample_size=params["training_sample_size"])
-      builder = builder.score_ah(params["dimensions_per_block"],
-                                 anisotropic_quantization_threshold=(
-                                     float("nan") if threshold is None else float(threshold)),
-                                 training_sample_size=params["training_sample_size"])
+      builder = builder.score_ah(
+          params["dimensions_per_block"],
+          anisotropic_quantization_threshold=(float("nan") if threshold is None else float(threshold)),
+          training_sample_size=params["training_sample_size"])
       if params["rescoring"] == "int8":
         # ScaNN's int8 reordering, its codes chosen to keep inner products rather than rounded per
         # dimension: at 1M MiniLM-derived points recall@10 0.960 instead of 0.947 (300 candidates).
         shaping = params["int8_anisotropic_threshold"]
-        builder = builder.reorder(params["num_candidates"], quantize=_scann_reorder_type().INT8,
-                                  anisotropic_quantization_threshold=(
-                                      float("nan") if shaping is None else float(shaping)))
+        builder = builder.reorder(
+            params["num_candidates"],
+            quantize=_scann_reorder_type().INT8,
+            anisotropic_quantization_threshold=(float("nan") if shaping is None else float(shaping)))
     else:
       builder = builder.score_brute_force(quantize=params["rescoring"] == "int8")
     if params["training_threads"]:
@@ -897,12 +936,16 @@ class ScannIndex(MipsIndex):
     return cls(searcher, vectors, doc_ids, params)
 
   @classmethod
-  def _load(cls, directory, manifest, embeddings, doc_ids, num_candidates: Optional[int] = None,
+  def _load(cls,
+            directory,
+            manifest,
+            embeddings,
+            doc_ids,
+            num_candidates: Optional[int] = None,
             num_leaves_to_search: Optional[int] = None) -> "ScannIndex":
     scann_dir = os.path.join(directory, SCANN_DIR)
     params = dict(manifest["parameters"])
-    for name, value in (("num_candidates", num_candidates),
-                        ("num_leaves_to_search", num_leaves_to_search)):
+    for name, value in (("num_candidates", num_candidates), ("num_leaves_to_search", num_leaves_to_search)):
       if value is not None:
         params[name] = int(value)
     try:
@@ -937,8 +980,8 @@ class ScannIndex(MipsIndex):
   def _scann_reorders(self) -> bool:
     """Whether the searcher re-scores from its int8 vectors itself (format 1 compressed indexes and
     brute-force mode hand back the candidates and leave the re-scoring to _search_rows)."""
-    return (self._parameters["rescoring"] == "int8" and self._parameters["mode"] == "tree_ah"
-            and "int8_anisotropic_threshold" in self._parameters)
+    return (self._parameters["rescoring"] == "int8" and self._parameters["mode"] == "tree_ah" and
+            "int8_anisotropic_threshold" in self._parameters)
 
   def _write_implementation_files(self, directory: str) -> None:
     scann_dir = os.path.join(directory, SCANN_DIR)
@@ -947,7 +990,10 @@ class ScannIndex(MipsIndex):
     # renamed after writing.
     self._searcher.serialize(scann_dir, relative_path=True)
 
-  def _search_rows(self, queries: np.ndarray, k: int, num_candidates: Optional[int] = None,
+  def _search_rows(self,
+                   queries: np.ndarray,
+                   k: int,
+                   num_candidates: Optional[int] = None,
                    num_leaves_to_search: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     params = self._parameters
     candidates = min(self._num_docs, max(k, num_candidates or params["num_candidates"]))
@@ -961,11 +1007,13 @@ class ScannIndex(MipsIndex):
     if self._scann_reorders():
       # ScaNN re-scores the candidates from its int8 vectors and keeps the best k (re-scored again
       # below with the same vectors, for the row tie-break).
-      rows, distances = self._searcher.search_batched(queries, final_num_neighbors=k,
+      rows, distances = self._searcher.search_batched(queries,
+                                                      final_num_neighbors=k,
                                                       pre_reorder_num_neighbors=candidates,
                                                       leaves_to_search=leaves)
     else:
-      rows, distances = self._searcher.search_batched(queries, final_num_neighbors=candidates,
+      rows, distances = self._searcher.search_batched(queries,
+                                                      final_num_neighbors=candidates,
                                                       leaves_to_search=leaves)
     rows = np.asarray(rows).astype(np.int64)  # [batch, candidates or k]
     valid = ~np.isnan(np.asarray(distances))  # ScaNN pads a short result with NaN distances.
@@ -999,8 +1047,7 @@ def _scann_int8_vectors(searcher) -> Int8Embeddings:
     searcher.serialize(directory, relative_path=True)
     return Int8Embeddings.from_multipliers(
         np.load(os.path.join(directory, os.path.basename(SCANN_INT8_CODES_NAME)), allow_pickle=False),
-        np.load(os.path.join(directory, os.path.basename(SCANN_INT8_MULTIPLIERS_NAME)),
-                allow_pickle=False))
+        np.load(os.path.join(directory, os.path.basename(SCANN_INT8_MULTIPLIERS_NAME)), allow_pickle=False))
   finally:
     shutil.rmtree(directory, ignore_errors=True)
 

@@ -158,8 +158,7 @@ class ScannIndexTest(tf.test.TestCase):
     ids, scores = index.search(queries, 10)
     self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.95)
     # Scores are the exact inner products of the returned documents, sorted.
-    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, embeddings[ids]), rtol=1e-5,
-                        atol=1e-4)
+    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, embeddings[ids]), rtol=1e-5, atol=1e-4)
     self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
     # Fewer candidates and leaves can only lose recall; the knobs reach ScaNN.
     ids_narrow, _ = index.search(queries, 10, num_candidates=10, num_leaves_to_search=1)
@@ -190,7 +189,8 @@ class ScannIndexTest(tf.test.TestCase):
     real_search = index._searcher.search_batched
 
     def short_search(q, final_num_neighbors, leaves_to_search):
-      rows, distances = real_search(q, final_num_neighbors=final_num_neighbors,
+      rows, distances = real_search(q,
+                                    final_num_neighbors=final_num_neighbors,
                                     leaves_to_search=leaves_to_search)
       distances = np.array(distances)
       distances[1, 3:] = np.nan  # query 1 found only 3 documents
@@ -206,12 +206,10 @@ class ScannIndexTest(tf.test.TestCase):
     options = index_lib.ScannOptions()
     self.assertEqual(options.resolve(4999)["mode"], "brute_force")
     for num_docs, leaves, searched, sample in ((20000, 200, 20, 20000), (100000, 632, 64, 100000),
-                                              (1000000, 2000, 200, 100000),
-                                              (13000000, 2500, 250, 100000)):
+                                               (1000000, 2000, 200, 100000), (13000000, 2500, 250, 100000)):
       params = options.resolve(num_docs)
       self.assertEqual((params["mode"], params["num_leaves"], params["num_leaves_to_search"],
-                        params["training_sample_size"]),
-                       ("tree_ah", leaves, searched, sample), num_docs)
+                        params["training_sample_size"]), ("tree_ah", leaves, searched, sample), num_docs)
 
   def test_int8_rescoring_defaults_to_more_candidates(self):
     self.assertEqual(index_lib.ScannOptions().resolve(20000)["num_candidates"], 100)
@@ -220,8 +218,11 @@ class ScannIndexTest(tf.test.TestCase):
         index_lib.ScannOptions(rescoring="int8", num_candidates=40).resolve(20000)["num_candidates"], 40)
 
   def test_options_are_overridable_and_checked(self):
-    index = index_lib.ScannIndex.build(_clustered(6000, 8, 60), num_leaves=30, num_leaves_to_search=3,
-                                       num_candidates=50, anisotropic_quantization_threshold=0.2)
+    index = index_lib.ScannIndex.build(_clustered(6000, 8, 60),
+                                       num_leaves=30,
+                                       num_leaves_to_search=3,
+                                       num_candidates=50,
+                                       anisotropic_quantization_threshold=0.2)
     self.assertEqual(index.parameters["num_leaves"], 30)
     self.assertEqual(index.parameters["num_leaves_to_search"], 3)
     self.assertEqual(index.parameters["num_candidates"], 50)
@@ -242,8 +243,7 @@ class CompressedIndexTest(tf.test.TestCase):
     exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
     for shaping in (0.2, None):
       with self.subTest(int8_anisotropic_threshold=shaping):
-        index = index_lib.ScannIndex.build(embeddings, rescoring="int8",
-                                           int8_anisotropic_threshold=shaping)
+        index = index_lib.ScannIndex.build(embeddings, rescoring="int8", int8_anisotropic_threshold=shaping)
         self.assertEqual(index.parameters["rescoring"], "int8")
         self.assertEqual(index.parameters["num_candidates"], 300)
         ids, scores = index.search(queries, 10)
@@ -255,8 +255,7 @@ class CompressedIndexTest(tf.test.TestCase):
         # ... within a few quantization steps (plain rounding: half of one) of them ...
         self.assertTrue(np.all(error <= (step / 2 + 1e-6 if shaping is None else 4 * step)))
         # ... and the scores are their inner products, sorted.
-        self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, vectors[ids]), rtol=1e-5,
-                            atol=1e-4)
+        self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, vectors[ids]), rtol=1e-5, atol=1e-4)
         self.assertTrue(np.all(np.diff(scores, axis=1) <= 0))
 
   def test_saved_compressed_index_holds_int8_vectors_and_loads_them(self):
@@ -300,8 +299,10 @@ class CompressedIndexTest(tf.test.TestCase):
     for name, array in (("embeddings_int8.npy", codes), ("embedding_scales.npy", scales)):
       path = os.path.join(directory, name)
       np.save(path, array)
-      manifest["files"][name] = {"sha256": index_lib._sha256(path),  # pylint: disable=protected-access
-                                 "bytes": os.path.getsize(path)}
+      manifest["files"][name] = {
+          "sha256": index_lib._sha256(path),  # pylint: disable=protected-access
+          "bytes": os.path.getsize(path)
+      }
     manifest["parameters"]["rescoring"] = "int8"
     del manifest["parameters"]["int8_anisotropic_threshold"]
     manifest.update(format_version=1, dtype="int8")
@@ -310,8 +311,7 @@ class CompressedIndexTest(tf.test.TestCase):
     loaded = index_lib.load_index(directory)
     self.assertAllClose(loaded.embeddings, codes * scales)
     ids, scores = loaded.search(queries, 10)
-    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, (codes * scales)[ids]), rtol=1e-5,
-                        atol=1e-4)
+    self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, (codes * scales)[ids]), rtol=1e-5, atol=1e-4)
     exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
     self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.9)
 
@@ -372,8 +372,8 @@ class SaveLoadTest(tf.test.TestCase):
       self.assertEqual(manifest["format_version"], index_lib.FORMAT_VERSION)
       self.assertEqual(manifest["extra"], {"checkpoint": "ckpt-42"})
       self.assertIn("created", manifest)
-      self.assertEqual(np.load(os.path.join(parent, "42", "embeddings.npy"), allow_pickle=False).dtype,
-                       np.float32)
+      self.assertEqual(
+          np.load(os.path.join(parent, "42", "embeddings.npy"), allow_pickle=False).dtype, np.float32)
       with open(os.path.join(parent, "42", "manifest.json")) as f:
         self.assertEqual(json.load(f), manifest)
 
@@ -398,7 +398,8 @@ class SaveLoadTest(tf.test.TestCase):
   def test_failed_save_leaves_nothing(self):
     index, _ = self._built("scann")
     parent = self.create_tempdir().full_path
-    with mock.patch.object(index_lib.ScannIndex, "_write_implementation_files",
+    with mock.patch.object(index_lib.ScannIndex,
+                           "_write_implementation_files",
                            side_effect=OSError("disk full")):
       with self.assertRaisesRegex(OSError, "disk full"):
         index.save(os.path.join(parent, "1"))
@@ -466,8 +467,10 @@ class SaveLoadTest(tf.test.TestCase):
       manifest = json.load(f)
     del manifest["doc_ids"]
     manifest["format_version"] = 1
-    manifest["files"]["doc_ids.npy"] = {"sha256": index_lib._sha256(ids_path),  # pylint: disable=protected-access
-                                        "bytes": os.path.getsize(ids_path)}
+    manifest["files"]["doc_ids.npy"] = {
+        "sha256": index_lib._sha256(ids_path),  # pylint: disable=protected-access
+        "bytes": os.path.getsize(ids_path)
+    }
     with open(manifest_path, "w") as f:
       json.dump(manifest, f)
     self.assertAllEqual(index_lib.load_index(directory).doc_ids, old_ids)

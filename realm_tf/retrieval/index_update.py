@@ -95,7 +95,8 @@ def _shown(ids: Sequence[str], limit: int = 5) -> str:
   return listed + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
-def read_change_set(documents_path: Optional[str] = None, remove_ids: Sequence[str] = (),
+def read_change_set(documents_path: Optional[str] = None,
+                    remove_ids: Sequence[str] = (),
                     remove_ids_path: Optional[str] = None,
                     vocab_sha256: Optional[str] = None) -> ChangeSet:
   """Reads and checks a change set on its own (against the index: plan_rows).
@@ -118,8 +119,10 @@ def read_change_set(documents_path: Optional[str] = None, remove_ids: Sequence[s
             f"--documents={documents_path} was tokenized with another vocab (sha256 {recorded[:16]}...) "
             f"than the index's corpus ({vocab_sha256[:16]}...); pass its JSONL/TSV source, or regenerate "
             "it with bin/generate_retrieval_corpus --vocab_path=<the index corpus's vocab>")
-      documents = [corpus_lib.Document(r["title"], r["body"], r["doc_id"])
-                   for r in corpus_lib.read_corpus(documents_path)]
+      documents = [
+          corpus_lib.Document(r["title"], r["body"], r["doc_id"])
+          for r in corpus_lib.read_corpus(documents_path)
+      ]
     else:
       documents = list(corpus_lib.read_documents(documents_path))
       if documents_path.lower().endswith((".jsonl", ".json")):
@@ -141,9 +144,11 @@ def read_change_set(documents_path: Optional[str] = None, remove_ids: Sequence[s
                         "one per line")
     with tf.io.gfile.GFile(remove_ids_path) as f:
       ids += [line.strip() for line in f if line.strip()]
-  remove_source = " and ".join(filter(None, ["--remove_ids" if remove_ids else "",
-                                             f"--remove_ids_path={remove_ids_path}"
-                                             if remove_ids_path else ""]))
+  remove_source = " and ".join(
+      filter(None, [
+          "--remove_ids" if remove_ids else "",
+          f"--remove_ids_path={remove_ids_path}" if remove_ids_path else ""
+      ]))
   repeated = _duplicates(ids)
   if repeated:
     raise UpdateError(f"{remove_source} names the ids {_shown(repeated)} more than once; name each "
@@ -220,9 +225,16 @@ def next_version_prefix(base_prefix: str) -> str:
   return os.path.join(directory, f"{root}-v{max(versions) + 1}")
 
 
-def apply_change(base: Sequence[dict], base_embeddings: np.ndarray, change: ChangeSet, on_existing: str,
-                 tokenizer, featurizer, embed_fn_factory: Callable[[], Callable], source: str,
-                 batch_size: int = 128, log: Callable[[str], None] = print):
+def apply_change(base: Sequence[dict],
+                 base_embeddings: np.ndarray,
+                 change: ChangeSet,
+                 on_existing: str,
+                 tokenizer,
+                 featurizer,
+                 embed_fn_factory: Callable[[], Callable],
+                 source: str,
+                 batch_size: int = 128,
+                 log: Callable[[str], None] = print):
   """Checks the change against the index's documents and embeds the changed ones; returns (the rows of
   the updated index as corpus records, their embeddings float32 [rows, D], a summary). Writes nothing.
 
@@ -247,24 +259,26 @@ def apply_change(base: Sequence[dict], base_embeddings: np.ndarray, change: Chan
     kept = [i for origin, i in plan.rows if origin == "base"]
     probes = [kept[j * len(kept) // NUM_PROBES] for j in range(min(NUM_PROBES, len(kept)))]
     probes = sorted(set(probes))
-    probe_docs = [corpus_lib.Document(base[r]["title"], base[r]["body"], base[r]["doc_id"])
-                  for r in probes]
+    probe_docs = [corpus_lib.Document(base[r]["title"], base[r]["body"], base[r]["doc_id"]) for r in probes]
     scratch = tempfile.mkdtemp(prefix="update_index-")
     try:
       prefix = os.path.join(scratch, "changes")
       corpus_lib.write_corpus(lambda: documents + probe_docs, tokenizer, prefix, num_shards=1)
       # XLA compiles one program per length bucket (seconds each for a MiniLM tower, and most of a
       # small update's time); below a few batches per bucket the compiled programs do not pay back.
-      embeddings = corpus_embedding.embed_corpus(
-          embed_fn_factory(), prefix, featurizer, batch_size=batch_size, log=log,
-          jit_compile=len(documents) + len(probes) >= JIT_COMPILE_MIN_DOCUMENTS)
+      embeddings = corpus_embedding.embed_corpus(embed_fn_factory(),
+                                                 prefix,
+                                                 featurizer,
+                                                 batch_size=batch_size,
+                                                 log=log,
+                                                 jit_compile=len(documents) + len(probes)
+                                                 >= JIT_COMPILE_MIN_DOCUMENTS)
       tokenized = list(corpus_lib.read_corpus(prefix))
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
     for probe, row, embedding in zip(tokenized[len(documents):], probes, embeddings[len(documents):]):
-      if "body_token_ids" in base[row] and (
-          probe["title_token_ids"] != base[row]["title_token_ids"]
-          or probe["body_token_ids"] != base[row]["body_token_ids"]):
+      if "body_token_ids" in base[row] and (probe["title_token_ids"] != base[row]["title_token_ids"] or
+                                            probe["body_token_ids"] != base[row]["body_token_ids"]):
         raise UpdateError(f"the tokenizer does not reproduce the token ids of {source}'s document "
                           f"{base[row]['doc_id']!r}: the run's vocab is not the corpus's; nothing was "
                           "written")
@@ -279,11 +293,19 @@ def apply_change(base: Sequence[dict], base_embeddings: np.ndarray, change: Chan
     new_embeddings = embeddings[:len(documents)]
     position = {i: j for j, i in enumerate(sorted(changed))}
   records = [base[i] if origin == "base" else new_rows[position[i]] for origin, i in plan.rows]
-  embeddings = np.stack([base_embeddings[i] if origin == "base" else new_embeddings[position[i]]
-                         for origin, i in plan.rows]).astype(np.float32)
-  summary = {"added": len(plan.added), "replaced": len(plan.replaced), "removed": len(plan.removed),
-             "embedded": len(new_rows), "base_documents": len(base), "documents": len(records),
-             "documents_source": change.documents_source, "remove_source": change.remove_source}
+  embeddings = np.stack([
+      base_embeddings[i] if origin == "base" else new_embeddings[position[i]] for origin, i in plan.rows
+  ]).astype(np.float32)
+  summary = {
+      "added": len(plan.added),
+      "replaced": len(plan.replaced),
+      "removed": len(plan.removed),
+      "embedded": len(new_rows),
+      "base_documents": len(base),
+      "documents": len(records),
+      "documents_source": change.documents_source,
+      "remove_source": change.remove_source
+  }
   return records, embeddings, summary
 
 
@@ -298,7 +320,8 @@ def _check_change_vocab(change: ChangeSet, vocab_sha256: str, what: str) -> None
                         "JSONL/TSV source instead")
 
 
-def rebuild_like(mips: index_lib.MipsIndex, embeddings: np.ndarray,
+def rebuild_like(mips: index_lib.MipsIndex,
+                 embeddings: np.ndarray,
                  implementation: Optional[str] = None) -> index_lib.MipsIndex:
   """An index of embeddings of the same kind as mips (a compressed ScaNN index stays compressed), so an
   update does not change how the index searches."""
@@ -309,9 +332,15 @@ def rebuild_like(mips: index_lib.MipsIndex, embeddings: np.ndarray,
   return index_lib.build_index(embeddings, implementation=implementation, **options)
 
 
-def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeSet, on_existing: str,
-                  tokenizer, featurizer, embed_fn_factory: Callable[[], Callable],
-                  output_prefix: Optional[str] = None, batch_size: int = 128,
+def update_corpus(base_prefix: str,
+                  base_embeddings: np.ndarray,
+                  change: ChangeSet,
+                  on_existing: str,
+                  tokenizer,
+                  featurizer,
+                  embed_fn_factory: Callable[[], Callable],
+                  output_prefix: Optional[str] = None,
+                  batch_size: int = 128,
                   log: Callable[[str], None] = print) -> UpdateResult:
   """Checks the change, embeds the changed documents (apply_change), writes the derived corpus; returns
   it with the embeddings of its rows (publishing them is the caller's part).
@@ -326,12 +355,13 @@ def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeS
   if tf.io.gfile.exists(output_prefix + corpus_lib.MANIFEST_SUFFIX):
     raise UpdateError(f"{output_prefix} already holds a corpus; pass another --output_corpus_prefix "
                       "(a published index may point at that one)")
-  records, embeddings, summary = apply_change(
-      list(corpus_lib.read_corpus(base_prefix)), base_embeddings, change, on_existing, tokenizer,
-      featurizer, embed_fn_factory, base_prefix, batch_size, log)
+  records, embeddings, summary = apply_change(list(corpus_lib.read_corpus(base_prefix)), base_embeddings,
+                                              change, on_existing, tokenizer, featurizer, embed_fn_factory,
+                                              base_prefix, batch_size, log)
   num_shards = len(corpus_lib.read_manifest(base_prefix)["shards"])
-  corpus_lib.write_derived_corpus(base_prefix, lambda: records, len(records), output_prefix,
-                                  num_shards, {k: v for k, v in summary.items() if k != "embedded"})
+  corpus_lib.write_derived_corpus(base_prefix, lambda: records, len(records), output_prefix, num_shards, {
+      k: v for k, v in summary.items() if k != "embedded"
+  })
   log(f"wrote the updated corpus {output_prefix}: {len(records)} documents ({summary['added']} added, "
       f"{summary['replaced']} replaced, {summary['removed']} removed; {summary['embedded']} embedded)")
   return UpdateResult(output_prefix, embeddings, summary)
@@ -341,9 +371,13 @@ def update_corpus(base_prefix: str, base_embeddings: np.ndarray, change: ChangeS
 # A REALM run's published index (MODEL_DIR/index/<step>/).
 
 
-def update_published_index(index_path: str, change: ChangeSet, on_existing: str = "error",
-                           checkpoint: Optional[str] = None, output_corpus_prefix: Optional[str] = None,
-                           keep: int = 3, batch_size: int = 128,
+def update_published_index(index_path: str,
+                           change: ChangeSet,
+                           on_existing: str = "error",
+                           checkpoint: Optional[str] = None,
+                           output_corpus_prefix: Optional[str] = None,
+                           keep: int = 3,
+                           batch_size: int = 128,
                            log: Callable[[str], None] = print) -> str:
   """Publishes MODEL_DIR/index/<newest + 1>/: the newest published index with the change applied.
 
@@ -380,7 +414,9 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
     raise UpdateError(f"{base_prefix} changed after {index_path} embedded it (fingerprint "
                       f"{recorded[:16]} recorded); its rows no longer match. Wait for the next refresh")
   config = realm_config_lib.RealmConfig.load(os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
-  vocab = corpus_lib.check_vocab(config.vocab_path, base_prefix, config.vocab_sha256,
+  vocab = corpus_lib.check_vocab(config.vocab_path,
+                                 base_prefix,
+                                 config.vocab_sha256,
                                  os.path.join(model_dir, realm_config_lib.CONFIG_NAME),
                                  source="realm_config.json's vocab_path")
   _check_change_vocab(change, vocab, f"the index's corpus {base_prefix}")
@@ -400,25 +436,33 @@ def update_published_index(index_path: str, change: ChangeSet, on_existing: str 
                         "that checkpoint (or wait for the next refresh)") from e
     return lambda inputs: retriever.embed_documents(inputs, training=False)
 
-  result = update_corpus(base_prefix, np.asarray(mips.embeddings), change, on_existing,
-                         config.tokenizer(), config.featurizer(), embed_fn_factory,
-                         output_corpus_prefix, batch_size, log)
+  result = update_corpus(base_prefix, np.asarray(mips.embeddings), change, on_existing, config.tokenizer(),
+                         config.featurizer(), embed_fn_factory, output_corpus_prefix, batch_size, log)
   implementation = record.get("implementation") or mips.implementation
   new_mips = rebuild_like(mips, result.embeddings, implementation)
   update_id = uuid.uuid4().hex
-  info = {k: v for k, v in record.items()
-          if k not in ("step", "num_docs", "dim", "published_unix_time", "update", "embed_seconds",
-                       "build_seconds", "bootstrap")}
+  info = {
+      k: v for k, v in record.items() if k not in ("step", "num_docs", "dim", "published_unix_time", "update",
+                                                   "embed_seconds", "build_seconds", "bootstrap")
+  }
   info.update(corpus_prefix=result.corpus_prefix,
               corpus_fingerprint=corpus_lib.fingerprint(result.corpus_prefix),
-              implementation=implementation, checkpoint=tower_checkpoint,
+              implementation=implementation,
+              checkpoint=tower_checkpoint,
               checkpoint_step=record.get("checkpoint_step", record["step"]),
-              update=dict(result.summary, id=update_id, base_index=index_path, base_step=record["step"],
+              update=dict(result.summary,
+                          id=update_id,
+                          base_index=index_path,
+                          base_step=record["step"],
                           base_corpus=base_prefix))
   step = steps[-1] + 1
-  path = published_index.publish_index(model_dir, step, new_mips,
+  path = published_index.publish_index(model_dir,
+                                       step,
+                                       new_mips,
                                        os.path.join(index_path, published_index.QUERY_EMBEDDER_DIR),
-                                       info=info, keep=keep, log=log)
+                                       info=info,
+                                       keep=keep,
+                                       log=log)
   if published_index.verify_published(path).get("update", {}).get("id") != update_id:
     raise UpdateError(f"a refresher published the index of step {step} at {path} while this update ran; "
                       f"the update was not published (its corpus {result.corpus_prefix} is unused): run "
@@ -475,8 +519,11 @@ def _converted_blocks(index_dir: str, num_rows: int) -> List[dict]:
     if record.get("row") != i or not isinstance(record.get("text"), str):
       raise UpdateError(f"{path}:{i + 1}: expected {{\"row\": {i}, \"text\": ...}} (line i is row i); "
                         "the file is not bin/convert_checkpoint's, or was edited")
-    documents.append({"title": record.get("title") or "", "body": record["text"],
-                      "doc_id": str(record.get("id", i))})
+    documents.append({
+        "title": record.get("title") or "",
+        "body": record["text"],
+        "doc_id": str(record.get("id", i))
+    })
   return documents
 
 
@@ -491,9 +538,13 @@ def _tower_config_dir(checkpoint: str) -> str:
   return directory
 
 
-def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Optional[str] = None,
-                           on_existing: str = "error", output_dir: Optional[str] = None,
-                           batch_size: int = 128, log: Callable[[str], None] = print) -> str:
+def update_converted_index(index_dir: str,
+                           change: ChangeSet,
+                           checkpoint: Optional[str] = None,
+                           on_existing: str = "error",
+                           output_dir: Optional[str] = None,
+                           batch_size: int = 128,
+                           log: Callable[[str], None] = print) -> str:
   """Writes `<index_dir>-v<k>/` (or output_dir): the converted index with the change applied, in the
   same layout (mips/, blocks.jsonl, conversion.json), so every reader of a converted index reads it.
 
@@ -542,30 +593,41 @@ def update_converted_index(index_dir: str, change: ChangeSet, checkpoint: Option
     config_dir = _tower_config_dir(checkpoint)
     config = realm_config_lib.RealmConfig.load(config_dir)
     config_path = os.path.join(config_dir, realm_config_lib.CONFIG_NAME)
-    vocab = corpus_lib.check_vocab(config.vocab_path, None, config.vocab_sha256, config_path,
+    vocab = corpus_lib.check_vocab(config.vocab_path,
+                                   None,
+                                   config.vocab_sha256,
+                                   config_path,
                                    source=f"{config_path}'s vocab_path")
     _check_change_vocab(change, vocab, f"the tower of --checkpoint={checkpoint} ({config.vocab_path})")
     config_holder.append(config)
     tokenizer, featurizer = config.tokenizer(), config.featurizer()
-  records, embeddings, summary = apply_change(
-      base, np.asarray(mips.embeddings), change, on_existing, tokenizer, featurizer, embed_fn_factory,
-      os.path.join(index_dir, converted_index.BLOCKS_NAME), batch_size, log)
+  records, embeddings, summary = apply_change(base, np.asarray(mips.embeddings), change, on_existing,
+                                              tokenizer, featurizer, embed_fn_factory,
+                                              os.path.join(index_dir,
+                                                           converted_index.BLOCKS_NAME), batch_size, log)
   new_mips = rebuild_like(mips, embeddings)
-  update = dict(summary, base_index_dir=index_dir,
+  update = dict(summary,
+                base_index_dir=index_dir,
                 checkpoint=checkpoint and sources.resolve_checkpoint(checkpoint))
   tmp = io_utils.temporary_path(output_dir)
   try:
     tf.io.gfile.makedirs(tmp)
     new_mips.save(os.path.join(tmp, converted_index.MIPS_DIR),
                   extra=dict(mips.manifest.get("extra", {}), update=update))
-    io_utils.write_jsonl_atomic(os.path.join(tmp, converted_index.BLOCKS_NAME), (
-        {"row": row, "id": r["doc_id"], "text": r["body"], "title": r["title"]}
-        for row, r in enumerate(records)))
-    outputs = {"index": os.path.join(output_dir, converted_index.MIPS_DIR),
-               "blocks": os.path.join(output_dir, converted_index.BLOCKS_NAME)}
+    io_utils.write_jsonl_atomic(os.path.join(tmp, converted_index.BLOCKS_NAME), ({
+        "row": row,
+        "id": r["doc_id"],
+        "text": r["body"],
+        "title": r["title"]
+    } for row, r in enumerate(records)))
+    outputs = {
+        "index": os.path.join(output_dir, converted_index.MIPS_DIR),
+        "blocks": os.path.join(output_dir, converted_index.BLOCKS_NAME)
+    }
     # Last: conversion.json marks the directory a converted index.
-    io_utils.write_json_atomic(os.path.join(tmp, converted_index.CONVERSION_NAME), dict(
-        conversion, num_blocks=new_mips.num_docs, dim=new_mips.dim, outputs=outputs, update=update))
+    io_utils.write_json_atomic(
+        os.path.join(tmp, converted_index.CONVERSION_NAME),
+        dict(conversion, num_blocks=new_mips.num_docs, dim=new_mips.dim, outputs=outputs, update=update))
     for directory, _, files in os.walk(tmp):
       for name in files:
         io_utils.fsync_path(os.path.join(directory, name))

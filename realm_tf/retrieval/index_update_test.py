@@ -30,15 +30,24 @@ _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")
 _NUM_DOCS = 30
 _STEP = 5
-_NEW_DOC = {"id": "new-1", "title": "Quorvath Zelindra",
-            "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+_NEW_DOC = {
+    "id": "new-1",
+    "title": "Quorvath Zelindra",
+    "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."
+}
 
 
 def _config() -> realm_config_lib.RealmConfig:
   small = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-  return realm_config_lib.RealmConfig(
-      retriever_bert=small, reader_bert=small, vocab_path=_VOCAB, projection_size=16, query_seq_len=32,
-      candidate_seq_len=64, max_masks=4, num_candidates=4, embedder_pooling="mean")
+  return realm_config_lib.RealmConfig(retriever_bert=small,
+                                      reader_bert=small,
+                                      vocab_path=_VOCAB,
+                                      projection_size=16,
+                                      query_seq_len=32,
+                                      candidate_seq_len=64,
+                                      max_masks=4,
+                                      num_candidates=4,
+                                      embedder_pooling="mean")
 
 
 def _write_jsonl(path, records):
@@ -73,17 +82,21 @@ class IndexUpdateTest(tf.test.TestCase):
     tf_keras.utils.set_random_seed(0)
     cls.retriever = cls.config.build_retriever()
     root_checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=cls.retriever))
-    cls.checkpoint = tf.train.CheckpointManager(root_checkpoint, cls.model_dir, max_to_keep=3).save(
-        checkpoint_number=_STEP)
+    cls.checkpoint = tf.train.CheckpointManager(root_checkpoint, cls.model_dir,
+                                                max_to_keep=3).save(checkpoint_number=_STEP)
     options = cls._refresher_options(cls.corpus)
     # The tests' refreshes embed their corpus eagerly (_embed_eagerly): here only the rows matter, and
     # the refresher's embedding pipeline is refresher_test's (the updates embed through it; their probes
     # must reproduce these rows, and test_add_replace_remove_publishes_a_new_version_of_the_updated_corpus
     # compares an update with a refresher's run).
     cls.embedder = cls._embed_eagerly
-    cls.base_index = refresher.build_and_publish(
-        cls.config, cls.retriever, _STEP, options, info={"checkpoint": cls.checkpoint},
-        log=lambda message: None, embedder=cls.embedder)
+    cls.base_index = refresher.build_and_publish(cls.config,
+                                                 cls.retriever,
+                                                 _STEP,
+                                                 options,
+                                                 info={"checkpoint": cls.checkpoint},
+                                                 log=lambda message: None,
+                                                 embedder=cls.embedder)
     shutil.copytree(cls.dir, cls._pristine)
 
   @classmethod
@@ -100,9 +113,13 @@ class IndexUpdateTest(tf.test.TestCase):
   def _refresher_options(cls, corpus_prefix, **overrides):
     # One length bucket: a refresher traces its embedding once (the shapes are corpus_embedding_test's
     # part).
-    return refresher.RefresherOptions(model_dir=cls.model_dir, corpus_prefix=corpus_prefix,
-                                      index_implementation="brute_force", batch_size=8,
-                                      embed_jit_compile=False, embed_length_buckets=1, **overrides)
+    return refresher.RefresherOptions(model_dir=cls.model_dir,
+                                      corpus_prefix=corpus_prefix,
+                                      index_implementation="brute_force",
+                                      batch_size=8,
+                                      embed_jit_compile=False,
+                                      embed_length_buckets=1,
+                                      **overrides)
 
   def setUp(self):
     super().setUp()
@@ -112,8 +129,11 @@ class IndexUpdateTest(tf.test.TestCase):
     self.messages = []
 
   def _update(self, change, **kwargs):
-    return index_update.update_published_index(self.base_index, change, log=self.messages.append,
-                                               batch_size=8, **kwargs)
+    return index_update.update_published_index(self.base_index,
+                                               change,
+                                               log=self.messages.append,
+                                               batch_size=8,
+                                               **kwargs)
 
   def _query(self, loaded, texts):
     """The index's rows by score for each text, [len(texts), num_docs] (one batch of questions)."""
@@ -134,8 +154,12 @@ class IndexUpdateTest(tf.test.TestCase):
     replaced, removed = self.documents[3], self.documents[7]
     new_text = "Vorlanne Tesk wrote the song of the glass harbour."
     change = index_update.read_change_set(
-        _write_jsonl(os.path.join(self.dir, "change.jsonl"), [
-            _NEW_DOC, {"id": replaced.doc_id, "title": replaced.title, "body": new_text}]),
+        _write_jsonl(os.path.join(self.dir, "change.jsonl"),
+                     [_NEW_DOC, {
+                         "id": replaced.doc_id,
+                         "title": replaced.title,
+                         "body": new_text
+                     }]),
         remove_ids=[removed.doc_id])
     path = self._update(change, on_existing="replace")
     self.assertEqual(path, os.path.join(published_index.index_root(self.model_dir), str(_STEP + 1)))
@@ -144,8 +168,12 @@ class IndexUpdateTest(tf.test.TestCase):
     self.assertEqual(record["corpus_prefix"], updated)
     self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(updated))
     self.assertEqual(record["checkpoint_step"], _STEP)
-    self.assertEqual({k: record["update"][k] for k in ("added", "replaced", "removed", "embedded")},
-                     {"added": 1, "replaced": 1, "removed": 1, "embedded": 2})
+    self.assertEqual({k: record["update"][k] for k in ("added", "replaced", "removed", "embedded")}, {
+        "added": 1,
+        "replaced": 1,
+        "removed": 1,
+        "embedded": 2
+    })
 
     rows = list(corpus_lib.read_corpus(updated))
     ids = [r["doc_id"] for r in rows]
@@ -162,15 +190,15 @@ class IndexUpdateTest(tf.test.TestCase):
     # The newest index is the update; watchers of the updated corpus take it, and so does a running
     # trainer's watcher of the base corpus (the trainer swaps in the derived corpus with it:
     # realm_input_test), and a restarted process follows it.
-    self.assertEqual(published_index.IndexWatcher(self.model_dir, corpus_prefix=updated).newest_step(),
-                     _STEP + 1)
+    self.assertEqual(
+        published_index.IndexWatcher(self.model_dir, corpus_prefix=updated).newest_step(), _STEP + 1)
     old = published_index.IndexWatcher(self.model_dir, self.fail, corpus_prefix=self.corpus)
     self.assertEqual(old.newest_step(), _STEP + 1)
     self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None), updated)
 
     # The added document is retrieved by a question about it; the removed one never is.
-    questions = ["Where was Quorvath Zelindra born? Yxmoor beside the river Plessa"] + [
-        doc.body for doc in self.documents[:10] + [removed]]
+    questions = ["Where was Quorvath Zelindra born? Yxmoor beside the river Plessa"
+                ] + [doc.body for doc in self.documents[:10] + [removed]]
     found = self._query(loaded, questions)
     self.assertEqual(ids[found[0][0]], "new-1")
     for rows in found[1:]:
@@ -192,7 +220,8 @@ class IndexUpdateTest(tf.test.TestCase):
     self.assertTrue(any("using that corpus" in m for m in messages), messages)
     self.assertAllClose(np.asarray(loaded.mips.embeddings),
                         np.asarray(published_index.load_published(refreshed).mips.embeddings),
-                        atol=1e-4, rtol=1e-4)
+                        atol=1e-4,
+                        rtol=1e-4)
 
   def test_a_second_update_derives_from_the_first_and_is_followed(self):
     first = self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
@@ -213,8 +242,11 @@ class IndexUpdateTest(tf.test.TestCase):
     messages = []
 
     def refresh(step, corpus_prefix):
-      refresher.build_and_publish(self.config, self.retriever, step,
-                                  self._refresher_options(corpus_prefix, keep=1), log=messages.append,
+      refresher.build_and_publish(self.config,
+                                  self.retriever,
+                                  step,
+                                  self._refresher_options(corpus_prefix, keep=1),
+                                  log=messages.append,
                                   embedder=self.embedder)
 
     refresh(10, self.corpus)
@@ -243,16 +275,23 @@ class IndexUpdateTest(tf.test.TestCase):
 
   def test_existing_id_is_an_error_unless_replace(self):
     existing = self.documents[2]
-    change = index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "existing.jsonl"), [
-        {"id": existing.doc_id, "title": "t", "body": "another text"}]))
+    change = index_update.read_change_set(
+        _write_jsonl(os.path.join(self.dir, "existing.jsonl"), [{
+            "id": existing.doc_id,
+            "title": "t",
+            "body": "another text"
+        }]))
     with self.assertRaisesRegex(index_update.UpdateError, "--on_existing=replace"):
       self._update(change)
     self._assert_untouched()
 
   def test_document_without_id_and_malformed_line(self):
     with self.assertRaisesRegex(text_records.InputError, r"no_id.jsonl:1: .* needs an \"id\""):
-      index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "no_id.jsonl"),
-                                                [{"title": "t", "body": "b"}]))
+      index_update.read_change_set(
+          _write_jsonl(os.path.join(self.dir, "no_id.jsonl"), [{
+              "title": "t",
+              "body": "b"
+          }]))
     bad = os.path.join(self.dir, "bad.jsonl")
     with open(bad, "w") as f:
       f.write(json.dumps(_NEW_DOC) + "\n{not json\n")
@@ -263,7 +302,9 @@ class IndexUpdateTest(tf.test.TestCase):
     vocab = testing_utils.write_vocab(self.dir, name="other_vocab.txt")
     other = os.path.join(self.dir, "other", "blocks")
     corpus_lib.write_corpus(lambda: [corpus_lib.Document(_NEW_DOC["title"], _NEW_DOC["body"], "new-1")],
-                            tokenization.Tokenizer(vocab), other, num_shards=1)
+                            tokenization.Tokenizer(vocab),
+                            other,
+                            num_shards=1)
     with self.assertRaisesRegex(index_update.UpdateError, "tokenized with another vocab"):
       index_update.read_change_set(other, vocab_sha256=corpus_lib.vocab_sha256(_VOCAB))
     # Read without the vocab given, the index's update still refuses it.
@@ -279,8 +320,7 @@ class IndexUpdateTest(tf.test.TestCase):
       variable.assign_add(tf.random.normal(variable.shape, stddev=0.5, seed=1))
     other = tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=moved)).write(
         os.path.join(self.dir, "other", "ckpt"))
-    change = index_update.read_change_set(
-        _write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))
+    change = index_update.read_change_set(_write_jsonl(os.path.join(self.dir, "add.jsonl"), [_NEW_DOC]))
     with self.assertRaisesRegex(index_update.UpdateError, "not the tower the index was built with"):
       self._update(change, checkpoint=other)
     self._assert_untouched()
@@ -304,12 +344,11 @@ class IndexUpdateTest(tf.test.TestCase):
       with self.assertRaises(published_index.IndexWriteError):
         self._update(change)
     self.assertEqual(published_index.published_steps(self.model_dir), [_STEP])
-    self.assertEqual([n for n in os.listdir(published_index.index_root(self.model_dir))
-                      if n.startswith(".tmp-")], [])
+    self.assertEqual(
+        [n for n in os.listdir(published_index.index_root(self.model_dir)) if n.startswith(".tmp-")], [])
     watcher = published_index.IndexWatcher(self.model_dir, corpus_prefix=self.corpus)
     self.assertEqual(watcher.load_newer(None).step, _STEP)
-    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None),
-                     self.corpus)
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, lambda m: None), self.corpus)
     # The next attempt does not reuse the orphaned corpus version; it takes the next one.
     path = self._update(change)
     self.assertEqual(published_index.verify_published(path)["corpus_prefix"], self.corpus + "-v2")

@@ -56,8 +56,12 @@ def index_root(model_dir: str) -> str:
   return os.path.join(model_dir, INDEX_DIR)
 
 
-def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, query_embedder,
-                  info: Optional[Dict] = None, keep: int = 3,
+def publish_index(model_dir: str,
+                  step: int,
+                  mips_index: index_lib.MipsIndex,
+                  query_embedder,
+                  info: Optional[Dict] = None,
+                  keep: int = 3,
                   log: Callable[[str], None] = print) -> str:
   """Writes a complete index for `step` and makes it visible atomically; returns its final path.
 
@@ -83,8 +87,11 @@ def publish_index(model_dir: str, step: int, mips_index: index_lib.MipsIndex, qu
     else:
       tower = query_embedder_lib.QueryEmbedderModule(query_embedder, query_embedder_lib.BERT_INPUTS)
       tf.saved_model.save(tower, os.path.join(tmp, QUERY_EMBEDDER_DIR))
-    record = dict(info or {}, step=int(step), num_docs=int(mips_index.num_docs),
-                  dim=int(mips_index.dim), published_unix_time=time.time())
+    record = dict(info or {},
+                  step=int(step),
+                  num_docs=int(mips_index.num_docs),
+                  dim=int(mips_index.dim),
+                  published_unix_time=time.time())
     io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
     for directory, _, files in os.walk(tmp):
       for name in files:
@@ -132,8 +139,8 @@ def published_steps(model_dir: str) -> List[int]:
   root = index_root(model_dir)
   if not tf.io.gfile.isdir(root):
     return []
-  return sorted(int(name.rstrip("/")) for name in tf.io.gfile.listdir(root)
-                if _STEP_DIR.match(name.rstrip("/")))
+  return sorted(
+      int(name.rstrip("/")) for name in tf.io.gfile.listdir(root) if _STEP_DIR.match(name.rstrip("/")))
 
 
 def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
@@ -200,9 +207,9 @@ def derived_corpus(record: Dict, corpus_prefix: str) -> Optional[str]:
   if not found or os.path.abspath(found) == os.path.abspath(corpus_prefix):
     return None
   try:
-    if (tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
-        and corpus_lib.fingerprint(found) == record.get("corpus_fingerprint")
-        and corpus_lib.descends_from(found, corpus_prefix)):
+    if (tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX) and
+        corpus_lib.fingerprint(found) == record.get("corpus_fingerprint") and
+        corpus_lib.descends_from(found, corpus_prefix)):
       return found
   except (OSError, ValueError, KeyError, tf.errors.OpError):
     pass
@@ -271,8 +278,7 @@ class IndexWatcher:
   that began before the update, is skipped).
   """
 
-  def __init__(self, model_dir: str, log: Callable[[str], None] = print,
-               corpus_prefix: Optional[str] = None):
+  def __init__(self, model_dir: str, log: Callable[[str], None] = print, corpus_prefix: Optional[str] = None):
     self.model_dir = model_dir
     self._log = log
     self._bad = set()
@@ -313,8 +319,11 @@ class IndexWatcher:
       if derived_corpus(record, self._corpus_prefix):
         return None
       older = record.get("corpus_prefix")
-      if older and derived_corpus({"corpus_prefix": self._corpus_prefix,
-                                   "corpus_fingerprint": expected_fingerprint}, older):
+      if older and derived_corpus(
+          {
+              "corpus_prefix": self._corpus_prefix,
+              "corpus_fingerprint": expected_fingerprint
+          }, older):
         return (f"index {path}: it embeds {older}, of which this trainer's corpus {self._corpus_prefix} "
                 "is an updated version (bin/update_index): a refresh that began before the update "
                 "published it. Training goes on with the newest index of the updated corpus; the next "
@@ -353,8 +362,7 @@ class IndexWatcher:
       return step
     return None
 
-  def load_newer(self, current_step: Optional[int],
-                 at_most: Optional[int] = None) -> Optional[LoadedIndex]:
+  def load_newer(self, current_step: Optional[int], at_most: Optional[int] = None) -> Optional[LoadedIndex]:
     """Loads the newest index (of step at_most or older, when given) if it is newer than current_step,
     else returns None."""
     step = self.newest_step(at_most)
@@ -368,8 +376,11 @@ class IndexWatcher:
         self.skip(step, f"index {path}: {e}")
       return None
 
-  def wait_for_newer(self, current_step: Optional[int], poll_seconds: float = 2.0,
-                     timeout_seconds: Optional[float] = None, reason: str = "",
+  def wait_for_newer(self,
+                     current_step: Optional[int],
+                     poll_seconds: float = 2.0,
+                     timeout_seconds: Optional[float] = None,
+                     reason: str = "",
                      refresher_grace_seconds: Optional[float] = REFRESHER_GRACE_SECONDS,
                      stop: Optional[threading.Event] = None) -> Optional[LoadedIndex]:
     """Blocks (sleeping between looks) until an index newer than current_step is published.

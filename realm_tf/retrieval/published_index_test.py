@@ -64,9 +64,13 @@ def _embeddings(step: int) -> np.ndarray:
 
 def _publish(model_dir, step, keep=3, log=lambda message: None, query_tower=None):
   mips = index_lib.build_index(_embeddings(step), implementation="brute_force")
-  return published_index.publish_index(
-      model_dir, step, mips, query_tower or _ScaledQueryTower(step + 1), info={"source": "test"},
-      keep=keep, log=log)
+  return published_index.publish_index(model_dir,
+                                       step,
+                                       mips,
+                                       query_tower or _ScaledQueryTower(step + 1),
+                                       info={"source": "test"},
+                                       keep=keep,
+                                       log=log)
 
 
 def _flip_last_byte(path: str) -> None:
@@ -85,8 +89,12 @@ class PublishIndexTest(tf.test.TestCase):
     config = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
     retriever = embedder_lib.build_retriever(config, _D)
     mips = index_lib.build_index(_embeddings(7), implementation="brute_force")
-    path = published_index.publish_index(model_dir, 7, mips, retriever.query_embedder,
-                                         info={"checkpoint": "ckpt-7"}, log=lambda message: None)
+    path = published_index.publish_index(model_dir,
+                                         7,
+                                         mips,
+                                         retriever.query_embedder,
+                                         info={"checkpoint": "ckpt-7"},
+                                         log=lambda message: None)
     self.assertEqual(path, os.path.join(model_dir, "index", "7"))
     self.assertCountEqual(os.listdir(path), ["mips", "query_embedder", "published.json"])
     self.assertEqual(os.listdir(os.path.join(model_dir, "index")), ["7"])  # no temporary left
@@ -190,8 +198,10 @@ class PublishIndexTest(tf.test.TestCase):
     root = published_index.index_root(model_dir)
     exited = subprocess.Popen(["true"])
     exited.wait()
-    leftovers = [os.path.join(root, f".tmp-5-{exited.pid}-0123abcd"),
-                 os.path.join(root, f".tmp-6-{exited.pid}-4567cdef")]
+    leftovers = [
+        os.path.join(root, f".tmp-5-{exited.pid}-0123abcd"),
+        os.path.join(root, f".tmp-6-{exited.pid}-4567cdef")
+    ]
     shutil.copytree(complete, leftovers[0])
     os.makedirs(os.path.join(leftovers[1], "mips"))
     # A live writer's (this process's) directory, e.g. the trainer publishing its bootstrap index.
@@ -202,8 +212,7 @@ class PublishIndexTest(tf.test.TestCase):
     self.assertCountEqual(os.listdir(root), ["3", os.path.basename(live)])
     self.assertLen(messages, 3)
     self.assertEqual(sum("removing unfinished index" in m for m in messages), 2, messages)
-    self.assertTrue(any(f"its writer (pid {os.getpid()}) is still running" in m for m in messages),
-                    messages)
+    self.assertTrue(any(f"its writer (pid {os.getpid()}) is still running" in m for m in messages), messages)
     published_index.verify_published(complete)
 
   def test_a_published_step_is_never_replaced(self):
@@ -211,8 +220,7 @@ class PublishIndexTest(tf.test.TestCase):
     first = _publish(model_dir, 4)
     before = os.stat(os.path.join(first, "published.json")).st_ino
     messages = []
-    self.assertEqual(_publish(model_dir, 4, log=messages.append,
-                              query_tower=_ScaledQueryTower(-1.0)), first)
+    self.assertEqual(_publish(model_dir, 4, log=messages.append, query_tower=_ScaledQueryTower(-1.0)), first)
     self.assertEqual(os.stat(os.path.join(first, "published.json")).st_ino, before)
     loaded = published_index.IndexWatcher(model_dir).load_newer(None)  # still the first copy's tower
     inputs = _query_inputs()
@@ -227,12 +235,11 @@ class PublishIndexTest(tf.test.TestCase):
     watcher = published_index.IndexWatcher(model_dir, log=lambda message: None)
     with self.assertRaisesRegex(published_index.NoRefresherError,
                                 f"no bin/refresh_doc_embeds is running on {model_dir} .*start one"):
-      watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=30,
-                             refresher_grace_seconds=0.3)
+      watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=30, refresher_grace_seconds=0.3)
     # With a refresher holding the lock, it waits (here until its timeout) instead.
     with process_lock.exclusive(os.path.join(model_dir, process_lock.LOCK_NAME), "refresher"):
-      self.assertIsNone(watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.6,
-                                               refresher_grace_seconds=0.3))
+      self.assertIsNone(
+          watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.6, refresher_grace_seconds=0.3))
 
   def test_a_set_stop_event_ends_the_wait(self):
     """A finished trainer sets the event; a pipeline thread still waiting must end, not wait on (with a
@@ -267,8 +274,8 @@ class PublishIndexTest(tf.test.TestCase):
     model_dir = self.get_temp_dir()
     messages = []
     watcher = published_index.IndexWatcher(model_dir, log=messages.append)
-    self.assertIsNone(watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.3,
-                                             reason="staleness 120 > 100"))
+    self.assertIsNone(
+        watcher.wait_for_newer(None, poll_seconds=0.05, timeout_seconds=0.3, reason="staleness 120 > 100"))
     self.assertLen(messages, 1)  # announced once, not on every poll
     self.assertIn("waiting for bin/refresh_doc_embeds", messages[0])
     self.assertIn("staleness 120 > 100", messages[0])

@@ -35,7 +35,7 @@ class Choice:
 
 @dataclasses.dataclass(frozen=True)
 class CpuInfo:
-  vendor: str               # "GenuineIntel", "AuthenticAMD", ... ("" where not listed)
+  vendor: str  # "GenuineIntel", "AuthenticAMD", ... ("" where not listed)
   flags: Sequence[str]
 
 
@@ -69,7 +69,9 @@ def _cpu_has_fast_bfloat16(cpu: Optional[CpuInfo]):
   return False, "a CPU without bfloat16 instructions"
 
 
-def choose(strategy: str, mixed_precision: str, jit_compile: Optional[bool],
+def choose(strategy: str,
+           mixed_precision: str,
+           jit_compile: Optional[bool],
            cpu: Optional[CpuInfo] = None,
            gpu_compute_capabilities: Sequence[tuple] = ()) -> Choice:
   """The precision policy and XLA setting the refresher embeds with.
@@ -88,8 +90,7 @@ def choose(strategy: str, mixed_precision: str, jit_compile: Optional[bool],
     device = f"GPUs of compute capability {sorted(set(gpu_compute_capabilities))}"
   else:
     fast_bf16, device = _cpu_has_fast_bfloat16(cpu)
-  precision = mixed_precision if mixed_precision != AUTO else (
-      "mixed_bfloat16" if fast_bf16 else "float32")
+  precision = mixed_precision if mixed_precision != AUTO else ("mixed_bfloat16" if fast_bf16 else "float32")
   # Accelerators run XLA; on CPUs XLA helps float32 and slows bfloat16 (oneDNN's bfloat16 kernels
   # run outside XLA), so the XLA half follows the precision actually used.
   on_cpu = strategy != "tpu" and not gpu_compute_capabilities

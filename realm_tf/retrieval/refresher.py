@@ -61,13 +61,19 @@ def _one_refresher(options: RefresherOptions, log: Callable[[str], None]):
     log(f"WARNING: {options.model_dir} is not a local filesystem: nothing stops a second refresher on it")
     return contextlib.nullcontext()
   return process_lock.exclusive(os.path.join(options.model_dir, process_lock.LOCK_NAME),
-                                "bin/refresh_doc_embeds", wait=options.wait_for_lock,
-                                poll_seconds=options.poll_seconds, log=log)
+                                "bin/refresh_doc_embeds",
+                                wait=options.wait_for_lock,
+                                poll_seconds=options.poll_seconds,
+                                log=log)
 
 
-def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int,
-                      options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
-                      info: Optional[dict] = None, log: Callable[[str], None] = print,
+def build_and_publish(config: realm_config_lib.RealmConfig,
+                      retriever,
+                      step: int,
+                      options: RefresherOptions,
+                      strategy: Optional[tf.distribute.Strategy] = None,
+                      info: Optional[dict] = None,
+                      log: Callable[[str], None] = print,
                       embedder: Optional[corpus_embedding.CorpusEmbedder] = None) -> Optional[str]:
   """Embeds the corpus with `retriever`'s document tower and publishes the index of `step`.
 
@@ -77,13 +83,14 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
   """
   embedder = embedder or corpus_embedder(config, retriever, options, strategy)
   start = time.time()
-  embeddings = embedder(options.corpus_prefix, num_workers=options.num_workers,
-                        worker_index=options.worker_index, log=log)
+  embeddings = embedder(options.corpus_prefix,
+                        num_workers=options.num_workers,
+                        worker_index=options.worker_index,
+                        log=log)
   embed_seconds = time.time() - start
   if options.num_workers > 1:
     shards_dir = os.path.join(published_index.index_root(options.model_dir), f".embeddings-{step}")
-    corpus_embedding.save_worker_embeddings(embeddings, shards_dir, options.num_workers,
-                                            options.worker_index)
+    corpus_embedding.save_worker_embeddings(embeddings, shards_dir, options.num_workers, options.worker_index)
     if options.worker_index != 0:
       return None
     # Workers pick checkpoints independently, so one may have moved on to a newer step: give up on this
@@ -102,14 +109,23 @@ def build_and_publish(config: realm_config_lib.RealmConfig, retriever, step: int
         time.sleep(options.poll_seconds)
     shutil.rmtree(shards_dir, ignore_errors=True)
   start = time.time()
-  mips = index_lib.build_index(embeddings, implementation=options.index_implementation,
+  mips = index_lib.build_index(embeddings,
+                               implementation=options.index_implementation,
                                **index_build_options(options))
   build_seconds = time.time() - start
-  record = dict(info or {}, corpus_prefix=options.corpus_prefix,
-                corpus_fingerprint=corpus_lib.fingerprint(options.corpus_prefix), embed_seconds=embed_seconds,
-                build_seconds=build_seconds, implementation=options.index_implementation)
-  path = published_index.publish_index(options.model_dir, step, mips, retriever.query_embedder,
-                                       info=record, keep=options.keep, log=log)
+  record = dict(info or {},
+                corpus_prefix=options.corpus_prefix,
+                corpus_fingerprint=corpus_lib.fingerprint(options.corpus_prefix),
+                embed_seconds=embed_seconds,
+                build_seconds=build_seconds,
+                implementation=options.index_implementation)
+  path = published_index.publish_index(options.model_dir,
+                                       step,
+                                       mips,
+                                       retriever.query_embedder,
+                                       info=record,
+                                       keep=options.keep,
+                                       log=log)
   log(f"published index of step {step} at {path}: {mips.num_docs} documents, embedded in "
       f"{embed_seconds:.1f} s ({mips.num_docs / max(embed_seconds, 1e-9):.1f} docs/s), index built in "
       f"{build_seconds:.1f} s")
@@ -126,22 +142,31 @@ def index_build_options(options: RefresherOptions) -> dict:
   return {"rescoring": options.index_rescoring}
 
 
-def corpus_embedder(config: realm_config_lib.RealmConfig, retriever, options: RefresherOptions,
+def corpus_embedder(config: realm_config_lib.RealmConfig,
+                    retriever,
+                    options: RefresherOptions,
                     strategy: Optional[tf.distribute.Strategy] = None) -> corpus_embedding.CorpusEmbedder:
   """The embedding of the corpus by retriever's document tower, compiled once for every refresh."""
-  return corpus_embedding.CorpusEmbedder(
-      lambda inputs: retriever.embed_documents(inputs, training=False), config.featurizer(),
-      batch_size=options.batch_size, strategy=strategy, jit_compile=options.embed_jit_compile,
-      num_length_buckets=options.embed_length_buckets)
+  return corpus_embedding.CorpusEmbedder(lambda inputs: retriever.embed_documents(inputs, training=False),
+                                         config.featurizer(),
+                                         batch_size=options.batch_size,
+                                         strategy=strategy,
+                                         jit_compile=options.embed_jit_compile,
+                                         num_length_buckets=options.embed_length_buckets)
 
 
-def bootstrap(config: realm_config_lib.RealmConfig, init_checkpoint: Optional[str],
-              options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
+def bootstrap(config: realm_config_lib.RealmConfig,
+              init_checkpoint: Optional[str],
+              options: RefresherOptions,
+              strategy: Optional[tf.distribute.Strategy] = None,
               log: Callable[[str], None] = print) -> Optional[str]:
   """Publishes the index of step 0 from a warm-start checkpoint (ICT, converted, or a REALM run);
   without a checkpoint, from the freshly initialized retriever."""
-  corpus_lib.check_vocab(config.vocab_path, options.corpus_prefix, config.vocab_sha256,
-                         "the run's realm_config.json", source="realm_config.json's vocab_path")
+  corpus_lib.check_vocab(config.vocab_path,
+                         options.corpus_prefix,
+                         config.vocab_sha256,
+                         "the run's realm_config.json",
+                         source="realm_config.json's vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
   info = {"bootstrap": True}
@@ -174,8 +199,8 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
         return
       done_seen = True
     elif not waiting:
-      log(f"waiting for a checkpoint newer than {os.path.basename(last)} in {options.model_dir}" if last
-          else f"waiting for the trainer's first checkpoint (ckpt-<step>) in {options.model_dir}")
+      log(f"waiting for a checkpoint newer than {os.path.basename(last)} in {options.model_dir}"
+          if last else f"waiting for the trainer's first checkpoint (ckpt-<step>) in {options.model_dir}")
       waiting = True
     time.sleep(options.poll_seconds)
 
@@ -190,8 +215,10 @@ def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
   listed = list(state.all_model_checkpoint_paths) if state else []
   published = published_index.published_steps(options.model_dir)
   floor = max([options.start_at_step - 1] + published)
-  earlier = [p for p in reversed(listed)
-             if floor < training_state.checkpoint_step(p) < training_state.checkpoint_step(newest)]
+  earlier = [
+      p for p in reversed(listed)
+      if floor < training_state.checkpoint_step(p) < training_state.checkpoint_step(newest)
+  ]
   for path in [newest] + earlier:
     try:
       training_state.restore_retriever(retriever, path)
@@ -204,7 +231,8 @@ def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
   return None
 
 
-def run(options: RefresherOptions, strategy: Optional[tf.distribute.Strategy] = None,
+def run(options: RefresherOptions,
+        strategy: Optional[tf.distribute.Strategy] = None,
         log: Callable[[str], None] = print) -> int:
   """The refresher loop; returns the number of indexes published (or, on workers > 0, embedded)."""
   with _one_refresher(options, log):
@@ -225,7 +253,10 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
       announced = True
     time.sleep(options.poll_seconds)
   config = realm_config_lib.RealmConfig.load(config_path)
-  corpus_lib.check_vocab(config.vocab_path, options.corpus_prefix, config.vocab_sha256, config_path,
+  corpus_lib.check_vocab(config.vocab_path,
+                         options.corpus_prefix,
+                         config.vocab_sha256,
+                         config_path,
                          source=f"{config_path}'s vocab_path")
   with (strategy or tf.distribute.get_strategy()).scope():
     retriever = config.build_retriever()
@@ -247,8 +278,8 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
     followed = published_index.current_corpus(options.model_dir, options.corpus_prefix, log)
     if followed != options.corpus_prefix:
       options = dataclasses.replace(options, corpus_prefix=followed)
-    build_and_publish(config, retriever, step, options, strategy,
-                      {"checkpoint": checkpoint_path}, log, embedder)
+    build_and_publish(config, retriever, step, options, strategy, {"checkpoint": checkpoint_path}, log,
+                      embedder)
     refreshes += 1
     if options.max_refreshes is not None and refreshes >= options.max_refreshes:
       log(f"published {refreshes} indexes (--max_refreshes); exiting")

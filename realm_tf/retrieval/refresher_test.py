@@ -42,8 +42,14 @@ _DEADLINE_SECONDS = 240  # only to turn a hang into a failure; never a speed ass
 
 def _config(**overrides) -> realm_config_lib.RealmConfig:
   small = bert.tiny_config(_VOCAB_SIZE, hidden_size=32, num_layers=1, intermediate_size=64)
-  values = dict(retriever_bert=small, reader_bert=small, vocab_path=_VOCAB, projection_size=16,
-                query_seq_len=16, candidate_seq_len=32, max_masks=4, num_candidates=4)
+  values = dict(retriever_bert=small,
+                reader_bert=small,
+                vocab_path=_VOCAB,
+                projection_size=16,
+                query_seq_len=16,
+                candidate_seq_len=32,
+                max_masks=4,
+                num_candidates=4)
   values.update(overrides)
   return realm_config_lib.RealmConfig(**values)
 
@@ -78,8 +84,7 @@ class _FakeTrainer:
     for variable in self.retriever.trainable_variables:
       variable.assign_add(rng.normal(scale=0.05, size=variable.shape).astype(np.float32))
     path = self.manager.save(checkpoint_number=step)
-    self.doc_embeddings[step] = self.retriever.embed_documents(self.candidates,
-                                                               training=False).numpy()
+    self.doc_embeddings[step] = self.retriever.embed_documents(self.candidates, training=False).numpy()
     query_inputs = tuple(tf.constant(x) for x in _query_inputs())
     self.query_embeddings[step] = self.retriever.embed_queries(query_inputs, training=False).numpy()
     return path
@@ -125,19 +130,21 @@ class RefresherTest(tf.test.TestCase):
     corpus_lib.write_corpus(lambda: documents, tokenizer, cls.corpus_prefix, num_shards=2)
     rows = list(corpus_lib.read_corpus(cls.corpus_prefix))
     featurizer = _config().featurizer(tokenizer)
-    inputs = featurizer.candidate_inputs(
-        tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
-        tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
-    cls.candidates = tuple(tf.cast(x, tf.int32) for x in
-                           (inputs.token_ids, inputs.mask, inputs.segment_ids))
+    inputs = featurizer.candidate_inputs(tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+                                         tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+    cls.candidates = tuple(tf.cast(x, tf.int32) for x in (inputs.token_ids, inputs.mask, inputs.segment_ids))
 
   def _options(self, model_dir, **overrides) -> refresher.RefresherOptions:
     # Without XLA in this process, and one length bucket (each refresher traces its embedding once: the
     # shapes of the embedding are corpus_embedding_test's part); the bin/refresh_doc_embeds process of
     # test_binary_beside_a_fake_trainer embeds with XLA, its default.
-    values = dict(model_dir=model_dir, corpus_prefix=self.corpus_prefix,
-                  index_implementation="brute_force", batch_size=8, poll_seconds=0.2,
-                  embed_jit_compile=False, embed_length_buckets=1)
+    values = dict(model_dir=model_dir,
+                  corpus_prefix=self.corpus_prefix,
+                  index_implementation="brute_force",
+                  batch_size=8,
+                  poll_seconds=0.2,
+                  embed_jit_compile=False,
+                  embed_length_buckets=1)
     values.update(overrides)
     return refresher.RefresherOptions(**values)
 
@@ -161,8 +168,7 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(record["num_docs"], _NUM_DOCS)
     loaded = published_index.load_published(path)
     self.assertAllClose(loaded.mips.embeddings, trainer.doc_embeddings[step], atol=atol)
-    self.assertAllClose(loaded.embed_queries(*_query_inputs()), trainer.query_embeddings[step],
-                        atol=atol)
+    self.assertAllClose(loaded.embed_queries(*_query_inputs()), trainer.query_embeddings[step], atol=atol)
     return record
 
   def test_beside_a_trainer_publishes_the_index_of_each_checkpoint(self):
@@ -188,9 +194,9 @@ class RefresherTest(tf.test.TestCase):
     # main() in this process (realm_tf/testing/in_process), without a second TensorFlow start: the lock is an
     # flock of the file, refused to any other open of it while the holder lives. The binary turns the
     # LockedError into app.UsageError, which app.run prints without a traceback.
-    second = in_process.run_main(
-        "refresh_doc_embeds.py", f"--model_dir={model_dir}", f"--retrieval_corpus_path={self.corpus_prefix}",
-        "--index_implementation=brute_force", "--batch_size=8", "--poll_seconds=0.2")
+    second = in_process.run_main("refresh_doc_embeds.py", f"--model_dir={model_dir}",
+                                 f"--retrieval_corpus_path={self.corpus_prefix}",
+                                 "--index_implementation=brute_force", "--batch_size=8", "--poll_seconds=0.2")
     self.assertIsInstance(second.error, app.UsageError, second.traceback)
     self.assertIn(f"held by pid {os.getpid()}", str(second.error))
     self.assertIn("only one bin/refresh_doc_embeds may run per model dir", str(second.error))
@@ -252,11 +258,11 @@ class RefresherTest(tf.test.TestCase):
     os.makedirs(os.path.join(published_index.index_root(model_dir), "10"))  # already published
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
     # A checkpoint that holds no retriever is skipped with a warning, not a crash.
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(
-        other=tf.Variable(1.0))), model_dir, max_to_keep=5).save(checkpoint_number=30)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(other=tf.Variable(1.0))),
+                               model_dir,
+                               max_to_keep=5).save(checkpoint_number=30)
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
-    self.assertTrue(any(m.startswith("WARNING: skipping") and "ckpt-30" in m for m in messages),
-                    messages)
+    self.assertTrue(any(m.startswith("WARNING: skipping") and "ckpt-30" in m for m in messages), messages)
     self.assertEqual(os.listdir(published_index.index_root(model_dir)), ["10"])
 
   def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(self):
@@ -274,8 +280,7 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(published_index.published_steps(model_dir), [10])
     self.assertIndexOf(model_dir, 10, trainer)
     self.assertTrue(any(m.startswith(f"WARNING: skipping {newest}") for m in messages), messages)
-    self.assertIn(f"embedding {trainer.manager.checkpoints[0]} instead of the unreadable ckpt-20",
-                  messages)
+    self.assertIn(f"embedding {trainer.manager.checkpoints[0]} instead of the unreadable ckpt-20", messages)
     # Nothing readable newer than the newest index: the refresher waits for the next checkpoint.
     os.remove(data)
     messages.clear()
@@ -310,12 +315,13 @@ class RefresherTest(tf.test.TestCase):
     with mock.patch.object(refresher.training_state, "training_done", training_done), \
         mock.patch.object(refresher, "build_and_publish",
                           lambda config, retriever, step, *args: published.append(step)):
-      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.01),
-                                     log=messages.append), 1)
+      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.01), log=messages.append), 1)
     self.assertEqual(published, [5])
     waits = [m for m in messages if m.startswith("waiting")]
-    self.assertEqual(waits, [f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}",
-                             f"waiting for a checkpoint newer than ckpt-5 in {model_dir}"])
+    self.assertEqual(waits, [
+        f"waiting for the trainer's first checkpoint (ckpt-<step>) in {model_dir}",
+        f"waiting for a checkpoint newer than ckpt-5 in {model_dir}"
+    ])
 
   def test_short_poll_seconds_sleeps_between_looks(self):
     # A polling loop must sleep between looks rather than spin on the directory.
@@ -332,8 +338,7 @@ class RefresherTest(tf.test.TestCase):
     fake_time.sleep.side_effect = lambda seconds: (sleeps.append(seconds), time.sleep(seconds))
     with mock.patch.object(refresher, "time", fake_time), \
         mock.patch.object(refresher.training_state, "training_done", training_done):
-      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.5),
-                                     log=lambda message: None), 0)
+      self.assertEqual(refresher.run(self._options(model_dir, poll_seconds=0.5), log=lambda message: None), 0)
     # One look per timeout (the done marker is seen twice before exiting), each after a sleep.
     self.assertLen(looks, 5)
     self.assertGreaterEqual(len([s for s in sleeps if s > 0]), 4, sleeps)
@@ -343,8 +348,10 @@ class RefresherTest(tf.test.TestCase):
     ict_dir = os.path.join(self.get_temp_dir(), "ict")
     config = _config(embedder_layer_norm_epsilon=1e-3)
     tf_keras.utils.set_random_seed(7)
-    ict_embedder = embedder_lib.RetrieverEmbedder(config.retriever_bert, config.projection_size,
-                                                  layer_norm_epsilon=1e-3, name="embedder")
+    ict_embedder = embedder_lib.RetrieverEmbedder(config.retriever_bert,
+                                                  config.projection_size,
+                                                  layer_norm_epsilon=1e-3,
+                                                  name="embedder")
     ict_embedder(tuple(tf.zeros([1, 8], tf.int32) for _ in range(3)))
     ict_path = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=tf.train.Checkpoint(embedder=ict_embedder)), ict_dir,
@@ -358,8 +365,7 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(record["checkpoint"], ict_path)
     self.assertEqual(record["implementation"], "brute_force")
     loaded = published_index.load_published(path)
-    self.assertAllClose(loaded.mips.embeddings, ict_embedder(self.candidates, training=False),
-                        atol=1e-5)
+    self.assertAllClose(loaded.mips.embeddings, ict_embedder(self.candidates, training=False), atol=1e-5)
     query_inputs = _query_inputs()
     self.assertAllClose(loaded.embed_queries(*query_inputs),
                         ict_embedder(tuple(tf.constant(x) for x in query_inputs), training=False),
@@ -376,19 +382,20 @@ class RefresherTest(tf.test.TestCase):
     # (exit status 0) once training is done. bin/refresh_doc_embeds runs as a process in
     # reliability_processes_test, demo_pipeline_test and binaries_test.
     try:
-      result = in_process.run_main(
-          "refresh_doc_embeds.py", f"--model_dir={model_dir}",
-          f"--retrieval_corpus_path={self.corpus_prefix}", "--poll_seconds=0.01",
-          "--index_implementation=scann", "--index_rescoring=int8", "--mixed_precision=mixed_bfloat16",
-          "--noembed_jit_compile", "--batch_size=8", "--embed_length_buckets=1")
+      result = in_process.run_main("refresh_doc_embeds.py", f"--model_dir={model_dir}",
+                                   f"--retrieval_corpus_path={self.corpus_prefix}", "--poll_seconds=0.01",
+                                   "--index_implementation=scann", "--index_rescoring=int8",
+                                   "--mixed_precision=mixed_bfloat16", "--noembed_jit_compile",
+                                   "--batch_size=8", "--embed_length_buckets=1")
     finally:
       # --mixed_precision set Keras's global policy, which a process would drop at its exit: the models
       # of the next tests are float32.
       tf_keras.mixed_precision.set_global_policy("float32")
     self.assertIsNone(result.error, result.traceback)
     self.assertIn("training is done", result.log)
-    self.assertIn("mixed_bfloat16, without XLA (forced: --mixed_precision=mixed_bfloat16 "
-                  "--noembed_jit_compile)", result.log)
+    self.assertIn(
+        "mixed_bfloat16, without XLA (forced: --mixed_precision=mixed_bfloat16 "
+        "--noembed_jit_compile)", result.log)
     path = os.path.join(published_index.index_root(model_dir), "10")
     loaded = published_index.load_published(path)
     self.assertEqual(loaded.mips.parameters["rescoring"], "int8")
@@ -402,8 +409,9 @@ class RefresherTest(tf.test.TestCase):
     options = self._options(self.get_temp_dir(), index_rescoring="int8")
     with self.assertRaisesRegex(ValueError, "--index_rescoring=int8 needs --index_implementation=scann"):
       refresher.index_build_options(options)
-    self.assertEqual(refresher.index_build_options(
-        self._options(self.get_temp_dir(), index_implementation="scann")), {"rescoring": "float32"})
+    self.assertEqual(
+        refresher.index_build_options(self._options(self.get_temp_dir(), index_implementation="scann")),
+        {"rescoring": "float32"})
 
 
 class CorpusBindingTest(tf.test.TestCase):
@@ -427,8 +435,10 @@ class CorpusBindingTest(tf.test.TestCase):
     retriever = trainer.retriever
 
     def options(corpus_prefix):
-      return refresher.RefresherOptions(model_dir=model_dir, corpus_prefix=corpus_prefix,
-                                        index_implementation="brute_force", batch_size=8,
+      return refresher.RefresherOptions(model_dir=model_dir,
+                                        corpus_prefix=corpus_prefix,
+                                        index_implementation="brute_force",
+                                        batch_size=8,
                                         embed_jit_compile=False)
 
     # The rows embedded eagerly: what is checked is the corpus each index records, not its rows (the
@@ -437,14 +447,17 @@ class CorpusBindingTest(tf.test.TestCase):
 
     def embedder(corpus_prefix, **unused):
       rows = list(corpus_lib.read_corpus(corpus_prefix))
-      inputs = featurizer.candidate_inputs(
-          tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
-          tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
+      inputs = featurizer.candidate_inputs(tf.ragged.constant([r["title_token_ids"] for r in rows], tf.int64),
+                                           tf.ragged.constant([r["body_token_ids"] for r in rows], tf.int64))
       return retriever.embed_documents(tuple(inputs), training=False).numpy()
 
     for step, corpus_prefix in ((10, ours), (20, shuffled)):
-      refresher.build_and_publish(trainer.config, retriever, step, options(corpus_prefix),
-                                  log=lambda m: None, embedder=embedder)
+      refresher.build_and_publish(trainer.config,
+                                  retriever,
+                                  step,
+                                  options(corpus_prefix),
+                                  log=lambda m: None,
+                                  embedder=embedder)
     record = published_index.verify_published(os.path.join(published_index.index_root(model_dir), "20"))
     self.assertEqual(record["corpus_fingerprint"], corpus_lib.fingerprint(shuffled))
     self.assertNotEqual(corpus_lib.fingerprint(ours), corpus_lib.fingerprint(shuffled))

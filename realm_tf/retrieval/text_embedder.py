@@ -37,8 +37,12 @@ class TextEmbedder:
     jit_compile: compile the forward pass with XLA (about 1.3x faster on CPU for MiniLM).
   """
 
-  def __init__(self, embedder: embedder_lib.RetrieverEmbedder, tokenizer: tokenization.Tokenizer,
-               max_seq_length: int = 256, batch_size: int = 64, length_bucket: int = 32,
+  def __init__(self,
+               embedder: embedder_lib.RetrieverEmbedder,
+               tokenizer: tokenization.Tokenizer,
+               max_seq_length: int = 256,
+               batch_size: int = 64,
+               length_bucket: int = 32,
                jit_compile: bool = True):
     if max_seq_length < 3:
       raise ValueError(f"TextEmbedder: max_seq_length must be >= 3 ([CLS] x [SEP]), got "
@@ -53,7 +57,9 @@ class TextEmbedder:
     self.length_bucket = length_bucket
     # One trace for every shape; XLA still compiles one program per (batch, bucket length).
     spec = tf.TensorSpec([None, None], tf.int32)
-    self._forward = tf.function(self._embed_batch, jit_compile=jit_compile, input_signature=[spec, spec],
+    self._forward = tf.function(self._embed_batch,
+                                jit_compile=jit_compile,
+                                input_signature=[spec, spec],
                                 autograph=False)
 
   def _embed_batch(self, token_ids, mask):
@@ -70,8 +76,9 @@ class TextEmbedder:
         ids.append(np.array([self._tokenizer.cls_id] + row[:keep] + [self._tokenizer.sep_id], np.int32))
     return ids
 
-  def pad(self, rows: Sequence[np.ndarray], batch_size: Optional[int] = None
-          ) -> Tuple[np.ndarray, np.ndarray]:
+  def pad(self,
+          rows: Sequence[np.ndarray],
+          batch_size: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """(token ids, mask), int32 [batch_size or len(rows), L]: rows (from token_ids) left-aligned, L the
     longest rounded up to a multiple of length_bucket and capped at max_seq_length; extra rows empty."""
     longest = max(len(row) for row in rows)
@@ -83,7 +90,9 @@ class TextEmbedder:
       mask[slot, :len(row)] = 1
     return token_ids, mask
 
-  def embed(self, texts: Sequence[str], log: Optional[Callable[[str], None]] = None,
+  def embed(self,
+            texts: Sequence[str],
+            log: Optional[Callable[[str], None]] = None,
             log_every_s: float = 60.0) -> np.ndarray:
     """float32 [len(texts), D], in the order of texts."""
     for i, text in enumerate(texts):

@@ -12,8 +12,10 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.retrieval import text_embedder
 
-_TEXTS = ["a short one", "the second text is quite a lot longer than the first", "mid length text",
-          "x", "another text of some length for a third bucket"]
+_TEXTS = [
+    "a short one", "the second text is quite a lot longer than the first", "mid length text", "x",
+    "another text of some length for a third bucket"
+]
 
 
 class TextEmbedderTest(tf.test.TestCase):
@@ -61,7 +63,8 @@ class TextEmbedderTest(tf.test.TestCase):
     self.assertNotAllClose(vector, self._reference(long_text, max_seq_length=16), atol=1e-5)
 
   def test_jit_compile_agrees(self):
-    self.assertAllClose(self._embedder(jit_compile=True).embed(_TEXTS), self._embedder().embed(_TEXTS),
+    self.assertAllClose(self._embedder(jit_compile=True).embed(_TEXTS),
+                        self._embedder().embed(_TEXTS),
                         atol=1e-4)
 
   def test_pad(self):

@@ -48,9 +48,9 @@ class HeadlessChromium:
     self._profile = tempfile.mkdtemp(prefix="realm_tf_chromium_")
     options = webdriver.ChromeOptions()
     options.binary_location = found.browser
-    for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-                     f"--window-size={width},{height}", f"--user-data-dir={self._profile}"):
+    for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                     "--no-default-browser-check", "--disable-extensions", f"--window-size={width},{height}",
+                     f"--user-data-dir={self._profile}"):
       options.add_argument(argument)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
       options.add_argument("--no-sandbox")  # chromium refuses to run its sandbox as root
@@ -72,9 +72,9 @@ class HeadlessChromium:
     box.clear()
     box.send_keys(question)
     self.driver.find_element(by.By.ID, "ask").click()
-    shown = ui.WebDriverWait(self.driver, timeout_s).until(expected_conditions.any_of(
-        expected_conditions.presence_of_element_located((by.By.ID, "answer-text")),
-        expected_conditions.presence_of_element_located((by.By.ID, "error"))))
+    shown = ui.WebDriverWait(self.driver, timeout_s).until(
+        expected_conditions.any_of(expected_conditions.presence_of_element_located((by.By.ID, "answer-text")),
+                                   expected_conditions.presence_of_element_located((by.By.ID, "error"))))
     return shown.text
 
   def close(self):

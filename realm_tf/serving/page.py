@@ -49,10 +49,12 @@ def _passage_html(text: bytes, start: int, limit: int) -> str:
 def _result_html(row: Mapping[str, Any], seconds: float, num_passages: int) -> str:
   """One question's outputs (row i of every output of the open-QA signature) as the answer and passages."""
   answer = _text(row["answers"])
-  parts = ['<section class="answer" id="answer">',
-           f'<div class="text" id="answer-text">{html.escape(answer) if answer else "(no answer)"}</div>',
-           f'<div class="meta">reader score {float(row["scores"]):.3f} &middot; answered in '
-           f'<span id="answer-time">{seconds * 1000:.0f} ms</span></div>', "</section>"]
+  parts = [
+      '<section class="answer" id="answer">',
+      f'<div class="text" id="answer-text">{html.escape(answer) if answer else "(no answer)"}</div>',
+      f'<div class="meta">reader score {float(row["scores"]):.3f} &middot; answered in '
+      f'<span id="answer-time">{seconds * 1000:.0f} ms</span></div>', "</section>"
+  ]
   # Exports from before the answer's span was an output have no answer_* outputs: no marking then.
   answer_row = int(row["answer_block_ids"]) if "answer_block_ids" in row else None
   start = int(row.get("answer_byte_starts", -1))
@@ -73,8 +75,12 @@ def _result_html(row: Mapping[str, Any], seconds: float, num_passages: int) -> s
   return "\n".join(parts)
 
 
-def render(model_name: str, question: str = "", row: Optional[Mapping[str, Any]] = None,
-           seconds: float = 0.0, error: Optional[str] = None, num_passages: int = 5) -> str:
+def render(model_name: str,
+           question: str = "",
+           row: Optional[Mapping[str, Any]] = None,
+           seconds: float = 0.0,
+           error: Optional[str] = None,
+           num_passages: int = 5) -> str:
   """The whole page: the form (holding question), then the error, or the answer of row, if any."""
   body = []
   if error:

@@ -9,9 +9,15 @@ _TEXT = "Zoë <b>Kelarlé</b> was born in Ulakfen.".encode("utf-8")
 
 
 def _row(**extra):
-  row = {"answers": b"Ulakfen", "scores": 2.5, "block_ids": [7, 4], "doc_ids": [b"p-7", b"p-4"],
-         "block_titles": [b"Other", "Zoë".encode("utf-8")], "block_texts": [b"Nothing here.", _TEXT],
-         "retriever_scores": [3.0, 1.25]}
+  row = {
+      "answers": b"Ulakfen",
+      "scores": 2.5,
+      "block_ids": [7, 4],
+      "doc_ids": [b"p-7", b"p-4"],
+      "block_titles": [b"Other", "Zoë".encode("utf-8")],
+      "block_texts": [b"Nothing here.", _TEXT],
+      "retriever_scores": [3.0, 1.25]
+  }
   row.update(extra)
   return row
 
@@ -20,9 +26,12 @@ class PageTest(absltest.TestCase):
 
   def test_answer_marked_in_its_passage(self):
     start = _TEXT.index(b"Ulakfen")
-    html = page.render("open_qa", "Where was <Zoë> born?",
-                       _row(answer_block_ids=4, answer_byte_starts=start,
-                            answer_byte_limits=start + len(b"Ulakfen")), seconds=0.0123)
+    html = page.render("open_qa",
+                       "Where was <Zoë> born?",
+                       _row(answer_block_ids=4,
+                            answer_byte_starts=start,
+                            answer_byte_limits=start + len(b"Ulakfen")),
+                       seconds=0.0123)
     self.assertIn('value="Where was &lt;Zoë&gt; born?"', html)
     self.assertIn('<div class="text" id="answer-text">Ulakfen</div>', html)
     self.assertIn("12 ms", html)
@@ -34,8 +43,8 @@ class PageTest(absltest.TestCase):
     self.assertNotIn("http", html.replace('lang="en"', ""))  # nothing fetched from elsewhere
 
   def test_no_span_no_mark(self):
-    for row in (_row(), _row(answer_block_ids=4, answer_byte_starts=-1, answer_byte_limits=-1),
-                _row(answers=b"")):
+    for row in (_row(), _row(answer_block_ids=4, answer_byte_starts=-1,
+                             answer_byte_limits=-1), _row(answers=b"")):
       html = page.render("open_qa", "q", row)
       self.assertNotIn("<mark>", html)
     self.assertIn("(no answer)", page.render("open_qa", "q", _row(answers=b"")))

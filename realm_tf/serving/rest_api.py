@@ -42,23 +42,34 @@ def decode_body(body: bytes) -> Any:
   try:
     text = body.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise RequestError(400, f"the request body is not valid UTF-8 (byte {e.start}: "
-                            f"{body[e.start:e.start + 1]!r}); send JSON encoded as UTF-8") from e
+    raise RequestError(
+        400, f"the request body is not valid UTF-8 (byte {e.start}: "
+        f"{body[e.start:e.start + 1]!r}); send JSON encoded as UTF-8") from e
   try:
     return json.loads(text)
   except json.JSONDecodeError as e:
-    raise RequestError(400, f"the request body is not JSON ({e.msg} at line {e.lineno} column "
-                            f"{e.colno}); send {{\"instances\": [\"a question\"]}}") from e
+    raise RequestError(
+        400, f"the request body is not JSON ({e.msg} at line {e.lineno} column "
+        f"{e.colno}); send {{\"instances\": [\"a question\"]}}") from e
   except RecursionError as e:  # json's decoder recurses once per [ or {
-    raise RequestError(400, "the request body nests lists or objects too deeply; send "
-                            '{"instances": ["a question"]}') from e
+    raise RequestError(
+        400, "the request body nests lists or objects too deeply; send "
+        '{"instances": ["a question"]}') from e
   except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
     raise RequestError(400, f"the request body holds a value JSON cannot be read into ({e})") from e
 
 
 def _type_name(value: Any) -> str:
-  return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-          float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+  return {
+      dict: "an object",
+      list: "a list",
+      str: "a string",
+      bool: "a boolean",
+      int: "a number",
+      float: "a number",
+      type(None): "null"
+  }.get(type(value),
+        type(value).__name__)
 
 
 def check_question(value: Any, where: str) -> str:
@@ -68,8 +79,9 @@ def check_question(value: Any, where: str) -> str:
   try:
     value.encode("utf-8")
   except UnicodeEncodeError as e:  # JSON's \ud800 escapes decode to lone surrogates
-    raise RequestError(400, f"{where} holds a lone UTF-16 surrogate (character {e.start}); send "
-                            "valid Unicode text") from e
+    raise RequestError(
+        400, f"{where} holds a lone UTF-16 surrogate (character {e.start}); send "
+        "valid Unicode text") from e
   if not value.strip():
     raise RequestError(400, f"{where} is an empty question; ask something")
   return value
@@ -78,20 +90,23 @@ def check_question(value: Any, where: str) -> str:
 def parse_predict(request: Any, max_batch_size: int) -> PredictRequest:
   """Checks a decoded :predict request and returns its questions (1 to max_batch_size of them)."""
   if not isinstance(request, dict):
-    raise RequestError(400, f"the request is {_type_name(request)}; send a JSON object such as "
-                            '{"instances": ["a question"]}')
+    raise RequestError(
+        400, f"the request is {_type_name(request)}; send a JSON object such as "
+        '{"instances": ["a question"]}')
   unknown = sorted(set(request) - {"instances", "inputs", "signature_name"})
   if unknown:
-    raise RequestError(400, f"unknown field {unknown[0]!r} in the request; send 'instances' (row "
-                            "format) or 'inputs' (columnar format), optionally with 'signature_name'")
+    raise RequestError(
+        400, f"unknown field {unknown[0]!r} in the request; send 'instances' (row "
+        "format) or 'inputs' (columnar format), optionally with 'signature_name'")
   signature = request.get("signature_name", SIGNATURE_NAME)
   if signature != SIGNATURE_NAME:
-    raise RequestError(400, f"signature_name {signature!r} is not served; this model has only "
-                            f"{SIGNATURE_NAME!r}")
+    raise RequestError(
+        400, f"signature_name {signature!r} is not served; this model has only "
+        f"{SIGNATURE_NAME!r}")
   if ("instances" in request) == ("inputs" in request):
-    raise RequestError(400, "send exactly one of 'instances' (row format) and 'inputs' (columnar "
-                            "format)" + (", not both" if "instances" in request else
-                                         ', e.g. {"instances": ["a question"]}'))
+    raise RequestError(
+        400, "send exactly one of 'instances' (row format) and 'inputs' (columnar "
+        "format)" + (", not both" if "instances" in request else ', e.g. {"instances": ["a question"]}'))
   columnar = "inputs" in request
   if columnar:
     values, field = request["inputs"], "inputs"
@@ -99,8 +114,9 @@ def parse_predict(request: Any, max_batch_size: int) -> PredictRequest:
       others = sorted(set(values) - {INPUT_NAME})
       if others or INPUT_NAME not in values:
         found = f"the field {others[0]!r}" if others else f"no {INPUT_NAME!r} field"
-        raise RequestError(400, f"inputs has {found}; the model's only input is {INPUT_NAME!r}: "
-                                f"{{\"inputs\": {{\"{INPUT_NAME}\": [\"a question\"]}}}}")
+        raise RequestError(
+            400, f"inputs has {found}; the model's only input is {INPUT_NAME!r}: "
+            f"{{\"inputs\": {{\"{INPUT_NAME}\": [\"a question\"]}}}}")
       values, field = values[INPUT_NAME], f"inputs.{INPUT_NAME}"
   else:
     values, field = request["instances"], "instances"
@@ -109,15 +125,17 @@ def parse_predict(request: Any, max_batch_size: int) -> PredictRequest:
   if not values:
     raise RequestError(400, f"{field} is empty; send at least one question")
   if len(values) > max_batch_size:
-    raise RequestError(400, f"{field} holds {len(values)} questions; this server answers at most "
-                            f"{max_batch_size} per request (bin/serve --max_batch_size)")
+    raise RequestError(
+        400, f"{field} holds {len(values)} questions; this server answers at most "
+        f"{max_batch_size} per request (bin/serve --max_batch_size)")
   questions = []
   for i, value in enumerate(values):
     where = f"{field}[{i}]"
     if not columnar and isinstance(value, dict):  # a row object {"questions": "..."}
       if set(value) != {INPUT_NAME}:
-        raise RequestError(400, f"{where} has the fields {sorted(value)}; a row object holds only "
-                                f"{INPUT_NAME!r}: {{\"{INPUT_NAME}\": \"a question\"}}")
+        raise RequestError(
+            400, f"{where} has the fields {sorted(value)}; a row object holds only "
+            f"{INPUT_NAME!r}: {{\"{INPUT_NAME}\": \"a question\"}}")
       value, where = value[INPUT_NAME], f"{where}.{INPUT_NAME}"
     questions.append(check_question(value, where))
   return PredictRequest(questions, columnar)
@@ -143,20 +161,51 @@ def format_predictions(outputs: Mapping[str, np.ndarray], columnar: bool) -> Dic
 
 def model_status(version: int) -> Dict[str, Any]:
   """GET /v1/models/<name>: TF Serving's GetModelStatus answer for one loaded version."""
-  return {"model_version_status": [{"version": str(version), "state": "AVAILABLE",
-                                    "status": {"error_code": "OK", "error_message": ""}}]}
+  return {
+      "model_version_status": [{
+          "version": str(version),
+          "state": "AVAILABLE",
+          "status": {
+              "error_code": "OK",
+              "error_message": ""
+          }
+      }]
+  }
 
 
 def tensor_info(name: str, dtype: str, shape: Sequence[int]) -> Dict[str, Any]:
   """One entry of a signature_def in TF Serving's JSON (dtype like "DT_STRING", -1 for unknown dims)."""
-  return {"dtype": dtype, "name": name,
-          "tensor_shape": {"dim": [{"size": str(d), "name": ""} for d in shape], "unknown_rank": False}}
+  return {
+      "dtype": dtype,
+      "name": name,
+      "tensor_shape": {
+          "dim": [{
+              "size": str(d),
+              "name": ""
+          } for d in shape],
+          "unknown_rank": False
+      }
+  }
 
 
 def model_metadata(model_name: str, version: int, inputs: Mapping[str, Dict],
                    outputs: Mapping[str, Dict]) -> Dict[str, Any]:
   """GET /v1/models/<name>/metadata: TF Serving's answer, with the one signature served."""
-  return {"model_spec": {"name": model_name, "signature_name": "", "version": str(version)},
-          "metadata": {"signature_def": {"signature_def": {SIGNATURE_NAME: {
-              "inputs": dict(inputs), "outputs": dict(outputs),
-              "method_name": "tensorflow/serving/predict"}}}}}
+  return {
+      "model_spec": {
+          "name": model_name,
+          "signature_name": "",
+          "version": str(version)
+      },
+      "metadata": {
+          "signature_def": {
+              "signature_def": {
+                  SIGNATURE_NAME: {
+                      "inputs": dict(inputs),
+                      "outputs": dict(outputs),
+                      "method_name": "tensorflow/serving/predict"
+                  }
+              }
+          }
+      }
+  }

@@ -98,12 +98,18 @@ class OpenQaService:
   def metadata(self) -> Dict[str, Any]:
     """TF Serving's GET .../metadata answer, from the signature's own input and output specs."""
     _, input_specs = self._signature.structured_input_signature
-    inputs = {key: rest_api.tensor_info(spec.name or key, _dtype_name(spec.dtype),
-                                        [-1 if d is None else d for d in spec.shape.as_list()])
-              for key, spec in input_specs.items()}
-    outputs = {key: rest_api.tensor_info(key, _dtype_name(spec.dtype),
-                                         [-1 if d is None else d for d in spec.shape.as_list()])
-               for key, spec in self._signature.structured_outputs.items()}
+    inputs = {
+        key:
+            rest_api.tensor_info(spec.name or key, _dtype_name(spec.dtype),
+                                 [-1 if d is None else d for d in spec.shape.as_list()])
+        for key, spec in input_specs.items()
+    }
+    outputs = {
+        key:
+            rest_api.tensor_info(key, _dtype_name(spec.dtype),
+                                 [-1 if d is None else d for d in spec.shape.as_list()])
+        for key, spec in self._signature.structured_outputs.items()
+    }
     return rest_api.model_metadata(self.model_name, MODEL_VERSION, inputs, outputs)
 
 
@@ -205,8 +211,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self.wfile.write(body)
 
   def _send_json(self, status: int, value: Any):
-    self._send(status, json.dumps(value, ensure_ascii=False).encode("utf-8"),
-               "application/json; charset=utf-8")
+    self._send(status,
+               json.dumps(value, ensure_ascii=False).encode("utf-8"), "application/json; charset=utf-8")
 
   def send_error(self, code, message=None, explain=None):
     """http.server's own refusals (a malformed request line, headers too long, an unknown method) as
@@ -230,7 +236,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       return parse.urlsplit(self.path)
     except ValueError as e:
       raise rest_api.RequestError(400, f"the request target {self.path[:200]!r} is not a URL "
-                                       f"({e})") from e
+                                  f"({e})") from e
 
   def _route(self) -> Tuple[Optional[str], Optional[str]]:
     """(method, "metadata"/None) of a /v1/models/... path; RequestError 404 for another path, model
@@ -238,17 +244,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     path = self._target().path
     match = _MODEL_PATH.match(path)
     if not match:
-      raise rest_api.RequestError(404, f"no such path {path!r}; the API is POST /v1/models/"
-                                       f"{self.service.model_name}:predict, GET /v1/models/"
-                                       f"{self.service.model_name}[/metadata], and the page is at /")
+      raise rest_api.RequestError(
+          404, f"no such path {path!r}; the API is POST /v1/models/"
+          f"{self.service.model_name}:predict, GET /v1/models/"
+          f"{self.service.model_name}[/metadata], and the page is at /")
     name = parse.unquote(match["name"])
     if name != self.service.model_name:
-      raise rest_api.RequestError(404, f"no model named {name!r} is served here; this server serves "
-                                       f"{self.service.model_name!r} (/v1/models/"
-                                       f"{self.service.model_name})")
+      raise rest_api.RequestError(
+          404, f"no model named {name!r} is served here; this server serves "
+          f"{self.service.model_name!r} (/v1/models/"
+          f"{self.service.model_name})")
     if match["version"] is not None and match["version"] != str(MODEL_VERSION):
-      raise rest_api.RequestError(404, f"model {name!r} has no version {match['version']!r}; the one "
-                                       f"version served is {MODEL_VERSION}")
+      raise rest_api.RequestError(
+          404, f"model {name!r} has no version {match['version']!r}; the one "
+          f"version served is {MODEL_VERSION}")
     return match["method"], match["metadata"]
 
   def _read_body(self) -> bytes:
@@ -260,8 +269,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     length = self.headers.get("Content-Length")
     if length is None:
       self.close_connection = True
-      raise rest_api.RequestError(411, "the request has no Content-Length header; send one with the "
-                                       "body's size in bytes")
+      raise rest_api.RequestError(
+          411, "the request has no Content-Length header; send one with the "
+          "body's size in bytes")
     try:
       length = int(length)
       if length < 0:
@@ -272,8 +282,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     if length > self.options.max_body_bytes:
       self.close_connection = True  # the body stays unread: this connection cannot be reused
       self._unread_body = True
-      raise rest_api.RequestError(413, f"the request body is {length} bytes; this server reads at most "
-                                       f"{self.options.max_body_bytes} (bin/serve --max_body_bytes)")
+      raise rest_api.RequestError(
+          413, f"the request body is {length} bytes; this server reads at most "
+          f"{self.options.max_body_bytes} (bin/serve --max_body_bytes)")
     self._reader.deadline = time.monotonic() + self.options.request_timeout_s  # the body's own
     chunks, received = [], 0
     try:
@@ -281,15 +292,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         chunk = self.rfile.read1(min(length - received, 1 << 16))
         if not chunk:
           self.close_connection = True
-          raise rest_api.RequestError(400, f"the connection closed after {received} of the "
-                                           f"{length} body bytes Content-Length announced")
+          raise rest_api.RequestError(
+              400, f"the connection closed after {received} of the "
+              f"{length} body bytes Content-Length announced")
         chunks.append(chunk)
         received += len(chunk)
     except (TimeoutError, socket.timeout) as e:
       self.close_connection = True
-      raise rest_api.RequestError(408, f"the request body did not arrive within "
-                                       f"{self.options.request_timeout_s:g} s ({received} of {length} "
-                                       "bytes); send the whole request at once") from e
+      raise rest_api.RequestError(
+          408, f"the request body did not arrive within "
+          f"{self.options.request_timeout_s:g} s ({received} of {length} "
+          "bytes); send the whole request at once") from e
     return b"".join(chunks)
 
   def do_POST(self):  # pylint: disable=invalid-name  (http.server's name)
@@ -298,11 +311,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       body = self._read_body()
       method, metadata = self._route()
       if metadata or method is None:
-        raise rest_api.RequestError(405, f"{self.path} answers GET; predictions are POST /v1/models/"
-                                         f"{self.service.model_name}:predict")
+        raise rest_api.RequestError(
+            405, f"{self.path} answers GET; predictions are POST /v1/models/"
+            f"{self.service.model_name}:predict")
       if method != "predict":
-        raise rest_api.RequestError(400, f":{method} is not served; this model answers :predict "
-                                         "(TF Serving's classify and regress need another signature)")
+        raise rest_api.RequestError(
+            400, f":{method} is not served; this model answers :predict "
+            "(TF Serving's classify and regress need another signature)")
       request = rest_api.parse_predict(rest_api.decode_body(body), self.options.max_batch_size)
       outputs = self.service.predict(request.questions)
       status, answer = 200, rest_api.format_predictions(outputs, request.columnar)
@@ -330,9 +345,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     self._send_json(status, answer)
 
   def _page(self, query: str):
+
     def send(status: int, **kwargs):
-      self._send(status, page.render(self.service.model_name, num_passages=self.options.num_passages,
-                                     **kwargs).encode("utf-8"), "text/html; charset=utf-8")
+      self._send(
+          status,
+          page.render(self.service.model_name, num_passages=self.options.num_passages,
+                      **kwargs).encode("utf-8"), "text/html; charset=utf-8")
 
     try:
       fields = parse.parse_qs(query, keep_blank_values=True, errors="strict")
@@ -356,8 +374,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       send(500, question=question, error=f"the model failed on this question: {type(e).__name__}: {e}")
       return
     seconds = time.perf_counter() - start
-    send(200, question=question, row={key: value[0] for key, value in outputs.items()},
-         seconds=seconds)
+    send(200, question=question, row={key: value[0] for key, value in outputs.items()}, seconds=seconds)
 
 
 class Server(http.server.ThreadingHTTPServer):
@@ -366,9 +383,10 @@ class Server(http.server.ThreadingHTTPServer):
   request_queue_size = 128
 
 
-def make_server(service: OpenQaService, host: str = "127.0.0.1", port: int = 0,
+def make_server(service: OpenQaService,
+                host: str = "127.0.0.1",
+                port: int = 0,
                 options: ServerOptions = ServerOptions()) -> Server:
   """A bound (not yet serving) server; port 0 lets the OS choose (server.server_address[1])."""
   handler = type("Handler", (_Handler,), {"service": service, "options": options})
   return Server((host, port), handler)
-

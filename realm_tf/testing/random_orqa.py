@@ -52,13 +52,20 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   documents = [corpus_lib.Document(r["title"], r["body"], r["id"]) for r in records]
   prefix = os.path.join(directory, "corpus", "blocks")
   corpus_lib.write_corpus(lambda: documents, tokenizer, prefix, num_shards=1)
-  bert_config = bert.tiny_config(tokenizer.vocab_size, hidden_size=32, num_layers=1,
-                                 intermediate_size=64)
-  config = realm_config_lib.RealmConfig(retriever_bert=bert_config, reader_bert=bert_config,
-                                        vocab_path=vocab, projection_size=16, query_seq_len=24,
-                                        candidate_seq_len=64, share_embedders=False)
-  orqa = orqa_lib.OrqaConfig(reader_seq_len=96, span_hidden_size=16, max_span_width=6,
-                             retriever_beam_size=10, reader_beam_size=3, retrieval_corpus_path=prefix)
+  bert_config = bert.tiny_config(tokenizer.vocab_size, hidden_size=32, num_layers=1, intermediate_size=64)
+  config = realm_config_lib.RealmConfig(retriever_bert=bert_config,
+                                        reader_bert=bert_config,
+                                        vocab_path=vocab,
+                                        projection_size=16,
+                                        query_seq_len=24,
+                                        candidate_seq_len=64,
+                                        share_embedders=False)
+  orqa = orqa_lib.OrqaConfig(reader_seq_len=96,
+                             span_hidden_size=16,
+                             max_span_width=6,
+                             retriever_beam_size=10,
+                             reader_beam_size=3,
+                             retrieval_corpus_path=prefix)
   model_dir = os.path.join(directory, "orqa")
   config.save(model_dir)
   orqa.save(model_dir)
@@ -67,8 +74,8 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   # Random vectors rather than the untrained document tower's: that tower maps these templated documents
   # to near-identical points, and near-ties would make "the same top blocks" depend on float rounding.
   embeddings = np.random.default_rng(seed).normal(size=[num_docs, 16]).astype(np.float32)
-  index_lib.build_index(embeddings, implementation="brute_force").save(
-      frozen_index.frozen_index_dir(model_dir))
+  index_lib.build_index(embeddings,
+                        implementation="brute_force").save(frozen_index.frozen_index_dir(model_dir))
   blocks = corpus_table.CorpusTable.load(prefix)
   model = orqa_model.build_model(config, orqa, embeddings, blocks, tokenizer)
   orqa_lib.copy_retriever_weights(retriever, model.retriever)

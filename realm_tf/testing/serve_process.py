@@ -29,15 +29,18 @@ class ServeProcess:
   def __init__(self, saved_model: str, *flags: str, start_timeout_s: float = 300.0):
     repo = testing_utils.repo_root()
     self._stderr: List[str] = []
-    self.process = subprocess.Popen(
-        [sys.executable, os.path.join(repo, "bin", "serve.py"), f"--saved_model={saved_model}",
-         "--port=0", "--host=127.0.0.1", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3"))
+    self.process = subprocess.Popen([
+        sys.executable,
+        os.path.join(repo, "bin", "serve.py"), f"--saved_model={saved_model}", "--port=0", "--host=127.0.0.1",
+        *flags
+    ],
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    text=True,
+                                    env=dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3"))
     lines: "queue.Queue[str]" = queue.Queue()
     # Both pipes are drained for the child's whole life: a full pipe would block the server.
-    threading.Thread(target=lambda: [lines.put(line) for line in self.process.stdout],
-                     daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in self.process.stdout], daemon=True).start()
     threading.Thread(target=lambda: self._stderr.extend(self.process.stderr), daemon=True).start()
     self.url: Optional[str] = None
     deadline = time.monotonic() + start_timeout_s

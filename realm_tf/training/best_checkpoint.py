@@ -39,8 +39,13 @@ def save_best(model: tf.Module, model_dir: str, step: int, metrics: Dict[str, fl
   previous = read_best(model_dir)
   name = f"ckpt-{step}"
   tf.train.Checkpoint(model=model).write(os.path.join(best_dir, name))
-  record = {"step": int(step), "checkpoint": os.path.join(BEST_DIR, name), "metric": SELECTION_METRIC,
-            "value": float(metrics[SELECTION_METRIC]), "metrics": metrics}
+  record = {
+      "step": int(step),
+      "checkpoint": os.path.join(BEST_DIR, name),
+      "metric": SELECTION_METRIC,
+      "value": float(metrics[SELECTION_METRIC]),
+      "metrics": metrics
+  }
   io_utils.write_json_atomic(os.path.join(model_dir, BEST_METRIC_NAME), record)
   if previous and previous.get("checkpoint") != record["checkpoint"]:
     old = os.path.join(model_dir, previous["checkpoint"])

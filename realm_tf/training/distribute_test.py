@@ -48,8 +48,8 @@ class DistributeTest(tf.test.TestCase):
     strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
     self.assertIsInstance(strategy, tf.distribute.MirroredStrategy)
     self.assertEqual(distribute.replica_count(strategy), 2)
-    self.assertEqual([d.split("/")[-1] for d in strategy.extended.worker_devices], ["device:CPU:0",
-                                                                                    "device:CPU:1"])
+    self.assertEqual([d.split("/")[-1] for d in strategy.extended.worker_devices],
+                     ["device:CPU:0", "device:CPU:1"])
     with strategy.scope():
       scale = tf.Variable(10.0)
     # A global batch of 4 examples: replica 0 gets [0, 1], replica 1 gets [2, 3].
@@ -59,9 +59,11 @@ class DistributeTest(tf.test.TestCase):
 
     @tf.function
     def step(x):
+
       def replica_fn(x):
         ctx = tf.distribute.get_replica_context()
         return tf.reduce_sum(x) * scale, ctx.replica_id_in_sync_group, ctx.all_reduce("sum", tf.size(x))
+
       return strategy.run(replica_fn, args=(x,))
 
     sums, replica_ids, sizes = step(batch)

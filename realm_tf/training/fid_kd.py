@@ -151,10 +151,12 @@ def check_selection_metric(options: "FidKdOptions") -> None:
 def embed_corpus(retriever: embedder_lib.Retriever, options: FidKdOptions) -> np.ndarray:
   """float32 [num_docs, D], the document tower over the corpus (the refreshed index's rows); with XLA
   when the run's steps use it (--jit_compile), as the other trainers embed their corpora."""
-  return corpus_embedding.embed_corpus(
-      lambda inputs: retriever.embed_documents(inputs, training=False), options.retrieval_corpus_path,
-      options.config.featurizer(), batch_size=options.embed_batch_size,
-      jit_compile=options.jit_compile, log=lambda _: None)
+  return corpus_embedding.embed_corpus(lambda inputs: retriever.embed_documents(inputs, training=False),
+                                       options.retrieval_corpus_path,
+                                       options.config.featurizer(),
+                                       batch_size=options.embed_batch_size,
+                                       jit_compile=options.jit_compile,
+                                       log=lambda _: None)
 
 
 def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings: np.ndarray,
@@ -167,7 +169,6 @@ def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings:
 
 # ---------------------------------------------------------------------------------------------------------
 # Training pieces.
-
 
 Features = Dict[str, np.ndarray]
 
@@ -190,8 +191,9 @@ def _batches(features: Union[Features, Callable[[int], Features]], batch_size: i
       yield {k: v[order] for k, v in arrays.items()}
 
   signature = {k: tf.TensorSpec((None,) + v.shape[1:], tf.as_dtype(v.dtype)) for k, v in first.items()}
-  return (tf.data.Dataset.from_generator(epochs, output_signature=signature).unbatch()
-          .batch(batch_size, drop_remainder=True))
+  return (tf.data.Dataset.from_generator(epochs,
+                                         output_signature=signature).unbatch().batch(batch_size,
+                                                                                     drop_remainder=True))
 
 
 @task_lib.register("fid_kd_phase")
@@ -201,8 +203,8 @@ class FidKdPhase(task_lib.Task):
   round's arrays with BERT's AdamW (10% warmup, linear decay). after_step keeps every loop's metrics in
   self.history, from which train_model summarizes the phase."""
 
-  def __init__(self, model, features: Union[Features, Callable[[int], Features]], steps: int,
-               batch_size: int, learning_rate: float, seed: int):
+  def __init__(self, model, features: Union[Features, Callable[[int], Features]], steps: int, batch_size: int,
+               learning_rate: float, seed: int):
     self.model = model
     self.features = features
     self.steps, self.batch_size, self.learning_rate, self.seed = steps, batch_size, learning_rate, seed
@@ -212,7 +214,8 @@ class FidKdPhase(task_lib.Task):
     return self.model
 
   def create_optimizer(self):
-    return optimization.create_optimizer(self.learning_rate, self.steps,
+    return optimization.create_optimizer(self.learning_rate,
+                                         self.steps,
                                          num_warmup_steps=max(self.steps // 10, 0),
                                          weight_decay_rate=0.0)
 
@@ -224,9 +227,15 @@ class FidKdPhase(task_lib.Task):
     return {}
 
 
-def train_model(model, features: Union[Features, Callable[[int], Features]], steps: int,
-                batch_size: int, learning_rate: float, seed: int, model_dir: str,
-                jit_compile: bool = False, log: Callable[[str], None] = print,
+def train_model(model,
+                features: Union[Features, Callable[[int], Features]],
+                steps: int,
+                batch_size: int,
+                learning_rate: float,
+                seed: int,
+                model_dir: str,
+                jit_compile: bool = False,
+                log: Callable[[str], None] = print,
                 name: str = "model") -> Dict[str, float]:
   """Trains a compute_loss model for `steps` steps (a FidKdPhase) through the shared loop
   (realm_tf.training.loop): checkpoints in model_dir (a restarted run resumes the phase there), a stop on
@@ -238,26 +247,38 @@ def train_model(model, features: Union[Features, Callable[[int], Features]], ste
   """
   phase = FidKdPhase(model, features, steps, batch_size, learning_rate, seed)
   started = time.time()
-  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=steps,
-                             keep_checkpoint_max=1, log_every_steps=max(steps // 5, 1),
-                             jit_compile=jit_compile, global_batch_size=batch_size)
+  options = loop.LoopOptions(model_dir=model_dir,
+                             num_train_steps=steps,
+                             save_checkpoints_steps=steps,
+                             keep_checkpoint_max=1,
+                             log_every_steps=max(steps // 5, 1),
+                             jit_compile=jit_compile,
+                             global_batch_size=batch_size)
   loop.train(phase, options, tf.distribute.get_strategy(), log=lambda line: log(f"  {name} {line}"))
   history = phase.history
-  result = {"steps": steps, "seconds": time.time() - started,
-            "first_loss": history[0]["loss"] if history else None}
+  result = {
+      "steps": steps,
+      "seconds": time.time() - started,
+      "first_loss": history[0]["loss"] if history else None
+  }
   tail = history[-max(steps // 10, 1):]
   for key in (history[-1] if history else {}):
     result["last_" + key] = float(np.mean([h[key] for h in tail]))
   return result
 
 
-def reader_passage_scores(reader: fid_reader.FidReader, features: fid_features.ReaderFeatures, start_id: int,
-                          batch_size: int, aggregation: str = "pre_softmax") -> np.ndarray:
+def reader_passage_scores(reader: fid_reader.FidReader,
+                          features: fid_features.ReaderFeatures,
+                          start_id: int,
+                          batch_size: int,
+                          aggregation: str = "pre_softmax") -> np.ndarray:
   """float32 [Q, n]: the reader's cross-attention score of every retrieved passage."""
   scores_fn = tf.function(lambda ids, mask: reader.passage_scores(ids, mask, start_id, aggregation),
                           autograph=False)
-  out = [scores_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
-         for s in range(0, len(features.passage_ids), batch_size)]
+  out = [
+      scores_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
+      for s in range(0, len(features.passage_ids), batch_size)
+  ]
   return np.concatenate(out).astype(np.float32)
 
 
@@ -265,8 +286,10 @@ def reader_predictions(reader: fid_reader.FidReader, features: fid_features.Read
                        batch_size: int) -> np.ndarray:
   """int32 [Q, T]: greedy answer ids."""
   decode_fn = tf.function(lambda ids, mask: reader.greedy_decode(ids, mask, start_id), autograph=False)
-  out = [decode_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
-         for s in range(0, len(features.passage_ids), batch_size)]
+  out = [
+      decode_fn(features.passage_ids[s:s + batch_size], features.passage_mask[s:s + batch_size]).numpy()
+      for s in range(0, len(features.passage_ids), batch_size)
+  ]
   return np.concatenate(out)
 
 
@@ -302,8 +325,8 @@ class _Data:
                        f"--dev_path={options.dev_path}")
     candidates = featurizer.candidate_inputs(*self.corpus.ragged_token_ids())
     self.candidates = [np.asarray(c) for c in candidates]  # 3 x int32 [num_docs, C]
-    queries = featurizer.query_inputs(self.tokenizer.tokenize([e.question.encode("utf-8")
-                                                               for e in self.train]))
+    queries = featurizer.query_inputs(
+        self.tokenizer.tokenize([e.question.encode("utf-8") for e in self.train]))
     self.train_queries = [np.asarray(q) for q in queries]  # 3 x int32 [num_train, Q]
     log(f"fid_kd: {self.corpus.num_docs} documents, {len(self.train)} training and {len(self.dev)} dev "
         "questions")
@@ -343,7 +366,8 @@ def _read_json(path: str):
 def run(options: FidKdOptions, log: Callable[[str], None] = print) -> List[Dict]:
   """Runs (or resumes) the loop; returns every iteration's metrics (also in fid_kd_summary.json)."""
   if options.initial_passages not in INITIAL_PASSAGES:
-    raise ValueError(f"--initial_passages must be one of {INITIAL_PASSAGES}, got {options.initial_passages!r}")
+    raise ValueError(
+        f"--initial_passages must be one of {INITIAL_PASSAGES}, got {options.initial_passages!r}")
   if options.reader_score_aggregation not in fid_reader.SCORE_AGGREGATIONS:
     raise ValueError(f"--reader_score_aggregation must be one of {sorted(fid_reader.SCORE_AGGREGATIONS)}, "
                      f"got {options.reader_score_aggregation!r}")
@@ -393,9 +417,12 @@ def _run_iteration(options: FidKdOptions, data: _Data, retriever: embedder_lib.R
                            directory, metrics, log)
   _distill_retriever(options, data, retriever, iteration, train_rows, train_examples, scores, directory,
                      metrics, log)
-  metrics["recall_after"] = retriever_eval.retriever_recall(
-      retriever, options.config, data.corpus, data.dev, _recall_ks(options, data),
-      doc_embeddings=embed_corpus(retriever, options))
+  metrics["recall_after"] = retriever_eval.retriever_recall(retriever,
+                                                            options.config,
+                                                            data.corpus,
+                                                            data.dev,
+                                                            _recall_ks(options, data),
+                                                            doc_embeddings=embed_corpus(retriever, options))
   log(f"iteration {iteration}: dev recall of the distilled retriever {_recall_line(metrics['recall_after'])}")
   _select_retriever(options, retriever, iteration, start, metrics, log)
   metrics["seconds"] = time.time() - started
@@ -408,14 +435,18 @@ def _recall_ks(options: FidKdOptions, data: _Data) -> Tuple[int, ...]:
   return tuple(k for k in options.recall_ks if k <= data.corpus.num_docs)
 
 
-def _retrieve_passages(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
-                       iteration: int, metrics: Dict, log: Callable[[str], None]):
+def _retrieve_passages(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever, iteration: int,
+                       metrics: Dict, log: Callable[[str], None]):
   """Step 1: the index of the current retriever, its dev recall, and the top --num_passages rows of every
   training and dev question (BM25's in round 0 with --initial_passages=bm25)."""
   config, n = options.config, options.num_passages
   doc_embeddings = embed_corpus(retriever, options)
-  metrics["recall_before"] = retriever_eval.retriever_recall(
-      retriever, config, data.corpus, data.dev, _recall_ks(options, data), doc_embeddings=doc_embeddings)
+  metrics["recall_before"] = retriever_eval.retriever_recall(retriever,
+                                                             config,
+                                                             data.corpus,
+                                                             data.dev,
+                                                             _recall_ks(options, data),
+                                                             doc_embeddings=doc_embeddings)
   if options.selection_metric not in metrics["recall_before"]:
     raise ValueError(f"--selection_metric={options.selection_metric} is not measured on --dev_path="
                      f"{options.dev_path} (reported: {_recall_line(metrics['recall_before'])}; gold recall "
@@ -449,21 +480,24 @@ def _train_reader(options: FidKdOptions, data: _Data, iteration: int, train_rows
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
   reader = fid_reader.build_reader(options.fid)
   if options.fid.encoder == "bert" and options.reader_init_checkpoint:
-    log(f"iteration {iteration}: reader encoder warm-started: "
-        + fid_warm_start.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0])
+    log(f"iteration {iteration}: reader encoder warm-started: " +
+        fid_warm_start.load_encoder_weights(reader, options.reader_init_checkpoint).summary().splitlines()[0])
   train_examples = data.reader_examples(data.train, train_rows, with_answers=True)
   train_features = _pad(options, tokenizer, train_examples)
   if options.reader_single_passage_steps:
     metrics.update(_train_reader_on_single_passages(options, data, reader, train_examples, iteration, log))
   reader_epoch, substituted = _reader_epochs(options, data, train_examples, iteration, stream=0)
   metrics["reader_substituted_fraction"] = substituted / len(data.train)
-  metrics["reader_training"] = train_model(
-      reader, reader_epoch, options.reader_steps, options.reader_batch_size,
-      options.reader_learning_rate, options.seed + iteration, directory_of("reader_train"),
-      options.jit_compile, log, f"reader ({n} passages)")
+  metrics["reader_training"] = train_model(reader, reader_epoch, options.reader_steps,
+                                           options.reader_batch_size,
+                                           options.reader_learning_rate, options.seed + iteration,
+                                           directory_of("reader_train"), options.jit_compile, log,
+                                           f"reader ({n} passages)")
   reader_path = _save(tf.train.Checkpoint(model=reader), directory_of("reader"), options.reader_steps)
   metrics["reader_checkpoint"] = reader_path
-  dev_features = _pad(options, tokenizer, data.reader_examples(data.dev, dev_rows, with_answers=False),
+  dev_features = _pad(options,
+                      tokenizer,
+                      data.reader_examples(data.dev, dev_rows, with_answers=False),
                       with_answers=False)
   predictions = reader_predictions(reader, dev_features, tokenizer.cls_id, options.predict_batch_size)
   matches = evaluation.wordpiece_exact_match(tokenizer, predictions, [e.answers for e in data.dev])
@@ -474,8 +508,7 @@ def _train_reader(options: FidKdOptions, data: _Data, iteration: int, train_rows
 
 def _teacher_scores(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
                     reader: fid_reader.FidReader, doc_embeddings: np.ndarray, train_rows: np.ndarray,
-                    train_features, directory: str, metrics: Dict,
-                    log: Callable[[str], None]) -> np.ndarray:
+                    train_features, directory: str, metrics: Dict, log: Callable[[str], None]) -> np.ndarray:
   """Step 3: the reader's cross-attention scores of the (original) training passages [Q, n], written
   beside the retriever's scores to SCORES_NAME."""
   tokenizer = data.tokenizer
@@ -491,17 +524,24 @@ def _teacher_scores(options: FidKdOptions, data: _Data, retriever: embedder_lib.
     log(f"iteration {metrics['iteration']}: of the training questions with the gold passage among their "
         f"{options.num_passages}, the reader's attention ranks it first for "
         f"{metrics['reader_gold_top1']:.1f}%, the retriever for {metrics['retriever_gold_top1']:.1f}%")
-  io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), (
-      {"question": e.question, "answers": e.answers,
-       "passages": [{"row": int(r), "doc_id": data.corpus.doc_ids[r], "retriever_score": float(rs),
-                     "reader_score": float(s)} for r, rs, s in zip(rows, r_scores, q_scores)]}
-      for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
+  io_utils.write_jsonl_atomic(os.path.join(directory, SCORES_NAME), ({
+      "question":
+          e.question,
+      "answers":
+          e.answers,
+      "passages": [{
+          "row": int(r),
+          "doc_id": data.corpus.doc_ids[r],
+          "retriever_score": float(rs),
+          "reader_score": float(s)
+      } for r, rs, s in zip(rows, r_scores, q_scores)]
+  } for e, rows, r_scores, q_scores in zip(data.train, train_rows, retriever_scores, scores)))
   return scores
 
 
-def _distill_retriever(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever,
-                       iteration: int, train_rows: np.ndarray, train_examples, scores: np.ndarray,
-                       directory: str, metrics: Dict, log: Callable[[str], None]) -> None:
+def _distill_retriever(options: FidKdOptions, data: _Data, retriever: embedder_lib.Retriever, iteration: int,
+                       train_rows: np.ndarray, train_examples, scores: np.ndarray, directory: str,
+                       metrics: Dict, log: Callable[[str], None]) -> None:
   """Step 4: the retriever under the KL loss on those passages, saved. With
   --distill_answer_bearing_only, of the questions whose passages hold an answer: for the others the
   reader's attention can only rank passages that are all irrelevant, and distilling that teaches the
@@ -515,9 +555,15 @@ def _distill_retriever(options: FidKdOptions, data: _Data, retriever: embedder_l
   metrics["distilled_questions"] = len(distilled)
   q_ids, q_mask, q_segments = (q[distilled] for q in data.train_queries)
   c_ids, c_mask, c_segments = (c[train_rows[distilled]] for c in data.candidates)  # [Q, n, C]
-  kd_features = {"query_token_ids": q_ids, "query_mask": q_mask, "query_segment_ids": q_segments,
-                 "candidate_token_ids": c_ids, "candidate_mask": c_mask, "candidate_segment_ids": c_segments,
-                 "reader_scores": scores[distilled]}
+  kd_features = {
+      "query_token_ids": q_ids,
+      "query_mask": q_mask,
+      "query_segment_ids": q_segments,
+      "candidate_token_ids": c_ids,
+      "candidate_mask": c_mask,
+      "candidate_segment_ids": c_segments,
+      "reader_scores": scores[distilled]
+  }
   if len(distilled) < options.retriever_batch_size:
     log(f"iteration {iteration}: only {len(distilled)} training questions have an answer-bearing passage, "
         f"fewer than a batch; the retriever is not trained this iteration")
@@ -525,13 +571,14 @@ def _distill_retriever(options: FidKdOptions, data: _Data, retriever: embedder_l
   else:
     model = fid_distillation.RetrieverDistillation(retriever, options.reader_temperature,
                                                    options.retriever_temperature)
-    metrics["retriever_training"] = train_model(
-        model, kd_features, options.retriever_steps, options.retriever_batch_size,
-        options.retriever_learning_rate, options.seed + iteration,
-        os.path.join(directory, "retriever_train"), options.jit_compile, log, "retriever")
-  metrics["retriever_checkpoint"] = save_retriever(retriever, os.path.join(directory, "retriever"),
-                                                   options.retriever_steps if metrics["retriever_training"]
-                                                   else 0)
+    metrics["retriever_training"] = train_model(model, kd_features, options.retriever_steps,
+                                                options.retriever_batch_size, options.retriever_learning_rate,
+                                                options.seed + iteration,
+                                                os.path.join(directory, "retriever_train"),
+                                                options.jit_compile, log, "retriever")
+  metrics["retriever_checkpoint"] = save_retriever(
+      retriever, os.path.join(directory, "retriever"),
+      options.retriever_steps if metrics["retriever_training"] else 0)
 
 
 def _select_retriever(options: FidKdOptions, retriever: embedder_lib.Retriever, iteration: int, start: str,
@@ -550,8 +597,8 @@ def _select_retriever(options: FidKdOptions, retriever: embedder_lib.Retriever, 
     note = "" if after >= before else " (below the start, but --nokeep_better_retriever)"
     log(f"iteration {iteration}: distilled retriever accepted, {metric} {before:.1f} -> {after:.1f}{note}")
   else:
-    retriever.set_weights(_load_retriever(options, os.path.join(options.model_dir, start),
-                                          f"MODEL_DIR/{start}").get_weights())
+    retriever.set_weights(
+        _load_retriever(options, os.path.join(options.model_dir, start), f"MODEL_DIR/{start}").get_weights())
     metrics["retriever_after"] = start
     metrics["recall_end"] = metrics["recall_before"]
     log(f"iteration {iteration}: distilled retriever REJECTED: {metric} fell {before:.1f} -> {after:.1f}; "
@@ -570,8 +617,9 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   same-type spans gives no one answer a clear gradient, and it settled for the answers' prior); on one
   passage it learns to find and copy the answer (in about 1,000 steps), and then to choose among n.
   """
-  single = answer_substitution.single_passage_examples(
-      examples, answer_substitution.continuation_ids(data.tokenizer), options.fid.passage_seq_len)
+  single = answer_substitution.single_passage_examples(examples,
+                                                       answer_substitution.continuation_ids(data.tokenizer),
+                                                       options.fid.passage_seq_len)
   result: Dict = {"reader_single_passage_examples": len(single.pairs)}
   if len(single.pairs) < options.reader_batch_size:
     log(f"iteration {iteration}: only {len(single.pairs)} training questions have an answer-bearing "
@@ -581,8 +629,8 @@ def _train_reader_on_single_passages(options: FidKdOptions, data: _Data, reader:
   result["reader_single_passage_training"] = train_model(
       reader, epochs, options.reader_single_passage_steps, options.reader_batch_size,
       options.reader_learning_rate, options.seed + iteration,
-      os.path.join(iteration_dir(options.model_dir, iteration), "reader_1_passage_train"),
-      options.jit_compile, log, "reader (1 passage)")
+      os.path.join(iteration_dir(options.model_dir, iteration),
+                   "reader_1_passage_train"), options.jit_compile, log, "reader (1 passage)")
   return result
 
 
@@ -597,23 +645,29 @@ def _reader_epochs(options: FidKdOptions, data: _Data, examples: fid_features.To
   if rate == 0.0:
     features = _pad(options, data.tokenizer, examples)._asdict()
     return lambda _: features, 0
-  substitution = answer_substitution.AnswerSubstitution(
-      examples, answer_substitution.continuation_ids(data.tokenizer), data.tokenizer.unk_id)
+  substitution = answer_substitution.AnswerSubstitution(examples,
+                                                        answer_substitution.continuation_ids(data.tokenizer),
+                                                        data.tokenizer.unk_id)
 
   def substituted(epoch: int) -> Tuple[Features, int]:
-    edited, count = substitution.substitute(rate, np.random.default_rng([options.seed, iteration, stream,
-                                                                         epoch]))
+    edited, count = substitution.substitute(rate,
+                                            np.random.default_rng([options.seed, iteration, stream, epoch]))
     return _pad(options, data.tokenizer, edited)._asdict(), count
 
   first, count = substituted(0)
   return lambda epoch: first if epoch == 0 else substituted(epoch)[0], count
 
 
-def _pad(options: FidKdOptions, tokenizer, examples: fid_features.TokenizedExamples,
+def _pad(options: FidKdOptions,
+         tokenizer,
+         examples: fid_features.TokenizedExamples,
          with_answers: bool = True) -> fid_features.ReaderFeatures:
   """The reader's padded features of `examples` at its passage and answer lengths."""
-  return fid_features.pad_examples(tokenizer, examples, options.fid.passage_seq_len,
-                                   options.fid.answer_seq_len, with_answers=with_answers)
+  return fid_features.pad_examples(tokenizer,
+                                   examples,
+                                   options.fid.passage_seq_len,
+                                   options.fid.answer_seq_len,
+                                   with_answers=with_answers)
 
 
 def _gold_positions(data: _Data, examples, rows: np.ndarray) -> Optional[np.ndarray]:

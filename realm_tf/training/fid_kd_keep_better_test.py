@@ -32,11 +32,21 @@ from realm_tf.training import fid_kd_testing
 
 _VOCAB_PATH = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
-_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
-                                       projection_size=16, query_seq_len=16, candidate_seq_len=48)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                       reader_bert=_BERT,
+                                       vocab_path=_VOCAB_PATH,
+                                       projection_size=16,
+                                       query_seq_len=16,
+                                       candidate_seq_len=48)
 # answer_seq_len 4: greedy decoding traces the decoder once per answer position.
-_FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=48, answer_seq_len=4)
+_FID = fid_reader.FidConfig(vocab_size=285,
+                            hidden_size=32,
+                            num_heads=2,
+                            num_encoder_layers=1,
+                            num_decoder_layers=1,
+                            intermediate_size=32,
+                            passage_seq_len=48,
+                            answer_seq_len=4)
 
 
 def _fingerprint(retriever) -> str:
@@ -83,11 +93,24 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
   @classmethod
   def _options(cls, model_dir, **kwargs):
     options = dict(
-        config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=cls.paths["corpus"],
-        train_path=cls.paths["train"], dev_path=cls.paths["dev"], initial_passages="bm25",
-        iterations=2, num_passages=3, reader_steps=1, retriever_steps=1, reader_batch_size=4,
-        retriever_batch_size=4, reader_single_passage_steps=0, retriever_learning_rate=1e-2,
-        recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8,
+        config=_CONFIG,
+        fid=_FID,
+        model_dir=model_dir,
+        retrieval_corpus_path=cls.paths["corpus"],
+        train_path=cls.paths["train"],
+        dev_path=cls.paths["dev"],
+        initial_passages="bm25",
+        iterations=2,
+        num_passages=3,
+        reader_steps=1,
+        retriever_steps=1,
+        reader_batch_size=4,
+        retriever_batch_size=4,
+        reader_single_passage_steps=0,
+        retriever_learning_rate=1e-2,
+        recall_ks=(1, 5),
+        embed_batch_size=32,
+        predict_batch_size=8,
         # Every round trains the retriever (a round whose passages hold too few answers would skip it
         # and keep its start's weights, which the recall mock scores as unchanged).
         distill_answer_bearing_only=False)
@@ -123,9 +146,12 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
     first = self.keep_metrics[:1]
     self.assertFalse(first[0]["accepted"])
     model_dir = os.path.join(self.directory, "resume")
-    shutil.copytree(self.keep_dir, model_dir, ignore=lambda d, names: (
-        [fid_kd.SUMMARY_NAME, os.path.basename(fid_kd.iteration_dir(model_dir, 1))]
-        if os.path.samefile(d, self.keep_dir) else []))
+    shutil.copytree(
+        self.keep_dir,
+        model_dir,
+        ignore=lambda d, names:
+        ([fid_kd.SUMMARY_NAME, os.path.basename(fid_kd.iteration_dir(model_dir, 1))]
+         if os.path.samefile(d, self.keep_dir) else []))
     self.assertFalse(tf.io.gfile.exists(fid_kd.iteration_dir(model_dir, 1)))
     # A restarted process: the recall mock knows the initial weights only from their checkpoint.
     initial = embedder.build_retriever(_BERT, projection_size=16)
@@ -137,8 +163,8 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
 
   def test_flag_off_continues_from_the_distilled_retriever(self):
     model_dir = os.path.join(self.directory, "off")
-    metrics, logs = self._run(self._options(model_dir, keep_better_retriever=False,
-                                            selection_metric="answer_recall@5"), _Recall())
+    metrics, logs = self._run(
+        self._options(model_dir, keep_better_retriever=False, selection_metric="answer_recall@5"), _Recall())
     self.assertEqual([True, True], [m["accepted"] for m in metrics])
     self.assertEqual(["iteration_0/retriever", "iteration_1/retriever"],
                      [m["retriever_after"] for m in metrics])

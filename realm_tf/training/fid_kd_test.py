@@ -21,11 +21,21 @@ from realm_tf.training import fid_kd_testing
 _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
-_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
-                                       projection_size=16, query_seq_len=16, candidate_seq_len=48)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                       reader_bert=_BERT,
+                                       vocab_path=_VOCAB_PATH,
+                                       projection_size=16,
+                                       query_seq_len=16,
+                                       candidate_seq_len=48)
 # answer_seq_len 4: greedy decoding traces the decoder once per answer position.
-_FID = fid_reader.FidConfig(vocab_size=285, hidden_size=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1, intermediate_size=32, passage_seq_len=96, answer_seq_len=4)
+_FID = fid_reader.FidConfig(vocab_size=285,
+                            hidden_size=32,
+                            num_heads=2,
+                            num_encoder_layers=1,
+                            num_decoder_layers=1,
+                            intermediate_size=32,
+                            passage_seq_len=96,
+                            answer_seq_len=4)
 
 
 class BatchesTest(tf.test.TestCase):
@@ -57,13 +67,27 @@ class LoopTest(tf.test.TestCase):
     paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
     model_dir = os.path.join(directory, "run")
     options = fid_kd.FidKdOptions(
-        config=_CONFIG, fid=_FID, model_dir=model_dir, retrieval_corpus_path=paths["corpus"],
-        train_path=paths["train"], dev_path=paths["dev"], initial_passages="bm25", iterations=2,
+        config=_CONFIG,
+        fid=_FID,
+        model_dir=model_dir,
+        retrieval_corpus_path=paths["corpus"],
+        train_path=paths["train"],
+        dev_path=paths["dev"],
+        initial_passages="bm25",
+        iterations=2,
         # Each training phase traces its step; one step each, but the reader's 4 steps of 4 run into a
         # second epoch of the 8 questions (answers substituted anew) through the shared loop.
-        num_passages=3, reader_steps=4, retriever_steps=1, reader_batch_size=4, retriever_batch_size=4,
-        reader_single_passage_steps=1, reader_answer_substitution_rate=1.0,
-        retriever_learning_rate=1e-3, recall_ks=(1, 5), embed_batch_size=32, predict_batch_size=8)
+        num_passages=3,
+        reader_steps=4,
+        retriever_steps=1,
+        reader_batch_size=4,
+        retriever_batch_size=4,
+        reader_single_passage_steps=1,
+        reader_answer_substitution_rate=1.0,
+        retriever_learning_rate=1e-3,
+        recall_ks=(1, 5),
+        embed_batch_size=32,
+        predict_batch_size=8)
     # The real corpus embedding (tf.data pipeline, length buckets) runs once, for round 0's first index,
     # and the eager stand-in must give the same rows; the other three calls take the stand-in. Its
     # document tower runs eagerly: compiled with XLA (anew per call, 4 length buckets) it costs about 4 s
@@ -101,7 +125,8 @@ class LoopTest(tf.test.TestCase):
     # Round 1 starts from the retriever round 0 ended with (its distilled one if accepted, else its start).
     self.assertEqual(metrics[0]["recall_end"], metrics[1]["recall_before"])
     for m in metrics:
-      self.assertEqual(m["accepted"], m["recall_after"]["gold_recall@5"] >= m["recall_before"]["gold_recall@5"])
+      self.assertEqual(m["accepted"], m["recall_after"]["gold_recall@5"]
+                       >= m["recall_before"]["gold_recall@5"])
     self.assertEqual(["bm25", "dense"], [m["passages"] for m in metrics])
     # BM25 finds the gold documents of these name questions in a 20-document corpus.
     self.assertGreaterEqual(metrics[0]["reader_passages_gold_recall"], 75.0)
@@ -134,8 +159,8 @@ class LoopTest(tf.test.TestCase):
     training_state.restore_retriever(restored, metrics[1]["retriever_checkpoint"])
     initial = embedder.build_retriever(_BERT, projection_size=16)
     training_state.restore_retriever(initial, os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR))
-    self.assertGreater(max(float(np.abs(a - b).max()) for a, b in
-                           zip(restored.get_weights(), initial.get_weights())), 1e-6)
+    self.assertGreater(
+        max(float(np.abs(a - b).max()) for a, b in zip(restored.get_weights(), initial.get_weights())), 1e-6)
     # A finished run only reads its metrics back.
     logs.clear()
     self.assertEqual(metrics, fid_kd.run(options, log=logs.append))
@@ -158,16 +183,31 @@ class LoopTest(tf.test.TestCase):
       f.write('model_checkpoint_path: "ckpt-1"\n')
     with open(os.path.join(export, "bert_config.json"), "w", encoding="utf-8") as f:
       json.dump(bert_config.to_dict(), f)
-    reader_config = dataclasses.replace(_FID, hidden_size=16, encoder="bert",
+    reader_config = dataclasses.replace(_FID,
+                                        hidden_size=16,
+                                        encoder="bert",
                                         bert=fid_warm_start.bert_encoder_config(export, 285))
     options = fid_kd.FidKdOptions(
-        config=_CONFIG, fid=reader_config, model_dir=os.path.join(directory, "bert_run"),
-        retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
-        iterations=2, num_passages=3, reader_steps=1, retriever_steps=1, reader_batch_size=4,
+        config=_CONFIG,
+        fid=reader_config,
+        model_dir=os.path.join(directory, "bert_run"),
+        retrieval_corpus_path=paths["corpus"],
+        train_path=paths["train"],
+        dev_path=paths["dev"],
+        iterations=2,
+        num_passages=3,
+        reader_steps=1,
+        retriever_steps=1,
+        reader_batch_size=4,
         # A retriever batch of more than the 8 training questions: no round trains the retriever (this
         # case needs only the readers; the loop test above distils).
-        retriever_batch_size=16, reader_single_passage_steps=0, recall_ks=(1, 5), embed_batch_size=32,
-        predict_batch_size=8, reader_init_checkpoint=export, reader_learning_rate=1e-2)
+        retriever_batch_size=16,
+        reader_single_passage_steps=0,
+        recall_ks=(1, 5),
+        embed_batch_size=32,
+        predict_batch_size=8,
+        reader_init_checkpoint=export,
+        reader_learning_rate=1e-2)
     logs = []
     real_iteration = fid_kd._run_iteration
 
@@ -191,8 +231,9 @@ class LoopTest(tf.test.TestCase):
     for i, m in enumerate(metrics):
       reader = fid_reader.build_reader(reader_config)
       tf.train.Checkpoint(model=reader).read(m["reader_checkpoint"]).assert_existing_objects_matched()
-      moved = max(float(np.abs(a.numpy() - b.numpy()).max())
-                  for a, b in zip(source.weights, reader.bert_encoder.weights))
+      moved = max(
+          float(np.abs(a.numpy() - b.numpy()).max())
+          for a, b in zip(source.weights, reader.bert_encoder.weights))
       self.assertBetween(moved, 1e-6, 1.0, msg=f"iteration {i}")
     self.assertTrue(tf.io.gfile.exists(os.path.join(options.model_dir, fid_reader.CONFIG_NAME)))
     self.assertEqual(reader_config, fid_reader.FidConfig.load(options.model_dir))
@@ -204,10 +245,14 @@ class LoopTest(tf.test.TestCase):
     directory = self.get_temp_dir()
     paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
     for metric in ("gold_recall@3", "recall@5", "gold_precision@5"):
-      options = fid_kd.FidKdOptions(
-          config=_CONFIG, fid=_FID, model_dir=os.path.join(directory, "bad_metric"),
-          retrieval_corpus_path=paths["corpus"], train_path=paths["train"], dev_path=paths["dev"],
-          recall_ks=(1, 5), selection_metric=metric)
+      options = fid_kd.FidKdOptions(config=_CONFIG,
+                                    fid=_FID,
+                                    model_dir=os.path.join(directory, "bad_metric"),
+                                    retrieval_corpus_path=paths["corpus"],
+                                    train_path=paths["train"],
+                                    dev_path=paths["dev"],
+                                    recall_ks=(1, 5),
+                                    selection_metric=metric)
       with self.assertRaisesRegex(ValueError, "--selection_metric.*--recall_ks=1,5"):
         fid_kd.run(options, log=lambda _: None)
 
@@ -217,10 +262,12 @@ class LoopTest(tf.test.TestCase):
     model_dir = os.path.join(directory, "run2")
     _CONFIG.save(model_dir)
     _FID.save(model_dir)
-    options = fid_kd.FidKdOptions(
-        config=_CONFIG, fid=fid_reader.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
-        model_dir=model_dir, retrieval_corpus_path=paths["corpus"], train_path=paths["train"],
-        dev_path=paths["dev"])
+    options = fid_kd.FidKdOptions(config=_CONFIG,
+                                  fid=fid_reader.FidConfig(vocab_size=285, hidden_size=16, num_heads=2),
+                                  model_dir=model_dir,
+                                  retrieval_corpus_path=paths["corpus"],
+                                  train_path=paths["train"],
+                                  dev_path=paths["dev"])
     with self.assertRaisesRegex(ValueError, "another FiD reader configuration"):
       fid_kd.run(options, log=lambda _: None)
 

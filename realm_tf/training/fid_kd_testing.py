@@ -26,8 +26,8 @@ class EagerCorpusEmbedding:
     prefix = options.retrieval_corpus_path
     if prefix not in self._candidates:
       corpus = corpus_table.CorpusTable.load(prefix)
-      self._candidates[prefix] = [np.asarray(c) for c in options.config.featurizer().candidate_inputs(
-          *corpus.ragged_token_ids())]
+      self._candidates[prefix] = [
+          np.asarray(c) for c in options.config.featurizer().candidate_inputs(*corpus.ragged_token_ids())
+      ]
     self.calls += 1
     return np.asarray(retriever.embed_documents(tuple(self._candidates[prefix]), training=False), np.float32)
-

@@ -21,8 +21,11 @@ def bert_config(spec: str, vocab_path: str) -> bert.BertConfig:
     return bert.PRESETS[spec](len(tokenization.load_vocab(vocab_path)))
   presets = ", ".join(bert.PRESETS)
   if tf.io.gfile.isdir(spec):
-    found = [os.path.join(spec, name) for name in ("bert_config.json", "config.json")
-             if tf.io.gfile.exists(os.path.join(spec, name))]
+    found = [
+        os.path.join(spec, name)
+        for name in ("bert_config.json", "config.json")
+        if tf.io.gfile.exists(os.path.join(spec, name))
+    ]
     if not found:
       raise ValueError(f"--bert_config={spec} is a directory without a bert_config.json or config.json; "
                        f"pass a preset ({presets}) or the config file's path")

@@ -52,12 +52,15 @@ def _read_index_dir(index_dir: str, corpus_prefix: str) -> Tuple[np.ndarray, Dic
     record = published_index.verify_published(index_dir)
     check_index_corpus(record.get("corpus_fingerprint"), index_dir, corpus_prefix, fix)
     mips = index_lib.load_index(os.path.join(index_dir, published_index.MIPS_DIR), verify=False)
-    return np.asarray(mips.embeddings), {"index_dir": index_dir, "index_step": record.get("step"),
-                                         "index_corpus": record.get("corpus_prefix")}
+    return np.asarray(mips.embeddings), {
+        "index_dir": index_dir,
+        "index_step": record.get("step"),
+        "index_corpus": record.get("corpus_prefix")
+    }
   if tf.io.gfile.exists(os.path.join(index_dir, index_lib.MANIFEST_NAME)):
     mips = index_lib.load_index(index_dir)
-    check_index_corpus(mips.manifest.get("extra", {}).get("corpus_fingerprint"), index_dir,
-                       corpus_prefix, fix)
+    check_index_corpus(
+        mips.manifest.get("extra", {}).get("corpus_fingerprint"), index_dir, corpus_prefix, fix)
     return np.asarray(mips.embeddings), {"index_dir": index_dir, "index_step": mips.step}
   raise FileNotFoundError(f"--index_dir={index_dir} is neither a published index (no "
                           f"{published_index.PUBLISHED_NAME}) nor a saved MIPS index (no "
@@ -69,17 +72,23 @@ def _updated_corpus_of(index_dir: str, corpus_prefix: str) -> Optional[str]:
   if not tf.io.gfile.exists(os.path.join(index_dir, published_index.PUBLISHED_NAME)):
     return None
   found = published_index.verify_published(index_dir).get("corpus_prefix")
-  if (found and os.path.abspath(found) != os.path.abspath(corpus_prefix)
-      and tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
-      and corpus_lib.descends_from(found, corpus_prefix)):
+  if (found and os.path.abspath(found) != os.path.abspath(corpus_prefix) and
+      tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX) and
+      corpus_lib.descends_from(found, corpus_prefix)):
     return found
   return None
 
 
-def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, projection_size: int,
-                         strategy: tf.distribute.Strategy, retriever_fn: Callable[[], object],
-                         index_dir: Optional[str] = None, retriever_checkpoint: Optional[str] = None,
-                         embed_batch_size: int = 128, log: Callable[[str], None] = print,
+def prepare_frozen_index(model_dir: str,
+                         corpus_prefix: str,
+                         featurizer,
+                         projection_size: int,
+                         strategy: tf.distribute.Strategy,
+                         retriever_fn: Callable[[], object],
+                         index_dir: Optional[str] = None,
+                         retriever_checkpoint: Optional[str] = None,
+                         embed_batch_size: int = 128,
+                         log: Callable[[str], None] = print,
                          jit_compile: bool = True) -> np.ndarray:
   """The run's block embeddings float32 [N, D]: reused from MODEL_DIR/frozen_index/ when a restarted run
   made them already, else taken from index_dir (--index_dir) or embedded with the document tower of
@@ -116,10 +125,14 @@ def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, project
     started = time.time()
     retriever = retriever_fn()
     embeddings = corpus_embedding.embed_corpus(
-        lambda inputs: retriever.embed_documents(inputs, training=False), corpus_prefix,
-        featurizer, batch_size=embed_batch_size, strategy=strategy, jit_compile=jit_compile, log=log)
-    provenance = {"retriever_checkpoint": retriever_checkpoint,
-                  "embed_seconds": time.time() - started}
+        lambda inputs: retriever.embed_documents(inputs, training=False),
+        corpus_prefix,
+        featurizer,
+        batch_size=embed_batch_size,
+        strategy=strategy,
+        jit_compile=jit_compile,
+        log=log)
+    provenance = {"retriever_checkpoint": retriever_checkpoint, "embed_seconds": time.time() - started}
     log(f"embedded {embeddings.shape[0]} blocks with the document tower in "
         f"{time.time() - started:.1f} s")
   if embeddings.shape != (num_docs, projection_size):
@@ -127,8 +140,10 @@ def prepare_frozen_index(model_dir: str, corpus_prefix: str, featurizer, project
                      f"documents and projection_size is {projection_size}; the index "
                      "must embed exactly this corpus, row for row, with this retriever")
   index_lib.build_index(embeddings, implementation="brute_force").save(
-      directory, extra=dict(provenance, corpus_prefix=corpus_prefix,
-                            corpus_fingerprint=corpus_lib.fingerprint(corpus_prefix)))
+      directory,
+      extra=dict(provenance,
+                 corpus_prefix=corpus_prefix,
+                 corpus_fingerprint=corpus_lib.fingerprint(corpus_prefix)))
   return embeddings
 
 
@@ -142,16 +157,19 @@ def frozen_index_corpus(model_dir: str, corpus_prefix: str) -> str:
     return corpus_prefix
   extra = index_lib.read_manifest(directory).get("extra", {})
   found = extra.get("corpus_prefix")
-  if (extra.get("corpus_update") and found
-      and os.path.abspath(found) != os.path.abspath(corpus_prefix)
-      and tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX)
-      and corpus_lib.descends_from(found, corpus_prefix)):
+  if (extra.get("corpus_update") and found and os.path.abspath(found) != os.path.abspath(corpus_prefix) and
+      tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX) and
+      corpus_lib.descends_from(found, corpus_prefix)):
     return found
   return corpus_prefix
 
 
-def update_frozen_index(model_dir: str, trained, change: index_update.ChangeSet, on_existing: str = "error",
-                        output_corpus_prefix: Optional[str] = None, batch_size: int = 128,
+def update_frozen_index(model_dir: str,
+                        trained,
+                        change: index_update.ChangeSet,
+                        on_existing: str = "error",
+                        output_corpus_prefix: Optional[str] = None,
+                        batch_size: int = 128,
                         log: Callable[[str], None] = print) -> str:
   """bin/update_index on an ORQA run: applies a change set (realm_tf.retrieval.index_update) to
   MODEL_DIR/frozen_index with the run's frozen document tower, and saves the new frozen index in its
@@ -167,17 +185,19 @@ def update_frozen_index(model_dir: str, trained, change: index_update.ChangeSet,
   mips = index_lib.load_index(directory)
   retriever = trained.model.retriever
   result = index_update.update_corpus(
-      corpus_prefix, np.asarray(mips.embeddings), change, on_existing, trained.tokenizer,
-      trained.featurizer, lambda: lambda inputs: retriever.embed_documents(inputs, training=False),
-      output_corpus_prefix, batch_size, log)
-  extra = dict(mips.manifest.get("extra", {}), corpus_prefix=result.corpus_prefix,
+      corpus_prefix, np.asarray(mips.embeddings), change, on_existing, trained.tokenizer, trained.featurizer,
+      lambda: lambda inputs: retriever.embed_documents(inputs, training=False), output_corpus_prefix,
+      batch_size, log)
+  extra = dict(mips.manifest.get("extra", {}),
+               corpus_prefix=result.corpus_prefix,
                corpus_fingerprint=corpus_lib.fingerprint(result.corpus_prefix),
-               corpus_update=dict(result.summary, base_corpus=corpus_prefix,
-                                  checkpoint=trained.checkpoint))
+               corpus_update=dict(result.summary, base_corpus=corpus_prefix, checkpoint=trained.checkpoint))
   # save() renames the complete new directory into place (the old one is moved aside for the
   # instant between two renames, then deleted).
-  index_lib.build_index(result.embeddings, implementation="brute_force").save(
-      directory, step=mips.step, extra=extra, overwrite=True)
+  index_lib.build_index(result.embeddings, implementation="brute_force").save(directory,
+                                                                              step=mips.step,
+                                                                              extra=extra,
+                                                                              overwrite=True)
   log(f"replaced {directory}: {result.embeddings.shape[0]} blocks of {result.corpus_prefix}")
   return result.corpus_prefix
 

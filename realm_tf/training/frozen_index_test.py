@@ -14,9 +14,14 @@ from realm_tf.training import frozen_index
 
 def _prepare(model_dir, paths, index_dir, log):
   # With index_dir given, neither the featurizer nor the retriever is used.
-  return frozen_index.prepare_frozen_index(model_dir, paths["corpus"], None, 16,
-                                           tf.distribute.get_strategy(), lambda: None,
-                                           index_dir=index_dir, log=log)
+  return frozen_index.prepare_frozen_index(model_dir,
+                                           paths["corpus"],
+                                           None,
+                                           16,
+                                           tf.distribute.get_strategy(),
+                                           lambda: None,
+                                           index_dir=index_dir,
+                                           log=log)
 
 
 class FrozenIndexTest(tf.test.TestCase):
@@ -54,8 +59,9 @@ class FrozenIndexTest(tf.test.TestCase):
     index_lib.build_index(embeddings, implementation="brute_force").save(
         index_dir, extra={"corpus_fingerprint": corpus_lib.fingerprint(other)})
     model_dir = os.path.join(tmp, "orqa")
-    with self.assertRaisesRegex(ValueError, f"{index_dir} embeds another corpus .* than {paths['corpus']}"
-                                r".*Pass --index_dir of an index built from this corpus"):
+    with self.assertRaisesRegex(
+        ValueError, f"{index_dir} embeds another corpus .* than {paths['corpus']}"
+        r".*Pass --index_dir of an index built from this corpus"):
       _prepare(model_dir, paths, index_dir, log=lambda _: None)
     self.assertFalse(os.path.exists(frozen_index.frozen_index_dir(model_dir)))
 

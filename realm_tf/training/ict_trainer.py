@@ -37,8 +37,10 @@ class IctTrainerOptions:
 
 
 def build_model(config: realm_config_lib.RealmConfig) -> ict_model.IctModel:
-  model = ict_model.IctModel(config.retriever_bert, config.projection_size,
-                             config.embedder_layer_norm_epsilon, config.embedder_dropout_rate,
+  model = ict_model.IctModel(config.retriever_bert,
+                             config.projection_size,
+                             config.embedder_layer_norm_epsilon,
+                             config.embedder_dropout_rate,
                              pooling=config.embedder_pooling,
                              cosine_score_scale=config.cosine_score_scale)
   dummy = tf.zeros([1, 4], tf.int32)
@@ -62,24 +64,31 @@ class IctTask(task_lib.Task):
     return build_model(self.options.config)
 
   def create_optimizer(self):
-    return optimization.create_optimizer(self.options.learning_rate, self.options.loop.num_train_steps,
+    return optimization.create_optimizer(self.options.learning_rate,
+                                         self.options.loop.num_train_steps,
                                          bias_correction=self.options.adam_bias_correction)
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options = self.options
-    return ict_data.ict_dataset(
-        pretraining.pretraining_dataset(options.pretraining_corpus_path), self.tokenizer,
-        self.featurizer, options.block_seq_len, options.batch_size, options.mask_rate, options.seed,
-        skip_batches=batches_done)
+    return ict_data.ict_dataset(pretraining.pretraining_dataset(options.pretraining_corpus_path),
+                                self.tokenizer,
+                                self.featurizer,
+                                options.block_seq_len,
+                                options.batch_size,
+                                options.mask_rate,
+                                options.seed,
+                                skip_batches=batches_done)
 
   def initialize(self, model: ict_model.IctModel) -> None:
     if self.options.init_bert_checkpoint:
-      report = bert_mapping.load_bert_weights(model.embedder.encoder, self.options.init_bert_checkpoint,
+      report = bert_mapping.load_bert_weights(model.embedder.encoder,
+                                              self.options.init_bert_checkpoint,
                                               strict=False)
       self.log(f"ICT embedder's BERT warm-started: {report.summary()}")
 
 
-def train(options: IctTrainerOptions, strategy: tf.distribute.Strategy,
+def train(options: IctTrainerOptions,
+          strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict[str, float]:
   """Trains the ICT embedder to options.loop.num_train_steps; returns the last loop's metrics."""
   options.config.save_or_check(options.loop.model_dir)

@@ -30,6 +30,7 @@ from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import published_index
 from realm_tf.training import realm_input
 
+
 def top_k_of_shard(queries: tf.Tensor, shard_embeddings: tf.Tensor, first_row: tf.Tensor, k: int):
   """Exact top-k of one slice of the corpus's rows: (scores float32 [B, k], global rows int32 [B, k]).
 
@@ -92,15 +93,14 @@ class InStepRetrieval(tf.Module):
     # The stale query tower is a private load of the published SavedModel (the tower the host path
     # calls): a swap assigns the newer tower's weights into its variables, which the traced step reads,
     # and must not change the LoadedIndex that others (a RetrievalState) hold.
-    self.query_embedder = tf.saved_model.load(
-        os.path.join(loaded.path, published_index.QUERY_EMBEDDER_DIR))
+    self.query_embedder = tf.saved_model.load(os.path.join(loaded.path, published_index.QUERY_EMBEDDER_DIR))
     self._tower_variables = self._variables_of(self.query_embedder)
 
   @staticmethod
   def _aliases(corpus: corpus_table.CorpusTable):
     items = sorted(corpus.aliases.items())
-    return (np.asarray([k for k, _ in items], np.int64).reshape([-1]),
-            np.asarray([v for _, v in items], np.int64).reshape([-1]))
+    return (np.asarray([k for k, _ in items],
+                       np.int64).reshape([-1]), np.asarray([v for _, v in items], np.int64).reshape([-1]))
 
   @staticmethod
   def _variables_of(saved_model):
@@ -113,7 +113,8 @@ class InStepRetrieval(tf.Module):
                        "with realm_tf.retrieval.published_index.publish_index")
     return found
 
-  def swap(self, loaded: published_index.LoadedIndex,
+  def swap(self,
+           loaded: published_index.LoadedIndex,
            corpus: Optional[corpus_table.CorpusTable] = None) -> None:
     """Loads a newer published index (and its corpus, when bin/update_index changed the documents) into
     the variables. Call between steps, as RetrievalState swaps between batches."""
@@ -134,8 +135,7 @@ class InStepRetrieval(tf.Module):
     self.embeddings.assign(embeddings)
     if corpus is not self.corpus:
       titles, bodies = corpus.ragged_token_ids()
-      for variable, value in ((self.title_values, titles.values),
-                              (self.title_splits, titles.row_splits),
+      for variable, value in ((self.title_values, titles.values), (self.title_splits, titles.row_splits),
                               (self.body_values, bodies.values), (self.body_splits, bodies.row_splits),
                               (self.fingerprints, corpus.fingerprints.astype(np.int64))):
         variable.assign(value)
@@ -145,13 +145,12 @@ class InStepRetrieval(tf.Module):
     self.alias_values.assign(values)
     self.step = loaded.step
 
-  def candidate_rows(self, query_token_ids: tf.Tensor, query_mask: tf.Tensor,
-                     query_segment_ids: tf.Tensor, own_fingerprint: tf.Tensor) -> tf.Tensor:
+  def candidate_rows(self, query_token_ids: tf.Tensor, query_mask: tf.Tensor, query_segment_ids: tf.Tensor,
+                     own_fingerprint: tf.Tensor) -> tf.Tensor:
     """int32 [B, N-1]: the rows RetrievalState.retrieve returns for the same queries and index."""
     wanted = self.num_candidates - 1
     k = min(self.corpus.num_docs, wanted + realm_input.SEARCH_MARGIN)
-    queries = self.query_embedder.embed(tf.cast(query_token_ids, tf.int32),
-                                        tf.cast(query_mask, tf.int32),
+    queries = self.query_embedder.embed(tf.cast(query_token_ids, tf.int32), tf.cast(query_mask, tf.int32),
                                         tf.cast(query_segment_ids, tf.int32))["embeddings"]
     # One shard: every replica holds every row (see the module docstring).
     shard_scores, shard_rows = top_k_of_shard(queries, self.embeddings.read_value(), 0, k)
@@ -161,11 +160,9 @@ class InStepRetrieval(tf.Module):
     # corpus.excluded(own): the own fingerprint and its alias (the newest text of a replaced document).
     alias_hit = tf.equal(self.alias_keys[tf.newaxis, :], own[:, tf.newaxis])  # [B, A]
     alias = tf.where(tf.reduce_any(alias_hit, axis=1),
-                     tf.reduce_sum(tf.where(alias_hit, self.alias_values[tf.newaxis, :], 0), axis=1),
-                     own)
+                     tf.reduce_sum(tf.where(alias_hit, self.alias_values[tf.newaxis, :], 0), axis=1), own)
     excluded = tf.stack([own, alias], axis=1)  # [B, 2]
-    is_excluded = tf.reduce_any(tf.equal(fingerprints[:, :, tf.newaxis], excluded[:, tf.newaxis, :]),
-                                axis=2)
+    is_excluded = tf.reduce_any(tf.equal(fingerprints[:, :, tf.newaxis], excluded[:, tf.newaxis, :]), axis=2)
     # A duplicate of an earlier entry is dropped whether that one was kept or itself dropped: a dropped
     # earlier one was excluded or a duplicate of a kept one, so its copies are too (the host's `seen`).
     same = tf.equal(fingerprints[:, :, tf.newaxis], fingerprints[:, tf.newaxis, :])  # [B, k, k]
@@ -179,10 +176,11 @@ class InStepRetrieval(tf.Module):
       # Tiny corpora with duplicates: as the host, the short rows take the first further documents in
       # row order whose fingerprint is neither excluded nor kept (a full scan, so only on demand).
       kept_mask = tf.gather(keep, _first_true(keep, wanted), batch_dims=1)
-      seen = tf.concat([excluded, tf.where(kept_mask, tf.gather(self.fingerprints, rows), own[:, None])],
-                       axis=1)  # [B, 2 + wanted]
-      unseen = ~tf.reduce_any(tf.equal(self.fingerprints[tf.newaxis, :, tf.newaxis],
-                                       seen[:, tf.newaxis, :]), axis=2)  # [B, num_docs]
+      seen = tf.concat(
+          [excluded, tf.where(kept_mask, tf.gather(self.fingerprints, rows), own[:, None])],
+          axis=1)  # [B, 2 + wanted]
+      unseen = ~tf.reduce_any(tf.equal(self.fingerprints[tf.newaxis, :, tf.newaxis], seen[:, tf.newaxis, :]),
+                              axis=2)  # [B, num_docs]
       num_kept = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1, keepdims=True)
       extra = _first_true(unseen, wanted)  # rows in row order
       slot = tf.range(wanted)[tf.newaxis, :]
@@ -200,16 +198,17 @@ class InStepRetrieval(tf.Module):
     rows = self.candidate_rows(features[query + "_token_ids"], features[query + "_mask"],
                                features[query + "_segment_ids"], features["own_fingerprint"])
     flat = tf.reshape(rows, [-1])
-    titles = tf.gather(tf.RaggedTensor.from_row_splits(self.title_values.read_value(),
-                                                       self.title_splits.read_value()), flat)
-    bodies = tf.gather(tf.RaggedTensor.from_row_splits(self.body_values.read_value(),
-                                                       self.body_splits.read_value()), flat)
+    titles = tf.gather(
+        tf.RaggedTensor.from_row_splits(self.title_values.read_value(), self.title_splits.read_value()), flat)
+    bodies = tf.gather(
+        tf.RaggedTensor.from_row_splits(self.body_values.read_value(), self.body_splits.read_value()), flat)
     batch_size = features[query + "_token_ids"].shape[0]
     if batch_size is None:
       raise ValueError("in-step retrieval needs a static batch size: batch the query features with "
                        "drop_remainder=True")
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
-    out.update(realm_input.assemble_candidates(
-        self.featurizer, batch_size, self.num_candidates, features[query + "_token_ids"],
-        features[query + "_mask"], titles, bodies))
+    out.update(
+        realm_input.assemble_candidates(self.featurizer, batch_size, self.num_candidates,
+                                        features[query + "_token_ids"], features[query + "_mask"], titles,
+                                        bodies))
     return out

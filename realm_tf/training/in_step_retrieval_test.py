@@ -34,29 +34,38 @@ class InStepRetrievalTest(tf.test.TestCase):
     distribute.configure_logical_cpus(2)
     root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"in_step_retrieval_test_{os.getpid()}")
     vocab = os.path.join(_TESTDATA, "vocab.txt")
-    cls.config = realm_config_lib.RealmConfig(
-        retriever_bert=bert.tiny_config(285, num_layers=1), reader_bert=bert.tiny_config(285),
-        vocab_path=vocab, projection_size=16, query_seq_len=32, candidate_seq_len=64, max_masks=4,
-        num_candidates=4)
+    cls.config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
+                                              reader_bert=bert.tiny_config(285),
+                                              vocab_path=vocab,
+                                              projection_size=16,
+                                              query_seq_len=32,
+                                              candidate_seq_len=64,
+                                              max_masks=4,
+                                              num_candidates=4)
     model_dir = os.path.join(root, "model")
     cls.config.save(model_dir)
     cls.tokenizer = cls.config.tokenizer()
     cls.featurizer = cls.config.featurizer(cls.tokenizer)
     corpus_prefix = os.path.join(root, "corpus", "blocks")
-    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")),
-                        cls.tokenizer, corpus_prefix, 2)
+    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")), cls.tokenizer,
+                        corpus_prefix, 2)
     pretraining_prefix = os.path.join(root, "pretraining", "sentences")
     pretraining.write_pretraining_corpus(
         lambda: pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")),
         pretraining_prefix, 2)
-    refresher.bootstrap(cls.config, None, refresher.RefresherOptions(
-        model_dir=model_dir, corpus_prefix=corpus_prefix, index_implementation="brute_force"),
-        log=lambda _: None)
+    refresher.bootstrap(cls.config,
+                        None,
+                        refresher.RefresherOptions(model_dir=model_dir,
+                                                   corpus_prefix=corpus_prefix,
+                                                   index_implementation="brute_force"),
+                        log=lambda _: None)
     cls.table = corpus_table.CorpusTable.load(corpus_prefix)
-    cls.state = realm_input.RetrievalState(
-        published_index.IndexWatcher(model_dir, log=lambda _: None), cls.table,
-        cls.config.num_candidates, check_every_batches=10**9, log=lambda _: None,
-        expected_dim=cls.config.projection_size)
+    cls.state = realm_input.RetrievalState(published_index.IndexWatcher(model_dir, log=lambda _: None),
+                                           cls.table,
+                                           cls.config.num_candidates,
+                                           check_every_batches=10**9,
+                                           log=lambda _: None,
+                                           expected_dim=cls.config.projection_size)
     cls.state.ensure_index()
     # The bootstrap index's untrained towers score every document within 1e-5 of the others, with exact
     # ties, and tied rows may come in either order on the two paths. Random document embeddings under
@@ -66,19 +75,21 @@ class InStepRetrievalTest(tf.test.TestCase):
         size=[cls.table.num_docs, cls.config.projection_size]).astype(np.float32)
     cls.state.index = bootstrap._replace(mips=type(bootstrap.mips).build(embeddings))
     queries = realm_input.query_features(pretraining.pretraining_dataset(pretraining_prefix),
-                                         cls.tokenizer, cls.featurizer, seed=5)
+                                         cls.tokenizer,
+                                         cls.featurizer,
+                                         seed=5)
     cls.query_batches = list(queries.batch(_BATCH, drop_remainder=True).take(_NUM_BATCHES))
     cls.host_rows, cls.host_features = [], []
     for batch in cls.query_batches:
       rows, title_values, title_lengths, body_values, body_lengths = cls.state.retrieve(
-          batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
-          batch["own_fingerprint"])
+          batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"], batch["own_fingerprint"])
       cls.host_rows.append(rows)
       features = {k: v for k, v in batch.items() if k not in ("own_fingerprint", "status")}
-      features.update(realm_input.assemble_candidates(
-          cls.featurizer, _BATCH, cls.config.num_candidates, batch["query_token_ids"],
-          batch["query_mask"], tf.RaggedTensor.from_row_lengths(title_values, title_lengths),
-          tf.RaggedTensor.from_row_lengths(body_values, body_lengths)))
+      features.update(
+          realm_input.assemble_candidates(cls.featurizer, _BATCH, cls.config.num_candidates,
+                                          batch["query_token_ids"], batch["query_mask"],
+                                          tf.RaggedTensor.from_row_lengths(title_values, title_lengths),
+                                          tf.RaggedTensor.from_row_lengths(body_values, body_lengths)))
       cls.host_features.append(features)
     cls.retrieval = in_step_retrieval.InStepRetrieval(cls.state.index, cls.table, cls.featurizer,
                                                       cls.config.num_candidates)
@@ -101,8 +112,8 @@ class InStepRetrievalTest(tf.test.TestCase):
 
   def test_one_replica_same_rows_features_and_loss(self):
     # The host side and the rows run eagerly: tracing them costs more than running them on testdata.
-    rows_fn = lambda b: self.retrieval.candidate_rows(
-        b["query_token_ids"], b["query_mask"], b["query_segment_ids"], b["own_fingerprint"])
+    rows_fn = lambda b: self.retrieval.candidate_rows(b["query_token_ids"], b["query_mask"], b[
+        "query_segment_ids"], b["own_fingerprint"])
     step = tf.function(lambda b: (lambda f: (f, self._loss(f)))(self.retrieval.candidate_features(b)))
     host_loss = self._loss
     for batch, rows, expected in zip(self.query_batches, self.host_rows, self.host_features):
@@ -134,17 +145,19 @@ class InStepRetrievalTest(tf.test.TestCase):
     for batch, expected in zip(self.query_batches, self.host_features):
       # Replica r gets examples [r * half, (r + 1) * half), as the distributed dataset would split them.
       split = lambda source: strategy.experimental_distribute_values_from_function(
-          lambda ctx: {k: v[ctx.replica_id_in_sync_group * half:(ctx.replica_id_in_sync_group + 1) *
-                             half] for k, v in source.items()})
+          lambda ctx: {
+              k: v[ctx.replica_id_in_sync_group * half:(ctx.replica_id_in_sync_group + 1) * half]
+              for k, v in source.items()
+          })
       features, losses = run(split(batch))
       expected_losses = run_host(split(expected))
       per_replica = lambda values: strategy.experimental_local_results(values)
       for r in range(2):
         for key in expected:
           self.assertAllEqual(expected[key][r * half:(r + 1) * half],
-                              per_replica(features[key])[r], msg=f"replica {r}: {key}")
-        self.assertAllClose(per_replica(expected_losses)[r], per_replica(losses)[r], rtol=1e-5,
-                            atol=0)
+                              per_replica(features[key])[r],
+                              msg=f"replica {r}: {key}")
+        self.assertAllClose(per_replica(expected_losses)[r], per_replica(losses)[r], rtol=1e-5, atol=0)
 
   def test_swap_loads_the_newer_index(self):
     """After a swap to an index whose embeddings are reversed in row order, the in-step rows are the
@@ -156,22 +169,28 @@ class InStepRetrievalTest(tf.test.TestCase):
                                                   self.config.num_candidates)
     retrieval.swap(newer)
     self.assertEqual(retrieval.step, loaded.step + 1)
-    host = realm_input.RetrievalState(self.state.watcher, self.table, self.config.num_candidates,
-                                      check_every_batches=10**9, log=lambda _: None)
+    host = realm_input.RetrievalState(self.state.watcher,
+                                      self.table,
+                                      self.config.num_candidates,
+                                      check_every_batches=10**9,
+                                      log=lambda _: None)
     host.index = newer
     for batch, before in zip(self.query_batches, self.host_rows):
-      expected = host.retrieve(batch["query_token_ids"], batch["query_mask"],
-                               batch["query_segment_ids"], batch["own_fingerprint"])[0]
+      expected = host.retrieve(batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
+                               batch["own_fingerprint"])[0]
       self.assertFalse(np.array_equal(expected, before))
-      self.assertAllEqual(expected, retrieval.candidate_rows(
-          batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
-          batch["own_fingerprint"]))
-
+      self.assertAllEqual(
+          expected,
+          retrieval.candidate_rows(batch["query_token_ids"], batch["query_mask"], batch["query_segment_ids"],
+                                   batch["own_fingerprint"]))
 
   def _host_and_in_step_rows(self, loaded, table):
     """(host rows, in-step rows) of every query batch over `loaded` and `table`."""
-    host = realm_input.RetrievalState(self.state.watcher, table, self.config.num_candidates,
-                                      check_every_batches=10**9, log=lambda _: None)
+    host = realm_input.RetrievalState(self.state.watcher,
+                                      table,
+                                      self.config.num_candidates,
+                                      check_every_batches=10**9,
+                                      log=lambda _: None)
     host.index = loaded
     retrieval = in_step_retrieval.InStepRetrieval(self.state.index, self.table, self.featurizer,
                                                   self.config.num_candidates)

@@ -97,7 +97,9 @@ class NonFiniteLossError(RuntimeError):
   """A step gave a NaN or Inf loss or gradient; nothing of it was saved."""
 
 
-def _check_finite(result: Dict[str, float], step: int, manager: tf.train.CheckpointManager,
+def _check_finite(result: Dict[str, float],
+                  step: int,
+                  manager: tf.train.CheckpointManager,
                   steps_run: int = 1) -> None:
   bad = [f"{name}={value}" for name, value in sorted(result.items()) if not math.isfinite(value)]
   if result.get(train_lib.NONFINITE_GRADIENTS, 0.0) > 0:
@@ -107,8 +109,8 @@ def _check_finite(result: Dict[str, float], step: int, manager: tf.train.Checkpo
   # A loop of several steps is checked as a whole: its mean is non-finite when any of its steps was.
   where = f"step {step}" if steps_run == 1 else f"steps {step - steps_run + 1}-{step} (one loop)"
   latest = manager.latest_checkpoint
-  resume = (f"the last good checkpoint is {latest}; a restart resumes from it" if latest else
-            "no checkpoint was written yet; a restart begins from the warm start")
+  resume = (f"the last good checkpoint is {latest}; a restart resumes from it"
+            if latest else "no checkpoint was written yet; a restart begins from the warm start")
   raise NonFiniteLossError(
       f"{where}: non-finite training values ({', '.join(bad)}); training stopped before saving this "
       f"step, {resume}. Lower --learning_rate, check the input data, or use float32 instead of "
@@ -138,8 +140,8 @@ def _restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.
           f"its files: {files or 'none'}); trying the one before it")
       damaged.append(path)
       continue
-    log(f"resumed from {path} at step {int(checkpoint.optimizer.iterations.numpy())}"
-        + (f" (skipped damaged {', '.join(damaged)}: delete them)" if damaged else ""))
+    log(f"resumed from {path} at step {int(checkpoint.optimizer.iterations.numpy())}" +
+        (f" (skipped damaged {', '.join(damaged)}: delete them)" if damaged else ""))
     return path
   raise ResumeError(
       f"no checkpoint in {manager.directory} can be read (damaged: {', '.join(damaged)}). Delete them "
@@ -178,11 +180,14 @@ class _CheckpointManager(tf.train.CheckpointManager):
   - A save that fails names the model dir and the fix, and a save is logged.
   """
 
-  def __init__(self, checkpoint: tf.train.Checkpoint, options: LoopOptions,
-               warm_start: Callable[[], None], log: Callable[[str], None]):
+  def __init__(self, checkpoint: tf.train.Checkpoint, options: LoopOptions, warm_start: Callable[[], None],
+               log: Callable[[str], None]):
     self._step = checkpoint.optimizer.iterations
-    super().__init__(checkpoint, options.model_dir, max_to_keep=options.keep_checkpoint_max,
-                     step_counter=self._step, checkpoint_interval=options.save_checkpoints_steps)
+    super().__init__(checkpoint,
+                     options.model_dir,
+                     max_to_keep=options.keep_checkpoint_max,
+                     step_counter=self._step,
+                     checkpoint_interval=options.save_checkpoints_steps)
     self._warm_start = warm_start
     self._log = log
 
@@ -194,7 +199,8 @@ class _CheckpointManager(tf.train.CheckpointManager):
       # ckpt-<global step>, also when called without a number. Without check_interval TensorFlow's
       # manager still skips a second save of the same step.
       path = super().save(checkpoint_number=step if checkpoint_number is None else checkpoint_number,
-                          check_interval=False, options=options)
+                          check_interval=False,
+                          options=options)
     except (tf.errors.OpError, OSError) as e:
       raise CheckpointWriteError(
           f"cannot write checkpoint ckpt-{step} into {self.directory}: {e}. Earlier checkpoints are "
@@ -222,8 +228,7 @@ class _AfterEachLoop:
 
   def __init__(self, optimizer, options: LoopOptions, manager: _CheckpointManager,
                summaries: orbit.utils.SummaryManager, stop: preemption.Request,
-               after_step: Callable[[int, Dict[str, float]], Dict[str, float]],
-               log: Callable[[str], None]):
+               after_step: Callable[[int, Dict[str, float]], Dict[str, float]], log: Callable[[str], None]):
     self._optimizer = optimizer
     self._options = options
     self._manager = manager
@@ -262,8 +267,8 @@ class _AfterEachLoop:
       self._log(f"step {step}/{options.num_train_steps}: {shown}")
     self.metrics = metrics
     lr = self._optimizer.learning_rate
-    output["learning_rate"] = float(tf.convert_to_tensor(
-        lr(self._optimizer.iterations) if callable(lr) else lr))
+    output["learning_rate"] = float(
+        tf.convert_to_tensor(lr(self._optimizer.iterations) if callable(lr) else lr))
     if self._stop.requested and step < options.num_train_steps:
       # orbit.Controller.train has no way to stop between loops but an exception; the controller would
       # summarize this loop after the action, so it is written here.
@@ -297,8 +302,8 @@ def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf
                          f"{context.num_replicas_in_sync} replicas; pass LoopOptions.global_batch_size "
                          "(--batch_size) or batch with drop_remainder=True")
     per_replica = context.get_per_replica_batch_size(batch)
-    return (dataset.rebatch(per_replica, drop_remainder=True)
-            .shard(context.num_input_pipelines, context.input_pipeline_id))
+    return (dataset.rebatch(per_replica, drop_remainder=True).shard(context.num_input_pipelines,
+                                                                    context.input_pipeline_id))
 
   return strategy.distribute_datasets_from_function(dataset_for)
 
@@ -351,9 +356,9 @@ class _Closures(task_lib.Task):
 
   def __init__(self, model, optimizer, dataset_fn: Callable[[int], tf.data.Dataset],
                warm_start: Optional[Callable[[], None]],
-               after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]],
-               evaluator: Optional[orbit.AbstractEvaluator], eval_every_steps: Optional[int],
-               eval_name: str, stop_input: Optional[Callable[[], None]]):
+               after_step: Optional[Callable[[int, Dict[str, float]],
+                                             Dict[str, float]]], evaluator: Optional[orbit.AbstractEvaluator],
+               eval_every_steps: Optional[int], eval_name: str, stop_input: Optional[Callable[[], None]]):
     self._model, self._optimizer, self._dataset_fn = model, optimizer, dataset_fn
     self._warm_start, self._after_step, self._evaluator = warm_start, after_step, evaluator
     self._stop_input = stop_input
@@ -383,19 +388,26 @@ class _Closures(task_lib.Task):
       self._stop_input()
 
 
-def _closures_task(model, optimizer, strategy: tf.distribute.Strategy,
-                   dataset_fn: Callable[[int], tf.data.Dataset], options: LoopOptions,
+def _closures_task(model,
+                   optimizer,
+                   strategy: tf.distribute.Strategy,
+                   dataset_fn: Callable[[int], tf.data.Dataset],
+                   options: LoopOptions,
                    warm_start: Optional[Callable[[], None]] = None,
                    after_step: Optional[Callable[[int, Dict[str, float]], Dict[str, float]]] = None,
-                   log: Callable[[str], None] = print, evaluator: Optional[orbit.AbstractEvaluator] = None,
-                   eval_every_steps: Optional[int] = None, eval_name: str = "eval",
+                   log: Callable[[str], None] = print,
+                   evaluator: Optional[orbit.AbstractEvaluator] = None,
+                   eval_every_steps: Optional[int] = None,
+                   eval_name: str = "eval",
                    stop_input: Optional[Callable[[], None]] = None):
   """The older form's arguments as _train_task's (task, options, strategy, log)."""
   return (_Closures(model, optimizer, dataset_fn, warm_start, after_step, evaluator, eval_every_steps,
                     eval_name, stop_input), options, strategy, log)
 
 
-def _train_task(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.Strategy,
+def _train_task(task: task_lib.Task,
+                options: LoopOptions,
+                strategy: tf.distribute.Strategy,
                 log: Callable[[str], None] = print) -> Dict[str, float]:
   """train() of a Task."""
   try:
@@ -435,21 +447,28 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
   if manager.checkpoints:
     _check_batch_size(options)
   trainer = step_loop.StepLoop(
-      train_lib.TrainStep(model, optimizer, strategy, jit_compile=options.jit_compile,
+      train_lib.TrainStep(model,
+                          optimizer,
+                          strategy,
+                          jit_compile=options.jit_compile,
                           accumulation_steps=options.gradient_accumulation_steps))
-  summaries = orbit.utils.SummaryManager(os.path.join(options.model_dir, "train"), tf.summary.scalar,
+  summaries = orbit.utils.SummaryManager(os.path.join(options.model_dir, "train"),
+                                         tf.summary.scalar,
                                          global_step=optimizer.iterations)
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
   with preemption.sigterm_requests_stop() as stop, _orbit_lines_in_the_log_only():
-    after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, task.after_step,
-                                     log)
+    after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, task.after_step, log)
     # Restores the newest readable checkpoint, or warm-starts (_CheckpointManager).
-    controller = orbit.Controller(
-        global_step=optimizer.iterations, trainer=trainer, evaluator=evaluator, strategy=strategy,
-        train_actions=[after_each_loop], steps_per_loop=after_each_loop.loop_length,
-        checkpoint_manager=manager, summary_manager=summaries,
-        eval_summary_dir=os.path.join(options.model_dir, task.eval_name))
+    controller = orbit.Controller(global_step=optimizer.iterations,
+                                  trainer=trainer,
+                                  evaluator=evaluator,
+                                  strategy=strategy,
+                                  train_actions=[after_each_loop],
+                                  steps_per_loop=after_each_loop.loop_length,
+                                  checkpoint_manager=manager,
+                                  summary_manager=summaries,
+                                  eval_summary_dir=os.path.join(options.model_dir, task.eval_name))
     step = int(optimizer.iterations.numpy())
     if step >= options.num_train_steps:
       log(f"already at step {step} >= --num_train_steps={options.num_train_steps}; nothing to do")

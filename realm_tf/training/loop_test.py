@@ -104,36 +104,50 @@ class TaskTest(tf.test.TestCase):
 
   def test_a_task_trains_warm_starts_once_and_resumes_its_data_stream(self):
     model_dir = os.path.join(self.get_temp_dir(), "task")
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=2, save_checkpoints_steps=2,
-                               log_every_steps=100, jit_compile=False)
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=2,
+                               save_checkpoints_steps=2,
+                               log_every_steps=100,
+                               jit_compile=False)
     task = task_lib.get_task("loop_test_regression", warm_start_bias=0.5)
     final = loop.train(task, options, tf.distribute.get_strategy(), log=lambda _: None)
-    self.assertEqual(task.calls, ["build_model", "create_optimizer", "initialize", "build_inputs(0)",
-                                  "after_step(1)", "after_step(2)", "stop_input"])
+    self.assertEqual(task.calls, [
+        "build_model", "create_optimizer", "initialize", "build_inputs(0)", "after_step(1)", "after_step(2)",
+        "stop_input"
+    ])
     self.assertEqual(final["hook"], 2.0)
     self.assertNotEqual(float(task.model.dense.bias[0]), 0.5)  # trained from the warm start
     resumed = task_lib.get_task("loop_test_regression", warm_start_bias=0.5)
-    loop.train(resumed, dataclasses.replace(options, num_train_steps=3), tf.distribute.get_strategy(),
+    loop.train(resumed,
+               dataclasses.replace(options, num_train_steps=3),
+               tf.distribute.get_strategy(),
                log=lambda _: None)
     # Restored from ckpt-2, not warm-started again; the stream continues after its two batches.
-    self.assertEqual(resumed.calls, ["build_model", "create_optimizer", "build_inputs(2)",
-                                     "after_step(3)", "stop_input"])
+    self.assertEqual(resumed.calls,
+                     ["build_model", "create_optimizer", "build_inputs(2)", "after_step(3)", "stop_input"])
 
 
 class NonFiniteTest(tf.test.TestCase):
 
   def _train(self, model, model_dir):
     model(tf.zeros([1, 3]))
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=10, save_checkpoints_steps=2,
-                               log_every_steps=100, jit_compile=False)
-    return loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(),
-                      _batches, options, log=lambda _: None)
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=10,
+                               save_checkpoints_steps=2,
+                               log_every_steps=100,
+                               jit_compile=False)
+    return loop.train(model,
+                      tf_keras.optimizers.legacy.SGD(0.01),
+                      tf.distribute.get_strategy(),
+                      _batches,
+                      options,
+                      log=lambda _: None)
 
   def test_nan_loss_stops_before_saving_and_names_the_last_good_checkpoint(self):
     model_dir = os.path.join(self.get_temp_dir(), "nan_loss")
-    with self.assertRaisesRegex(loop.NonFiniteLossError,
-                                r"step 5: non-finite training values \(loss=nan, mse=nan\).*"
-                                + f"last good checkpoint is {os.path.join(model_dir, 'ckpt-4')}"):
+    with self.assertRaisesRegex(
+        loop.NonFiniteLossError, r"step 5: non-finite training values \(loss=nan, mse=nan\).*" +
+        f"last good checkpoint is {os.path.join(model_dir, 'ckpt-4')}"):
       self._train(_Regression(poison_loss_at=5), model_dir)
     self.assertEqual(tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-4"))
 
@@ -154,17 +168,18 @@ class NonFiniteTest(tf.test.TestCase):
   def test_stdout_holds_the_progress_lines_not_one_orbit_line_per_step(self):
     model = _Regression()
     model(tf.zeros([1, 3]))
-    options = loop.LoopOptions(model_dir=os.path.join(self.get_temp_dir(), "quiet"), num_train_steps=6,
-                               save_checkpoints_steps=3, log_every_steps=3, jit_compile=False)
+    options = loop.LoopOptions(model_dir=os.path.join(self.get_temp_dir(), "quiet"),
+                               num_train_steps=6,
+                               save_checkpoints_steps=3,
+                               log_every_steps=3,
+                               jit_compile=False)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-      loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _batches,
-                 options)
+      loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _batches, options)
     lines = stdout.getvalue().splitlines()
     self.assertEqual([line.split(":")[0] for line in lines if line.startswith("step ")],
                      ["step 3/6", "step 6/6"])
     self.assertFalse([line for line in lines if "train | step" in line], lines)
-
 
 
 class StepsPerLoopTest(tf.test.TestCase):
@@ -173,12 +188,18 @@ class StepsPerLoopTest(tf.test.TestCase):
     model = model or _Regression()
     model(tf.zeros([1, 3]))
     seen, logs = [], []
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_train_steps,
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=num_train_steps,
                                save_checkpoints_steps=5 if steps_per_loop > 1 else 1,
-                               log_every_steps=steps_per_loop, jit_compile=False,
+                               log_every_steps=steps_per_loop,
+                               jit_compile=False,
                                steps_per_loop=steps_per_loop)
-    loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _batches,
-               options, after_step=lambda step, m: seen.append((step, m["loss"])) or {},
+    loop.train(model,
+               tf_keras.optimizers.legacy.SGD(0.01),
+               tf.distribute.get_strategy(),
+               _batches,
+               options,
+               after_step=lambda step, m: seen.append((step, m["loss"])) or {},
                log=logs.append)
     return model, seen, logs
 
@@ -191,12 +212,16 @@ class StepsPerLoopTest(tf.test.TestCase):
     # The host looks after the first step, then at the end of each loop: steps 1, 5 and 10.
     self.assertEqual([step for step, _ in per_loop], [1, 5, 10])
     losses = dict(per_step)
-    self.assertAllClose([loss for _, loss in per_loop],
-                        [losses[1], np.mean([losses[s] for s in range(2, 6)]),
-                         np.mean([losses[s] for s in range(6, 11)])], rtol=1e-5)
-    self.assertEqual(tf.train.get_checkpoint_state(os.path.join(self.get_temp_dir(), "five"))
-                     .all_model_checkpoint_paths[-2:],
-                     [os.path.join(self.get_temp_dir(), "five", f"ckpt-{s}") for s in (5, 10)])
+    self.assertAllClose(
+        [loss for _, loss in per_loop],
+        [losses[1],
+         np.mean([losses[s] for s in range(2, 6)]),
+         np.mean([losses[s] for s in range(6, 11)])],
+        rtol=1e-5)
+    self.assertEqual(
+        tf.train.get_checkpoint_state(os.path.join(self.get_temp_dir(),
+                                                   "five")).all_model_checkpoint_paths[-2:],
+        [os.path.join(self.get_temp_dir(), "five", f"ckpt-{s}") for s in (5, 10)])
     self.assertEqual([line.split(":")[0] for line in logs if line.startswith("step ")],
                      ["step 5/10", "step 10/10"])
 
@@ -217,8 +242,11 @@ class StepsPerLoopTest(tf.test.TestCase):
   def test_intervals_must_be_multiples_of_the_loop(self):
     with self.assertRaisesRegex(ValueError, "--save_checkpoints_steps=15 is not a multiple of "
                                 "--steps_per_loop=10"):
-      loop.LoopOptions(model_dir="m", num_train_steps=100, save_checkpoints_steps=15,
-                       log_every_steps=10, steps_per_loop=10)
+      loop.LoopOptions(model_dir="m",
+                       num_train_steps=100,
+                       save_checkpoints_steps=15,
+                       log_every_steps=10,
+                       steps_per_loop=10)
     with self.assertRaisesRegex(ValueError, "--steps_per_loop=0 must be at least 1"):
       loop.LoopOptions(model_dir="m", num_train_steps=100, steps_per_loop=0)
 
@@ -230,10 +258,17 @@ class ResumeTest(tf.test.TestCase):
     model = _Regression()
     model(tf.zeros([1, 3]))
     optimizer = tf_keras.optimizers.legacy.SGD(0.01)
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_train_steps,
-                               save_checkpoints_steps=2, log_every_steps=100, jit_compile=False,
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=num_train_steps,
+                               save_checkpoints_steps=2,
+                               log_every_steps=100,
+                               jit_compile=False,
                                global_batch_size=batch_size)
-    loop.train(model, optimizer, tf.distribute.get_strategy(), _batches, options,
+    loop.train(model,
+               optimizer,
+               tf.distribute.get_strategy(),
+               _batches,
+               options,
                log=(messages if messages is not None else []).append)
     return model, int(optimizer.iterations.numpy())
 
@@ -253,8 +288,9 @@ class ResumeTest(tf.test.TestCase):
       warning = [m for m in messages if m.startswith("WARNING")]
       self.assertLen(warning, 1, messages)
       self.assertIn(os.path.join(model_dir, "ckpt-6"), warning[0])
-      self.assertTrue(any(m.startswith(f"resumed from {os.path.join(model_dir, 'ckpt-4')} at step 4")
-                          for m in messages), messages)
+      self.assertTrue(
+          any(m.startswith(f"resumed from {os.path.join(model_dir, 'ckpt-4')} at step 4") for m in messages),
+          messages)
 
   def test_no_readable_checkpoint_stops_with_the_fix(self):
     model_dir = os.path.join(self.get_temp_dir(), "all_damaged")
@@ -269,7 +305,7 @@ class ResumeTest(tf.test.TestCase):
     model_dir = os.path.join(self.get_temp_dir(), "batch")
     self._train(model_dir, batch_size=8)
     with self.assertRaisesRegex(loop.ResumeError, r"global batch of 8 .*resuming with 4 .*"
-                                                  r"--batch_size=8"):
+                                r"--batch_size=8"):
       self._train(model_dir, num_train_steps=8, batch_size=4)
     _, step = self._train(model_dir, num_train_steps=8, batch_size=8)  # the same size resumes
     self.assertEqual(step, 8)
@@ -314,10 +350,17 @@ def train_on_slow_batches_and_exit(model_dir: str) -> None:
   """What the child process of InputTeardownTest runs: two steps on _slow_batches, then exit."""
   model = _Regression()
   model(tf.zeros([1, 3]))
-  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=2, save_checkpoints_steps=2,
-                             log_every_steps=2, jit_compile=False)
-  loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(), _slow_batches,
-             options, log=lambda _: None)
+  options = loop.LoopOptions(model_dir=model_dir,
+                             num_train_steps=2,
+                             save_checkpoints_steps=2,
+                             log_every_steps=2,
+                             jit_compile=False)
+  loop.train(model,
+             tf_keras.optimizers.legacy.SGD(0.01),
+             tf.distribute.get_strategy(),
+             _slow_batches,
+             options,
+             log=lambda _: None)
   print("trained", flush=True)
 
 
@@ -338,10 +381,18 @@ class InputTeardownTest(tf.test.TestCase):
 
   def _train(self, model, model_dir, stop_input):
     model(tf.zeros([1, 3]))
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=4, save_checkpoints_steps=2,
-                               log_every_steps=100, jit_compile=False)
-    return loop.train(model, tf_keras.optimizers.legacy.SGD(0.01), tf.distribute.get_strategy(),
-                      _batches, options, log=lambda _: None, stop_input=stop_input)
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=4,
+                               save_checkpoints_steps=2,
+                               log_every_steps=100,
+                               jit_compile=False)
+    return loop.train(model,
+                      tf_keras.optimizers.legacy.SGD(0.01),
+                      tf.distribute.get_strategy(),
+                      _batches,
+                      options,
+                      log=lambda _: None,
+                      stop_input=stop_input)
 
   def test_no_iterator_outlives_a_finished_run_and_stop_input_is_called_once(self):
     stops = []
@@ -368,8 +419,10 @@ class InputTeardownTest(tf.test.TestCase):
     model_dir = os.path.join(self.get_temp_dir(), "exits")
     code = (f"import sys; sys.path[:0] = {sys.path!r}; from realm_tf.training import loop_test; "
             f"loop_test.train_on_slow_batches_and_exit({model_dir!r})")
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code],
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT,
+                             text=True)
     try:
       # Not a speed check: the run takes seconds; without the teardown the process never exits.
       output, _ = child.communicate(timeout=600)

@@ -86,8 +86,8 @@ def warm_start(model: masked_lm_lib.MaskedLmPretrainer, checkpoint: str) -> str:
           f"{checkpoint}: the BERT encoder could not be loaded ({len(encoder_unset)} weights unset; does "
           f"--bert_config match the checkpoint?):\n" + report.summary())
     has_head = len(report.unset) == 0
-  return (f"warm-started from {report.source_path}: {len(report.mapped)} variables"
-          + ("" if has_head else "; the source has no masked-LM head, so the head starts untrained"))
+  return (f"warm-started from {report.source_path}: {len(report.mapped)} variables" +
+          ("" if has_head else "; the source has no masked-LM head, so the head starts untrained"))
 
 
 def _documents(options: MlmTrainerOptions, tokenizer: tokenization.Tokenizer, log):
@@ -115,22 +115,30 @@ def evaluate(model: masked_lm_lib.MaskedLmPretrainer, examples: Dict[str, np.nda
     total_loss += float(output.loss_sum)
     total_correct += float(correct)
     total_count += float(count)
-  return {"masked_lm_accuracy": total_correct / max(total_count, 1.0),
-          "masked_lm_loss": total_loss / max(total_count, 1.0),
-          "num_examples": num, "num_predictions": int(total_count)}
+  return {
+      "masked_lm_accuracy": total_correct / max(total_count, 1.0),
+      "masked_lm_loss": total_loss / max(total_count, 1.0),
+      "num_examples": num,
+      "num_predictions": int(total_count)
+  }
 
 
 def _check_run(options: MlmTrainerOptions, model_dir: str) -> None:
   """A resumed run must keep what decides the example stream and the model's shape."""
-  run = {"bert_config": options.bert_config.to_dict(), "masking": dataclasses.asdict(options.masking),
-         "input_path": os.path.abspath(options.input_path), "seed": options.seed,
-         "vocab_sha256": corpus.vocab_sha256(options.vocab_path)}
+  run = {
+      "bert_config": options.bert_config.to_dict(),
+      "masking": dataclasses.asdict(options.masking),
+      "input_path": os.path.abspath(options.input_path),
+      "seed": options.seed,
+      "vocab_sha256": corpus.vocab_sha256(options.vocab_path)
+  }
   path = os.path.join(model_dir, _RUN_NAME)
   if tf.io.gfile.exists(path):
     with tf.io.gfile.GFile(path) as f:
       saved = json.load(f)
-    differences = [f"{k}: {saved.get(k)!r} (saved) vs {v!r} (flags)" for k, v in run.items()
-                   if saved.get(k) != v]
+    differences = [
+        f"{k}: {saved.get(k)!r} (saved) vs {v!r} (flags)" for k, v in run.items() if saved.get(k) != v
+    ]
     if differences:
       raise ValueError(f"{path}: --model_dir was trained with other settings; use a new --model_dir or "
                        "the same flags. Differences: " + "; ".join(differences))
@@ -169,7 +177,10 @@ class MlmTask(task_lib.Task):
   self.model and self.optimizer, from which train() evaluates and exports (self.started: when the model
   was built)."""
 
-  def __init__(self, options: MlmTrainerOptions, tokenizer: tokenization.Tokenizer, documents,
+  def __init__(self,
+               options: MlmTrainerOptions,
+               tokenizer: tokenization.Tokenizer,
+               documents,
                log: Callable[[str], None] = print):
     self.options = options
     self.tokenizer = tokenizer
@@ -190,22 +201,28 @@ class MlmTask(task_lib.Task):
 
   def create_optimizer(self):
     options = self.options
-    self.optimizer = optimization.create_optimizer(
-        options.learning_rate, options.loop.num_train_steps, num_warmup_steps=options.warmup_steps,
-        bias_correction=options.adam_bias_correction)
+    self.optimizer = optimization.create_optimizer(options.learning_rate,
+                                                   options.loop.num_train_steps,
+                                                   num_warmup_steps=options.warmup_steps,
+                                                   bias_correction=options.adam_bias_correction)
     return self.optimizer
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options = self.options
-    return mlm_data.mlm_dataset(self.documents, self.tokenizer, options.masking, options.batch_size,
-                                seed=options.seed, skip_examples=batches_done * options.batch_size)
+    return mlm_data.mlm_dataset(self.documents,
+                                self.tokenizer,
+                                options.masking,
+                                options.batch_size,
+                                seed=options.seed,
+                                skip_examples=batches_done * options.batch_size)
 
   def initialize(self, model: masked_lm_lib.MaskedLmPretrainer) -> None:
     if self.options.init_checkpoint:
       self.log(warm_start(model, self.options.init_checkpoint))
 
 
-def train(options: MlmTrainerOptions, strategy: tf.distribute.Strategy,
+def train(options: MlmTrainerOptions,
+          strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict[str, float]:
   """Pre-trains to options.loop.num_train_steps, evaluates the held-out documents and exports."""
   model_dir = options.loop.model_dir

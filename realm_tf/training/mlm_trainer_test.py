@@ -31,7 +31,10 @@ def _vocab_size():
 
 
 def _config():
-  return bert.tiny_config(_vocab_size(), hidden_size=32, num_layers=1, intermediate_size=64,
+  return bert.tiny_config(_vocab_size(),
+                          hidden_size=32,
+                          num_layers=1,
+                          intermediate_size=64,
                           max_position_embeddings=64)
 
 
@@ -59,13 +62,20 @@ class MlmTrainerTest(tf.test.TestCase):
   @staticmethod
   def _options(model_dir, steps, init=None, config=None, jit_compile=True):
     # Sequences of 32 wordpieces: a step costs half as much as at 64, and 200 steps learn clearly.
-    return mlm_trainer.MlmTrainerOptions(
-        bert_config=config or _config(), vocab_path=_VOCAB,
-        input_path=os.path.join(_TESTDATA, "corpus.jsonl"),
-        loop=loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=100,
-                              log_every_steps=1000, jit_compile=jit_compile),
-        masking=mlm_data.MaskingOptions(max_seq_len=32, max_predictions=5),
-        batch_size=16, learning_rate=3e-3, warmup_steps=0, init_checkpoint=init, eval_percent=5.0)
+    return mlm_trainer.MlmTrainerOptions(bert_config=config or _config(),
+                                         vocab_path=_VOCAB,
+                                         input_path=os.path.join(_TESTDATA, "corpus.jsonl"),
+                                         loop=loop.LoopOptions(model_dir=model_dir,
+                                                               num_train_steps=steps,
+                                                               save_checkpoints_steps=100,
+                                                               log_every_steps=1000,
+                                                               jit_compile=jit_compile),
+                                         masking=mlm_data.MaskingOptions(max_seq_len=32, max_predictions=5),
+                                         batch_size=16,
+                                         learning_rate=3e-3,
+                                         warmup_steps=0,
+                                         init_checkpoint=init,
+                                         eval_percent=5.0)
 
   def test_learns_resumes_and_exports_a_reader_warm_start(self):
     model_dir = self.model_dir
@@ -76,8 +86,10 @@ class MlmTrainerTest(tf.test.TestCase):
                       logs.append)
     after = mlm_trainer.train(self._options(model_dir, 200), tf.distribute.get_strategy(), logs.append)
     resumed = [line for line in logs if line.startswith("resumed")]
-    self.assertEqual(resumed, [f"resumed from {os.path.join(model_dir, 'ckpt-1')} at step 1",
-                               f"resumed from {os.path.join(model_dir, 'ckpt-2')} at step 2"])
+    self.assertEqual(resumed, [
+        f"resumed from {os.path.join(model_dir, 'ckpt-1')} at step 1",
+        f"resumed from {os.path.join(model_dir, 'ckpt-2')} at step 2"
+    ])
     # Held-out documents: 1 step leaves the model near chance, 200 steps learn the frequent pieces and
     # beyond (here about 0.03 -> 0.18 accuracy, 5.6 -> 4.1 loss).
     self.assertGreater(after["masked_lm_accuracy"], before["masked_lm_accuracy"] + 0.1)
@@ -99,10 +111,11 @@ class MlmTrainerTest(tf.test.TestCase):
   def test_resume_with_other_masking_is_refused(self):
     model_dir = self.one_step_dir  # trained 1 step with max_predictions 5
     options = self._options(model_dir, 2)
-    changed = mlm_trainer.MlmTrainerOptions(**dict(
-        vars(options), masking=mlm_data.MaskingOptions(max_seq_len=32, max_predictions=6)))
-    with self.assertRaisesRegex(ValueError, "mlm_run.json: --model_dir was trained with other settings.*"
-                                "max_predictions"):
+    changed = mlm_trainer.MlmTrainerOptions(
+        **dict(vars(options), masking=mlm_data.MaskingOptions(max_seq_len=32, max_predictions=6)))
+    with self.assertRaisesRegex(
+        ValueError, "mlm_run.json: --model_dir was trained with other settings.*"
+        "max_predictions"):
       mlm_trainer.train(changed, tf.distribute.get_strategy(), lambda _: None)
 
 
@@ -118,9 +131,8 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_tf1_google_bert_with_its_head(self):
     params = self._params()
-    path = testing_utils.write_tf1_checkpoint(
-        os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
-        fixtures._google_names(params))  # pylint: disable=protected-access
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
+                                              fixtures._google_names(params))  # pylint: disable=protected-access
     model = mlm_trainer.build_model(_config())
     message = mlm_trainer.warm_start(model, path)
     self._assert_encoder_is(model, params)
@@ -130,8 +142,9 @@ class WarmStartTest(tf.test.TestCase):
   def test_hugging_face_safetensors_without_a_head_creates_one(self):
     params = {k: v for k, v in self._params().items() if not k.startswith("cls/")}
     directory = self.create_tempdir().full_path
-    safetensors_numpy.save_file(fixtures._hf_names(params, prefix=""),  # pylint: disable=protected-access
-                                os.path.join(directory, "model.safetensors"))
+    safetensors_numpy.save_file(
+        fixtures._hf_names(params, prefix=""),  # pylint: disable=protected-access
+        os.path.join(directory, "model.safetensors"))
     model = mlm_trainer.build_model(_config())
     head_before = model.encoder.masked_lm.dense.kernel.numpy().copy()
     message = mlm_trainer.warm_start(model, directory)
@@ -151,9 +164,8 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_wrong_config_is_an_error_naming_the_checkpoint(self):
     params = self._params()
-    path = testing_utils.write_tf1_checkpoint(
-        os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
-        fixtures._google_names(params))  # pylint: disable=protected-access
+    path = testing_utils.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
+                                              fixtures._google_names(params))  # pylint: disable=protected-access
     bigger = bert.tiny_config(_vocab_size(), hidden_size=64, max_position_embeddings=64)
     with self.assertRaisesRegex(sources.ConversionError, "bert_model.ckpt.*--bert_config"):
       mlm_trainer.warm_start(mlm_trainer.build_model(bigger), path)

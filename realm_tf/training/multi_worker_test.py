@@ -35,8 +35,8 @@ def _batches():
   rng = np.random.default_rng(7)
   b, n, q, c, m = _GLOBAL_BATCH * _STEPS, 3, 6, 8, 3
   features = {}
-  for prefix, shape in ((realm_model.QUERY, [b, q]), (realm_model.CANDIDATE, [b, n, c]),
-                        (realm_model.JOINT, [b, n, q + c])):
+  for prefix, shape in ((realm_model.QUERY, [b, q]), (realm_model.CANDIDATE, [b, n, c]), (realm_model.JOINT,
+                                                                                          [b, n, q + c])):
     features[f"{prefix}_token_ids"] = rng.integers(5, 60, shape).astype(np.int32)
     features[f"{prefix}_mask"] = np.ones(shape, np.int32)
     features[f"{prefix}_segment_ids"] = np.zeros(shape, np.int32)
@@ -50,7 +50,11 @@ def _batches():
 
 
 def _train(strategy, dataset) -> list:
-  config = bert.tiny_config(60, hidden_size=32, num_layers=1, intermediate_size=32, hidden_dropout_prob=0.0,
+  config = bert.tiny_config(60,
+                            hidden_size=32,
+                            num_layers=1,
+                            intermediate_size=32,
+                            hidden_dropout_prob=0.0,
                             attention_probs_dropout_prob=0.0)
   with strategy.scope():
     tf_keras.utils.set_random_seed(3)
@@ -94,11 +98,23 @@ class MultiWorkerTest(tf.test.TestCase):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     workers = []
     for index in range(2):
-      env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
-                 TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-      workers.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--as_worker"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=env))
+      env = dict(os.environ,
+                 PYTHONPATH=repo,
+                 TF_CPP_MIN_LOG_LEVEL="3",
+                 TF_USE_LEGACY_KERAS="1",
+                 TF_CONFIG=json.dumps({
+                     "cluster": cluster,
+                     "task": {
+                         "type": "worker",
+                         "index": index
+                     }
+                 }))
+      workers.append(
+          subprocess.Popen([sys.executable, os.path.abspath(__file__), "--as_worker"],
+                           stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT,
+                           text=True,
+                           env=env))
     try:
       # The reference: one process, the global batches, no strategy; eager (no tracing) while the
       # workers start.
@@ -118,8 +134,12 @@ class MultiWorkerTest(tf.test.TestCase):
         if worker.poll() is None:
           worker.kill()
           worker.wait()
-    losses = [json.loads(next(line for line in out.splitlines() if line.startswith("LOSSES "))[7:])
-              for out in outputs]
+    losses = [
+        json.loads(next(line
+                        for line in out.splitlines()
+                        if line.startswith("LOSSES "))[7:])
+        for out in outputs
+    ]
     self.assertLen(losses[0], _STEPS)
     self.assertAllClose(losses[0], losses[1])
     self.assertAllClose(losses[0], single, rtol=1e-4)

@@ -57,9 +57,11 @@ _original_num_warmup_steps = num_warmup_steps  # create_optimizer's argument sha
 class BertWarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
   """Original BERT schedule: linear warmup to `initial_learning_rate`, then `decay_schedule(step)`."""
 
-  def __init__(self, initial_learning_rate: float,
+  def __init__(self,
+               initial_learning_rate: float,
                decay_schedule: tf_keras.optimizers.schedules.LearningRateSchedule,
-               warmup_steps: int, name: str = "BertWarmup"):
+               warmup_steps: int,
+               name: str = "BertWarmup"):
     super().__init__()
     self.initial_learning_rate = initial_learning_rate
     self.decay_schedule = decay_schedule
@@ -76,9 +78,12 @@ class BertWarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
       return tf.where(step < float(self.warmup_steps), warmup, decayed)
 
   def get_config(self) -> Dict[str, Any]:
-    return {"initial_learning_rate": self.initial_learning_rate,
-            "decay_schedule": self.decay_schedule.get_config(),
-            "warmup_steps": self.warmup_steps, "name": self.name}
+    return {
+        "initial_learning_rate": self.initial_learning_rate,
+        "decay_schedule": self.decay_schedule.get_config(),
+        "warmup_steps": self.warmup_steps,
+        "name": self.name
+    }
 
 
 class AdamWeightDecayWithoutBiasCorrection(legacy_adamw.AdamWeightDecay):
@@ -95,11 +100,12 @@ class AdamWeightDecayWithoutBiasCorrection(legacy_adamw.AdamWeightDecay):
     coefficients.update(beta_1_power=zero, beta_2_power=zero, lr=coefficients["lr_t"])
 
 
-def bert_optimization_config(learning_rate: float, num_train_steps: int,
-                             weight_decay_rate: float = 0.01,
-                             clip_norm: Optional[float] = 1.0,
-                             exclude_from_weight_decay: Sequence[str] = EXCLUDE_FROM_WEIGHT_DECAY
-                             ) -> optimization.OptimizationConfig:
+def bert_optimization_config(
+    learning_rate: float,
+    num_train_steps: int,
+    weight_decay_rate: float = 0.01,
+    clip_norm: Optional[float] = 1.0,
+    exclude_from_weight_decay: Sequence[str] = EXCLUDE_FROM_WEIGHT_DECAY) -> optimization.OptimizationConfig:
   """Model Garden config: adamw + polynomial (power 1) decay of `learning_rate` to 0 at num_train_steps.
 
   The warmup is not in the config (Model Garden's warmups ramp to another peak; see the module doc);
@@ -131,10 +137,13 @@ def bert_optimization_config(learning_rate: float, num_train_steps: int,
   })
 
 
-def create_optimizer(learning_rate: float, num_train_steps: int,
-                     num_warmup_steps: Optional[int] = None,  # pylint: disable=redefined-outer-name
-                     weight_decay_rate: float = 0.01, clip_norm: Optional[float] = 1.0,
-                     bias_correction: bool = True) -> tf_keras.optimizers.legacy.Optimizer:
+def create_optimizer(
+    learning_rate: float,
+    num_train_steps: int,
+    num_warmup_steps: Optional[int] = None,  # pylint: disable=redefined-outer-name
+    weight_decay_rate: float = 0.01,
+    clip_norm: Optional[float] = 1.0,
+    bias_correction: bool = True) -> tf_keras.optimizers.legacy.Optimizer:
   """The BERT AdamW optimizer with its warmup + linear-decay schedule (see the module docstring).
 
   Create it under the training strategy's scope; apply gradients with `optimizer.apply_gradients` in
@@ -160,14 +169,16 @@ def create_optimizer(learning_rate: float, num_train_steps: int,
   schedule = BertWarmupSchedule(learning_rate, factory.build_learning_rate(), num_warmup_steps)
   if bias_correction:
     return factory.build_optimizer(schedule)
-  kwargs = {k: v for k, v in config.optimizer.adamw.as_dict().items()
-            if not (k in ("clipnorm", "clipvalue", "global_clipnorm") and v is None)}
+  kwargs = {
+      k: v
+      for k, v in config.optimizer.adamw.as_dict().items()
+      if not (k in ("clipnorm", "clipvalue", "global_clipnorm") and v is None)
+  }
   return AdamWeightDecayWithoutBiasCorrection(learning_rate=schedule, **kwargs)
 
 
 def learning_rate_at(optimizer_or_schedule: Union[tf_keras.optimizers.legacy.Optimizer,
-                                                  tf_keras.optimizers.schedules.LearningRateSchedule,
-                                                  float],
+                                                  tf_keras.optimizers.schedules.LearningRateSchedule, float],
                      step: Union[int, tf.Tensor]) -> float:
   """The learning rate at `step` (an optimizer's schedule, a schedule, or a constant), as a float."""
   lr = optimizer_or_schedule

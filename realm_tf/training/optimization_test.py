@@ -61,7 +61,8 @@ class ScheduleTest(tf.test.TestCase):
     expected = {0: 0.0, 50: 5e-4, 99: 9.9e-4, 100: 9e-4, 550: 4.5e-4, 999: 1e-6, 1000: 0.0, 1500: 0.0}
     for step, lr in expected.items():
       self.assertAllClose(optimization.learning_rate_at(optimizer, step), lr, atol=1e-9, msg=step)
-      self.assertAllClose(optimization.learning_rate_at(optimizer.learning_rate, tf.constant(step)), lr,
+      self.assertAllClose(optimization.learning_rate_at(optimizer.learning_rate, tf.constant(step)),
+                          lr,
                           atol=1e-9)
 
   def test_explicit_and_zero_warmup(self):
@@ -94,7 +95,9 @@ class ScheduleTest(tf.test.TestCase):
 class UpdateTest(tf.test.TestCase):
 
   def _run_steps(self, bias_correction: bool, grads_per_step, params) -> List[np.ndarray]:
-    optimizer = optimization.create_optimizer(0.1, num_train_steps=10, num_warmup_steps=0,
+    optimizer = optimization.create_optimizer(0.1,
+                                              num_train_steps=10,
+                                              num_warmup_steps=0,
                                               bias_correction=bias_correction)
     variables = [tf.Variable(params[0], name="dense/kernel"), tf.Variable(params[1], name="dense/bias")]
     for grads in grads_per_step:
@@ -111,8 +114,12 @@ class UpdateTest(tf.test.TestCase):
     results = {}
     for bias_correction in (True, False):
       got = self._run_steps(bias_correction, grads_per_step, params)
-      want = _reference_adamw(params, grads_per_step, learning_rates, decayed=[True, False],
-                              bias_correction=bias_correction, clip_norm=1.0)
+      want = _reference_adamw(params,
+                              grads_per_step,
+                              learning_rates,
+                              decayed=[True, False],
+                              bias_correction=bias_correction,
+                              clip_norm=1.0)
       for g, w in zip(got, want):
         self.assertAllClose(g, w, rtol=1e-5, atol=1e-6, msg=f"bias_correction={bias_correction}")
       results[bias_correction] = got
@@ -122,7 +129,9 @@ class UpdateTest(tf.test.TestCase):
   def test_sparse_gradients_follow_the_same_rule(self):
     # Embedding lookups give IndexedSlices gradients, which Keras's Adam applies through another path.
     for bias_correction in (True, False):
-      optimizer = optimization.create_optimizer(0.1, num_train_steps=10, num_warmup_steps=0,
+      optimizer = optimization.create_optimizer(0.1,
+                                                num_train_steps=10,
+                                                num_warmup_steps=0,
                                                 bias_correction=bias_correction)
       table = tf.Variable(np.ones([3, 2], np.float32), name="word_embeddings/embeddings")
       dense_table = tf.Variable(np.ones([3, 2], np.float32), name="word_embeddings_copy/embeddings")
@@ -149,16 +158,21 @@ class WeightDecayTest(tf.test.TestCase):
     return changed
 
   def test_layer_norms_and_biases_are_not_decayed(self):
-    names = ["x/layer_norm/gamma", "dense/bias", "dense/kernel", "layer_normalization/beta",
-             "bert/encoder/layer_0/output/LayerNorm/gamma", "word_embeddings/embeddings"]
+    names = [
+        "x/layer_norm/gamma", "dense/bias", "dense/kernel", "layer_normalization/beta",
+        "bert/encoder/layer_0/output/LayerNorm/gamma", "word_embeddings/embeddings"
+    ]
     variables = [tf.Variable(tf.fill([2], 2.0), name=name) for name in names]
-    self.assertEqual(self._zero_gradient_step(variables),
-                     ["dense/kernel:0", "word_embeddings/embeddings:0"])
+    self.assertEqual(self._zero_gradient_step(variables), ["dense/kernel:0", "word_embeddings/embeddings:0"])
 
   def test_exclusion_matches_model_garden_bert_variable_names(self):
     from official.nlp.modeling import networks  # pylint: disable=g-import-not-at-top
-    encoder = networks.BertEncoderV2(vocab_size=16, hidden_size=8, num_layers=1, num_attention_heads=2,
-                                     inner_dim=16, max_sequence_length=8)
+    encoder = networks.BertEncoderV2(vocab_size=16,
+                                     hidden_size=8,
+                                     num_layers=1,
+                                     num_attention_heads=2,
+                                     inner_dim=16,
+                                     max_sequence_length=8)
     ids = tf.ones([1, 4], tf.int32)
     encoder({"input_word_ids": ids, "input_mask": ids, "input_type_ids": ids * 0})
     head_norm = tf_keras.layers.LayerNormalization()
@@ -178,7 +192,9 @@ class WeightDecayTest(tf.test.TestCase):
 class ClippingTest(tf.test.TestCase):
 
   def _first_moments_after_one_step(self, clip_norm, grads) -> List[np.ndarray]:
-    optimizer = optimization.create_optimizer(1e-3, num_train_steps=1000, num_warmup_steps=0,
+    optimizer = optimization.create_optimizer(1e-3,
+                                              num_train_steps=1000,
+                                              num_warmup_steps=0,
                                               clip_norm=clip_norm)
     variables = [tf.Variable([1.0, 1.0], name="a/kernel"), tf.Variable([1.0], name="b/kernel")]
     optimizer.apply_gradients(zip([tf.constant(g) for g in grads], variables))
@@ -254,6 +270,7 @@ class TrainStepTest(tf.test.TestCase):
 
     @tf.function
     def train_step(batch):
+
       def replica_step(x, y):
         with tf.GradientTape() as tape:
           per_example = tf.reduce_sum(tf.square(model(x) - y), axis=-1)
@@ -261,6 +278,7 @@ class TrainStepTest(tf.test.TestCase):
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return tf.shape(x)[0]
+
       return strategy.run(replica_step, args=batch)
 
     for _ in range(3):

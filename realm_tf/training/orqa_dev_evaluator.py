@@ -38,8 +38,12 @@ class OrqaDevEvaluator(orbit.AbstractEvaluator):
     best: best_metric.json's record (None before the run's first evaluation).
   """
 
-  def __init__(self, predictor: orqa_evaluation.OrqaPredictor, examples: Sequence[qa_lib.QAExample],
-               model_dir: str, global_step: tf.Variable, log: Callable[[str], None] = print):
+  def __init__(self,
+               predictor: orqa_evaluation.OrqaPredictor,
+               examples: Sequence[qa_lib.QAExample],
+               model_dir: str,
+               global_step: tf.Variable,
+               log: Callable[[str], None] = print):
     if not examples:
       raise ValueError("no dev examples to evaluate; pass a --dev_path with QA examples or none")
     self._predictor = predictor

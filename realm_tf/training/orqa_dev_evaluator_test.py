@@ -46,8 +46,12 @@ class _ScriptedPredictor:
 
   def predict(self, features):
     n = len(features["question"])
-    return {"answer": np.array(self._answers.pop(0), object), "score": np.zeros(n),
-            "block_rows": np.zeros([n, 1], np.int32), "predicted_row": np.zeros(n, np.int32)}
+    return {
+        "answer": np.array(self._answers.pop(0), object),
+        "score": np.zeros(n),
+        "block_rows": np.zeros([n, 1], np.int32),
+        "predicted_row": np.zeros(n, np.int32)
+    }
 
 
 _DEV = [qa_lib.QAExample("where is Paris?", ["France"]), qa_lib.QAExample("capital of France?", ["Paris"])]
@@ -75,21 +79,34 @@ class OrqaDevEvaluatorTest(tf.test.TestCase):
     model = _Regression()
     model(tf.zeros([1, 2]))
     optimizer = tf_keras.optimizers.legacy.SGD(0.01)
-    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(_ScriptedPredictor(model, answers), _DEV, model_dir,
-                                                    optimizer.iterations, log=lambda _: None)
-    options = loop.LoopOptions(model_dir=model_dir, num_train_steps=num_train_steps,
-                               save_checkpoints_steps=2, log_every_steps=2, jit_compile=False,
+    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(_ScriptedPredictor(model, answers),
+                                                    _DEV,
+                                                    model_dir,
+                                                    optimizer.iterations,
+                                                    log=lambda _: None)
+    options = loop.LoopOptions(model_dir=model_dir,
+                               num_train_steps=num_train_steps,
+                               save_checkpoints_steps=2,
+                               log_every_steps=2,
+                               jit_compile=False,
                                steps_per_loop=2)
-    loop.train(model, optimizer, tf.distribute.get_strategy(), _batches, options, log=lambda _: None,
-               evaluator=evaluator, eval_every_steps=2, eval_name="dev")
+    loop.train(model,
+               optimizer,
+               tf.distribute.get_strategy(),
+               _batches,
+               options,
+               log=lambda _: None,
+               evaluator=evaluator,
+               eval_every_steps=2,
+               eval_name="dev")
     return evaluator
 
   def test_metrics_once_per_evaluation_and_the_best_checkpoint(self):
     model_dir = os.path.join(self.get_temp_dir(), "orqa")
     # Accuracy 50, then 0, then 100: the best moves from step 2 to step 6.
     evaluator = self._train(model_dir, 6, [["France", "London"], ["Rome", "Rome"], ["France", "Paris"]])
-    self.assertEqual([(h["step"], h["accuracy"]) for h in evaluator.history],
-                     [(2, 50.0), (4, 0.0), (6, 100.0)])
+    self.assertEqual([(h["step"], h["accuracy"]) for h in evaluator.history], [(2, 50.0), (4, 0.0),
+                                                                               (6, 100.0)])
     self.assertEqual(_scalars(os.path.join(model_dir, "dev"), "accuracy"), [(2, 50.0), (4, 0.0), (6, 100.0)])
     self.assertEqual(_scalars(os.path.join(model_dir, "dev"), "num_examples"), [])
     self.assertEqual(_scalars(os.path.join(model_dir, "train"), "accuracy"), [])
@@ -101,13 +118,13 @@ class OrqaDevEvaluatorTest(tf.test.TestCase):
     evaluator = self._train(model_dir, 8, [["France", "London"]])
     self.assertEqual([h["step"] for h in evaluator.history], [8])
     self.assertEqual(best_checkpoint.read_best(model_dir)["step"], 6)
-    self.assertEqual(_scalars(os.path.join(model_dir, "dev"), "accuracy"),
-                     [(2, 50.0), (4, 0.0), (6, 100.0), (8, 50.0)])
+    self.assertEqual(_scalars(os.path.join(model_dir, "dev"), "accuracy"), [(2, 50.0), (4, 0.0), (6, 100.0),
+                                                                            (8, 50.0)])
 
   def test_only_whole_dev_set_evaluations(self):
     model = _Regression()
-    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(_ScriptedPredictor(model, []), _DEV,
-                                                    self.get_temp_dir(), tf.Variable(0, dtype=tf.int64))
+    evaluator = orqa_dev_evaluator.OrqaDevEvaluator(_ScriptedPredictor(model, []), _DEV, self.get_temp_dir(),
+                                                    tf.Variable(0, dtype=tf.int64))
     with self.assertRaisesRegex(ValueError, "whole dev set"):
       evaluator.evaluate(tf.constant(3))
 

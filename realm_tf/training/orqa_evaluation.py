@@ -56,8 +56,13 @@ class OrqaPredictor:
     num_retrieved: blocks retrieved per question (for recall@k); the reader reads the top reader_beam.
   """
 
-  def __init__(self, model: orqa_lib.OrqaModel, tokenizer, featurizer, blocks: corpus_table.CorpusTable,
-               strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 32,
+  def __init__(self,
+               model: orqa_lib.OrqaModel,
+               tokenizer,
+               featurizer,
+               blocks: corpus_table.CorpusTable,
+               strategy: Optional[tf.distribute.Strategy] = None,
+               batch_size: int = 32,
                num_retrieved: int = max(DEFAULT_RECALL_KS)):
     self.model = model
     self.tokenizer = tokenizer
@@ -70,15 +75,15 @@ class OrqaPredictor:
     self.num_retrieved = num_retrieved
     reader_seq_len = model.orqa.reader_seq_len
     self._featurize = tf.function(
-        lambda questions: orqa_features.question_features(tokenizer, featurizer, questions,
-                                                           reader_seq_len),
-        input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+        lambda questions: orqa_features.question_features(tokenizer, featurizer, questions, reader_seq_len),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+        autograph=False)
 
     @tf.function(autograph=False)
     def step(batch):
-      per_replica = self.strategy.run(
-          lambda f: model.predict_answers(f, num_retrieved=num_retrieved, training=False,
-                                          block_rows=f.get(_CANDIDATE_ROWS)), args=(batch,))
+      per_replica = self.strategy.run(lambda f: model.predict_answers(
+          f, num_retrieved=num_retrieved, training=False, block_rows=f.get(_CANDIDATE_ROWS)),
+                                      args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
     @tf.function(autograph=False)
@@ -95,7 +100,8 @@ class OrqaPredictor:
     encoded = [q.encode("utf-8") for q in questions]
     return {k: v.numpy() for k, v in self._featurize(tf.constant(encoded, tf.string)).items()}
 
-  def predict(self, features: Dict[str, np.ndarray],
+  def predict(self,
+              features: Dict[str, np.ndarray],
               block_rows: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
     """predict_answers' outputs (numpy, in input order) plus "answer" (str) per question.
 
@@ -127,8 +133,8 @@ class OrqaPredictor:
       # Per-replica batches in input order: the replicas of one input pipeline take consecutive
       # batches, so their local results, concatenated in replica order, keep the questions' order.
       per_replica = context.get_per_replica_batch_size(self.batch_size)
-      return (tf.data.Dataset.from_tensor_slices(padded).batch(per_replica, drop_remainder=True)
-              .shard(context.num_input_pipelines, context.input_pipeline_id))
+      return (tf.data.Dataset.from_tensor_slices(padded).batch(per_replica, drop_remainder=True).shard(
+          context.num_input_pipelines, context.input_pipeline_id))
 
     parts: Dict[str, List[np.ndarray]] = {}
     for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
@@ -137,7 +143,8 @@ class OrqaPredictor:
     return {name: np.concatenate(values)[:n] for name, values in parts.items()}
 
 
-def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
+def evaluate(predictor: OrqaPredictor,
+             examples: Sequence[qa_lib.QAExample],
              ks: Sequence[int] = DEFAULT_RECALL_KS,
              features: Optional[Dict[str, np.ndarray]] = None,
              block_rows: Optional[np.ndarray] = None) -> Tuple[Dict[str, float], List[Dict]]:
@@ -156,28 +163,30 @@ def evaluate(predictor: OrqaPredictor, examples: Sequence[qa_lib.QAExample],
     features = predictor.featurize([e.question for e in examples])
   # Without rows, the one-argument call: predictors that only know the dense search (tests' scripted
   # ones) still fit.
-  outputs = (predictor.predict(features) if block_rows is None
-             else predictor.predict(features, block_rows))
+  outputs = (predictor.predict(features) if block_rows is None else predictor.predict(features, block_rows))
   blocks = predictor.blocks
   metrics = evaluation.evaluate_predictions(examples, list(outputs["answer"]))
-  hits = [[evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex)
-           for row in rows] for rows, example in zip(outputs["block_rows"], examples)]
+  hits = [[
+      evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex) for row in rows
+  ] for rows, example in zip(outputs["block_rows"], examples)]
   metrics.update(evaluation.recall_at_k(hits, ks))
   # The same cut-offs with answers and text lower-cased and whitespace-collapsed: the convention of the
   # SQuAD-open benches' recall (docs/results.md), so that the binaries' numbers compare with theirs. Lazy:
   # each question's rows are searched up to its first hit only.
   normalized = evaluation.recall_at_k(
-      ((evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex,
-                              mode="normalized") for row in rows)
+      ((evaluation.has_answer(blocks.bodies[row], example.answers, example.answer_is_regex, mode="normalized")
+        for row in rows)
        for rows, example in zip(outputs["block_rows"], examples)), ks)
   metrics.update({f"normalized_{name}": value for name, value in normalized.items()})
   reader_beam = predictor.model.reader_beam
-  records = [{"question": example.question, "prediction": str(answer), "score": float(score),
-              "retrieved_ids": [blocks.doc_ids[r] for r in rows[:reader_beam]],
-              "predicted_id": blocks.doc_ids[predicted]}
-             for example, answer, score, rows, predicted in zip(
-                 examples, outputs["answer"], outputs["score"], outputs["block_rows"],
-                 outputs["predicted_row"])]
+  records = [{
+      "question": example.question,
+      "prediction": str(answer),
+      "score": float(score),
+      "retrieved_ids": [blocks.doc_ids[r] for r in rows[:reader_beam]],
+      "predicted_id": blocks.doc_ids[predicted]
+  } for example, answer, score, rows, predicted in zip(examples, outputs["answer"], outputs["score"],
+                                                       outputs["block_rows"], outputs["predicted_row"])]
   return metrics, records
 
 
@@ -203,10 +212,15 @@ def output_name(qa_path: str, retriever: str = hybrid.DENSE) -> str:
   return name if retriever == hybrid.DENSE else f"{name}.{retriever}"
 
 
-def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] = (hybrid.DENSE,),
-                        output_dir: Optional[str] = None, checkpoint: Optional[str] = None,
-                        batch_size: int = 32, ks: Sequence[int] = DEFAULT_RECALL_KS,
-                        skip_invalid: bool = False, strategy: Optional[tf.distribute.Strategy] = None,
+def evaluate_retrievers(model_dir: str,
+                        qa_path: str,
+                        retrievers: Sequence[str] = (hybrid.DENSE,),
+                        output_dir: Optional[str] = None,
+                        checkpoint: Optional[str] = None,
+                        batch_size: int = 32,
+                        ks: Sequence[int] = DEFAULT_RECALL_KS,
+                        skip_invalid: bool = False,
+                        strategy: Optional[tf.distribute.Strategy] = None,
                         log: Callable[[str], None] = print,
                         hybrid_bm25_weight: Optional[float] = None) -> Dict[str, Dict]:
   """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
@@ -221,8 +235,13 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
   log(f"evaluating {trained.checkpoint} on {qa_path} with retrievers {', '.join(retrievers)}")
   examples = load_examples(qa_path, skip_invalid, log)
   depth = max(max(ks), trained.model.reader_beam)
-  predictor = OrqaPredictor(trained.model, trained.tokenizer, trained.featurizer, trained.blocks,
-                            strategy, batch_size, num_retrieved=depth)
+  predictor = OrqaPredictor(trained.model,
+                            trained.tokenizer,
+                            trained.featurizer,
+                            trained.blocks,
+                            strategy,
+                            batch_size,
+                            num_retrieved=depth)
   features = predictor.featurize([e.question for e in examples])
   blocks = trained.blocks
   sparse = None
@@ -237,11 +256,14 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
     started = time.time()
     block_rows = None
     if retriever != hybrid.DENSE:  # the dense tower's rows come from the prediction step itself
-      block_rows = hybrid.candidate_rows(
-          retriever, [e.question for e in examples], depth,
-          lambda d: predictor.retrieve(features, d), sparse,
-          question_doc_ids=[e.metadata.get("doc_id") for e in examples], corpus_doc_ids=blocks.doc_ids,
-          source=qa_path, bm25_weight=hybrid_bm25_weight)["rows"]
+      block_rows = hybrid.candidate_rows(retriever, [e.question for e in examples],
+                                         depth,
+                                         lambda d: predictor.retrieve(features, d),
+                                         sparse,
+                                         question_doc_ids=[e.metadata.get("doc_id") for e in examples],
+                                         corpus_doc_ids=blocks.doc_ids,
+                                         source=qa_path,
+                                         bm25_weight=hybrid_bm25_weight)["rows"]
     metrics, records = evaluate(predictor, examples, ks, features=features, block_rows=block_rows)
     metrics["seconds"] = time.time() - started
     retriever_label = hybrid.label(retriever, hybrid_bm25_weight)
@@ -249,7 +271,10 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
     predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
     metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
     evaluation.write_predictions_jsonl(predictions_path, records)
-    result = dict(metrics, checkpoint=trained.checkpoint, qa_path=qa_path, retriever=retriever_label,
+    result = dict(metrics,
+                  checkpoint=trained.checkpoint,
+                  qa_path=qa_path,
+                  retriever=retriever_label,
                   predictions_path=predictions_path)
     if retriever == hybrid.HYBRID:
       result["hybrid_bm25_weight"] = hybrid_bm25_weight  # None: reciprocal rank fusion
@@ -260,11 +285,16 @@ def evaluate_retrievers(model_dir: str, qa_path: str, retrievers: Sequence[str] 
   return results
 
 
-def evaluate_model_dir(model_dir: str, qa_path: str, output_dir: Optional[str] = None,
-                       checkpoint: Optional[str] = None, batch_size: int = 32,
-                       ks: Sequence[int] = DEFAULT_RECALL_KS, skip_invalid: bool = False,
+def evaluate_model_dir(model_dir: str,
+                       qa_path: str,
+                       output_dir: Optional[str] = None,
+                       checkpoint: Optional[str] = None,
+                       batch_size: int = 32,
+                       ks: Sequence[int] = DEFAULT_RECALL_KS,
+                       skip_invalid: bool = False,
                        strategy: Optional[tf.distribute.Strategy] = None,
-                       log: Callable[[str], None] = print, retriever: str = hybrid.DENSE) -> Dict:
+                       log: Callable[[str], None] = print,
+                       retriever: str = hybrid.DENSE) -> Dict:
   """evaluate_retrievers with one retriever (the dense tower by default); returns its metrics."""
   return evaluate_retrievers(model_dir, qa_path, [retriever], output_dir, checkpoint, batch_size, ks,
                              skip_invalid, strategy, log)[retriever]
@@ -274,8 +304,10 @@ def format_retriever_table(results: Dict[str, Dict], ks: Sequence[int]) -> str:
   """One row per retriever: exact match, F1 and recall@k (percentages)."""
   columns = ["exact_match", "f1"] + [f"recall@{k}" for k in ks]
   width = max(len("retriever"), *(len(r) for r in results))
-  lines = [f"{'retriever':<{width}}  " + "  ".join(f"{c:>11}" for c in columns),
-           f"{'-' * width}  " + "  ".join("-" * 11 for _ in columns)]
+  lines = [
+      f"{'retriever':<{width}}  " + "  ".join(f"{c:>11}" for c in columns),
+      f"{'-' * width}  " + "  ".join("-" * 11 for _ in columns)
+  ]
   for retriever, metrics in results.items():
     lines.append(f"{retriever:<{width}}  " + "  ".join(f"{metrics[c]:11.2f}" for c in columns))
   return "\n".join(lines)

@@ -25,12 +25,11 @@ from realm_tf.training import frozen_index
 from realm_tf.training import warm_start
 
 
-def build_model(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig,
-                embeddings: np.ndarray, blocks: corpus_table.CorpusTable, tokenizer) -> orqa_lib.OrqaModel:
+def build_model(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig, embeddings: np.ndarray,
+                blocks: corpus_table.CorpusTable, tokenizer) -> orqa_lib.OrqaModel:
   """An OrqaModel with its variables created (call under the strategy's scope)."""
   token_ids, lengths = blocks.dense_bodies(orqa.max_block_len)
-  model = orqa_lib.OrqaModel(config, orqa, embeddings, token_ids, lengths,
-                             tokenizer.cls_id, tokenizer.sep_id)
+  model = orqa_lib.OrqaModel(config, orqa, embeddings, token_ids, lengths, tokenizer.cls_id, tokenizer.sep_id)
   model.build_variables()
   return model
 
@@ -60,19 +59,23 @@ def resolve_trained_checkpoint(model_dir: str, checkpoint: Optional[str] = None)
   return latest
 
 
-def load_trained(model_dir: str, checkpoint: Optional[str] = None,
+def load_trained(model_dir: str,
+                 checkpoint: Optional[str] = None,
                  strategy: Optional[tf.distribute.Strategy] = None) -> TrainedOrqa:
   """Rebuilds a bin/train_orqa run's model from its model dir and restores a checkpoint into it."""
   config = realm_config_lib.RealmConfig.load(model_dir)
   orqa = orqa_lib.OrqaConfig.load(model_dir)
-  corpus_lib.check_vocab(config.vocab_path, orqa.retrieval_corpus_path, config.vocab_sha256,
+  corpus_lib.check_vocab(config.vocab_path,
+                         orqa.retrieval_corpus_path,
+                         config.vocab_sha256,
                          os.path.join(model_dir, realm_config_lib.CONFIG_NAME),
                          source=f"{model_dir}/{realm_config_lib.CONFIG_NAME}'s vocab_path")
   path = resolve_trained_checkpoint(model_dir, checkpoint)
   tokenizer = config.tokenizer()
   # After bin/update_index the frozen index embeds a corpus derived from the configured one.
-  orqa = dataclasses.replace(orqa, retrieval_corpus_path=frozen_index.frozen_index_corpus(
-      model_dir, orqa.retrieval_corpus_path))
+  orqa = dataclasses.replace(orqa,
+                             retrieval_corpus_path=frozen_index.frozen_index_corpus(
+                                 model_dir, orqa.retrieval_corpus_path))
   embeddings = frozen_index.load_frozen_index(model_dir, orqa.retrieval_corpus_path)
   blocks = corpus_table.CorpusTable.load(orqa.retrieval_corpus_path)
   with (strategy or tf.distribute.get_strategy()).scope():
@@ -86,7 +89,9 @@ def load_trained(model_dir: str, checkpoint: Optional[str] = None,
   return TrainedOrqa(model, config, orqa, blocks, tokenizer, config.featurizer(tokenizer), path)
 
 
-def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = None,
+def load_converted(model_dir: str,
+                   index_dir: str,
+                   checkpoint: Optional[str] = None,
                    strategy: Optional[tf.distribute.Strategy] = None) -> TrainedOrqa:
   """Google's released ORQA as bin/convert_checkpoint wrote it, for the exporters: model_dir holds the
   converted orqa_from_realm checkpoint (retriever + span reader; its configs state the sequence lengths),
@@ -102,15 +107,16 @@ def load_converted(model_dir: str, index_dir: str, checkpoint: Optional[str] = N
     raise ValueError(f"--index_dir={index_dir} holds {mips.dim}-dimensional block embeddings but the "
                      f"retriever of --model_dir={model_dir} projects to {config.embedding_dim}; pass "
                      "the block_emb of the release this ORQA model was fine-tuned with")
-  orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir,
-                                                                      converted_index.BLOCKS_NAME))
+  orqa = dataclasses.replace(orqa, retrieval_corpus_path=os.path.join(index_dir, converted_index.BLOCKS_NAME))
   tokenizer = config.tokenizer()
   blocks = corpus_table.CorpusTable.from_texts(
-      tokenizer, [record.get("title", "") for record in records],
+      tokenizer,
+      [record.get("title", "") for record in records],
       # A released block is named by its row; bin/update_index gives every block of the index it writes
       # an "id" (released blocks keep their original row number), so ids survive removals.
       [record["text"] for record in records],
-      [str(record.get("id", i)) for i, record in enumerate(records)], orqa.retrieval_corpus_path)
+      [str(record.get("id", i)) for i, record in enumerate(records)],
+      orqa.retrieval_corpus_path)
   path = sources.resolve_checkpoint(checkpoint or model_dir)
   flag = "--checkpoint" if checkpoint else "--model_dir"
   with (strategy or tf.distribute.get_strategy()).scope():

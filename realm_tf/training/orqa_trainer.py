@@ -69,8 +69,7 @@ class OrqaTrainerOptions:
   seed: int = 0
 
 
-def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig,
-                   model_dir: str) -> None:
+def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig, model_dir: str) -> None:
   """Writes the run's configs, or checks that a restarted run uses the ones it was started with."""
   config.save_or_check(model_dir)
   orqa.save_or_check(model_dir)
@@ -88,10 +87,16 @@ class OrqaTask(task_lib.Task):
   # the training scalars.
   eval_name = "dev"
 
-  def __init__(self, options: OrqaTrainerOptions, tokenizer, featurizer,
+  def __init__(self,
+               options: OrqaTrainerOptions,
+               tokenizer,
+               featurizer,
                train_examples: List[qa_lib.QAExample],
-               dev_examples: List[qa_lib.QAExample], embeddings, blocks: corpus_table.CorpusTable,
-               retriever_fn: Callable[[], embedder_lib.Retriever], log: Callable[[str], None] = print):
+               dev_examples: List[qa_lib.QAExample],
+               embeddings,
+               blocks: corpus_table.CorpusTable,
+               retriever_fn: Callable[[], embedder_lib.Retriever],
+               log: Callable[[str], None] = print):
     # retriever_fn: the warm-start retriever, built once, only when needed (train() says why).
     self.options = options
     self.eval_every_steps = options.eval_every_steps
@@ -107,19 +112,24 @@ class OrqaTask(task_lib.Task):
   def build_model(self):
     # Not seeded again here: train() seeded before the retriever's initialization, which comes first.
     options = self.options
-    return orqa_model.build_model(options.config, options.orqa, self.embeddings, self.blocks,
-                                  self.tokenizer)
+    return orqa_model.build_model(options.config, options.orqa, self.embeddings, self.blocks, self.tokenizer)
 
   def create_optimizer(self):
-    return optimization.create_optimizer(self.options.learning_rate, self.options.loop.num_train_steps,
+    return optimization.create_optimizer(self.options.learning_rate,
+                                         self.options.loop.num_train_steps,
                                          bias_correction=self.options.adam_bias_correction)
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options, examples = self.options, self.train_examples
-    return orqa_features.qa_dataset(
-        [e.question for e in examples], [e.answers for e in examples], self.tokenizer,
-        self.featurizer, options.orqa.reader_seq_len, options.batch_size, options.orqa.max_num_answers,
-        options.orqa.max_answer_len, seed=options.seed, skip_batches=batches_done)
+    return orqa_features.qa_dataset([e.question for e in examples], [e.answers for e in examples],
+                                    self.tokenizer,
+                                    self.featurizer,
+                                    options.orqa.reader_seq_len,
+                                    options.batch_size,
+                                    options.orqa.max_num_answers,
+                                    options.orqa.max_answer_len,
+                                    seed=options.seed,
+                                    skip_batches=batches_done)
 
   def initialize(self, model) -> None:
     orqa_lib.copy_retriever_weights(self.retriever_fn(), model.retriever)
@@ -128,10 +138,11 @@ class OrqaTask(task_lib.Task):
 
   def build_evaluator(self, model, optimizer, strategy):
     if self.dev_examples:
-      predictor = orqa_evaluation.OrqaPredictor(model, self.tokenizer, self.featurizer, self.blocks,
-                                                strategy, self.options.eval_batch_size)
-      self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(
-          predictor, self.dev_examples, self.options.loop.model_dir, optimizer.iterations, self.log)
+      predictor = orqa_evaluation.OrqaPredictor(model, self.tokenizer, self.featurizer, self.blocks, strategy,
+                                                self.options.eval_batch_size)
+      self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor, self.dev_examples,
+                                                           self.options.loop.model_dir, optimizer.iterations,
+                                                           self.log)
     # The run's clock (the summary's seconds) starts once everything is built.
     self.started = time.time()
     return self.evaluator
@@ -143,7 +154,8 @@ class OrqaTask(task_lib.Task):
     return {}
 
 
-def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
+def train(options: OrqaTrainerOptions,
+          strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
   model_dir = options.loop.model_dir
@@ -152,10 +164,9 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")
   # Before anything is built: the corpus and a resumed run must have been made with this vocab.
-  vocab_sha256 = corpus_lib.check_vocab(
-      options.config.vocab_path, options.orqa.retrieval_corpus_path,
-      realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
-      os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
+  vocab_sha256 = corpus_lib.check_vocab(options.config.vocab_path, options.orqa.retrieval_corpus_path,
+                                        realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
+                                        os.path.join(model_dir, realm_config_lib.CONFIG_NAME))
   config = dataclasses.replace(options.config, share_embedders=False, vocab_sha256=vocab_sha256)
   options = dataclasses.replace(options, config=config)
   retrievers: List[embedder_lib.Retriever] = []
@@ -169,9 +180,9 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
       log(f"retriever from {options.retriever_checkpoint or 'a fresh initialization (no checkpoint)'}")
     return retrievers[0]
 
-  resuming = (tf.io.gfile.exists(os.path.join(frozen_index.frozen_index_dir(model_dir),
-                                              index_lib.MANIFEST_NAME))
-              and tf.train.latest_checkpoint(model_dir) is not None)
+  resuming = (tf.io.gfile.exists(
+      os.path.join(frozen_index.frozen_index_dir(model_dir), index_lib.MANIFEST_NAME)) and
+              tf.train.latest_checkpoint(model_dir) is not None)
   if not resuming:
     # Before anything is written: a checkpoint that does not fit must not leave a model dir whose saved
     # configuration the corrected rerun would then have to match.
@@ -189,19 +200,29 @@ def train(options: OrqaTrainerOptions, strategy: tf.distribute.Strategy,
     log("WARNING: regex answers are trained on as literal strings (the reader needs wordpieces); "
         "evaluation matches them as patterns")
 
-  embeddings = frozen_index.prepare_frozen_index(
-      model_dir, options.orqa.retrieval_corpus_path, featurizer, config.embedding_dim, strategy,
-      retriever_fn, options.index_dir, options.retriever_checkpoint, options.embed_batch_size, log,
-      jit_compile=options.loop.jit_compile)
+  embeddings = frozen_index.prepare_frozen_index(model_dir,
+                                                 options.orqa.retrieval_corpus_path,
+                                                 featurizer,
+                                                 config.embedding_dim,
+                                                 strategy,
+                                                 retriever_fn,
+                                                 options.index_dir,
+                                                 options.retriever_checkpoint,
+                                                 options.embed_batch_size,
+                                                 log,
+                                                 jit_compile=options.loop.jit_compile)
   blocks = corpus_table.CorpusTable.load(
       frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))
   task = OrqaTask(options, tokenizer, featurizer, train_examples, dev_examples, embeddings, blocks,
                   retriever_fn, log)
   final = loop.train(task, options.loop, strategy, log=log)
   evaluator = task.evaluator
-  summary = {"first_loss": task.first_loss, "final": final,
-             "dev_history": evaluator.history if evaluator else [],
-             "best": evaluator.best if evaluator else best_checkpoint.read_best(model_dir),
-             "seconds": time.time() - task.started}
+  summary = {
+      "first_loss": task.first_loss,
+      "final": final,
+      "dev_history": evaluator.history if evaluator else [],
+      "best": evaluator.best if evaluator else best_checkpoint.read_best(model_dir),
+      "seconds": time.time() - task.started
+  }
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   return summary

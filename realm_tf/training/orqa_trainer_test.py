@@ -23,20 +23,33 @@ from realm_tf.training import orqa_trainer
 _TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT, reader_bert=_BERT, vocab_path=_VOCAB_PATH,
-                                       projection_size=16, query_seq_len=24, candidate_seq_len=64)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                       reader_bert=_BERT,
+                                       vocab_path=_VOCAB_PATH,
+                                       projection_size=16,
+                                       query_seq_len=24,
+                                       candidate_seq_len=64)
 
 
 def _options(model_dir, paths, steps, **overrides):
-  values = dict(
-      config=_CONFIG,
-      orqa=orqa_lib.OrqaConfig(reader_seq_len=64, span_hidden_size=16, max_span_width=5,
-                               retriever_beam_size=24, reader_beam_size=3,
-                               retrieval_corpus_path=paths["corpus"]),
-      loop=loop.LoopOptions(model_dir=model_dir, num_train_steps=steps, save_checkpoints_steps=3,
-                            log_every_steps=3, jit_compile=False),
-      train_path=paths["train"], dev_path=paths["dev"], batch_size=2, learning_rate=1e-3,
-      eval_every_steps=2, eval_batch_size=4)
+  values = dict(config=_CONFIG,
+                orqa=orqa_lib.OrqaConfig(reader_seq_len=64,
+                                         span_hidden_size=16,
+                                         max_span_width=5,
+                                         retriever_beam_size=24,
+                                         reader_beam_size=3,
+                                         retrieval_corpus_path=paths["corpus"]),
+                loop=loop.LoopOptions(model_dir=model_dir,
+                                      num_train_steps=steps,
+                                      save_checkpoints_steps=3,
+                                      log_every_steps=3,
+                                      jit_compile=False),
+                train_path=paths["train"],
+                dev_path=paths["dev"],
+                batch_size=2,
+                learning_rate=1e-3,
+                eval_every_steps=2,
+                eval_batch_size=4)
   values.update(overrides)
   return orqa_trainer.OrqaTrainerOptions(**values)
 
@@ -49,7 +62,8 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     model_dir = os.path.join(tmp, "orqa")
     logs = []
-    summary = orqa_trainer.train(_options(model_dir, paths, steps=4), tf.distribute.get_strategy(),
+    summary = orqa_trainer.train(_options(model_dir, paths, steps=4),
+                                 tf.distribute.get_strategy(),
                                  log=logs.append)
     self.assertLen(summary["dev_history"], 2)  # steps 2 and 4
     self.assertEqual([h["step"] for h in summary["dev_history"]], [2, 4])
@@ -77,8 +91,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
           tags.setdefault(run, set()).update(v.tag for v in event.summary.value)
     self.assertIn("exact_match", tags["dev"])
     self.assertIn("loss", tags["train"])
-    self.assertFalse({t for t in tags["train"] if t.startswith("dev_")},
-                     tags["train"])
+    self.assertFalse({t for t in tags["train"] if t.startswith("dev_")}, tags["train"])
 
     # bin/eval_orqa's path: the best checkpoint, the same dev metrics, and the files it promises. Its
     # predictor's functions run eagerly: the run's dev evaluations traced the same OrqaPredictor.
@@ -90,8 +103,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     with open(result["predictions_path"], encoding="utf-8") as f:
       records = [json.loads(line) for line in f]
     self.assertLen(records, 8)
-    self.assertEqual(set(records[0]), {"question", "prediction", "score", "retrieved_ids",
-                                       "predicted_id"})
+    self.assertEqual(set(records[0]), {"question", "prediction", "score", "retrieved_ids", "predicted_id"})
     self.assertLen(records[0]["retrieved_ids"], 3)
     self.assertIn(records[0]["predicted_id"], records[0]["retrieved_ids"])
     with open(result["metrics_path"]) as f:
@@ -102,18 +114,22 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     before = np.array(frozen.embeddings)
     with testing_utils.functions_run_eagerly():
       orqa_trainer.train(_options(model_dir, paths, steps=5, dev_path=None),
-                         tf.distribute.get_strategy(), log=logs.append)
+                         tf.distribute.get_strategy(),
+                         log=logs.append)
     self.assertTrue(any("reusing the frozen index" in line for line in logs))
     self.assertTrue(any("resumed from" in line and "ckpt-4" in line for line in logs))
-    self.assertAllEqual(index_lib.load_index(frozen_index.frozen_index_dir(model_dir)).embeddings,
-                        before)
-
+    self.assertAllEqual(index_lib.load_index(frozen_index.frozen_index_dir(model_dir)).embeddings, before)
 
 
 class OptionsTest(tf.test.TestCase):
 
   def test_index_dir_needs_the_retriever_checkpoint(self):
-    options = _options("/nonexistent/orqa", {"corpus": "c", "train": "t", "dev": "d"}, steps=1,
+    options = _options("/nonexistent/orqa", {
+        "corpus": "c",
+        "train": "t",
+        "dev": "d"
+    },
+                       steps=1,
                        index_dir="/some/index")
     with self.assertRaisesRegex(ValueError, "--index_dir=/some/index needs --retriever_checkpoint"):
       orqa_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)

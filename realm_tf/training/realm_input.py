@@ -37,7 +37,6 @@ from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import published_index
 
-
 # How many more documents than kept the search returns, so that dropping the own document and
 # duplicates still leaves num_candidates - 1 (in_step_retrieval searches with the same margin, so both
 # paths keep the same rows).
@@ -99,11 +98,16 @@ class RetrievalState:
       one is used and a warning says so.
   """
 
-  def __init__(self, watcher: published_index.IndexWatcher, corpus: corpus_table.CorpusTable,
-               num_candidates: int, check_every_batches: int = 10,
+  def __init__(self,
+               watcher: published_index.IndexWatcher,
+               corpus: corpus_table.CorpusTable,
+               num_candidates: int,
+               check_every_batches: int = 10,
                max_staleness_steps: Optional[int] = None,
-               wait_timeout_seconds: Optional[float] = None, log: Callable[[str], None] = print,
-               expected_dim: Optional[int] = None, swap_every_steps: Optional[int] = None):
+               wait_timeout_seconds: Optional[float] = None,
+               log: Callable[[str], None] = print,
+               expected_dim: Optional[int] = None,
+               swap_every_steps: Optional[int] = None):
     self._check_size(corpus, num_candidates)
     if swap_every_steps is not None and swap_every_steps < 1:
       raise ValueError(f"swap_every_steps must be at least 1, got {swap_every_steps}")
@@ -143,17 +147,18 @@ class RetrievalState:
     """The corpus table to use with `loaded`: the current one, or that of the corpus bin/update_index
     derived from it (loaded here); None when that corpus cannot be used (the watcher skips the index)."""
     prefix = loaded.record.get("corpus_prefix")
-    if (self.watcher.corpus_prefix is None or not prefix
-        or os.path.abspath(prefix) == os.path.abspath(self.corpus.prefix)):
+    if (self.watcher.corpus_prefix is None or not prefix or
+        os.path.abspath(prefix) == os.path.abspath(self.corpus.prefix)):
       return self.corpus
     try:
       corpus = corpus_table.CorpusTable.load(prefix, previous=self.corpus)
       self._check_size(corpus, self.num_candidates)
     except (ValueError, OSError, tf.errors.OpError) as e:
-      self.watcher.skip(loaded.step, f"index {loaded.path}: its updated corpus {prefix} cannot be "
-                        f"used ({str(e).splitlines()[0]}); training goes on with the index of step "
-                        f"{self.index.step if self.index else None}. Fix or remove the update and "
-                        "run bin/update_index again")
+      self.watcher.skip(
+          loaded.step, f"index {loaded.path}: its updated corpus {prefix} cannot be "
+          f"used ({str(e).splitlines()[0]}); training goes on with the index of step "
+          f"{self.index.step if self.index else None}. Fix or remove the update and "
+          "run bin/update_index again")
       return None
     self._log(f"index {loaded.path} embeds {prefix}, which bin/update_index derived from "
               f"{self.corpus.prefix}: retrieving from the updated corpus ({corpus.num_docs} documents, "
@@ -189,8 +194,10 @@ class RetrievalState:
         if loaded is None:
           self._refuse_unusable_bootstrap()
         loaded = loaded or self.watcher.wait_for_newer(
-            None, timeout_seconds=self.wait_timeout_seconds,
-            reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)", stop=self._closed)
+            None,
+            timeout_seconds=self.wait_timeout_seconds,
+            reason="no index yet (bootstrap one with bin/refresh_doc_embeds --once)",
+            stop=self._closed)
         if loaded is None:
           raise TimeoutError(f"no index was published under {self.watcher.model_dir}")
         self._swap(loaded)
@@ -206,8 +213,8 @@ class RetrievalState:
       return
     if training_state.latest_step(self.watcher.model_dir) is not None:
       return  # the refresher embeds the newest checkpoint again when it restarts
-    paths = ", ".join(os.path.join(published_index.index_root(self.watcher.model_dir), str(step))
-                      for step in steps)
+    paths = ", ".join(
+        os.path.join(published_index.index_root(self.watcher.model_dir), str(step)) for step in steps)
     raise index_lib.CorruptIndexError(
         f"every published index ({paths}) is unusable (see the warnings above) and "
         f"{self.watcher.model_dir} has no checkpoint yet, so no refresher can publish another: restart "
@@ -223,10 +230,12 @@ class RetrievalState:
     if self.max_staleness_steps is not None:
       while self.trainer_step - self.index.step > self.max_staleness_steps:
         newer = self.watcher.wait_for_newer(
-            self.index.step, timeout_seconds=self.wait_timeout_seconds,
+            self.index.step,
+            timeout_seconds=self.wait_timeout_seconds,
             reason=f"the index of step {self.index.step} is {self.trainer_step - self.index.step} "
-                   f"steps behind the trainer (--max_index_staleness_steps="
-                   f"{self.max_staleness_steps})", stop=self._closed)
+            f"steps behind the trainer (--max_index_staleness_steps="
+            f"{self.max_staleness_steps})",
+            stop=self._closed)
         if newer is None:
           raise TimeoutError("the refresher published no newer index in time")
         self._swap(newer)
@@ -266,13 +275,19 @@ class RetrievalState:
         self._refuse_unusable_bootstrap()
       known = self.watcher.newest_step(at_most=target)
       if self.watcher.wait_for_newer(
-          known, timeout_seconds=self.wait_timeout_seconds, stop=self._closed,
+          known,
+          timeout_seconds=self.wait_timeout_seconds,
+          stop=self._closed,
           reason=f"step {step} trains on the index of step {target} (--index_swap_steps="
-                 f"{self.swap_every_steps})") is None:
+          f"{self.swap_every_steps})") is None:
         raise TimeoutError(f"the refresher published no index of step {target} in time")
 
-  def retrieve(self, token_ids: np.ndarray, mask: np.ndarray, segment_ids: np.ndarray,
-               own_fingerprints: np.ndarray, step: Optional[int] = None):
+  def retrieve(self,
+               token_ids: np.ndarray,
+               mask: np.ndarray,
+               segment_ids: np.ndarray,
+               own_fingerprints: np.ndarray,
+               step: Optional[int] = None):
     """Candidate rows int32 [B, N-1] (the top of the current index, own document and duplicates
     dropped) and their token ids from the same corpus version: title values, title lengths, body
     values, body lengths (int64, B * (N-1) rows). step: the trainer step the batch trains (needed for
@@ -343,8 +358,7 @@ def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
 
   zero = tf.constant(0, tf.int64)
   start, limit, span_start, span_limit = tf.cond(num_valid > 0, pick, lambda: (zero,) * 4)
-  return (tf.strings.substr(example["text"], start, limit - start), span_start, span_limit,
-          num_valid > 0)
+  return (tf.strings.substr(example["text"], start, limit - start), span_start, span_limit, num_valid > 0)
 
 
 # No autograph in this file's dataset functions: none branches on tensors in Python, and converting the
@@ -352,8 +366,10 @@ def _select_span(example: Dict[str, tf.Tensor], seed: int, index: tf.Tensor):
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-def query_features(examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
-                   featurizer: featurization.Featurizer, seed: int = 0) -> tf.data.Dataset:
+def query_features(examples: tf.data.Dataset,
+                   tokenizer: tokenization.Tokenizer,
+                   featurizer: featurization.Featurizer,
+                   seed: int = 0) -> tf.data.Dataset:
   """realm_dataset's front: from parsed pre-training documents (in the order given), one example per
   maskable salient span (steps 1-2 of the module docstring): query features, MLM targets, the own
   document's fingerprint and the masking status (OK only)."""
@@ -392,12 +408,12 @@ def assemble_candidates(featurizer: featurization.Featurizer, batch_size: int, n
   # build (every trainer start) paid for four of them here instead of two. Rows are featurized
   # independently, so the values are those of separate calls.
   with_null = lambda ids: tf.RaggedTensor.from_row_lengths(
-      ids.values, tf.concat([tf.zeros([batch_size], tf.int64), ids.row_lengths()], axis=0))
+      ids.values, tf.concat([tf.zeros([batch_size], tf.int64),
+                             ids.row_lengths()], axis=0))
   candidates = featurizer.candidate_inputs(with_null(titles), with_null(bodies))
   query_lengths = tf.reduce_sum(query_mask, axis=1) - 2
   query_ids = tf.RaggedTensor.from_tensor(query_token_ids[:, 1:], lengths=query_lengths)
-  query_rows = tf.concat([tf.range(batch_size), tf.repeat(tf.range(batch_size), num_candidates - 1)],
-                         axis=0)
+  query_rows = tf.concat([tf.range(batch_size), tf.repeat(tf.range(batch_size), num_candidates - 1)], axis=0)
   joint = featurizer.joint_inputs(tf.gather(query_ids, query_rows), with_null(bodies))
   out = {}
   for prefix, inputs in ((realm_model.CANDIDATE, candidates), (realm_model.JOINT, joint)):
@@ -408,9 +424,14 @@ def assemble_candidates(featurizer: featurization.Featurizer, batch_size: int, n
   return out
 
 
-def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization.Tokenizer,
-                  featurizer: featurization.Featurizer, state: RetrievalState, batch_size: int,
-                  seed: int = 0, shuffle_buffer: int = 10000, skip_batches: int = 0) -> tf.data.Dataset:
+def realm_dataset(pretraining_examples: tf.data.Dataset,
+                  tokenizer: tokenization.Tokenizer,
+                  featurizer: featurization.Featurizer,
+                  state: RetrievalState,
+                  batch_size: int,
+                  seed: int = 0,
+                  shuffle_buffer: int = 10000,
+                  skip_batches: int = 0) -> tf.data.Dataset:
   """Batches of REALM features (see realm_tf.modeling.realm); state.index says which index chose them.
 
   Args:
@@ -422,19 +443,19 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
     skip_batches: batches to skip, so a resumed run continues the same stream where it stopped.
   """
   num_candidates = state.num_candidates
-  examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed,
-                                                   reshuffle_each_iteration=True)
+  examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
   queries = query_features(examples, tokenizer, featurizer, seed)
   # Numbered by the trainer step that will train on each batch (state.swap_every_steps needs it).
-  batches = queries.batch(batch_size, drop_remainder=True).skip(skip_batches).enumerate(
-      start=skip_batches + 1)
+  batches = queries.batch(batch_size,
+                          drop_remainder=True).skip(skip_batches).enumerate(start=skip_batches + 1)
 
   @_no_autograph
   def retrieve(step, features):
     rows, title_values, title_lengths, body_values, body_lengths = tf.py_function(
-        state.retrieve,
-        [features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
-         features["own_fingerprint"], step], [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64])
+        state.retrieve, [
+            features["query_token_ids"], features["query_mask"], features["query_segment_ids"],
+            features["own_fingerprint"], step
+        ], [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64])
     rows.set_shape([batch_size, num_candidates - 1])
     lengths_shape = [batch_size * (num_candidates - 1)]
     title_lengths.set_shape(lengths_shape)
@@ -448,9 +469,9 @@ def realm_dataset(pretraining_examples: tf.data.Dataset, tokenizer: tokenization
   @_no_autograph
   def assemble(features, titles, bodies):
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
-    out.update(assemble_candidates(featurizer, batch_size, num_candidates,
-                                   features["query_token_ids"], features["query_mask"], titles,
-                                   bodies))
+    out.update(
+        assemble_candidates(featurizer, batch_size, num_candidates, features["query_token_ids"],
+                            features["query_mask"], titles, bodies))
     return out
 
   return batches.map(retrieve).map(assemble).prefetch(2)

@@ -38,36 +38,49 @@ class RealmInputTest(tf.test.TestCase):
     super().setUpClass()
     root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"realm_input_test_{os.getpid()}")
     vocab = os.path.join(_TESTDATA, "vocab.txt")
-    cls.config = realm_config_lib.RealmConfig(
-        retriever_bert=bert.tiny_config(285, num_layers=1), reader_bert=bert.tiny_config(285),
-        vocab_path=vocab, projection_size=16, query_seq_len=32, candidate_seq_len=64, max_masks=4,
-        num_candidates=4)
+    cls.config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
+                                              reader_bert=bert.tiny_config(285),
+                                              vocab_path=vocab,
+                                              projection_size=16,
+                                              query_seq_len=32,
+                                              candidate_seq_len=64,
+                                              max_masks=4,
+                                              num_candidates=4)
     cls.model_dir = os.path.join(root, "model")
     cls.config.save(cls.model_dir)
     cls.tokenizer = cls.config.tokenizer()
     cls.corpus_prefix = os.path.join(root, "corpus", "blocks")
-    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")),
-                        cls.tokenizer, cls.corpus_prefix, 2)
+    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")), cls.tokenizer,
+                        cls.corpus_prefix, 2)
     cls.pretraining_prefix = os.path.join(root, "pretraining", "sentences")
     pretraining.write_pretraining_corpus(
         lambda: pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")),
         cls.pretraining_prefix, 2)
-    refresher.bootstrap(cls.config, None, refresher.RefresherOptions(
-        model_dir=cls.model_dir, corpus_prefix=cls.corpus_prefix,
-        index_implementation="brute_force"), log=lambda _: None)
+    refresher.bootstrap(cls.config,
+                        None,
+                        refresher.RefresherOptions(model_dir=cls.model_dir,
+                                                   corpus_prefix=cls.corpus_prefix,
+                                                   index_implementation="brute_force"),
+                        log=lambda _: None)
     cls.table = corpus_table.CorpusTable.load(cls.corpus_prefix)
     cls._uninterrupted_batches = None
 
   def _dataset(self, skip: int, seed: int, **state_options):
     """A pipeline of batches of 3 (each one traces the tokenizer and featurizer into tf.data: seconds),
     and its RetrievalState."""
-    state = realm_input.RetrievalState(
-        published_index.IndexWatcher(self.model_dir, log=lambda _: None), self.table,
-        self.config.num_candidates, log=lambda _: None, expected_dim=self.config.projection_size,
-        **state_options)
-    dataset = realm_input.realm_dataset(
-        pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer,
-        self.config.featurizer(self.tokenizer), state, batch_size=3, seed=seed, skip_batches=skip)
+    state = realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, log=lambda _: None),
+                                       self.table,
+                                       self.config.num_candidates,
+                                       log=lambda _: None,
+                                       expected_dim=self.config.projection_size,
+                                       **state_options)
+    dataset = realm_input.realm_dataset(pretraining.pretraining_dataset(self.pretraining_prefix),
+                                        self.tokenizer,
+                                        self.config.featurizer(self.tokenizer),
+                                        state,
+                                        batch_size=3,
+                                        seed=seed,
+                                        skip_batches=skip)
     return dataset, state
 
   @staticmethod
@@ -134,8 +147,9 @@ class RealmInputTest(tf.test.TestCase):
     dataset, state = self._dataset(0, seed=6, max_staleness_steps=0)
     batches = iter(dataset)
     other = self._numpy(next(batches))
-    self.assertFalse(np.array_equal(other[realm_model.QUERY + "_token_ids"],
-                                    self._uninterrupted()[0][realm_model.QUERY + "_token_ids"]))
+    self.assertFalse(
+        np.array_equal(other[realm_model.QUERY + "_token_ids"],
+                       self._uninterrupted()[0][realm_model.QUERY + "_token_ids"]))
     outcome = []
 
     def consume():
@@ -174,9 +188,12 @@ class RealmInputTest(tf.test.TestCase):
     return copy, index_0
 
   def _state_of(self, model_dir, messages, wait_timeout_seconds, **options):
-    return realm_input.RetrievalState(
-        published_index.IndexWatcher(model_dir, messages.append), self.table, self.config.num_candidates,
-        log=messages.append, wait_timeout_seconds=wait_timeout_seconds, **options)
+    return realm_input.RetrievalState(published_index.IndexWatcher(model_dir, messages.append),
+                                      self.table,
+                                      self.config.num_candidates,
+                                      log=messages.append,
+                                      wait_timeout_seconds=wait_timeout_seconds,
+                                      **options)
 
   def test_unusable_bootstrap_index_is_refused_at_once_and_rebuilt_on_restart(self):
     query = self.config.featurizer(self.tokenizer).query_inputs(self.tokenizer.tokenize([b"a river"]))
@@ -187,7 +204,8 @@ class RealmInputTest(tf.test.TestCase):
       messages = []
       state = self._state_of(model_dir, messages, 30, **swaps)
       with self.assertRaisesRegex(index_lib.CorruptIndexError,
-                                  r"index/0\) is unusable.*--bootstrap_index", msg=swaps):
+                                  r"index/0\) is unusable.*--bootstrap_index",
+                                  msg=swaps):
         state.retrieve(*(np.asarray(x) for x in query), np.array([0], np.int64), step=1)
       self.assertTrue(realm_input.needs_bootstrap(model_dir, messages.append))
       self.assertFalse(os.path.exists(index_0))
@@ -220,9 +238,15 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     root = self.create_tempdir().full_path
     vocab = os.path.join(_TESTDATA, "vocab.txt")
     small = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-    self.config = realm_config_lib.RealmConfig(
-        retriever_bert=small, reader_bert=small, vocab_path=vocab, projection_size=16, query_seq_len=32,
-        candidate_seq_len=64, max_masks=4, num_candidates=4, embedder_pooling="mean")
+    self.config = realm_config_lib.RealmConfig(retriever_bert=small,
+                                               reader_bert=small,
+                                               vocab_path=vocab,
+                                               projection_size=16,
+                                               query_seq_len=32,
+                                               candidate_seq_len=64,
+                                               max_masks=4,
+                                               num_candidates=4,
+                                               embedder_pooling="mean")
     self.model_dir = os.path.join(root, "model")
     self.config.save(self.model_dir)
     self.tokenizer = self.config.tokenizer()
@@ -237,24 +261,33 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     tf_keras.utils.set_random_seed(0)
     self.retriever = self.config.build_retriever()
     checkpoint = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)), self.model_dir,
+        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)),
+        self.model_dir,
         max_to_keep=3).save(checkpoint_number=5)
-    self.options = refresher.RefresherOptions(model_dir=self.model_dir, corpus_prefix=self.corpus_prefix,
-                                              index_implementation="brute_force", batch_size=8)
+    self.options = refresher.RefresherOptions(model_dir=self.model_dir,
+                                              corpus_prefix=self.corpus_prefix,
+                                              index_implementation="brute_force",
+                                              batch_size=8)
     # One embedder for every publication here, as the refresher keeps one (each new one traces again).
     self.embedder = refresher.corpus_embedder(self.config, self.retriever, self.options)
     self.base_index = self._publish(5, info={"checkpoint": checkpoint})
     self.messages = []
 
   def _publish(self, step, **kwargs):
-    return refresher.build_and_publish(self.config, self.retriever, step, self.options,
-                                       log=lambda _: None, embedder=self.embedder, **kwargs)
+    return refresher.build_and_publish(self.config,
+                                       self.retriever,
+                                       step,
+                                       self.options,
+                                       log=lambda _: None,
+                                       embedder=self.embedder,
+                                       **kwargs)
 
   def _retrieve(self, state, text, own_fingerprint=0, step=None):
     """The bodies (token id lists) retrieve() returns for a query made of `text` (for step `step`)."""
     inputs = self.featurizer.query_inputs(self.tokenizer.tokenize([text.encode("utf-8")]))
-    rows, _, _, body_values, body_lengths = state.retrieve(
-        *(np.asarray(x) for x in inputs), np.array([own_fingerprint], np.int64), step=step)
+    rows, _, _, body_values, body_lengths = state.retrieve(*(np.asarray(x) for x in inputs),
+                                                           np.array([own_fingerprint], np.int64),
+                                                           step=step)
     bodies = np.split(body_values, np.cumsum(body_lengths)[:-1])
     # Rows and token ids come from one corpus version: the version now in use.
     for row, body in zip(rows[0], bodies):
@@ -268,10 +301,12 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     publish = self._publish
     for step in (0, 10):
       publish(step)  # and setUp's 5: an index between two swaps, as a shorter checkpoint interval makes
-    state = realm_input.RetrievalState(
-        published_index.IndexWatcher(self.model_dir, self.messages.append),
-        corpus_table.CorpusTable.load(self.corpus_prefix), self.config.num_candidates,
-        log=self.messages.append, swap_every_steps=10, wait_timeout_seconds=60)
+    state = realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, self.messages.append),
+                                       corpus_table.CorpusTable.load(self.corpus_prefix),
+                                       self.config.num_candidates,
+                                       log=self.messages.append,
+                                       swap_every_steps=10,
+                                       wait_timeout_seconds=60)
 
     def index_of(step):
       self._retrieve(state, self.documents[0].body, step=step)
@@ -288,8 +323,8 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     # A restarted refresher published step 35's index, never 30's: step 31 uses it, and says so.
     publish(35)
     self.assertEqual(index_of(31), 35)
-    self.assertTrue(any("index of step 30" in m and "using the index of step 35" in m
-                        for m in self.messages), self.messages)
+    self.assertTrue(any("index of step 30" in m and "using the index of step 35" in m for m in self.messages),
+                    self.messages)
     self.assertEqual(state.indexes_used, [0, 10, 20, 35])
     # Step 40's index is damaged after publication: the refresher will not embed ckpt-40 again, so
     # step 41 trains on the index in use instead of waiting for ever, and says so.
@@ -297,19 +332,22 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     with open(os.path.join(path, published_index.PUBLISHED_NAME), "w") as f:
       f.write("{")
     self.assertEqual(index_of(41), 35)
-    self.assertTrue(any("index of step 40" in m and "is unusable" in m for m in self.messages),
-                    self.messages)
+    self.assertTrue(any("index of step 40" in m and "is unusable" in m for m in self.messages), self.messages)
     # An index that never comes ends the wait with an error naming it.
     state.wait_timeout_seconds = 0.1
     with self.assertRaisesRegex(TimeoutError, "no index of step 50"):
       index_of(51)
 
   def test_running_pipeline_swaps_in_an_updated_corpus(self):
-    watcher = published_index.IndexWatcher(self.model_dir, self.messages.append,
+    watcher = published_index.IndexWatcher(self.model_dir,
+                                           self.messages.append,
                                            corpus_prefix=self.corpus_prefix)
-    state = realm_input.RetrievalState(
-        watcher, corpus_table.CorpusTable.load(self.corpus_prefix), self.config.num_candidates,
-        check_every_batches=1, log=self.messages.append, expected_dim=self.config.projection_size)
+    state = realm_input.RetrievalState(watcher,
+                                       corpus_table.CorpusTable.load(self.corpus_prefix),
+                                       self.config.num_candidates,
+                                       check_every_batches=1,
+                                       log=self.messages.append,
+                                       expected_dim=self.config.projection_size)
     # Each of the pipeline's retrievals in order (batch i is retrieval i's): the index it used and whether
     # it began after the update was published. tf.data makes batches ahead of the consumer, how many
     # depends on the machine's load, so the check below follows retrievals, not a count of batches.
@@ -323,9 +361,13 @@ class LiveIndexUpdateTest(tf.test.TestCase):
       return result
 
     state.retrieve = recording_retrieve  # what realm_dataset's py_function calls
-    batches = iter(realm_input.realm_dataset(
-        pretraining.pretraining_dataset(self.pretraining_prefix), self.tokenizer, self.featurizer,
-        state, batch_size=2, seed=1))
+    batches = iter(
+        realm_input.realm_dataset(pretraining.pretraining_dataset(self.pretraining_prefix),
+                                  self.tokenizer,
+                                  self.featurizer,
+                                  state,
+                                  batch_size=2,
+                                  seed=1))
     del state.retrieve  # this test's own retrievals below are not the pipeline's
     batch = next(batches)
     consumed = 1
@@ -335,15 +377,21 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     # The replaced document keeps its first sentence, from which a pre-training query may be cut.
     replaced, removed = self.documents[3], self.documents[7]
     new_body = replaced.body.split(". ")[0] + ". It was rebuilt after the great flood."
-    added = {"id": "new-1", "title": "Quorvath Zelindra",
-             "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."}
+    added = {
+        "id": "new-1",
+        "title": "Quorvath Zelindra",
+        "body": "Quorvath Zelindra was born in the village of Yxmoor beside the river Plessa."
+    }
     change_path = os.path.join(self.create_tempdir().full_path, "change.jsonl")
     with open(change_path, "w", encoding="utf-8") as f:
       for record in (added, {"id": replaced.doc_id, "title": replaced.title, "body": new_body}):
         f.write(json.dumps(record) + "\n")
-    updated_index = index_update.update_published_index(
-        self.base_index, index_update.read_change_set(change_path, remove_ids=[removed.doc_id]),
-        on_existing="replace", batch_size=8, log=lambda _: None)
+    updated_index = index_update.update_published_index(self.base_index,
+                                                        index_update.read_change_set(
+                                                            change_path, remove_ids=[removed.doc_id]),
+                                                        on_existing="replace",
+                                                        batch_size=8,
+                                                        log=lambda _: None)
     published.set()
     updated = self.corpus_prefix + "-v1"
 
@@ -362,8 +410,10 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     self.assertTrue(any("retrieving from the updated corpus" in m for m in self.messages), self.messages)
     # The last batch's candidates are rows of the updated corpus, featurized from its token ids.
     rows = list(corpus.read_corpus(updated))
-    expected = {tuple(t) for t in self.featurizer.candidate_inputs(
-        [r["title_token_ids"] for r in rows], [r["body_token_ids"] for r in rows]).token_ids.numpy()}
+    expected = {
+        tuple(t) for t in self.featurizer.candidate_inputs(
+            [r["title_token_ids"] for r in rows], [r["body_token_ids"] for r in rows]).token_ids.numpy()
+    }
     candidates = batch[realm_model.CANDIDATE + "_token_ids"].numpy()[:, 1:].reshape(
         [-1, self.config.candidate_seq_len])
     for candidate in candidates:
@@ -372,19 +422,18 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     # The added document is retrieved by a question about it. With as many candidates as the updated
     # corpus has documents but one, every query retrieves nearly all of it: never the removed document,
     # and the replaced one only with its new text.
-    self.assertEqual(self._retrieve(state, "Where was Quorvath Zelindra born? Yxmoor")[0],
-                     self._body_ids(added["body"]))
+    self.assertEqual(
+        self._retrieve(state, "Where was Quorvath Zelindra born? Yxmoor")[0], self._body_ids(added["body"]))
     wide = realm_input.RetrievalState(watcher, state.corpus, state.corpus.num_docs, log=lambda _: None)
-    removed_ids, old_ids, new_ids = (self._body_ids(text) for text in (removed.body, replaced.body,
-                                                                         new_body))
+    removed_ids, old_ids, new_ids = (self._body_ids(text) for text in (removed.body, replaced.body, new_body))
     for doc in self.documents:
       retrieved = self._retrieve(wide, doc.body)
       self.assertNotIn(removed_ids, retrieved)
       self.assertNotIn(old_ids, retrieved)
     # A query cut from the replaced document's pre-training text (whose fingerprint is that of the old
     # text) does not retrieve the new version of its own document; another query does.
-    own = int(corpus_table.document_fingerprint(tf.constant(replaced.title),
-                                               tf.constant(replaced.body)).numpy())
+    own = int(
+        corpus_table.document_fingerprint(tf.constant(replaced.title), tf.constant(replaced.body)).numpy())
     self.assertIn(new_ids, self._retrieve(wide, new_body))
     self.assertNotIn(new_ids, self._retrieve(wide, new_body, own))
 
@@ -397,9 +446,9 @@ class LiveIndexUpdateTest(tf.test.TestCase):
                      updated)
     # Nor can an update of that index branch off the corpus history.
     with self.assertRaisesRegex(index_update.UpdateError, "Wait for the next refresh"):
-      index_update.update_published_index(
-          os.path.join(published_index.index_root(self.model_dir), "9"),
-          index_update.read_change_set(remove_ids=[self.documents[0].doc_id]), log=lambda _: None)
+      index_update.update_published_index(os.path.join(published_index.index_root(self.model_dir), "9"),
+                                          index_update.read_change_set(remove_ids=[self.documents[0].doc_id]),
+                                          log=lambda _: None)
 
 
 if __name__ == "__main__":

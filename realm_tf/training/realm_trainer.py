@@ -42,7 +42,6 @@ from realm_tf.training import optimization
 from realm_tf.training import realm_input
 from realm_tf.training import task as task_lib
 
-
 # Written at the end of a run: first loss, last metrics, the index steps trained on, seconds.
 SUMMARY_NAME = "train_summary.json"
 
@@ -70,19 +69,25 @@ class RealmTrainerOptions:
 
 def build_model(config: realm_config_lib.RealmConfig) -> realm_model.RealmPretrainer:
   """A RealmPretrainer with its variables created (so it can be restored into)."""
-  model = realm_model.RealmPretrainer(
-      config.retriever_bert, config.reader_bert, config.projection_size,
-      config.embedder_layer_norm_epsilon, config.embedder_dropout_rate, config.share_embedders,
-      pooling=config.embedder_pooling, cosine_score_scale=config.cosine_score_scale)
+  model = realm_model.RealmPretrainer(config.retriever_bert,
+                                      config.reader_bert,
+                                      config.projection_size,
+                                      config.embedder_layer_norm_epsilon,
+                                      config.embedder_dropout_rate,
+                                      config.share_embedders,
+                                      pooling=config.embedder_pooling,
+                                      cosine_score_scale=config.cosine_score_scale)
   q, c, m = config.query_seq_len, config.candidate_seq_len, config.max_masks
   dummy = {}
-  for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]),
-                        (realm_model.JOINT, [1, 2, q + c])):
+  for prefix, shape in ((realm_model.QUERY, [1, q]), (realm_model.CANDIDATE, [1, 2, c]), (realm_model.JOINT,
+                                                                                          [1, 2, q + c])):
     for field in realm_model.BERT_FIELDS:
       dummy[f"{prefix}_{field}"] = tf.zeros(shape, tf.int32)
-  dummy.update({realm_model.MLM_POSITIONS: tf.zeros([1, m], tf.int32),
-                realm_model.MLM_TARGETS: tf.zeros([1, m], tf.int32),
-                realm_model.MLM_MASK: tf.zeros([1, m], tf.float32)})
+  dummy.update({
+      realm_model.MLM_POSITIONS: tf.zeros([1, m], tf.int32),
+      realm_model.MLM_TARGETS: tf.zeros([1, m], tf.int32),
+      realm_model.MLM_MASK: tf.zeros([1, m], tf.float32)
+  })
   model(dummy)
   return model
 
@@ -96,7 +101,9 @@ class RealmTask(task_lib.Task):
   pipeline's waits for an index. train() reads first_loss, started and state's indexes afterwards.
   """
 
-  def __init__(self, options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
+  def __init__(self,
+               options: RealmTrainerOptions,
+               strategy: tf.distribute.Strategy,
                log: Callable[[str], None] = print):
     # strategy: the bootstrap index (initialize) embeds with the trainer's devices.
     self.options = options
@@ -113,10 +120,15 @@ class RealmTask(task_lib.Task):
     corpus_prefix = published_index.current_corpus(model_dir, options.retrieval_corpus_path, log)
     watcher = published_index.IndexWatcher(model_dir, log, corpus_prefix=corpus_prefix)
     corpus = corpus_table.CorpusTable.load(corpus_prefix)
-    self.state = realm_input.RetrievalState(
-        watcher, corpus, config.num_candidates, options.check_index_every_batches,
-        options.max_index_staleness_steps, options.wait_for_index_seconds, log,
-        expected_dim=config.embedding_dim, swap_every_steps=options.index_swap_steps)
+    self.state = realm_input.RetrievalState(watcher,
+                                            corpus,
+                                            config.num_candidates,
+                                            options.check_index_every_batches,
+                                            options.max_index_staleness_steps,
+                                            options.wait_for_index_seconds,
+                                            log,
+                                            expected_dim=config.embedding_dim,
+                                            swap_every_steps=options.index_swap_steps)
     self.started = time.time()
     self.first_loss: Optional[float] = None
     # The first step this process trained (later than 1 after a resume).
@@ -128,18 +140,22 @@ class RealmTask(task_lib.Task):
     return build_model(self.options.config)
 
   def create_optimizer(self):
-    optimizer = optimization.create_optimizer(
-        self.options.learning_rate, self.options.loop.num_train_steps,
-        bias_correction=self.options.adam_bias_correction)
+    optimizer = optimization.create_optimizer(self.options.learning_rate,
+                                              self.options.loop.num_train_steps,
+                                              bias_correction=self.options.adam_bias_correction)
     # The run's clock (examples_per_second, the summary's seconds) starts once the model is built.
     self.started = time.time()
     return optimizer
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options = self.options
-    return realm_input.realm_dataset(
-        pretraining.pretraining_dataset(options.pretraining_corpus_path), self.tokenizer,
-        self.featurizer, self.state, options.batch_size, seed=options.seed, skip_batches=batches_done)
+    return realm_input.realm_dataset(pretraining.pretraining_dataset(options.pretraining_corpus_path),
+                                     self.tokenizer,
+                                     self.featurizer,
+                                     self.state,
+                                     options.batch_size,
+                                     seed=options.seed,
+                                     skip_batches=batches_done)
 
   def initialize(self, model: realm_model.RealmPretrainer) -> None:
     options, log = self.options, self.log
@@ -147,21 +163,27 @@ class RealmTask(task_lib.Task):
       path = training_state.restore_retriever(model.retriever, options.init_retriever_checkpoint)
       log(f"retriever warm-started from {path}")
     if options.init_reader_checkpoint:
-      report = bert_mapping.load_bert_weights(model.encoder.encoder, options.init_reader_checkpoint,
-                                              masked_lm=model.encoder.masked_lm, strict=False)
+      report = bert_mapping.load_bert_weights(model.encoder.encoder,
+                                              options.init_reader_checkpoint,
+                                              masked_lm=model.encoder.masked_lm,
+                                              strict=False)
       log(f"knowledge-augmented encoder warm-started: {report.summary()}")
     model_dir = options.loop.model_dir
     if options.bootstrap_index and realm_input.needs_bootstrap(model_dir, log):
       log("no index published yet: building the bootstrap index (step 0) from the warm-start weights")
       refresher.build_and_publish(
-          options.config, model.retriever, 0,
+          options.config,
+          model.retriever,
+          0,
           # The trainer's one XLA switch covers its bootstrap embedding too (XLA compiles the embedder
           # once per length bucket: seconds a --nojit_compile run on a CPU does not want to pay).
           refresher.RefresherOptions(model_dir=model_dir,
                                      corpus_prefix=options.retrieval_corpus_path,
                                      index_implementation=options.index_implementation,
                                      embed_jit_compile=options.loop.jit_compile),
-          self.strategy, {"bootstrap": True}, log)
+          self.strategy,
+          {"bootstrap": True},
+          log)
 
   def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
     # Once per loop: the staleness bound includes the loop length (module docstring).
@@ -172,12 +194,14 @@ class RealmTask(task_lib.Task):
     index = self.state.index
     published = index.record.get("published_unix_time", time.time()) if index else time.time()
     return {
-        "index_step": float(index.step) if index else -1.0,
-        "index_staleness_steps": float(step - index.step) if index else -1.0,
+        "index_step":
+            float(index.step) if index else -1.0,
+        "index_staleness_steps":
+            float(step - index.step) if index else -1.0,
         "index_staleness_minutes": (time.time() - published) / 60.0,
         # Examples this process trained on, not those of the run before a resume.
-        "examples_per_second": ((step - self._first_step + 1) * self.options.batch_size /
-                                max(time.time() - self.started, 1e-9)),
+        "examples_per_second": (
+            (step - self._first_step + 1) * self.options.batch_size / max(time.time() - self.started, 1e-9)),
     }
 
   def stop_input(self) -> None:
@@ -186,7 +210,8 @@ class RealmTask(task_lib.Task):
     self.state.close()
 
 
-def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
+def train(options: RealmTrainerOptions,
+          strategy: tf.distribute.Strategy,
           log: Callable[[str], None] = print) -> Dict:
   """Runs REALM pre-training to options.loop.num_train_steps; returns a summary of the run."""
   config = options.config
@@ -195,9 +220,10 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
   if staleness is not None and staleness < every:
     # The refresher can only publish indexes of saved checkpoints: the trainer would wait for one that
     # is not written until it trains further, which it cannot while it waits.
-    raise ValueError(f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
-                     "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
-                     "make --max_index_staleness_steps at least --save_checkpoints_steps")
+    raise ValueError(
+        f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
+        "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
+        "make --max_index_staleness_steps at least --save_checkpoints_steps")
   swap = options.index_swap_steps
   if swap is not None:
     if staleness is not None:
@@ -210,10 +236,11 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
                        f"--save_checkpoints_steps={every}: each swap trains on the index of the "
                        "checkpoint saved at that step")
   # Before anything is built: the corpus and a resumed run must have been made with this vocab.
-  config = dataclasses.replace(config, vocab_sha256=corpus_lib.check_vocab(
-      config.vocab_path, options.retrieval_corpus_path,
-      realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
-      os.path.join(model_dir, realm_config_lib.CONFIG_NAME)))
+  config = dataclasses.replace(config,
+                               vocab_sha256=corpus_lib.check_vocab(
+                                   config.vocab_path, options.retrieval_corpus_path,
+                                   realm_config_lib.RealmConfig.saved_vocab_sha256(model_dir),
+                                   os.path.join(model_dir, realm_config_lib.CONFIG_NAME)))
   tf.io.gfile.makedirs(model_dir)
   config.save_or_check(model_dir)
   task = RealmTask(dataclasses.replace(options, config=config), strategy, log)
@@ -226,9 +253,12 @@ def train(options: RealmTrainerOptions, strategy: tf.distribute.Strategy,
     # match) reaches TensorFlow's graph-execution wrapper first, whose last line is not it: the user
     # reads it as itself, on the last line.
     raise task.state.error from None
-  summary = {"first_loss": task.first_loss, "final": final,
-             "indexes_used": sorted(set(task.state.indexes_used)),
-             "seconds": time.time() - task.started}
+  summary = {
+      "first_loss": task.first_loss,
+      "final": final,
+      "indexes_used": sorted(set(task.state.indexes_used)),
+      "seconds": time.time() - task.started
+  }
   io_utils.write_json_atomic(os.path.join(model_dir, SUMMARY_NAME), summary)
   training_state.write_done_marker(model_dir)
   log(f"wrote {training_state.DONE_MARKER}; indexes trained on: {summary['indexes_used']}")

@@ -27,10 +27,10 @@ class StepLoop(orbit.StandardTrainer):
       may be set later through `train_dataset`, before the first train().
   """
 
-  def __init__(self, train_step: train_lib.TrainStep,
+  def __init__(self,
+               train_step: train_lib.TrainStep,
                iterator: Optional[tf.distribute.DistributedIterator] = None):
-    super().__init__(iterator, orbit.StandardTrainerOptions(use_tf_function=True,
-                                                            use_tf_while_loop=True))
+    super().__init__(iterator, orbit.StandardTrainerOptions(use_tf_function=True, use_tf_while_loop=True))
     self._train_step = train_step
     self._sums: Optional[Dict[str, tf.Variable]] = None
 
@@ -40,8 +40,9 @@ class StepLoop(orbit.StandardTrainer):
       first = {name: float(value) for name, value in self._train_step(next(self.train_dataset)).items()}
       with self._train_step.strategy.scope():
         # Float32 sums of every step's scalars, created once.
-        self._sums = {name: tf.Variable(0.0, trainable=False, name=f"sum_{i}")
-                      for i, name in enumerate(sorted(first))}
+        self._sums = {
+            name: tf.Variable(0.0, trainable=False, name=f"sum_{i}") for i, name in enumerate(sorted(first))
+        }
       if steps <= 1:
         return first
       rest = super().train(tf.constant(steps - 1, tf.int32))  # sums

@@ -39,9 +39,12 @@ def _all_reduce_sum(value: tf.Tensor) -> tf.Tensor:
 
 def _global_metrics(loss_output: losses.LossOutput) -> Dict[str, tf.Tensor]:
   """Inside a replica: the metrics as global means (sum over replicas / weight over replicas)."""
-  return {name: tf.math.divide_no_nan(_all_reduce_sum(tf.cast(total, tf.float32)),
-                                      _all_reduce_sum(tf.cast(weight, tf.float32)))
-          for name, (total, weight) in loss_output.metrics.items()}
+  return {
+      name:
+          tf.math.divide_no_nan(_all_reduce_sum(tf.cast(total, tf.float32)),
+                                _all_reduce_sum(tf.cast(weight, tf.float32)))
+      for name, (total, weight) in loss_output.metrics.items()
+  }
 
 
 def _add_gradients(a, b):
@@ -81,8 +84,12 @@ class TrainStep:
   scalar tensors: loss (global mean), the model's metrics (global means) and NONFINITE_GRADIENTS.
   """
 
-  def __init__(self, model, optimizer, strategy: Optional[tf.distribute.Strategy] = None,
-               jit_compile: bool = True, accumulation_steps: int = 1):
+  def __init__(self,
+               model,
+               optimizer,
+               strategy: Optional[tf.distribute.Strategy] = None,
+               jit_compile: bool = True,
+               accumulation_steps: int = 1):
     if accumulation_steps < 1:
       raise ValueError(f"--gradient_accumulation_steps={accumulation_steps} must be at least 1")
     if accumulation_steps > 1 and getattr(model, "cross_replica_loss", False):
@@ -100,13 +107,12 @@ class TrainStep:
     # the nested function's graph (most of the tracing) instead of building it anew. Inlined instead
     # where a cross-replica loss (ICT) runs on several replicas without XLA: a separate uncompiled graph
     # cannot synchronize the replicas.
-    cross_replica = (getattr(model, "cross_replica_loss", False)
-                     and self.strategy.num_replicas_in_sync > 1)
-    self._gradients = (self._loss_and_gradients if cross_replica and not self.jit_compile else
-                       # None, not False, without XLA: whatever compiles the enclosing step (a TPU's
-                       # compiler) compiles this function with it, as it did the inlined code.
-                       tf.function(self._loss_and_gradients, jit_compile=self.jit_compile or None,
-                                   autograph=False))
+    cross_replica = (getattr(model, "cross_replica_loss", False) and self.strategy.num_replicas_in_sync > 1)
+    self._gradients = (
+        self._loss_and_gradients if cross_replica and not self.jit_compile else
+        # None, not False, without XLA: whatever compiles the enclosing step (a TPU's
+        # compiler) compiles this function with it, as it did the inlined code.
+        tf.function(self._loss_and_gradients, jit_compile=self.jit_compile or None, autograph=False))
     # autograph=False (here and in make_eval_step): the step and the models branch on Python values
     # only, and converting their code took two thirds of each trace.
     self._step = tf.function(self._distributed_step, autograph=False)
@@ -134,19 +140,19 @@ class TrainStep:
     for i in range(k):
       # The parts are independent in the graph: without the dependency on the previous part's results
       # the executor may run them side by side, and hold all their activations at once.
-      with tf.control_dependencies([] if output is None else
-                                   [output.loss_sum] + [g for g in gradients if g is not None]):
-        part = tf.nest.map_structure(
-            lambda t: tf.identity(t[i * part_size:(i + 1) * part_size]), features)  # pylint: disable=cell-var-from-loop
+      with tf.control_dependencies([] if output is None else [output.loss_sum] +
+                                   [g for g in gradients if g is not None]):
+        part = tf.nest.map_structure(lambda t: tf.identity(t[i * part_size:(i + 1) * part_size]), features)  # pylint: disable=cell-var-from-loop
       part_output, part_gradients = self._gradients(part)
       if output is None:
         output, gradients = part_output, list(part_gradients)
         continue
       gradients = [_add_gradients(g, p) for g, p in zip(gradients, part_gradients)]
       output = losses.LossOutput(
-          output.loss_sum + part_output.loss_sum, output.loss_weight + part_output.loss_weight,
-          {name: (total + part_output.metrics[name][0], weight + part_output.metrics[name][1])
-           for name, (total, weight) in output.metrics.items()})
+          output.loss_sum + part_output.loss_sum, output.loss_weight + part_output.loss_weight, {
+              name: (total + part_output.metrics[name][0], weight + part_output.metrics[name][1])
+              for name, (total, weight) in output.metrics.items()
+          })
     return output, gradients
 
   def _replica_step(self, features: Dict[str, tf.Tensor]):
@@ -155,7 +161,8 @@ class TrainStep:
     # Variables the loss does not reach (e.g. the pooler under the MLM loss) get no update at all, not
     # even weight decay, as in the original BERT optimizer.
     pairs = [(g / tf.cast(global_weight, g.dtype), v)
-             for g, v in zip(gradients, self.model.trainable_variables) if g is not None]
+             for g, v in zip(gradients, self.model.trainable_variables)
+             if g is not None]
     # How many replicas got a NaN or Inf gradient: the loop stops on any before saving (the loss alone
     # can be finite while a gradient overflows).
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in pairs]) if pairs else True
@@ -167,14 +174,14 @@ class TrainStep:
   def _distributed_step(self, features):
     per_replica = self.strategy.run(self._replica_step, args=(features,))
     # Values are already all-reduced, hence identical on every replica: take the first.
-    return tf.nest.map_structure(
-        lambda v: self.strategy.experimental_local_results(v)[0], per_replica)
+    return tf.nest.map_structure(lambda v: self.strategy.experimental_local_results(v)[0], per_replica)
 
   def __call__(self, features) -> Dict[str, tf.Tensor]:
     return self._step(features)
 
 
-def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
+def make_eval_step(model,
+                   strategy: Optional[tf.distribute.Strategy] = None,
                    jit_compile: bool = True) -> Callable:
   """A compiled evaluation step: loss and metrics (global means) without updating anything."""
   strategy = strategy or tf.distribute.get_strategy()
@@ -184,8 +191,8 @@ def make_eval_step(model, strategy: Optional[tf.distribute.Strategy] = None,
   def replica_outputs(features):
     return model.compute_loss(features, training=False)
 
-  outputs_fn = (tf.function(replica_outputs, jit_compile=True, autograph=False) if compiled
-                else replica_outputs)
+  outputs_fn = (tf.function(replica_outputs, jit_compile=True, autograph=False)
+                if compiled else replica_outputs)
 
   def replica_eval(features):
     output = outputs_fn(features)

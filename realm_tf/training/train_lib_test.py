@@ -50,8 +50,11 @@ from realm_tf.training import train_lib
 _VOCAB = 30
 # initializer_range 0.2: predictions far from uniform, so per-token losses differ between examples and
 # a wrong normalization shows in the loss. One layer: XLA compile time dominates this file's runtime.
-_CONFIG = bert.tiny_config(_VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                           initializer_range=0.2, num_layers=1)
+_CONFIG = bert.tiny_config(_VOCAB,
+                           hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0,
+                           initializer_range=0.2,
+                           num_layers=1)
 _D = 16
 _GLOBAL_BATCH = 4
 _LEARNING_RATE = 0.01
@@ -118,8 +121,11 @@ _READER_LEN, _READER_BEAM, _RETRIEVER_BEAM = 10, 2, 5
 def _orqa_model(config):
   """ORQA's fine-tuning loss on a span reader, with the retriever's outputs given as fixed features
   (retriever_logits [B, retriever_beam], its first reader_beam entries being the read blocks')."""
-  return orqa_reader.OrqaReader(
-      reader.SpanReader(config, seq_len=_READER_LEN, span_hidden_size=16, max_span_width=3), name="orqa")
+  return orqa_reader.OrqaReader(reader.SpanReader(config,
+                                                  seq_len=_READER_LEN,
+                                                  span_hidden_size=16,
+                                                  max_span_width=3),
+                                name="orqa")
 
 
 def _orqa_features():
@@ -135,9 +141,13 @@ def _orqa_features():
   gold_starts[3, 0, 0] = gold_ends[3, 0, 0] = -1  # example 3: no gold span (zero reader loss)
   retriever_correct = rng.random([b, _RETRIEVER_BEAM]) < 0.5
   retriever_correct[:, 0] = True
-  features = {"block_mask": block_mask, "gold_starts": gold_starts, "gold_ends": gold_ends,
-              "retriever_logits": rng.normal(size=[b, _RETRIEVER_BEAM]).astype(np.float32),
-              "retriever_correct": retriever_correct}
+  features = {
+      "block_mask": block_mask,
+      "gold_starts": gold_starts,
+      "gold_ends": gold_ends,
+      "retriever_logits": rng.normal(size=[b, _RETRIEVER_BEAM]).astype(np.float32),
+      "retriever_correct": retriever_correct
+  }
   _add(features, "reader", _triple(token_ids, 4))
   return {k: tf.constant(v) for k, v in features.items()}
 
@@ -155,7 +165,6 @@ _MIRRORED_JIT = {"realm": False, "ict": True, "orqa": True}
 # The reference runs' steps, and the loops of steps compared with them: loops end on steps 1, 5 and 10.
 _STEPS = 10
 _STEPS_PER_LOOP = 5
-
 
 # ------------------------------------------------------------------------------------------------
 
@@ -221,8 +230,8 @@ def _reference(task) -> _Reference:
     results.append({k: float(v) for k, v in step(batches[i % 2]).items()})
     if i == 1:
       after_two = model.get_weights()
-  return _Reference(batches, initial, initial_loss, results, after_two, model.get_weights(),
-                    step.jit_compile, [v.name for v in model.weights])
+  return _Reference(batches, initial, initial_loss, results, after_two, model.get_weights(), step.jit_compile,
+                    [v.name for v in model.weights])
 
 
 def _run_loop(task, weights, steps_per_loop, model_dir, strategy=None, jit_compile=True):
@@ -235,11 +244,20 @@ def _run_loop(task, weights, steps_per_loop, model_dir, strategy=None, jit_compi
   first, second = _batches(task)
   dataset = tf.data.Dataset.from_tensors(first).concatenate(tf.data.Dataset.from_tensors(second)).repeat()
   seen = []
-  options = loop.LoopOptions(model_dir=model_dir, num_train_steps=_STEPS, save_checkpoints_steps=_STEPS,
-                             log_every_steps=steps_per_loop, jit_compile=jit_compile,
-                             steps_per_loop=steps_per_loop, global_batch_size=_GLOBAL_BATCH)
-  loop.train(model, optimizer, strategy, lambda _: dataset, options,
-             after_step=lambda step, m: seen.append((step, dict(m))) or {}, log=lambda _: None)
+  options = loop.LoopOptions(model_dir=model_dir,
+                             num_train_steps=_STEPS,
+                             save_checkpoints_steps=_STEPS,
+                             log_every_steps=steps_per_loop,
+                             jit_compile=jit_compile,
+                             steps_per_loop=steps_per_loop,
+                             global_batch_size=_GLOBAL_BATCH)
+  loop.train(model,
+             optimizer,
+             strategy,
+             lambda _: dataset,
+             options,
+             after_step=lambda step, m: seen.append((step, dict(m))) or {},
+             log=lambda _: None)
   return model.get_weights(), seen
 
 
@@ -262,7 +280,11 @@ def _realm_two_replicas():
   if strategy is None:
     return None, reason
   model_dir = os.path.join(tf.compat.v1.test.get_temp_dir(), "realm_two_replicas")
-  return _run_loop("realm", _reference("realm").initial, _STEPS_PER_LOOP, model_dir, strategy,
+  return _run_loop("realm",
+                   _reference("realm").initial,
+                   _STEPS_PER_LOOP,
+                   model_dir,
+                   strategy,
                    jit_compile=False), None
 
 
@@ -418,8 +440,8 @@ class StepsPerLoopTest(_SeededTestCase):
   def test_ict_and_realm_loss_curves_match_across_loop_lengths(self):
     with self.subTest("ict"):
       ref = _reference("ict")
-      self._check_loops(ref, *_run_loop("ict", ref.initial, _STEPS_PER_LOOP,
-                                        os.path.join(self.get_temp_dir(), "ict")))
+      self._check_loops(
+          ref, *_run_loop("ict", ref.initial, _STEPS_PER_LOOP, os.path.join(self.get_temp_dir(), "ict")))
     with self.subTest("realm"):
       run, reason = _realm_two_replicas()
       if run is None:
@@ -452,22 +474,25 @@ class GradientAccumulationTest(_SeededTestCase):
       with self.subTest(task):
         ref = _reference(task)
         model = _build(task, weights=ref.initial)
-        step = train_lib.TrainStep(model, tf_keras.optimizers.SGD(_LEARNING_RATE), jit_compile=jit_compile,
+        step = train_lib.TrainStep(model,
+                                   tf_keras.optimizers.SGD(_LEARNING_RATE),
+                                   jit_compile=jit_compile,
                                    accumulation_steps=parts)
         self.assertEqual(jit_compile, step.jit_compile)
         for i in range(2):
           got = {k: float(v) for k, v in step(ref.batches[i]).items()}
           self.assertEqual(set(ref.results[i]), set(got))
           for name in got:
-            self.assertAllClose(ref.results[i][name], got[name], rtol=1e-5, atol=1e-6,
-                                msg=f"{parts} {name}")
+            self.assertAllClose(ref.results[i][name], got[name], rtol=1e-5, atol=1e-6, msg=f"{parts} {name}")
         for got, expected in zip(model.get_weights(), ref.after_two):
           self.assertAllClose(expected, got, rtol=1e-4, atol=1e-6)
         self.assertFalse(all(np.allclose(a, b) for a, b in zip(ref.initial, ref.after_two)))
 
   def test_a_batch_the_parts_do_not_divide_and_ict_are_refused(self):
     model = _build("realm")
-    step = train_lib.TrainStep(model, tf_keras.optimizers.SGD(_LEARNING_RATE), jit_compile=False,
+    step = train_lib.TrainStep(model,
+                               tf_keras.optimizers.SGD(_LEARNING_RATE),
+                               jit_compile=False,
                                accumulation_steps=3)
     with self.assertRaisesRegex(ValueError, r"gradient_accumulation_steps=3 must divide the batch .*\(4;"):
       step(_realm_features())

@@ -32,6 +32,7 @@ from realm_tf.training import flags_util
 # a module whose functions define flags on behalf of their caller.
 flags.disclaim_key_flags()
 
+
 def define_model_dir_flag(help_text: str) -> flags.FlagHolder:
   return flags.DEFINE_string("model_dir", None, help_text, required=True)
 
@@ -45,9 +46,9 @@ class VocabFlags:
 
 def define_vocab_flags() -> VocabFlags:
   """The BERT wordpiece vocab and its casing (a model's, or bin/generate_retrieval_corpus's tokenizer)."""
-  return VocabFlags(
-      vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
-      do_lower_case=flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased BERT)."))
+  return VocabFlags(vocab_path=flags.DEFINE_string("vocab_path", None, "BERT vocab file.", required=True),
+                    do_lower_case=flags.DEFINE_bool("do_lower_case", True,
+                                                    "Lower-case and strip accents (uncased BERT)."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +67,14 @@ class DeviceFlags:
 
 def define_device_flags(mixed_precision_help: str = "Keras precision policy.") -> DeviceFlags:
   """Where and in which precision the binary's models run."""
-  return DeviceFlags(
-      strategy=flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES, "Distribution strategy."),
-      tpu=flags.DEFINE_string("tpu", "", "TPU name, grpc:// address, or local, for --strategy=tpu."),
-      num_cpu_devices=flags.DEFINE_integer("num_cpu_devices", 1,
-                                           "Logical CPUs for --strategy=mirrored on CPU."),
-      mixed_precision=flags.DEFINE_enum("mixed_precision", "float32", ["float32", "mixed_bfloat16"],
-                                        mixed_precision_help))
+  return DeviceFlags(strategy=flags.DEFINE_enum("strategy", "cpu", distribute.STRATEGIES,
+                                                "Distribution strategy."),
+                     tpu=flags.DEFINE_string("tpu", "",
+                                             "TPU name, grpc:// address, or local, for --strategy=tpu."),
+                     num_cpu_devices=flags.DEFINE_integer("num_cpu_devices", 1,
+                                                          "Logical CPUs for --strategy=mirrored on CPU."),
+                     mixed_precision=flags.DEFINE_enum("mixed_precision", "float32",
+                                                       ["float32", "mixed_bfloat16"], mixed_precision_help))
 
 
 def define_index_implementation_flag(help_text: str) -> flags.FlagHolder:
@@ -109,8 +111,9 @@ def define_recall_flags(recall_ks: Sequence[int]) -> RecallFlags:
   The default is the binary's library's (orqa_evaluation.DEFAULT_RECALL_KS, up to the 100 blocks ORQA
   reports; fid_kd.FidKdOptions.recall_ks, up to 20 for the dev recall of every round).
   """
-  return RecallFlags(recall_ks=flags.DEFINE_list("recall_ks", [str(k) for k in recall_ks],
-                                                 "Cut-offs of retriever recall@k."))
+  return RecallFlags(
+      recall_ks=flags.DEFINE_list("recall_ks", [str(k)
+                                                for k in recall_ks], "Cut-offs of retriever recall@k."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +129,18 @@ def define_document_corpus_flags() -> DocumentCorpusFlags:
   """A corpus job's documents and output shards (bin/generate_retrieval_corpus,
   bin/generate_pretraining_corpus; both read realm_tf.data.text_records and write with shards.ShardedWriter,
   which writes at most one shard per document)."""
-  return DocumentCorpusFlags(
-      input_path=flags.DEFINE_string("input_path", None, "JSONL or TSV file of documents.", required=True),
-      output_prefix=flags.DEFINE_string("output_prefix", None, "Path prefix of the output shards.",
-                                        required=True),
-      num_output_shards=flags.DEFINE_integer("num_output_shards", 50,
-                                             "Number of shards (at most one per document).", lower_bound=1),
-      skip_invalid=define_skip_invalid_flag(
-          "Skip malformed records (and report how many) instead of failing."))
+  return DocumentCorpusFlags(input_path=flags.DEFINE_string("input_path",
+                                                            None,
+                                                            "JSONL or TSV file of documents.",
+                                                            required=True),
+                             output_prefix=flags.DEFINE_string("output_prefix",
+                                                               None,
+                                                               "Path prefix of the output shards.",
+                                                               required=True),
+                             num_output_shards=flags.DEFINE_integer(
+                                 "num_output_shards",
+                                 50,
+                                 "Number of shards (at most one per document).",
+                                 lower_bound=1),
+                             skip_invalid=define_skip_invalid_flag(
+                                 "Skip malformed records (and report how many) instead of failing."))

@@ -23,7 +23,8 @@ _WORD_EMBEDDINGS = re.compile(r"(^|/)(retriever/(doc|query)_embedder|embedder)/e
                               r"embeddings/\.ATTRIBUTES/VARIABLE_VALUE$")
 
 
-def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: Optional[str],
+def load_retriever_checkpoint(config: realm_config_lib.RealmConfig,
+                              checkpoint: Optional[str],
                               flag: str = "--retriever_checkpoint") -> embedder_lib.Retriever:
   """A Retriever with the checkpoint's weights (any layout training_state.restore_retriever reads), or
   freshly initialized without one. Built shared or with two towers as the checkpoint was saved, so
@@ -50,10 +51,13 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
           f"vocab_size {config.retriever_bert.vocab_size} (from --bert_config; its presets count the "
           f"tokens of --vocab_path={config.vocab_path}): pass the --vocab_path and --bert_config the "
           "checkpoint was trained with")
-  retriever = embedder_lib.build_retriever(
-      config.retriever_bert, config.projection_size, config.embedder_layer_norm_epsilon,
-      config.embedder_dropout_rate, share_embedders=not separate, pooling=config.embedder_pooling,
-      cosine_score_scale=config.cosine_score_scale)
+  retriever = embedder_lib.build_retriever(config.retriever_bert,
+                                           config.projection_size,
+                                           config.embedder_layer_norm_epsilon,
+                                           config.embedder_dropout_rate,
+                                           share_embedders=not separate,
+                                           pooling=config.embedder_pooling,
+                                           cosine_score_scale=config.cosine_score_scale)
   if resolved:
     error = None
     tf_logger = tf.get_logger()
@@ -78,7 +82,6 @@ def load_retriever_checkpoint(config: realm_config_lib.RealmConfig, checkpoint: 
           f"{config.projection_size or 0}): {error}. Pass the --bert_config and --projection_size the "
           "checkpoint was trained with (its model dir's realm_config.json names them)")
   return retriever
-
 
 
 def warm_start_reader(reader, checkpoint: str, flag: str = "--reader_checkpoint") -> str:

@@ -17,10 +17,13 @@ from realm_tf.modeling import reader as reader_lib
 from realm_tf.training import warm_start
 
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
-_CONFIG = realm_config_lib.RealmConfig(
-    retriever_bert=_BERT, reader_bert=_BERT,
-    vocab_path=os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt"), projection_size=16,
-    query_seq_len=24, candidate_seq_len=64)
+_CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
+                                       reader_bert=_BERT,
+                                       vocab_path=os.path.join(testing_utils.repo_root(), "testdata",
+                                                               "vocab.txt"),
+                                       projection_size=16,
+                                       query_seq_len=24,
+                                       candidate_seq_len=64)
 
 
 class RetrieverCheckpointTest(tf.test.TestCase):
@@ -45,11 +48,15 @@ class RetrieverCheckpointTest(tf.test.TestCase):
 
   def test_hugging_face_bert_directory_initializes_the_shared_tower(self):
     # e.g. bin/train_fid_kd --retriever_checkpoint=<all-MiniLM-L6-v2's directory> --projection_size=0.
-    params = {k: v for k, v in fixtures._random_params(_BERT, seed=2).items()  # pylint: disable=protected-access
-              if not k.startswith("cls/")}
+    params = {
+        k: v
+        for k, v in fixtures._random_params(_BERT, seed=2).items()  # pylint: disable=protected-access
+        if not k.startswith("cls/")
+    }
     directory = self.create_tempdir().full_path
-    safetensors_numpy.save_file(fixtures._hf_names(params, prefix=""),  # pylint: disable=protected-access
-                                os.path.join(directory, "model.safetensors"))
+    safetensors_numpy.save_file(
+        fixtures._hf_names(params, prefix=""),  # pylint: disable=protected-access
+        os.path.join(directory, "model.safetensors"))
     config = dataclasses.replace(_CONFIG, projection_size=0, embedder_pooling=embedder_lib.MEAN)
     loaded = warm_start.load_retriever_checkpoint(config, directory)
     self.assertIs(loaded.query_embedder, loaded.doc_embedder)
@@ -65,8 +72,9 @@ class RetrieverCheckpointTest(tf.test.TestCase):
     tmp = self.create_tempdir().full_path
     other = embedder_lib.build_retriever(bert.tiny_config(285, hidden_size=64, num_layers=1), 16)
     path = tf.train.Checkpoint(retriever=other).write(os.path.join(tmp, "ckpt-0"))
-    with self.assertRaisesRegex(ValueError, r"--retriever_checkpoint=.*ckpt-0 does not fit this run's "
-                                r"retriever \(hidden_size 32.*--bert_config"):
+    with self.assertRaisesRegex(
+        ValueError, r"--retriever_checkpoint=.*ckpt-0 does not fit this run's "
+        r"retriever \(hidden_size 32.*--bert_config"):
       warm_start.load_retriever_checkpoint(_CONFIG, path)
 
 
@@ -74,10 +82,10 @@ class ReaderWarmStartTest(tf.test.TestCase):
 
   def test_whole_span_reader_from_a_reader_checkpoint(self):
     tmp = self.create_tempdir().full_path
+
     def reader(seed, span_hidden_size=8):
       tf_keras.utils.set_random_seed(seed)
-      model = reader_lib.SpanReader(_BERT, seq_len=16, span_hidden_size=span_hidden_size,
-                                    max_span_width=3)
+      model = reader_lib.SpanReader(_BERT, seq_len=16, span_hidden_size=span_hidden_size, max_span_width=3)
       ids = tf.zeros([1, 1, 16], tf.int32)
       model(((ids, ids, ids), ids, tf.zeros([1, 1])))
       return model
