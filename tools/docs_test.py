@@ -60,6 +60,8 @@ _HELPER_CALL = re.compile(r"\b(define_\w+)\(")
 _IMPORT = re.compile(r"^\s*(?:from ([\w.]+) import ([\w, ]+)|import ([\w.]+))", re.MULTILINE)
 # bin/test handles --quick itself and hands every other option to `bazel test`.
 _BIN_TEST_OPTIONS = {"quick": {"bool"}}
+# The shell scripts' own options (they parse them by hand): script -> its options.
+_SCRIPT_OPTIONS = {"bin/test": _BIN_TEST_OPTIONS, "tools/format.sh": {"check": {"bool"}}}
 
 # absl's own flags, which every binary takes.
 _ABSL_FLAGS = frozenset({
@@ -192,7 +194,8 @@ class FlagIndex:
     for top in _PROGRAM_DIRS:
       for path in sorted(glob.glob(os.path.join(root, top, "*.py"))):
         _merge(self.all_flags, self.flags_of(os.path.relpath(path, root)))
-    _merge(self.all_flags, _BIN_TEST_OPTIONS)
+    for options in _SCRIPT_OPTIONS.values():
+      _merge(self.all_flags, options)
 
   def _helper_flags(self) -> Flags:
     """{helper name: its flags} for trainer_flags' define_* helpers, with the helpers they call."""
@@ -251,14 +254,14 @@ class FlagIndex:
   def program_file(self, word: str) -> Optional[str]:
     """The project file a command word runs (bin/demo runs bin/run_demo.py), or None."""
     word = word.strip("\"'")
-    match = re.search(r"(?:^|/)((?:bin|bench|tools)/\w+)(\.py)?$", word)
+    match = re.search(r"(?:^|/)((?:bin|bench|tools)/\w+)(\.py|\.sh)?$", word)
     if not match:
       return None
     name = match.group(1)
     if name == "bin/demo":
       return "bin/run_demo.py"
-    if name == "bin/test":
-      return "bin/test"
+    if name + (match.group(2) or "") in _SCRIPT_OPTIONS:
+      return name + (match.group(2) or "")
     path = name + ".py"
     return path if os.path.exists(os.path.join(self.root, path)) else None
 
@@ -297,8 +300,9 @@ def flag_findings(command: str, index: FlagIndex) -> List[str]:
     if os.path.basename(word) in _OTHER_PROGRAMS:
       continue
     program = index.program_file(word)
-    if program == "bin/test":
-      defined, where = _BIN_TEST_OPTIONS, "bin/test (or bazel test)"
+    if program in _SCRIPT_OPTIONS:
+      defined = _SCRIPT_OPTIONS[program]
+      where = "bin/test (or bazel test)" if program == "bin/test" else program
     elif program:
       defined, where = index.flags_of(program), program
     else:
