@@ -99,40 +99,6 @@ def options_for(args, output_dir: str, bert_config: str) -> demo_pipeline.Pipeli
                                        **SIZES)
 
 
-def process_flags(options: demo_pipeline.PipelineOptions, paths: Dict[str, str]):
-  """run_realm's trainer and refresher flags (bin/demo_pipeline.run_realm, no warm start)."""
-  trainer = dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-                 retrieval_corpus_path=paths["retrieval"],
-                 vocab_path=paths["vocab"],
-                 bert_config=options.realm_bert_config,
-                 jit_compile=options.realm_jit_compile,
-                 projection_size=options.projection_size,
-                 embedder_layer_norm_epsilon=1e-12,
-                 embedder_pooling=options.embedder_pooling,
-                 query_seq_len=options.query_seq_len,
-                 candidate_seq_len=options.candidate_seq_len,
-                 max_masks=options.max_masks,
-                 num_candidates=options.num_candidates,
-                 batch_size=options.realm_batch_size,
-                 learning_rate=options.realm_learning_rate,
-                 num_train_steps=options.realm_steps,
-                 save_checkpoints_steps=options.save_checkpoints_steps,
-                 keep_checkpoint_max=options.keep_checkpoint_max,
-                 log_every_steps=25,
-                 bootstrap_index=True,
-                 seed=options.seed,
-                 index_implementation=options.index_implementation,
-                 check_index_every_batches=2,
-                 max_index_staleness_steps=options.max_index_staleness_steps,
-                 index_swap_steps=options.index_swap_steps)
-  refresher = dict(retrieval_corpus_path=paths["retrieval"],
-                   index_implementation=options.index_implementation,
-                   embed_jit_compile=options.realm_jit_compile,
-                   poll_seconds=1,
-                   keep=3)
-  return trainer, refresher
-
-
 def tail(path: str, n: int = 4) -> List[str]:
   """The last n meaningful lines of a log (absl lines without their prefix)."""
   if not os.path.exists(path):
@@ -690,7 +656,7 @@ def main(argv=None) -> Dict:
   else:
     paths = demo_pipeline.prepare_corpora(options, echo=lambda _: None)
     io_utils.write_json_atomic(corpora, paths)
-  trainer_flags, refresher_flags = process_flags(options, paths)
+  trainer_flags, refresher_flags = demo_pipeline.realm_process_flags(options, paths)
   runs = {}
 
   def one_run(name: str, faults: bool) -> None:

@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from realm_tf.checkpoints import training_state
 from realm_tf.data import qa as qa_lib
@@ -317,50 +317,57 @@ def run_realm_processes(model_dir: str,
   return summary
 
 
+def realm_process_flags(options: PipelineOptions,
+                        paths: Dict[str, str],
+                        init_retriever: Optional[str] = None,
+                        init_reader: Optional[str] = None) -> Tuple[Dict, Dict]:
+  """The demo's bin/train_realm and bin/refresh_doc_embeds flags (bench/fault_soak.py starts the same
+  processes with them)."""
+  trainer = dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
+                 retrieval_corpus_path=paths["retrieval"],
+                 vocab_path=paths["vocab"],
+                 bert_config=options.realm_bert_config,
+                 jit_compile=options.realm_jit_compile,
+                 projection_size=options.projection_size,
+                 embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
+                 embedder_pooling=options.embedder_pooling,
+                 query_seq_len=options.query_seq_len,
+                 candidate_seq_len=options.candidate_seq_len,
+                 max_masks=options.max_masks,
+                 num_candidates=options.num_candidates,
+                 batch_size=options.realm_batch_size,
+                 learning_rate=options.realm_learning_rate,
+                 num_train_steps=options.realm_steps,
+                 save_checkpoints_steps=options.save_checkpoints_steps,
+                 keep_checkpoint_max=options.keep_checkpoint_max,
+                 log_every_steps=25,
+                 init_retriever_checkpoint=init_retriever,
+                 init_reader_checkpoint=init_reader,
+                 bootstrap_index=True,
+                 seed=options.seed,
+                 index_implementation=options.index_implementation,
+                 check_index_every_batches=2,
+                 max_index_staleness_steps=options.max_index_staleness_steps,
+                 index_swap_steps=options.index_swap_steps)
+  # float32 whatever the machine: the refresher's own choice (refresh_precision) depends on the CPU
+  # or accelerator, and the demo's numbers must repeat on every machine.
+  refresher = dict(retrieval_corpus_path=paths["retrieval"],
+                   index_implementation=options.index_implementation,
+                   embed_jit_compile=options.realm_jit_compile,
+                   mixed_precision="float32",
+                   poll_seconds=1,
+                   keep=3)
+  return trainer, refresher
+
+
 def run_realm(options: PipelineOptions,
               paths: Dict[str, str],
               init_retriever: Optional[str],
               init_reader: Optional[str] = None,
               echo: Callable[[str], None] = print) -> Dict:
   """The demo's trainer and refresher (run_realm_processes with its flags)."""
-  return run_realm_processes(
-      os.path.join(options.output_dir, "realm"),
-      options.output_dir,
-      dict(pretraining_corpus_path=paths.get("realm_pretraining", paths["pretraining"]),
-           retrieval_corpus_path=paths["retrieval"],
-           vocab_path=paths["vocab"],
-           bert_config=options.realm_bert_config,
-           jit_compile=options.realm_jit_compile,
-           projection_size=options.projection_size,
-           embedder_layer_norm_epsilon=1e-3 if init_retriever else 1e-12,
-           embedder_pooling=options.embedder_pooling,
-           query_seq_len=options.query_seq_len,
-           candidate_seq_len=options.candidate_seq_len,
-           max_masks=options.max_masks,
-           num_candidates=options.num_candidates,
-           batch_size=options.realm_batch_size,
-           learning_rate=options.realm_learning_rate,
-           num_train_steps=options.realm_steps,
-           save_checkpoints_steps=options.save_checkpoints_steps,
-           keep_checkpoint_max=options.keep_checkpoint_max,
-           log_every_steps=25,
-           init_retriever_checkpoint=init_retriever,
-           init_reader_checkpoint=init_reader,
-           bootstrap_index=True,
-           seed=options.seed,
-           index_implementation=options.index_implementation,
-           check_index_every_batches=2,
-           max_index_staleness_steps=options.max_index_staleness_steps,
-           index_swap_steps=options.index_swap_steps),
-      # float32 whatever the CPU: the refresher's own choice (refresh_precision) follows the CPU's
-      # bfloat16 instructions, and the demo's numbers must repeat on every machine.
-      dict(retrieval_corpus_path=paths["retrieval"],
-           index_implementation=options.index_implementation,
-           embed_jit_compile=options.realm_jit_compile,
-           mixed_precision="float32",
-           poll_seconds=1,
-           keep=3),
-      echo)
+  return run_realm_processes(os.path.join(options.output_dir, "realm"), options.output_dir,
+                             *realm_process_flags(options, paths, init_retriever, init_reader), echo)
 
 
 def run_orqa(options: PipelineOptions,
