@@ -7,7 +7,8 @@ refresher can (docs/results.md, "Refresh"), with the same recall@1/5/20/100 in b
   recorded; bench/results/refresh_bench.json)
   AMD EPYC with avx512_bf16, no AMX        mixed_bfloat16 without XLA 1.9x float32+XLA's docs/s
   Intel Xeon (model 207) whose VM exposes  mixed_bfloat16 without XLA 0.7x float32+XLA per CPU second
-  avx512_bf16 but not AMX                  (bench/results/refresh_bench_default.json)
+  avx512_bf16 but not AMX                  (bench/results/refresh_bench_avx512bf16_rule.json and
+                                           refresh_bench_default.json)
 So bfloat16 instructions alone do not decide it: oneDNN's bfloat16 kernels pay on AMX and on AMD's
 avx512_bf16, and lose to XLA's float32 on Intel's avx512_bf16 alone. The rule follows the measurements:
 bfloat16 without XLA on CPUs with AMX and on AMD CPUs with avx512_bf16, float32 with XLA elsewhere (an

@@ -476,7 +476,6 @@ def _train_reader(options: FidKdOptions, data: _Data, iteration: int, train_rows
   answer_substitution.AnswerSubstitution), first on single answer-bearing passages; its dev exact match.
   Returns the reader, the training examples and their padded features."""
   n, tokenizer = options.num_passages, data.tokenizer
-  directory_of = lambda name: os.path.join(directory, name)
   tf_keras.utils.set_random_seed(options.seed + 1000 * (iteration + 1))
   reader = fid_reader.build_reader(options.fid)
   if options.fid.encoder == "bert" and options.reader_init_checkpoint:
@@ -491,9 +490,10 @@ def _train_reader(options: FidKdOptions, data: _Data, iteration: int, train_rows
   metrics["reader_training"] = train_model(reader, reader_epoch, options.reader_steps,
                                            options.reader_batch_size,
                                            options.reader_learning_rate, options.seed + iteration,
-                                           directory_of("reader_train"), options.jit_compile, log,
+                                           os.path.join(directory, "reader_train"), options.jit_compile, log,
                                            f"reader ({n} passages)")
-  reader_path = _save(tf.train.Checkpoint(model=reader), directory_of("reader"), options.reader_steps)
+  reader_path = _save(tf.train.Checkpoint(model=reader), os.path.join(directory, "reader"),
+                      options.reader_steps)
   metrics["reader_checkpoint"] = reader_path
   dev_features = _pad(options,
                       tokenizer,
