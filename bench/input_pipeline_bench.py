@@ -83,7 +83,9 @@ from realm_tf.data import synthetic
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import brute_force_index
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.training import flags_util
@@ -288,7 +290,7 @@ class _CachedTower:
 class _CachedMips:
   """A MIPS index that returns fixed results (what the real one returned)."""
 
-  def __init__(self, mips: index_lib.MipsIndex, ids: np.ndarray, scores: np.ndarray):
+  def __init__(self, mips: mips_index.MipsIndex, ids: np.ndarray, scores: np.ndarray):
     self.num_docs, self.dim = mips.num_docs, mips.dim
     self._result = (ids, scores)
 
@@ -338,7 +340,7 @@ def _query_embedding(loaded: published_index.LoadedIndex, queries: List[Dict]):
 
 
 def _retrieval_components(state: realm_input.RetrievalState, loaded: published_index.LoadedIndex,
-                          searches: Dict[str, index_lib.MipsIndex], queries: List[Dict],
+                          searches: Dict[str, mips_index.MipsIndex], queries: List[Dict],
                           embeddings: List[np.ndarray], own_fingerprints: List[np.ndarray], assemble,
                           with_retrieve: bool) -> Dict:
   """Times each index's search, retrieve's own work (stubs for tower and index), gather and
@@ -596,7 +598,7 @@ def _paper_config(options: Options, vocab: str) -> realm_config_lib.RealmConfig:
                                       num_candidates=8)
 
 
-def _random_index(rows: int, dim: int, seed: int) -> index_lib.BruteForceIndex:
+def _random_index(rows: int, dim: int, seed: int) -> brute_force_index.BruteForceIndex:
   """A brute-force index over `rows` random float32 rows, its blocks made in place by TensorFlow so
   that the rows are held once (BruteForceIndex.build would hold a numpy copy beside its tensors: 2 x
   6.8 GB at 13.35M rows). Same constructor arguments as its build's defaults."""
@@ -606,7 +608,11 @@ def _random_index(rows: int, dim: int, seed: int) -> index_lib.BruteForceIndex:
     blocks = [
         tf.random.uniform([min(block, rows - start), dim], -1.0, 1.0) for start in range(0, rows, block)
     ]
-  return index_lib.BruteForceIndex(blocks, None, query_batch_size=64, doc_block_size=block, device="/CPU:0")
+  return brute_force_index.BruteForceIndex(blocks,
+                                           None,
+                                           query_batch_size=64,
+                                           doc_block_size=block,
+                                           device="/CPU:0")
 
 
 def _synthetic_table(rows: int, stored_rows: int, candidate_seq_len: int,

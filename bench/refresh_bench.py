@@ -56,6 +56,7 @@ from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import corpus_embedding
+from realm_tf.retrieval import brute_force_index
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import refresh_precision
 from realm_tf.retrieval import text_embedder
@@ -127,9 +128,9 @@ def _sentence_transformers(directory: str, texts_json: str, vectors_npy: str) ->
 
 def _quality(vectors: np.ndarray, reference: np.ndarray, questions: np.ndarray, recall_inputs) -> dict:
   top = max(_KS)
-  index = index_lib.BruteForceIndex.build(vectors)
+  index = brute_force_index.BruteForceIndex.build(vectors)
   rows, _ = index.search(questions, top)
-  reference_rows, _ = index_lib.BruteForceIndex.build(reference).search(questions, 10)
+  reference_rows, _ = brute_force_index.BruteForceIndex.build(reference).search(questions, 10)
   cosine = np.sum(vectors * reference,
                   -1) / (np.linalg.norm(vectors, axis=-1) * np.linalg.norm(reference, axis=-1))
   out = evaluation.rankings_recall(rows, ks=_KS, **recall_inputs)

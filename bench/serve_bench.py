@@ -31,7 +31,7 @@ from realm_tf import io_utils
 from realm_tf import testing_utils
 from realm_tf.export import loader
 from realm_tf.export import saved_models
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import scann_index
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.training import orqa_model
@@ -78,7 +78,7 @@ def _exports(work_dir: str) -> Dict[str, str]:
       trained = trained or orqa_model.load_trained(model_dir)
       print(f"exporting {model_dir} with index={index} to {path}", flush=True)
       saved_models.export_open_qa(trained, path, index,
-                                  index_lib.ScannOptions(tree_min_docs=_SCANN_TREE_MIN_DOCS.value))
+                                  scann_index.ScannOptions(tree_min_docs=_SCANN_TREE_MIN_DOCS.value))
     paths[index] = path
   return paths
 

@@ -25,7 +25,7 @@ from absl import flags
 from absl import logging
 
 from realm_tf.export import saved_models
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import scann_index
 from realm_tf.training import trainer_flags
 
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa (or REALM / ICT) model dir.")
@@ -55,10 +55,10 @@ _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  scann_options = index_lib.ScannOptions(num_leaves=_LEAVES.value,
-                                         num_leaves_to_search=_LEAVES_TO_SEARCH.value,
-                                         num_candidates=_CANDIDATES.value,
-                                         tree_min_docs=_TREE_MIN_DOCS.value)
+  scann_options = scann_index.ScannOptions(num_leaves=_LEAVES.value,
+                                           num_leaves_to_search=_LEAVES_TO_SEARCH.value,
+                                           num_candidates=_CANDIDATES.value,
+                                           tree_min_docs=_TREE_MIN_DOCS.value)
   try:
     paths = saved_models.export_all(_MODEL_DIR.value,
                                     _OUTPUT.value,

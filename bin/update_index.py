@@ -29,7 +29,7 @@ from absl import flags
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.training import frozen_index
 from realm_tf.training import orqa_model
@@ -73,14 +73,14 @@ def main(argv):
       written = index_update.update_converted_index(converted, change, _CHECKPOINT.value, _ON_EXISTING.value,
                                                     _OUTPUT_DIR.value, _BATCH_SIZE.value)
     except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
-            index_lib.CorruptIndexError, FileNotFoundError) as e:
+            index_format.CorruptIndexError, FileNotFoundError) as e:
       sys.exit(f"bin/update_index: {e}\nThe converted index {converted} is unchanged.")
     print(f"wrote {written}")
     return
   orqa_dir = None
   if os.path.basename(target) == frozen_index.FROZEN_INDEX_DIR:
     orqa_dir = os.path.dirname(target)
-  elif os.path.exists(os.path.join(target, frozen_index.FROZEN_INDEX_DIR, index_lib.MANIFEST_NAME)):
+  elif os.path.exists(os.path.join(target, frozen_index.FROZEN_INDEX_DIR, index_format.MANIFEST_NAME)):
     orqa_dir = target
   try:
     if orqa_dir is not None:
@@ -100,7 +100,7 @@ def main(argv):
                                                     _OUTPUT_CORPUS.value, _KEEP.value, _BATCH_SIZE.value)
     print(f"published {published}")
   except (index_update.UpdateError, text_records.InputError, corpus_lib.VocabMismatchError,
-          index_lib.CorruptIndexError, FileNotFoundError) as e:
+          index_format.CorruptIndexError, FileNotFoundError) as e:
     # A data error, not a usage error: the message alone, without absl's flag listing.
     sys.exit(f"bin/update_index: {e}\nThe published index is unchanged.")
 

@@ -44,6 +44,7 @@ from realm_tf.export import saved_models
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
@@ -234,7 +235,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     self.assertIsNone(result.exit)
     self.assertIn("training on that corpus", result.log)
     frozen = os.path.join(orqa_dir, "frozen_index")
-    self.assertEqual(index_lib.read_manifest(frozen)["extra"]["corpus_prefix"], updated_corpus)
+    self.assertEqual(index_format.read_manifest(frozen)["extra"]["corpus_prefix"], updated_corpus)
 
     # 3. Bad change sets on the ORQA run: a clear error, the frozen index untouched.
     before = _snapshot(frozen)

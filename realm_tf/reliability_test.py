@@ -31,6 +31,8 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import losses
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
+from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.training import loop
@@ -347,11 +349,11 @@ class CheckpointFaultTest(tf.test.TestCase):
 class PublishFaultTest(tf.test.TestCase):
 
   def test_publication_failing_midway_leaves_nothing_and_keeps_the_previous_index(self):
-    real_write_npy = index_lib._write_npy  # pylint: disable=protected-access
+    real_write_npy = index_format.write_npy
     real_saved_model_save = tf.saved_model.save
 
     def npy_full_at_embeddings(path, *args, **kwargs):
-      if path.endswith(index_lib.EMBEDDINGS_NAME):
+      if path.endswith(index_format.EMBEDDINGS_NAME):
         with open(path, "wb") as f:
           f.write(b"\x93NUMPY partial")
         raise OSError(28, _ENOSPC, path)
@@ -369,9 +371,9 @@ class PublishFaultTest(tf.test.TestCase):
       real_write_json_atomic(path, value)
 
     faults = {
-        "MipsIndex.save": (mock.patch.object(index_lib.MipsIndex, "save",
+        "MipsIndex.save": (mock.patch.object(mips_index.MipsIndex, "save",
                                              _no_space), tf.errors.ResourceExhaustedError),
-        "embeddings.npy half written": (mock.patch.object(index_lib, "_write_npy",
+        "embeddings.npy half written": (mock.patch.object(index_format, "write_npy",
                                                           npy_full_at_embeddings), OSError),
         "tf.saved_model.save": (mock.patch.object(tf.saved_model, "save",
                                                   _no_space), tf.errors.ResourceExhaustedError),
@@ -731,7 +733,7 @@ _SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 # A write into a path derived from io_utils.temporary_path in the same function (atomic_write,
 # write_corpus's shards, publish_index's SavedModel) is recognized as atomic by the audit itself.
 _ALLOWED_WRITES = {
-    ("realm_tf/retrieval/index.py", "_write_npy"):
+    ("realm_tf/retrieval/index_format.py", "write_npy"):
         "arrays inside the .tmp- directory of MipsIndex.save, renamed as a whole",
     ("realm_tf/checkpoints/training_state.py", "write_done_marker"):
         "TRAINING_DONE: only its existence is read, and it is written after the final checkpoint",
@@ -881,7 +883,7 @@ class SourceAuditTest(tf.test.TestCase):
         cls.results[relpath] = _audit(relpath, f.read())
 
   def test_scans_the_sources(self):
-    self.assertIn("realm_tf/retrieval/index.py", self.results)
+    self.assertIn("realm_tf/retrieval/mips_index.py", self.results)
     self.assertIn("bin/refresh_doc_embeds.py", self.results)
     self.assertNotIn("realm_tf/reliability_test.py", self.results)
     # The scanner finds what it is meant to find (so the assertions below can fail).
@@ -913,7 +915,7 @@ class SourceAuditTest(tf.test.TestCase):
     self.assertEqual(found, {})
     calls = sum(1 for source in (open(os.path.join(_SOURCE_ROOT, p), encoding="utf-8").read()
                                  for p in self.results) for _ in re.finditer(r"\bnp\.load\(", source))
-    self.assertGreaterEqual(calls, 3)  # index.py (2) and corpus_embedding.py (1) are checked
+    self.assertGreaterEqual(calls, 3)  # mips_index.py, scann_index.py and corpus_embedding.py are checked
 
   def test_outputs_are_written_through_io_utils(self):
     unexpected = sorted((path, function, line, call)

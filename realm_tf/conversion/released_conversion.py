@@ -28,6 +28,7 @@ from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import mips_index
 
 # Output files of convert().
 CHECKPOINT_NAME = "ckpt"
@@ -84,7 +85,7 @@ def convert_block_emb(checkpoint_path: str,
                       blocks_path: Optional[str] = None,
                       titles_path: Optional[str] = None,
                       implementation: str = "scann",
-                      **index_options) -> Tuple[index_lib.MipsIndex, released.Layout, Dict[str, str]]:
+                      **index_options) -> Tuple[mips_index.MipsIndex, released.Layout, Dict[str, str]]:
   """Builds and saves the MIPS index of a released block_emb, and the block texts beside it.
 
   Writes output_dir/mips/ (realm_tf.retrieval.index; doc ids are row numbers, so search returns block

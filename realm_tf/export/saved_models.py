@@ -69,7 +69,7 @@ from realm_tf.modeling import bert_inputs
 from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.modeling import untracked
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import scann_index
 from realm_tf.training import orqa_model
 
 QUERY_EMBEDDER = "query_embedder"
@@ -144,7 +144,7 @@ class OpenQaModule(tf.Module):
                bodies,
                doc_ids,
                index: str = "brute_force",
-               scann_options: Optional[index_lib.ScannOptions] = None):
+               scann_options: Optional[scann_index.ScannOptions] = None):
     super().__init__(name="open_qa_module")
     if index not in INDEX_CHOICES:
       raise ValueError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
@@ -164,9 +164,9 @@ class OpenQaModule(tf.Module):
     self.scann_parameters = None
     self._candidate_fn = None
     if index == "scann":
-      self._candidate_fn = self._build_scann(model, scann_options or index_lib.ScannOptions())
+      self._candidate_fn = self._build_scann(model, scann_options or scann_index.ScannOptions())
 
-  def _build_scann(self, model, options: index_lib.ScannOptions) -> Callable:
+  def _build_scann(self, model, options: scann_index.ScannOptions) -> Callable:
     import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (only for this index)
     embeddings = model.corpus.embeddings.numpy()
     params = options.resolve(embeddings.shape[0])
@@ -433,7 +433,7 @@ def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig,
 def export_open_qa(trained,
                    path: str,
                    index: str = "brute_force",
-                   scann_options: Optional[index_lib.ScannOptions] = None,
+                   scann_options: Optional[scann_index.ScannOptions] = None,
                    info: Optional[Dict] = None) -> str:
   """Exports a realm_tf.training.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
   blocks = trained.blocks
@@ -471,7 +471,7 @@ def export_all(model_dir: str,
                output_dir: str,
                checkpoint: Optional[str] = None,
                index: str = "brute_force",
-               scann_options: Optional[index_lib.ScannOptions] = None,
+               scann_options: Optional[scann_index.ScannOptions] = None,
                log: Callable[[str], None] = print,
                token_ids: bool = True,
                index_dir: Optional[str] = None) -> Dict[str, str]:

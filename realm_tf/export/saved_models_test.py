@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from realm_tf.export import loader
 from realm_tf.export import saved_models
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import scann_index
 from realm_tf.testing import random_orqa
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_model
@@ -135,7 +135,7 @@ class ExportTest(tf.test.TestCase):
     cls.paths["open_qa_scann"] = saved_models.export_open_qa(trained,
                                                              os.path.join(export_dir, "open_qa_scann"),
                                                              index="scann",
-                                                             scann_options=index_lib.ScannOptions(
+                                                             scann_options=scann_index.ScannOptions(
                                                                  tree_min_docs=10,
                                                                  num_leaves=4,
                                                                  num_leaves_to_search=4,

@@ -21,6 +21,8 @@ import tensorflow as tf
 
 from realm_tf.checkpoints import sources
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
+from realm_tf.retrieval import mips_index
 
 CONVERSION_NAME = "conversion.json"
 MIPS_DIR = "mips"
@@ -33,7 +35,7 @@ def load_block_texts(path: str) -> List[Dict]:
     return [json.loads(line) for line in f]
 
 
-def load_converted_index(index_dir: str) -> Tuple[index_lib.MipsIndex, List[Dict]]:
+def load_converted_index(index_dir: str) -> Tuple[mips_index.MipsIndex, List[Dict]]:
   """The MIPS index (index_dir/mips/) and block records (index_dir/blocks.jsonl) of a converted
   block_emb, checked to be row-aligned: search ids are rows, row i is record i.
 
@@ -43,7 +45,7 @@ def load_converted_index(index_dir: str) -> Tuple[index_lib.MipsIndex, List[Dict
   """
   mips_dir = os.path.join(index_dir, MIPS_DIR)
   blocks_path = os.path.join(index_dir, BLOCKS_NAME)
-  if not tf.io.gfile.exists(os.path.join(mips_dir, index_lib.MANIFEST_NAME)):
+  if not tf.io.gfile.exists(os.path.join(mips_dir, index_format.MANIFEST_NAME)):
     raise FileNotFoundError(f"{index_dir} holds no saved index {MIPS_DIR}/: pass the --output_dir of "
                             "bin/convert_checkpoint --layout=block_emb")
   if not tf.io.gfile.exists(blocks_path):

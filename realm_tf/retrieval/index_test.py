@@ -7,9 +7,17 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.retrieval import brute_force_index
+
 from realm_tf.retrieval import index as index_lib
 
-CorruptIndexError = index_lib.CorruptIndexError
+from realm_tf.retrieval import index_format
+
+from realm_tf.retrieval import mips_index
+
+from realm_tf.retrieval import scann_index
+
+CorruptIndexError = index_format.CorruptIndexError
 
 
 def _random(num, dim, seed=0):
@@ -41,7 +49,7 @@ class BruteForceIndexTest(tf.test.TestCase):
 
   def test_matches_numpy_argsort_across_blocks_and_query_batches(self):
     embeddings, queries = _random(1000, 16), _random(11, 16, seed=1)
-    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=97, query_batch_size=4)
+    index = brute_force_index.BruteForceIndex.build(embeddings, doc_block_size=97, query_batch_size=4)
     ids, scores = index.search(queries, 10)
     want_rows, want_scores = _numpy_top_k(queries, embeddings, 10)
     self.assertEqual(ids.dtype, np.int64)
@@ -53,7 +61,7 @@ class BruteForceIndexTest(tf.test.TestCase):
   def test_ties_are_broken_by_lower_row_across_blocks(self):
     embeddings = np.zeros([12, 4], np.float32)
     embeddings[[2, 5, 9, 11], 0] = 1.0  # four equal best documents in different blocks
-    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=4)
+    index = brute_force_index.BruteForceIndex.build(embeddings, doc_block_size=4)
     ids, scores = index.search(np.array([[1.0, 0, 0, 0]], np.float32), 3)
     self.assertAllEqual(ids, [[2, 5, 9]])
     self.assertAllEqual(scores, [[1.0, 1.0, 1.0]])
@@ -61,19 +69,19 @@ class BruteForceIndexTest(tf.test.TestCase):
   def test_doc_ids_are_returned_instead_of_rows(self):
     embeddings, queries = _random(50, 8), _random(3, 8, seed=1)
     doc_ids = np.arange(50, dtype=np.int64)[::-1] * 1000 + 7
-    ids, _ = index_lib.BruteForceIndex.build(embeddings, doc_ids).search(queries, 5)
+    ids, _ = brute_force_index.BruteForceIndex.build(embeddings, doc_ids).search(queries, 5)
     rows, _ = _numpy_top_k(queries, embeddings, 5)
     self.assertAllEqual(ids, doc_ids[rows])
 
   def test_empty_query_batch(self):
-    index = index_lib.BruteForceIndex.build(_random(10, 4))
+    index = brute_force_index.BruteForceIndex.build(_random(10, 4))
     ids, scores = index.search(np.zeros([0, 4], np.float32), 3)
     self.assertEqual(ids.shape, (0, 3))
     self.assertEqual(scores.shape, (0, 3))
 
   def test_embeddings_property_is_a_read_only_copy(self):
     embeddings = _random(30, 4)
-    index = index_lib.BruteForceIndex.build(embeddings, doc_block_size=7)
+    index = brute_force_index.BruteForceIndex.build(embeddings, doc_block_size=7)
     self.assertAllEqual(index.embeddings, embeddings)
     self.assertFalse(index.embeddings.flags.writeable)
     self.assertEqual((index.num_docs, index.dim), (30, 4))
@@ -82,7 +90,7 @@ class BruteForceIndexTest(tf.test.TestCase):
 class ValidationTest(tf.test.TestCase):
 
   def test_query_dimension_mismatch_names_both_dims(self):
-    for cls in (index_lib.BruteForceIndex, index_lib.ScannIndex):
+    for cls in (brute_force_index.BruteForceIndex, scann_index.ScannIndex):
       index = cls.build(_random(20, 128))
       with self.assertRaisesRegex(ValueError, r"index has D=128, queries have 64"):
         index.search(_random(2, 64), 5)
@@ -90,20 +98,20 @@ class ValidationTest(tf.test.TestCase):
   def test_k_larger_than_num_docs_returns_every_document(self):
     embeddings, queries = _random(5, 8), _random(3, 8, seed=1)
     want_rows, _ = _numpy_top_k(queries, embeddings, 5)
-    for cls in (index_lib.BruteForceIndex, index_lib.ScannIndex):
+    for cls in (brute_force_index.BruteForceIndex, scann_index.ScannIndex):
       ids, scores = cls.build(embeddings).search(queries, 10)
       self.assertEqual(ids.shape, (3, 5), cls.__name__)
       self.assertEqual(scores.shape, (3, 5), cls.__name__)
       self.assertAllEqual(ids, want_rows)
 
   def test_bad_k(self):
-    index = index_lib.BruteForceIndex.build(_random(5, 4))
+    index = brute_force_index.BruteForceIndex.build(_random(5, 4))
     for k in (0, -1, 2.5, True):
       with self.assertRaisesRegex(ValueError, "k must be a positive integer"):
         index.search(_random(1, 4), k)
 
   def test_bad_embeddings(self):
-    build = index_lib.BruteForceIndex.build
+    build = brute_force_index.BruteForceIndex.build
     with self.assertRaisesRegex(ValueError, "must be float32, got float64"):
       build(np.zeros([3, 4]))
     with self.assertRaisesRegex(ValueError, r"must be \[num_docs, dim\]"):
@@ -120,14 +128,14 @@ class ValidationTest(tf.test.TestCase):
   def test_bad_doc_ids(self):
     embeddings = _random(4, 2)
     with self.assertRaisesRegex(ValueError, r"\[num_docs\] = \[4\]"):
-      index_lib.BruteForceIndex.build(embeddings, np.arange(3))
+      brute_force_index.BruteForceIndex.build(embeddings, np.arange(3))
     with self.assertRaisesRegex(ValueError, "duplicates"):
-      index_lib.BruteForceIndex.build(embeddings, np.array([1, 2, 2, 3]))
+      brute_force_index.BruteForceIndex.build(embeddings, np.array([1, 2, 2, 3]))
     with self.assertRaisesRegex(ValueError, "integers"):
-      index_lib.BruteForceIndex.build(embeddings, np.arange(4, dtype=np.float32))
+      brute_force_index.BruteForceIndex.build(embeddings, np.arange(4, dtype=np.float32))
 
   def test_bad_queries(self):
-    index = index_lib.ScannIndex.build(_random(10, 4))
+    index = scann_index.ScannIndex.build(_random(10, 4))
     with self.assertRaisesRegex(ValueError, r"q\[None, :\]"):
       index.search(np.zeros([4], np.float32), 1)
     with self.assertRaisesRegex(ValueError, "NaN"):
@@ -139,11 +147,11 @@ class ValidationTest(tf.test.TestCase):
 
   def test_abstract_build_and_unknown_implementation(self):
     with self.assertRaisesRegex(TypeError, "abstract"):
-      index_lib.MipsIndex.build(_random(3, 2))
+      mips_index.MipsIndex.build(_random(3, 2))
     with self.assertRaisesRegex(ValueError, "unknown index implementation 'faiss'"):
       index_lib.build_index(_random(3, 2), implementation="faiss")
     self.assertIsInstance(index_lib.build_index(_random(3, 2), implementation="brute_force"),
-                          index_lib.BruteForceIndex)
+                          brute_force_index.BruteForceIndex)
 
 
 class ScannIndexTest(tf.test.TestCase):
@@ -151,8 +159,8 @@ class ScannIndexTest(tf.test.TestCase):
   def test_recall_at_10_on_clustered_data(self):
     embeddings = _clustered(20000, 64, num_clusters=200)
     queries = _near(embeddings, 64)
-    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
-    index = index_lib.ScannIndex.build(embeddings)
+    exact_ids, _ = brute_force_index.BruteForceIndex.build(embeddings).search(queries, 10)
+    index = scann_index.ScannIndex.build(embeddings)
     self.assertEqual(index.parameters["mode"], "tree_ah")
     self.assertEqual(index.parameters["num_leaves"], 200)
     ids, scores = index.search(queries, 10)
@@ -166,7 +174,7 @@ class ScannIndexTest(tf.test.TestCase):
 
   def test_small_corpus_is_exact(self):
     embeddings, queries = _random(300, 16), _random(9, 16, seed=1)
-    index = index_lib.ScannIndex.build(embeddings)
+    index = scann_index.ScannIndex.build(embeddings)
     self.assertEqual(index.parameters["mode"], "brute_force")
     ids, scores = index.search(queries, 20)
     want_rows, want_scores = _numpy_top_k(queries, embeddings, 20)
@@ -175,7 +183,7 @@ class ScannIndexTest(tf.test.TestCase):
 
   def test_large_k_gives_full_unique_sorted_rows(self):
     embeddings = _clustered(6000, 16, num_clusters=60)
-    index = index_lib.ScannIndex.build(embeddings)
+    index = scann_index.ScannIndex.build(embeddings)
     self.assertEqual(index.parameters["mode"], "tree_ah")
     ids, scores = index.search(_near(embeddings, 4), 2000)
     self.assertEqual(ids.shape, (4, 2000))
@@ -185,7 +193,7 @@ class ScannIndexTest(tf.test.TestCase):
 
   def test_short_scann_results_fall_back_to_exact_search(self):
     embeddings, queries = _random(6000, 8), _random(3, 8, seed=1)
-    index = index_lib.ScannIndex.build(embeddings)
+    index = scann_index.ScannIndex.build(embeddings)
     real_search = index._searcher.search_batched
 
     def short_search(q, final_num_neighbors, leaves_to_search):
@@ -203,7 +211,7 @@ class ScannIndexTest(tf.test.TestCase):
     self.assertAllClose(scores[1:2], want_scores, rtol=1e-5, atol=1e-5)
 
   def test_parameters_scale_with_num_docs(self):
-    options = index_lib.ScannOptions()
+    options = scann_index.ScannOptions()
     self.assertEqual(options.resolve(4999)["mode"], "brute_force")
     for num_docs, leaves, searched, sample in ((20000, 200, 20, 20000), (100000, 632, 64, 100000),
                                                (1000000, 2000, 200, 100000), (13000000, 2500, 250, 100000)):
@@ -212,27 +220,27 @@ class ScannIndexTest(tf.test.TestCase):
                         params["training_sample_size"]), ("tree_ah", leaves, searched, sample), num_docs)
 
   def test_int8_rescoring_defaults_to_more_candidates(self):
-    self.assertEqual(index_lib.ScannOptions().resolve(20000)["num_candidates"], 100)
-    self.assertEqual(index_lib.ScannOptions(rescoring="int8").resolve(20000)["num_candidates"], 300)
+    self.assertEqual(scann_index.ScannOptions().resolve(20000)["num_candidates"], 100)
+    self.assertEqual(scann_index.ScannOptions(rescoring="int8").resolve(20000)["num_candidates"], 300)
     self.assertEqual(
-        index_lib.ScannOptions(rescoring="int8", num_candidates=40).resolve(20000)["num_candidates"], 40)
+        scann_index.ScannOptions(rescoring="int8", num_candidates=40).resolve(20000)["num_candidates"], 40)
 
   def test_options_are_overridable_and_checked(self):
-    index = index_lib.ScannIndex.build(_clustered(6000, 8, 60),
-                                       num_leaves=30,
-                                       num_leaves_to_search=3,
-                                       num_candidates=50,
-                                       anisotropic_quantization_threshold=0.2)
+    index = scann_index.ScannIndex.build(_clustered(6000, 8, 60),
+                                         num_leaves=30,
+                                         num_leaves_to_search=3,
+                                         num_candidates=50,
+                                         anisotropic_quantization_threshold=0.2)
     self.assertEqual(index.parameters["num_leaves"], 30)
     self.assertEqual(index.parameters["num_leaves_to_search"], 3)
     self.assertEqual(index.parameters["num_candidates"], 50)
     self.assertEqual(index.parameters["anisotropic_quantization_threshold"], 0.2)
     with self.assertRaisesRegex(ValueError, "num_leaves must be a positive integer"):
-      index_lib.ScannIndex.build(_random(6000, 4), num_leaves=0)
+      scann_index.ScannIndex.build(_random(6000, 4), num_leaves=0)
     with self.assertRaisesRegex(ValueError, "num_leaves_to_search=40 exceeds num_leaves=30"):
-      index_lib.ScannIndex.build(_random(6000, 4), num_leaves=30, num_leaves_to_search=40)
+      scann_index.ScannIndex.build(_random(6000, 4), num_leaves=30, num_leaves_to_search=40)
     with self.assertRaises(TypeError):
-      index_lib.ScannIndex.build(_random(10, 4), leaves=3)
+      scann_index.ScannIndex.build(_random(10, 4), leaves=3)
 
 
 class CompressedIndexTest(tf.test.TestCase):
@@ -240,10 +248,10 @@ class CompressedIndexTest(tf.test.TestCase):
   def test_int8_rescoring_keeps_recall_and_scores_its_dequantized_vectors(self):
     embeddings = _clustered(20000, 64, num_clusters=200)
     queries = _near(embeddings, 64)
-    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
+    exact_ids, _ = brute_force_index.BruteForceIndex.build(embeddings).search(queries, 10)
     for shaping in (0.2, None):
       with self.subTest(int8_anisotropic_threshold=shaping):
-        index = index_lib.ScannIndex.build(embeddings, rescoring="int8", int8_anisotropic_threshold=shaping)
+        index = scann_index.ScannIndex.build(embeddings, rescoring="int8", int8_anisotropic_threshold=shaping)
         self.assertEqual(index.parameters["rescoring"], "int8")
         self.assertEqual(index.parameters["num_candidates"], 300)
         ids, scores = index.search(queries, 10)
@@ -263,7 +271,7 @@ class CompressedIndexTest(tf.test.TestCase):
     queries = _near(embeddings, 16)
     sizes = {}
     for rescoring in ("float32", "int8"):
-      index = index_lib.ScannIndex.build(embeddings, rescoring=rescoring)
+      index = scann_index.ScannIndex.build(embeddings, rescoring=rescoring)
       directory = os.path.join(self.create_tempdir().full_path, rescoring)
       manifest = index.save(directory, step=3)
       sizes[rescoring] = sum(entry["bytes"] for entry in manifest["files"].values())
@@ -283,7 +291,7 @@ class CompressedIndexTest(tf.test.TestCase):
     with open(os.path.join(directory, "scann", "int8_dataset.npy"), "r+b") as f:
       f.seek(-1, os.SEEK_END)
       f.write(b"\x7f" if f.read(1) != b"\x7f" else b"\x00")
-    with self.assertRaisesRegex(index_lib.CorruptIndexError, "int8_dataset.npy"):
+    with self.assertRaisesRegex(index_format.CorruptIndexError, "int8_dataset.npy"):
       index_lib.load_index(directory)
 
   def test_format_1_compressed_index_still_loads(self):
@@ -291,7 +299,7 @@ class CompressedIndexTest(tf.test.TestCase):
     embeddings = _clustered(6000, 16, num_clusters=60)
     queries = _near(embeddings, 16)
     directory = os.path.join(self.create_tempdir().full_path, "v1")
-    manifest = index_lib.ScannIndex.build(embeddings).save(directory)
+    manifest = scann_index.ScannIndex.build(embeddings).save(directory)
     scales = np.max(np.abs(embeddings), axis=0) / 127
     codes = np.rint(embeddings / scales).astype(np.int8)
     os.remove(os.path.join(directory, "embeddings.npy"))
@@ -300,7 +308,7 @@ class CompressedIndexTest(tf.test.TestCase):
       path = os.path.join(directory, name)
       np.save(path, array)
       manifest["files"][name] = {
-          "sha256": index_lib._sha256(path),  # pylint: disable=protected-access
+          "sha256": index_format.sha256(path),  # pylint: disable=protected-access
           "bytes": os.path.getsize(path)
       }
     manifest["parameters"]["rescoring"] = "int8"
@@ -312,12 +320,12 @@ class CompressedIndexTest(tf.test.TestCase):
     self.assertAllClose(loaded.embeddings, codes * scales)
     ids, scores = loaded.search(queries, 10)
     self.assertAllClose(scores, np.einsum("bd,bkd->bk", queries, (codes * scales)[ids]), rtol=1e-5, atol=1e-4)
-    exact_ids, _ = index_lib.BruteForceIndex.build(embeddings).search(queries, 10)
+    exact_ids, _ = brute_force_index.BruteForceIndex.build(embeddings).search(queries, 10)
     self.assertGreaterEqual(index_lib.recall_at_k(ids, exact_ids, 10), 0.9)
 
   def test_bad_rescoring(self):
     with self.assertRaisesRegex(ValueError, "rescoring must be one of"):
-      index_lib.ScannIndex.build(_random(100, 8), rescoring="int4")
+      scann_index.ScannIndex.build(_random(100, 8), rescoring="int4")
 
 
 class RecallAtKTest(tf.test.TestCase):
@@ -369,7 +377,7 @@ class SaveLoadTest(tf.test.TestCase):
       self.assertEqual(loaded.manifest, manifest)
       self.assertEqual(manifest["implementation"], implementation)
       self.assertEqual((manifest["num_docs"], manifest["dim"]), (6000, 16))
-      self.assertEqual(manifest["format_version"], index_lib.FORMAT_VERSION)
+      self.assertEqual(manifest["format_version"], index_format.FORMAT_VERSION)
       self.assertEqual(manifest["extra"], {"checkpoint": "ckpt-42"})
       self.assertIn("created", manifest)
       self.assertEqual(
@@ -379,7 +387,7 @@ class SaveLoadTest(tf.test.TestCase):
 
   def test_scann_files_are_listed_and_no_pickle_is_written(self):
     directory = self._saved("scann")
-    manifest = index_lib.verify_index(directory)
+    manifest = index_format.verify_index(directory)
     self.assertIn("scann/scann_assets.pbtxt", manifest["files"])
     self.assertIn("scann/hashed_dataset.npy", manifest["files"])
     self.assertNotIn("scann/dataset.npy", manifest["files"])  # the float copy is embeddings.npy only
@@ -398,7 +406,7 @@ class SaveLoadTest(tf.test.TestCase):
   def test_failed_save_leaves_nothing(self):
     index, _ = self._built("scann")
     parent = self.create_tempdir().full_path
-    with mock.patch.object(index_lib.ScannIndex,
+    with mock.patch.object(scann_index.ScannIndex,
                            "_write_implementation_files",
                            side_effect=OSError("disk full")):
       with self.assertRaisesRegex(OSError, "disk full"):
@@ -432,7 +440,7 @@ class SaveLoadTest(tf.test.TestCase):
     with open(os.path.join(directory, "scann", "hashed_dataset.npy"), "ab") as f:
       f.write(b"\0")
     with self.assertRaisesRegex(CorruptIndexError, r"hashed_dataset\.npy has \d+ bytes"):
-      index_lib.verify_index(directory)
+      index_format.verify_index(directory)
 
   def test_doc_ids_are_stored_only_when_they_are_not_the_rows(self):
     embeddings = _random(300, 8)
@@ -441,7 +449,7 @@ class SaveLoadTest(tf.test.TestCase):
     cases = (("rows", None, None), ("rows", np.arange(300), None),
              ("stored", np.arange(300) * 7 + 5, np.int32), ("stored", np.arange(300) + 2**40, np.int64))
     for i, (kind, doc_ids, dtype) in enumerate(cases):
-      index = index_lib.BruteForceIndex.build(embeddings, doc_ids)
+      index = brute_force_index.BruteForceIndex.build(embeddings, doc_ids)
       directory = os.path.join(parent, str(i))
       self.assertEqual(index.save(directory)["doc_ids"], kind)
       path = os.path.join(directory, "doc_ids.npy")
@@ -468,7 +476,7 @@ class SaveLoadTest(tf.test.TestCase):
     del manifest["doc_ids"]
     manifest["format_version"] = 1
     manifest["files"]["doc_ids.npy"] = {
-        "sha256": index_lib._sha256(ids_path),  # pylint: disable=protected-access
+        "sha256": index_format.sha256(ids_path),  # pylint: disable=protected-access
         "bytes": os.path.getsize(ids_path)
     }
     with open(manifest_path, "w") as f:
@@ -513,7 +521,7 @@ class SaveLoadTest(tf.test.TestCase):
     with self.assertRaisesRegex(CorruptIndexError, "has no manifest.json"):
       index_lib.load_index(directory)
     with self.assertRaisesRegex(CorruptIndexError, "does not exist"):
-      index_lib.verify_index(os.path.join(directory, "nope"))
+      index_format.verify_index(os.path.join(directory, "nope"))
 
   def test_temporary_directory_is_never_loaded(self):
     directory = self._saved("brute_force", num_docs=20)
@@ -527,8 +535,8 @@ class SaveLoadTest(tf.test.TestCase):
   def test_wrong_class_load(self):
     directory = self._saved("scann", num_docs=20)
     with self.assertRaisesRegex(ValueError, "holds a 'scann' index"):
-      index_lib.BruteForceIndex.load(directory)
-    self.assertIsInstance(index_lib.ScannIndex.load(directory), index_lib.ScannIndex)
+      brute_force_index.BruteForceIndex.load(directory)
+    self.assertIsInstance(scann_index.ScannIndex.load(directory), scann_index.ScannIndex)
 
 
 if __name__ == "__main__":

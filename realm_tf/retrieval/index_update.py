@@ -48,6 +48,9 @@ from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
+from realm_tf.retrieval import mips_index
+from realm_tf.retrieval import scann_index
 from realm_tf.retrieval import published_index
 
 ON_EXISTING = ("error", "replace")
@@ -320,14 +323,14 @@ def _check_change_vocab(change: ChangeSet, vocab_sha256: str, what: str) -> None
                         "JSONL/TSV source instead")
 
 
-def rebuild_like(mips: index_lib.MipsIndex,
+def rebuild_like(mips: mips_index.MipsIndex,
                  embeddings: np.ndarray,
-                 implementation: Optional[str] = None) -> index_lib.MipsIndex:
+                 implementation: Optional[str] = None) -> mips_index.MipsIndex:
   """An index of embeddings of the same kind as mips (a compressed ScaNN index stays compressed), so an
   update does not change how the index searches."""
   implementation = implementation or mips.implementation
   options = {}
-  if implementation == index_lib.ScannIndex.implementation and "rescoring" in mips.parameters:
+  if implementation == scann_index.ScannIndex.implementation and "rescoring" in mips.parameters:
     options["rescoring"] = mips.parameters["rescoring"]
   return index_lib.build_index(embeddings, implementation=implementation, **options)
 
@@ -494,7 +497,7 @@ def converted_index_dir(path: str) -> Optional[str]:
   mips_dir = converted_index.MIPS_DIR
   for candidate in (path, os.path.dirname(path) if os.path.basename(path) == mips_dir else None):
     if candidate and tf.io.gfile.exists(os.path.join(candidate, converted_index.CONVERSION_NAME)) and \
-        tf.io.gfile.exists(os.path.join(candidate, mips_dir, index_lib.MANIFEST_NAME)):
+        tf.io.gfile.exists(os.path.join(candidate, mips_dir, index_format.MANIFEST_NAME)):
       return candidate
   return None
 

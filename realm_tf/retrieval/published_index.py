@@ -29,6 +29,8 @@ from realm_tf import process_lock
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
+from realm_tf.retrieval import mips_index
 
 INDEX_DIR = "index"
 MIPS_DIR = "mips"
@@ -58,7 +60,7 @@ def index_root(model_dir: str) -> str:
 
 def publish_index(model_dir: str,
                   step: int,
-                  mips_index: index_lib.MipsIndex,
+                  mips_index: mips_index.MipsIndex,
                   query_embedder,
                   info: Optional[Dict] = None,
                   keep: int = 3,
@@ -173,18 +175,18 @@ def verify_published(path: str) -> Dict:
   """Checks a published index directory; returns published.json or raises CorruptIndexError."""
   record_path = os.path.join(path, PUBLISHED_NAME)
   if not tf.io.gfile.exists(record_path):
-    raise index_lib.CorruptIndexError(f"{path}: no {PUBLISHED_NAME}; the index is incomplete")
+    raise index_format.CorruptIndexError(f"{path}: no {PUBLISHED_NAME}; the index is incomplete")
   with tf.io.gfile.GFile(record_path) as f:
     try:
       record = json.load(f)
     except json.JSONDecodeError as e:
-      raise index_lib.CorruptIndexError(f"{record_path}: unreadable ({e})") from e
-  manifest = index_lib.verify_index(os.path.join(path, MIPS_DIR))
+      raise index_format.CorruptIndexError(f"{record_path}: unreadable ({e})") from e
+  manifest = index_format.verify_index(os.path.join(path, MIPS_DIR))
   if manifest.get("num_docs") != record.get("num_docs"):
-    raise index_lib.CorruptIndexError(f"{path}: {PUBLISHED_NAME} says {record.get('num_docs')} "
-                                      f"documents, the MIPS index {manifest.get('num_docs')}")
+    raise index_format.CorruptIndexError(f"{path}: {PUBLISHED_NAME} says {record.get('num_docs')} "
+                                         f"documents, the MIPS index {manifest.get('num_docs')}")
   if not tf.io.gfile.exists(os.path.join(path, QUERY_EMBEDDER_DIR, "saved_model.pb")):
-    raise index_lib.CorruptIndexError(f"{path}: no {QUERY_EMBEDDER_DIR}/saved_model.pb")
+    raise index_format.CorruptIndexError(f"{path}: no {QUERY_EMBEDDER_DIR}/saved_model.pb")
   return record
 
 
@@ -246,7 +248,7 @@ class LoadedIndex(NamedTuple):
   """A published index in memory: its step, the MIPS index and the stale query tower."""
   step: int
   path: str
-  mips: index_lib.MipsIndex
+  mips: mips_index.MipsIndex
   record: Dict
   query_embedder: object  # the loaded SavedModel
 
@@ -347,7 +349,7 @@ class IndexWatcher:
       if record is None:
         try:
           record = verify_published(path)
-        except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
+        except (index_format.CorruptIndexError, OSError, tf.errors.OpError) as e:
           # Deleted under us by keep-K cleanup, or really broken: either way not usable.
           if tf.io.gfile.exists(path):
             self.skip(step, f"index {path}: {e}")
@@ -371,7 +373,7 @@ class IndexWatcher:
     path = os.path.join(index_root(self.model_dir), str(step))
     try:
       return load_published(path, self._verified[step])
-    except (index_lib.CorruptIndexError, OSError, tf.errors.OpError, ValueError) as e:
+    except (index_format.CorruptIndexError, OSError, tf.errors.OpError, ValueError) as e:
       if tf.io.gfile.exists(path):
         self.skip(step, f"index {path}: {e}")
       return None

@@ -19,6 +19,7 @@ from realm_tf import process_lock
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import published_index
 
 _VOCAB_SIZE = 285
@@ -146,7 +147,7 @@ class PublishIndexTest(tf.test.TestCase):
     shutil.copytree(complete, incomplete)
     os.remove(os.path.join(incomplete, "published.json"))
     self.assertEqual(published_index.published_steps(model_dir), [30, 50])
-    with self.assertRaisesRegex(index_lib.CorruptIndexError, "no published.json"):
+    with self.assertRaisesRegex(index_format.CorruptIndexError, "no published.json"):
       published_index.verify_published(incomplete)
 
     warnings = []

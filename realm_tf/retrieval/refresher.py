@@ -34,7 +34,7 @@ class RefresherOptions:
   model_dir: str
   corpus_prefix: str
   index_implementation: str = "scann"
-  # ScaNN's re-scoring vectors: "float32", or "int8" for a compressed index (index.Int8Embeddings).
+  # ScaNN's re-scoring vectors: "float32", or "int8" for a compressed index (int8_rescoring.Int8Embeddings).
   index_rescoring: str = "float32"
   keep: int = 3
   batch_size: int = 128

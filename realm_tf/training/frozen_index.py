@@ -20,6 +20,7 @@ import tensorflow as tf
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 
@@ -57,14 +58,14 @@ def _read_index_dir(index_dir: str, corpus_prefix: str) -> Tuple[np.ndarray, Dic
         "index_step": record.get("step"),
         "index_corpus": record.get("corpus_prefix")
     }
-  if tf.io.gfile.exists(os.path.join(index_dir, index_lib.MANIFEST_NAME)):
+  if tf.io.gfile.exists(os.path.join(index_dir, index_format.MANIFEST_NAME)):
     mips = index_lib.load_index(index_dir)
     check_index_corpus(
         mips.manifest.get("extra", {}).get("corpus_fingerprint"), index_dir, corpus_prefix, fix)
     return np.asarray(mips.embeddings), {"index_dir": index_dir, "index_step": mips.step}
   raise FileNotFoundError(f"--index_dir={index_dir} is neither a published index (no "
                           f"{published_index.PUBLISHED_NAME}) nor a saved MIPS index (no "
-                          f"{index_lib.MANIFEST_NAME}); pass MODEL_DIR/index/<step> of a REALM run")
+                          f"{index_format.MANIFEST_NAME}); pass MODEL_DIR/index/<step> of a REALM run")
 
 
 def _updated_corpus_of(index_dir: str, corpus_prefix: str) -> Optional[str]:
@@ -106,7 +107,7 @@ def prepare_frozen_index(model_dir: str,
   directory = frozen_index_dir(model_dir)
   base_corpus = corpus_prefix
   num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
-  if tf.io.gfile.exists(os.path.join(directory, index_lib.MANIFEST_NAME)):
+  if tf.io.gfile.exists(os.path.join(directory, index_format.MANIFEST_NAME)):
     embeddings = load_frozen_index(model_dir, frozen_index_corpus(model_dir, corpus_prefix))
     log(f"reusing the frozen index {directory} ({embeddings.shape[0]} blocks)")
     return embeddings
@@ -153,9 +154,9 @@ def frozen_index_corpus(model_dir: str, corpus_prefix: str) -> str:
   configuration keeps naming the corpus it was started on; the frozen index, replaced in one rename,
   is what says which rows it holds, so there is no second file to keep in step."""
   directory = frozen_index_dir(model_dir)
-  if not tf.io.gfile.exists(os.path.join(directory, index_lib.MANIFEST_NAME)):
+  if not tf.io.gfile.exists(os.path.join(directory, index_format.MANIFEST_NAME)):
     return corpus_prefix
-  extra = index_lib.read_manifest(directory).get("extra", {})
+  extra = index_format.read_manifest(directory).get("extra", {})
   found = extra.get("corpus_prefix")
   if (extra.get("corpus_update") and found and os.path.abspath(found) != os.path.abspath(corpus_prefix) and
       tf.io.gfile.exists(found + corpus_lib.MANIFEST_SUFFIX) and

@@ -33,7 +33,7 @@ from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.training import best_checkpoint
 from realm_tf.training import frozen_index
 from realm_tf.training import loop
@@ -181,7 +181,7 @@ def train(options: OrqaTrainerOptions,
     return retrievers[0]
 
   resuming = (tf.io.gfile.exists(
-      os.path.join(frozen_index.frozen_index_dir(model_dir), index_lib.MANIFEST_NAME)) and
+      os.path.join(frozen_index.frozen_index_dir(model_dir), index_format.MANIFEST_NAME)) and
               tf.train.latest_checkpoint(model_dir) is not None)
   if not resuming:
     # Before anything is written: a checkpoint that does not fit must not leave a model dir whose saved

@@ -34,7 +34,7 @@ from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.modeling import realm as realm_model
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import published_index
 
 # How many more documents than kept the search returns, so that dropping the own document and
@@ -59,7 +59,7 @@ def needs_bootstrap(model_dir: str, log: Callable[[str], None] = print) -> bool:
     try:
       published_index.verify_published(path)
       return False
-    except (index_lib.CorruptIndexError, OSError, tf.errors.OpError) as e:
+    except (index_format.CorruptIndexError, OSError, tf.errors.OpError) as e:
       unusable[path] = e
   for path, error in unusable.items():
     log(f"WARNING: deleting the unusable index {path} ({error}): no checkpoint exists yet, so the "
@@ -215,7 +215,7 @@ class RetrievalState:
       return  # the refresher embeds the newest checkpoint again when it restarts
     paths = ", ".join(
         os.path.join(published_index.index_root(self.watcher.model_dir), str(step)) for step in steps)
-    raise index_lib.CorruptIndexError(
+    raise index_format.CorruptIndexError(
         f"every published index ({paths}) is unusable (see the warnings above) and "
         f"{self.watcher.model_dir} has no checkpoint yet, so no refresher can publish another: restart "
         "bin/train_realm with --bootstrap_index, which builds the index of step 0 again in place of the "

@@ -22,7 +22,7 @@ from realm_tf.data import pretraining
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.retrieval import index as index_lib
+from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
@@ -203,7 +203,7 @@ class RealmInputTest(tf.test.TestCase):
       model_dir, index_0 = self._model_dir_copy(damaged=True)
       messages = []
       state = self._state_of(model_dir, messages, 30, **swaps)
-      with self.assertRaisesRegex(index_lib.CorruptIndexError,
+      with self.assertRaisesRegex(index_format.CorruptIndexError,
                                   r"index/0\) is unusable.*--bootstrap_index",
                                   msg=swaps):
         state.retrieve(*(np.asarray(x) for x in query), np.array([0], np.int64), step=1)
