@@ -5,7 +5,7 @@ seeded random schedule of faults, restarted as an operator would, then checked a
 
 Both processes are started as bin/demo_pipeline starts them (binary_command, binary_env, the corpora of
 prepare_corpora and run_realm's trainer and refresher flags) on a one-layer, hidden-32 BERT
-(testing_utils.write_small_bert_config, the sizes of bin/demo_pipeline_test), the brute-force index, no
+(tiny_inputs.write_small_bert_config, the sizes of bin/demo_pipeline_test), the brute-force index, no
 XLA and fixed index swaps (--index_swap_steps = --save_checkpoints_steps), so that a run is
 deterministic and a minute or two long. First a fault-free run of the same seed (MODEL_DIR clean/), then
 the faulted run (faulted/) under a schedule drawn from --seed:
@@ -60,10 +60,10 @@ from typing import Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from realm_tf.checkpoints import training_state
 from realm_tf import demo_pipeline
 from realm_tf import io_utils
-from realm_tf import testing_utils
-from realm_tf.checkpoints import training_state
+from realm_tf.testing import tiny_inputs
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 FAULT_KINDS = ("sigkill", "sigterm", "sigstop", "damage_checkpoint", "damage_index", "second_refresher",
@@ -641,7 +641,7 @@ def main(argv=None) -> Dict:
     parser.error(f"unknown --fault_kinds {sorted(unknown)}; choose from {','.join(FAULT_KINDS)}")
   started = time.time()
   os.makedirs(args.work_dir, exist_ok=True)
-  bert_config = testing_utils.write_small_bert_config(args.work_dir)
+  bert_config = tiny_inputs.write_small_bert_config(args.work_dir)
   with open(bert_config) as f:
     config = json.load(f)
   # --dropout 0: a resumed trainer replays exactly (the dropout masks come from a random stream that

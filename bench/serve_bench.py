@@ -27,13 +27,13 @@ from absl import flags
 import numpy as np
 
 from bench import throughput_lib
-from realm_tf import io_utils
-from realm_tf import testing_utils
 from realm_tf.export import loader
 from realm_tf.export import saved_models
+from realm_tf import io_utils
 from realm_tf.retrieval import scann_index
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
+from realm_tf.testing import test_paths
 from realm_tf.training import orqa_model
 
 _MODEL_DIR = flags.DEFINE_string(
@@ -58,7 +58,7 @@ _OUTPUT = flags.DEFINE_string(
 
 
 def _questions() -> List[str]:
-  with open(os.path.join(testing_utils.repo_root(), "testdata", "qa.test.jsonl"), encoding="utf-8") as f:
+  with open(os.path.join(test_paths.repo_root(), "testdata", "qa.test.jsonl"), encoding="utf-8") as f:
     return [json.loads(line)["question"] for line in f]
 
 

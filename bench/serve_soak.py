@@ -45,11 +45,11 @@ from absl import flags
 import numpy as np
 
 from bench import throughput_lib
-from realm_tf import io_utils
-from realm_tf import testing_utils
 from realm_tf.export import saved_models
+from realm_tf import io_utils
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
+from realm_tf.testing import test_paths
 from realm_tf.training import orqa_model
 
 PREDICT = "/v1/models/open_qa:predict"
@@ -69,7 +69,7 @@ def export_model(work_dir: str, num_docs: int = 40) -> str:
 
 
 def test_questions() -> List[str]:
-  with open(os.path.join(testing_utils.repo_root(), "testdata", "qa.test.jsonl"), encoding="utf-8") as f:
+  with open(os.path.join(test_paths.repo_root(), "testdata", "qa.test.jsonl"), encoding="utf-8") as f:
     return [json.loads(line)["question"] for line in f]
 
 
@@ -587,7 +587,7 @@ def run_soak(saved_model: str,
   }
   traceback_at = stderr.find("Traceback (most recent call last)")
   return {
-      "command": " ".join([os.path.relpath(sys.argv[0], testing_utils.repo_root())] + sys.argv[1:]),
+      "command": " ".join([os.path.relpath(sys.argv[0], test_paths.repo_root())] + sys.argv[1:]),
       "machine": machine,
       "load_average_at_end": throughput_lib.load_average(),
       "note": "client and server share this machine's cores with other jobs: latencies are the "

@@ -9,11 +9,11 @@ import os
 import tensorflow as tf
 
 from bench import squad_open_fid_kd_data as data
-from realm_tf import testing_utils
 from realm_tf.data import corpus
 from realm_tf.data import corpus_table
 from realm_tf.data import qa
 from realm_tf.data import squad_open
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import fid_kd
 
 
@@ -57,7 +57,7 @@ class PrepareTest(tf.test.TestCase):
 
   def test_drawn_paragraphs_and_their_questions(self):
     work_dir = self.create_tempdir().full_path
-    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    vocab = tiny_inputs.write_vocab(self.create_tempdir().full_path)
     full, train = _squad()
     paths = self._prepare(work_dir, full, train, vocab)
     corpus_ids = [r["id"] for r in _read_jsonl(paths["corpus.jsonl"])]

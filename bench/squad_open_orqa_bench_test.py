@@ -11,14 +11,14 @@ import tensorflow as tf
 from bench import loss_curve
 from bench import squad_open_orqa_bench as orqa
 from realm_tf import answer_index
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import qa
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
-from realm_tf.modeling import realm_config
 from realm_tf.modeling import orqa_retriever
+from realm_tf.modeling import realm_config
 from realm_tf.retrieval import text_embedder
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 from realm_tf.training import optimization
 
 _TEXTS = [
@@ -86,7 +86,7 @@ class TrainingTest(tf.test.TestCase):
 
   def test_batches_train_the_tower_through_the_loop(self):
     tf.keras.utils.set_random_seed(0)
-    tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
+    tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.create_tempdir().full_path))
     tower = embedder.sentence_transformers_embedder(
         bert.tiny_config(tokenizer.vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     questions = text_embedder.TextEmbedder(tower,
@@ -147,7 +147,7 @@ class RetrieverStartTest(tf.test.TestCase):
 
   def test_towers_and_cached_index_come_from_the_checkpoint(self):
     model_dir = self.create_tempdir().full_path
-    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    vocab = tiny_inputs.write_vocab(self.create_tempdir().full_path)
     tokenizer = tokenization.Tokenizer(vocab)
     saved, path = self._realm_run(model_dir, vocab)
     texts = ["the city lies on the river", "paris is a capital", "nothing happened"]
@@ -173,13 +173,13 @@ class RetrieverStartTest(tf.test.TestCase):
 
   def test_rejects_a_projected_retriever_naming_the_flag(self):
     model_dir = self.create_tempdir().full_path
-    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    vocab = tiny_inputs.write_vocab(self.create_tempdir().full_path)
     self._realm_run(model_dir, vocab, projection_size=16)
     with self.assertRaisesRegex(Exception, "--init_retriever_checkpoint.*projection_size 16"):
       orqa._retriever_start(model_dir, tokenization.Tokenizer(vocab), ["x"])
 
   def test_rejects_a_directory_without_a_config(self):
-    vocab = testing_utils.write_vocab(self.create_tempdir().full_path)
+    vocab = tiny_inputs.write_vocab(self.create_tempdir().full_path)
     with self.assertRaisesRegex(Exception, "realm_config.json"):
       orqa._retriever_start(self.create_tempdir().full_path, tokenization.Tokenizer(vocab), ["x"])
 

@@ -12,7 +12,7 @@ import sys
 import tensorflow as tf
 
 from realm_tf.testing import in_process
-from realm_tf import testing_utils
+from realm_tf.testing import tiny_inputs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -109,8 +109,8 @@ class TrainRealmInputErrorTest(tf.test.TestCase):
     # The pipeline's TimeoutError must end the run as itself, not inside TensorFlow's graph-execution
     # error (whose last line is not the cause).
     tmp = self.create_tempdir().full_path
-    corpora = testing_utils.write_small_realm_corpora(tmp, 20)
-    bert_config = testing_utils.write_small_bert_config(tmp)
+    corpora = tiny_inputs.write_small_realm_corpora(tmp, 20)
+    bert_config = tiny_inputs.write_small_bert_config(tmp)
     result = in_process.run_main(
         "train_realm.py", f"--model_dir={tmp}/realm", f"--vocab_path={_TESTDATA}/vocab.txt",
         f"--pretraining_corpus_path={corpora['pretraining']}",
@@ -175,8 +175,8 @@ class TrainMlmSeedTest(tf.test.TestCase):
     # The first run is a fresh process, the second bin/train_mlm's main in this test's process, which has
     # another hash seed and has already built and run other models: a process start fewer, and no less
     # strict than two fresh processes.
-    bert_config = testing_utils.write_small_bert_config(self.create_tempdir().full_path,
-                                                        max_position_embeddings=64)
+    bert_config = tiny_inputs.write_small_bert_config(self.create_tempdir().full_path,
+                                                      max_position_embeddings=64)
     weights = []
     for run in ("process", "in_process"):
       model_dir = os.path.join(self.create_tempdir().full_path, run)
@@ -228,10 +228,10 @@ class VocabChecksTest(tf.test.TestCase):
 
   def test_vocab_other_than_the_corpus_manifest(self):
     # pylint: disable=g-import-not-at-top,import-outside-toplevel  (this file's other tests need none)
-    from realm_tf import tokenization
     from realm_tf.data import corpus as corpus_lib
     from realm_tf.modeling import bert
     from realm_tf.modeling import realm_config as realm_config_lib
+    from realm_tf import tokenization
     tmp = self.create_tempdir().full_path
     vocab = f"{_TESTDATA}/vocab.txt"
     with open(vocab, encoding="utf-8") as f:

@@ -15,14 +15,14 @@ import os
 
 import tensorflow as tf
 
-from realm_tf import demo_pipeline
-from realm_tf import retriever_eval
-from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.data import qa as qa_lib
+from realm_tf import demo_pipeline
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import corpus_embedding
+from realm_tf import retriever_eval
+from realm_tf.testing import tiny_inputs
 
 # The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
@@ -62,7 +62,7 @@ class PipelineTest(tf.test.TestCase):
     # read them.
     cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "demo_pipeline")
     os.makedirs(cls.out, exist_ok=True)
-    cls.bert_config = testing_utils.write_small_bert_config(cls.out)
+    cls.bert_config = tiny_inputs.write_small_bert_config(cls.out)
     cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config), echo=lambda _: None)
 
   def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):

@@ -15,13 +15,13 @@ import sys
 from absl import app
 import tensorflow as tf
 
-from realm_tf.testing import in_process
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.testing import in_process
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -68,7 +68,7 @@ class OrqaBinariesTest(tf.test.TestCase):
     corpus_lib.write_corpus(_documents, tokenization.Tokenizer(_VOCAB), cls.corpus, num_shards=2)
     # A one-layer BERT from a bert_config.json (the presets: ErrorsBeforeWorkTest's runs): bin/train_orqa,
     # bin/export_saved_model and bin/answer trace and load it faster than the tiny preset's two layers.
-    bert_config = testing_utils.write_small_bert_config(cls.tmp)
+    bert_config = tiny_inputs.write_small_bert_config(cls.tmp)
     cls.model_dir = os.path.join(cls.tmp, "orqa")
     cls.train = _run(
         "train_orqa.py",

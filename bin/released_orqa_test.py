@@ -1,5 +1,5 @@
 """Google's released ORQA, served, end to end as a user would run it, on miniature released files that the
-test writes in the original TF1 layout (testing_utils.released_orqa_weights; a BERT with a 64-position
+test writes in the original TF1 layout (released_weights.released_orqa_weights; a BERT with a 64-position
 table, smaller than the original lengths 64/288/320 need): bin/convert_checkpoint.py converts the ORQA
 checkpoint and the block_emb with its blocks.tfr / titles.tfr, bin/export_saved_model.py writes the
 open-QA SavedModel from the two, and its answers (as bin/answer.py and bin/serve.py get them) must be
@@ -24,12 +24,12 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.testing import in_process
-from realm_tf import testing_utils
 from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import in_process
+from realm_tf.testing import released_weights
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
@@ -76,14 +76,14 @@ class ReleasedOrqaTest(tf.test.TestCase):
     release = os.path.join(tmp, "release")
     for directory in ("orqa_nq_model_from_realm", os.path.join("embedder", "encoded")):
       os.makedirs(os.path.join(release, directory))
-    cls.checkpoint = testing_utils.write_tf1_checkpoint(
+    cls.checkpoint = released_weights.write_tf1_checkpoint(
         os.path.join(release, "orqa_nq_model_from_realm", "model.ckpt-300000"),
-        testing_utils.with_optimizer_slots(
-            testing_utils.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN)))
+        released_weights.with_optimizer_slots(
+            released_weights.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN)))
     # Random block embeddings: no near-ties, so the exact top-k is one well-defined list.
     cls.block_emb = np.random.default_rng(7).normal(size=[_NUM_BLOCKS, _PROJECTION]).astype(np.float32)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(release, "embedder", "encoded", "encoded.ckpt"),
-                                                 {"block_emb": cls.block_emb})
+    encoded = released_weights.write_tf1_checkpoint(
+        os.path.join(release, "embedder", "encoded", "encoded.ckpt"), {"block_emb": cls.block_emb})
     with open(os.path.join(_TESTDATA, "corpus.jsonl"), encoding="utf-8") as f:
       records = [json.loads(line) for line in f][:_NUM_BLOCKS]
     cls.texts = [r["body"] for r in records]

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from realm_tf.export import loader
 from realm_tf.export import saved_models
-from realm_tf.serving import browser
+from realm_tf.testing import browser
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.training import orqa_model

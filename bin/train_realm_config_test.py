@@ -7,16 +7,17 @@ import tensorflow as tf
 import yaml
 
 from realm_tf.testing import in_process
-from realm_tf import testing_utils
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
 
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 
 
 class TrainRealmConfigFileTest(tf.test.TestCase):
 
   def test_runs_from_a_config_file_and_resumes_from_the_file_it_wrote(self):
     tmp = self.create_tempdir().full_path
-    corpora = testing_utils.write_small_realm_corpora(tmp, 10)
+    corpora = tiny_inputs.write_small_realm_corpora(tmp, 10)
     model_dir = f"{tmp}/realm"
     with open(f"{tmp}/small.yaml", "w") as f:
       yaml.safe_dump(
@@ -28,7 +29,7 @@ class TrainRealmConfigFileTest(tf.test.TestCase):
               },
               "model": {
                   "vocab_path": f"{_TESTDATA}/vocab.txt",
-                  "bert_config": testing_utils.write_small_bert_config(tmp)
+                  "bert_config": tiny_inputs.write_small_bert_config(tmp)
               },
               "retriever": {
                   "projection_size": 16,

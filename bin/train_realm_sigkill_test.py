@@ -15,12 +15,12 @@ import time
 
 import tensorflow as tf
 
-from realm_tf import demo_pipeline
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
+from realm_tf import demo_pipeline
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
 
@@ -43,7 +43,7 @@ class SigkillTest(tf.test.TestCase):
         lambda: pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")),
         self.pretraining,
         num_shards=2)
-    self.bert_config = testing_utils.write_small_bert_config(out)
+    self.bert_config = tiny_inputs.write_small_bert_config(out)
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path

@@ -32,25 +32,27 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf.testing import in_process
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
-from realm_tf.retrieval import converted_index
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.modeling import bert
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.testing import in_process
+from realm_tf.testing import released_weights
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 from realm_tf.training import orqa_model
 
-_REPO = testing_utils.repo_root()
+_REPO = test_paths.repo_root()
 _VOCAB = os.path.join(_REPO, "testdata", "vocab.txt")
 _NEW_BODY = "Ostrel Vanquine built the copper lighthouse of Merrowdale in the year of the long frost."
 _UNCHANGED = "The published index is unchanged"
@@ -133,7 +135,7 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     # collected.
     gc.freeze()
     cls.tmp = tf.compat.v1.test.get_temp_dir()
-    paths = testing_utils.testdata_qa_slice(cls.tmp, num_train=3, num_dev=1, num_docs=5)
+    paths = tiny_inputs.testdata_qa_slice(cls.tmp, num_train=3, num_dev=1, num_docs=5)
     cls.corpus, cls.train, cls.dev = paths["corpus"], paths["train"], paths["dev"]
     cls.documents = list(corpus_lib.read_corpus(cls.corpus))
     # _BERT as a Google bert_config.json, for bin/train_orqa --bert_config.
@@ -328,8 +330,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     block_emb = _embed_eagerly(retriever, config.featurizer(), self.corpus)
     released = os.path.join(self.tmp, name, "released")
     os.makedirs(released)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(released, "encoded.ckpt"),
-                                                 {"block_emb": block_emb})
+    encoded = released_weights.write_tf1_checkpoint(os.path.join(released, "encoded.ckpt"),
+                                                    {"block_emb": block_emb})
     for file_name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):
       with tf.io.TFRecordWriter(os.path.join(released, file_name)) as writer:
         for document in self.documents:
@@ -432,8 +434,8 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
     other = os.path.join(self.tmp, "conv_killed", "other", "blocks")
     corpus_lib.write_corpus(lambda: [corpus_lib.Document("t", "another vocab's text", "x-1")],
                             tokenization.Tokenizer(
-                                testing_utils.write_vocab(os.path.join(self.tmp, "conv_killed"),
-                                                          name="other_vocab.txt")),
+                                tiny_inputs.write_vocab(os.path.join(self.tmp, "conv_killed"),
+                                                        name="other_vocab.txt")),
                             other,
                             num_shards=1)
     with self.assertRaisesRegex(index_update.UpdateError, "tokenized with another vocab than the tower"):
@@ -474,17 +476,17 @@ class UpdateIndexBinaryTest(tf.test.TestCase):
                                   num_attention_heads=2,
                                   intermediate_size=64,
                                   max_position_embeddings=positions)
-    checkpoint = testing_utils.write_tf1_checkpoint(
+    checkpoint = released_weights.write_tf1_checkpoint(
         os.path.join(release, "model.ckpt-300000"),
-        testing_utils.released_orqa_weights(bert_config, projection_size=16, span_hidden_size=8))
+        released_weights.released_orqa_weights(bert_config, projection_size=16, span_hidden_size=8))
     orqa_dir = os.path.join(self.tmp, "served", "orqa_nq")
     released_conversion.convert(checkpoint, orqa_dir, vocab_path=_VOCAB, num_attention_heads=2)
     config = realm_config_lib.RealmConfig.load(orqa_dir)
     retriever = config.build_retriever()
     training_state.restore_retriever(retriever, orqa_dir)
     block_emb = _embed_eagerly(retriever, config.featurizer(), self.corpus)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(release, "encoded.ckpt"),
-                                                 {"block_emb": block_emb})
+    encoded = released_weights.write_tf1_checkpoint(os.path.join(release, "encoded.ckpt"),
+                                                    {"block_emb": block_emb})
     # The titles too: the tower embedded "[CLS] title [SEP] body [SEP]", and blocks without them would
     # not reproduce block_emb (the update's probes stop it).
     for file_name, field in (("blocks.tfr", "body"), ("titles.tfr", "title")):

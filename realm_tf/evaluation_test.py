@@ -5,10 +5,10 @@ import os
 
 import tensorflow as tf
 
-from realm_tf import evaluation
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import qa
+from realm_tf import evaluation
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 
 class NormalizeAnswerTest(tf.test.TestCase):
@@ -73,7 +73,7 @@ class MatchTest(tf.test.TestCase):
 class WordpieceExactMatchTest(tf.test.TestCase):
 
   def test_decoded_ids_up_to_sep_against_answers_and_their_round_trip(self):
-    tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.get_temp_dir()))
     ids = tokenizer.tokenize_texts(["the abc 12"])[0].ids + [tokenizer.sep_id] + [5, 6]
     padded = [tokenizer.cls_id] + ids
     self.assertEqual([True, True, False],

@@ -4,7 +4,7 @@ Every .py file is parsed (ast; nothing is imported, so the test takes a second o
 a project module, wherever it stands in the file, is an arrow. The test fails on:
   - an import cycle between packages of realm_tf (a subpackage, or a module directly in realm_tf/);
   - an arrow from a lower layer to a higher one (LAYERS, below);
-  - product code importing test scaffolding (TESTING: realm_tf.testing_utils, realm_tf.testing, ...);
+  - product code importing test scaffolding (TESTING: realm_tf.testing.test_paths, realm_tf.testing, ...);
   - realm_tf/ or bench/ importing bin/ (bin/ holds programs, which nothing imports; what several programs
     and benchmarks share lives in the package);
   - an import of a project module that does not exist (one that moved, imported from its old place);
@@ -69,9 +69,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 )
 
 # Test scaffolding: tests, benchmarks and other testing modules import it; product code never does.
-# browser and fid_kd_testing still sit in product packages (issue 39: they belong in realm_tf/testing/).
-TESTING = ("realm_tf.testing_utils", "realm_tf.testing", "realm_tf.run_test_group",
-           "realm_tf.serving.browser", "realm_tf.training.fid_kd_testing")
+TESTING = ("realm_tf.testing", "realm_tf.run_test_group")
 
 # Arrows against the rules (importer, imported) still in the code; each is exempt from every rule.
 # Remove an entry when its arrow goes (the test fails on an entry that matches no arrow).
@@ -266,13 +264,13 @@ class ImportGraphTest(absltest.TestCase):
         "realm_tf.modeling.bert": {"realm_tf.io_utils"},
         "realm_tf.modeling.embedder": {"realm_tf.modeling.bert", "realm_tf.retrieval.index"},
         "realm_tf.retrieval.index": {"realm_tf.modeling.embedder"},
-        "realm_tf.serving.server": {"realm_tf.testing_utils", "realm_tf.export.gone"},
-        "realm_tf.serving.server_test": {"realm_tf.testing_utils", "realm_tf.demo_pipeline"},
+        "realm_tf.serving.server": {"realm_tf.testing.test_paths", "realm_tf.export.gone"},
+        "realm_tf.serving.server_test": {"realm_tf.testing.test_paths", "realm_tf.demo_pipeline"},
         "realm_tf.newpackage.thing": set(),
         "bench.some_bench": {"bin.demo_pipeline"},
-        "bin.serve": {"realm_tf.testing_utils", "realm_tf.serving.server"},
+        "bin.serve": {"realm_tf.testing.test_paths", "realm_tf.serving.server"},
         "realm_tf.io_utils": set(),
-        "realm_tf.testing_utils": set(),
+        "realm_tf.testing.test_paths": set(),
         "realm_tf.demo_pipeline": set(),
     }
     found = problems(graph, {("realm_tf.modeling.bert", "realm_tf.data.qa"): "gone"})
@@ -282,11 +280,11 @@ class ImportGraphTest(absltest.TestCase):
         "higher layer retrieval", joined)
     self.assertIn("import cycle between realm_tf.modeling, realm_tf.retrieval", joined)
     self.assertIn(
-        "realm_tf.serving.server -> realm_tf.testing_utils: product code imports test "
+        "realm_tf.serving.server -> realm_tf.testing.test_paths: product code imports test "
         "scaffolding", joined)
     self.assertIn("bench.some_bench -> bin.demo_pipeline: realm_tf/ and bench/ never import bin/", joined)
     self.assertIn("realm_tf.newpackage.thing: in no layer", joined)
-    self.assertIn("bin.serve -> realm_tf.testing_utils: product code imports test scaffolding", joined)
+    self.assertIn("bin.serve -> realm_tf.testing.test_paths: product code imports test scaffolding", joined)
     self.assertIn("realm_tf.modeling.bert -> realm_tf.data.qa is in KNOWN_EXCEPTIONS but the arrow is gone",
                   joined)
     self.assertIn("realm_tf.serving.server -> realm_tf.export.gone: no such module", joined)

@@ -10,7 +10,7 @@ Needs Debian's chromium and chromium-driver (bin/test installs them).
 from absl import app
 from absl import flags
 
-from realm_tf.serving import browser
+from realm_tf.testing import browser
 
 _URL = flags.DEFINE_string("url", "http://127.0.0.1:8501", "The running bin/serve's address.")
 _QUESTION = flags.DEFINE_string("question", "Where was Savix Lunene born?", "What to ask on the page.")

@@ -15,10 +15,10 @@ import numpy as np
 from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert
+from realm_tf.testing import released_weights
 
 _VOCAB = 40
 _CONFIG = bert.BertConfig(vocab_size=_VOCAB,
@@ -255,8 +255,8 @@ class BertMappingTest(tf.test.TestCase):
     params = _random_params(_CONFIG)
     variables = _google_names(params, scope)
     variables.update(extra)
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
-                                              variables)
+    path = released_weights.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+                                                 variables)
     encoder, masked_lm = self._model()
     report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertEqual(report.prefix, scope + "bert/")
@@ -283,8 +283,8 @@ class BertMappingTest(tf.test.TestCase):
     params = _random_params(_CONFIG)
     other = _random_params(_CONFIG, seed=1)
     variables = dict(_google_names(params, "reader/module/"), **_google_names(other, "embedder/"))
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
-                                              variables)
+    path = released_weights.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+                                                 variables)
     encoder, masked_lm = self._model()
     with self.assertRaisesRegex(sources.ConversionError,
                                 r"several prefixes \['embedder/bert/', 'reader/module/bert/'\]"):
@@ -296,8 +296,8 @@ class BertMappingTest(tf.test.TestCase):
 
   def test_longer_position_table_is_cut_and_shorter_is_an_error(self):
     params = _random_params(_CONFIG, num_positions=24)
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
-                                              params)
+    path = released_weights.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "model.ckpt"),
+                                                 params)
     encoder, masked_lm = self._model()
     report = bert_mapping.load_bert_weights(encoder, path, masked_lm=masked_lm)
     self.assertLen(report.notes, 1)
@@ -401,7 +401,7 @@ class BertMappingTest(tf.test.TestCase):
 
   def test_model_garden_tf2_round_trip(self):
     params = _random_params(_CONFIG, seed=5)
-    source_path = testing_utils.write_tf1_checkpoint(
+    source_path = released_weights.write_tf1_checkpoint(
         os.path.join(self.create_tempdir().full_path, "model.ckpt"), params)
     original, original_mlm = self._model()
     bert_mapping.load_bert_weights(original, source_path, masked_lm=original_mlm)
@@ -439,7 +439,7 @@ class BertMappingTest(tf.test.TestCase):
   # --- Bad input ----------------------------------------------------------------------------------
 
   def _tf1_path(self, params: Dict[str, np.ndarray]) -> str:
-    return testing_utils.write_tf1_checkpoint(
+    return released_weights.write_tf1_checkpoint(
         os.path.join(self.create_tempdir().full_path, "bert_model.ckpt"), params)
 
   def test_vocab_mismatch_says_which_vocab_to_use(self):

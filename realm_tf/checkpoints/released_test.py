@@ -18,11 +18,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import released as rc
 from realm_tf.checkpoints import sources
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.testing import released_weights
+from realm_tf.testing import tiny_inputs
 
 _VOCAB = 60
 _HEADS = 2
@@ -59,23 +60,23 @@ _MAX_SPAN_WIDTH = 3
 
 _EMBEDDER_BERT = "module/module/module/bert/"
 _EMBEDDER_HEAD = "module/module/"
-_ORQA_BERT = testing_utils.ORQA_RETRIEVER_BERT
-_ORQA_HEAD = testing_utils.ORQA_RETRIEVER_HEAD
-_READER_BERT = testing_utils.ORQA_READER_BERT
+_ORQA_BERT = released_weights.ORQA_RETRIEVER_BERT
+_ORQA_HEAD = released_weights.ORQA_RETRIEVER_HEAD
+_READER_BERT = released_weights.ORQA_READER_BERT
 
 # ------------------------------------------------------------------------------------------------
-# Random weights with the released names (testing_utils.ReleasedWeights).
+# Random weights with the released names (released_weights.ReleasedWeights).
 
-_f32 = testing_utils.float32_weights
+_f32 = released_weights.float32_weights
 
 
 def _realm_bert_params(seed=0):
-  p = testing_utils.ReleasedWeights(seed)
+  p = released_weights.ReleasedWeights(seed)
   return _f32({**p.bert_body("bert/", _CONFIG), **p.mlm("cls/predictions/", _CONFIG)})
 
 
 def _embedder_params(seed=1):
-  p = testing_utils.ReleasedWeights(seed)
+  p = released_weights.ReleasedWeights(seed)
   return _f32({
       **p.bert_body(_EMBEDDER_BERT, _CONFIG),
       **p.mlm("module/module/module/cls/predictions/", _CONFIG),
@@ -84,15 +85,15 @@ def _embedder_params(seed=1):
 
 
 def _orqa_params(seed=2):
-  return testing_utils.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN, seed)
+  return released_weights.released_orqa_weights(_CONFIG, _PROJECTION, _SPAN_HIDDEN, seed)
 
 
-_with_optimizer = testing_utils.with_optimizer_slots
+_with_optimizer = released_weights.with_optimizer_slots
 
 
 def _write_vocab(directory: str, size: int = _VOCAB) -> str:
-  tokens = testing_utils.SPECIAL_TOKENS + [f"[unused{i}]" for i in range(size - 5)]
-  return testing_utils.write_vocab(directory, tokens)
+  tokens = tiny_inputs.SPECIAL_TOKENS + [f"[unused{i}]" for i in range(size - 5)]
+  return tiny_inputs.write_vocab(directory, tokens)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class ReleasedTest(tf.test.TestCase):
 
   def _checkpoint(self, params, name="model.ckpt", optimizer=True):
     variables = _with_optimizer(params) if optimizer else dict(params)
-    return testing_utils.write_tf1_checkpoint(os.path.join(self._dir, name), variables)
+    return released_weights.write_tf1_checkpoint(os.path.join(self._dir, name), variables)
 
   def _assert_clean_report(self, report, params, ignored_prefixes=()):
     ignored = sorted(n for n in params if n.startswith(tuple(ignored_prefixes))) \
@@ -300,8 +301,8 @@ class ReleasedTest(tf.test.TestCase):
 
   def test_layout_detection_and_unknown_layouts(self):
     self.assertEqual(rc.detect_layout(self._checkpoint(_embedder_params(), "e.ckpt")).name, rc.REALM_EMBEDDER)
-    block = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
-                                               {"block_emb": np.ones([3, 4], np.float32)})
+    block = released_weights.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
+                                                  {"block_emb": np.ones([3, 4], np.float32)})
     self.assertEqual(rc.detect_layout(block).block_emb, "block_emb")
     # A layout asked for must be the one found.
     with self.assertRaisesRegex(sources.ConversionError, r"layout realm_bert was asked for.*realm_embedder"):
@@ -313,7 +314,7 @@ class ReleasedTest(tf.test.TestCase):
         sources.ConversionError, r"bare\.ckpt: not a released REALM/ORQA layout"
         r"(.|\n)*'bert/' \(bare\)(.|\n)*top-level scopes: bert/ \(\d+\)"):
       rc.detect_layout(path)
-    other = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"), {
+    other = released_weights.write_tf1_checkpoint(os.path.join(self._dir, "other.ckpt"), {
         "foo/kernel": np.ones([2, 2], np.float32),
         "global_step": np.array(1, np.int64)
     })

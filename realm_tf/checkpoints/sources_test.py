@@ -5,8 +5,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import sources
+from realm_tf.testing import released_weights
 
 
 def _save_with_manager(root: tf.train.Checkpoint, directory: str, step: int) -> str:
@@ -44,16 +44,16 @@ class ResolveCheckpointTest(tf.test.TestCase):
     value = {"v": np.ones([2], np.float32)}
     for sub in ("variables", "encoded"):
       os.makedirs(os.path.join(module, sub))
-    variables = testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), value)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(module, "encoded", "encoded.ckpt"), value)
+    variables = released_weights.write_tf1_checkpoint(os.path.join(module, "variables", "variables"), value)
+    encoded = released_weights.write_tf1_checkpoint(os.path.join(module, "encoded", "encoded.ckpt"), value)
     self.assertEqual(sources.resolve_checkpoint(module), variables)
     self.assertEqual(sources.resolve_checkpoint(module, block_emb=True), encoded)
     bert_dir = self.create_tempdir().full_path
-    only = testing_utils.write_tf1_checkpoint(os.path.join(bert_dir, "bert_model.ckpt"), value)
+    only = released_weights.write_tf1_checkpoint(os.path.join(bert_dir, "bert_model.ckpt"), value)
     state = os.path.join(bert_dir, "checkpoint")  # the Saver's; Google's BERT downloads have none
     os.remove(state)
     self.assertEqual(sources.resolve_checkpoint(bert_dir), only)
-    testing_utils.write_tf1_checkpoint(os.path.join(bert_dir, "other.ckpt"), value)
+    released_weights.write_tf1_checkpoint(os.path.join(bert_dir, "other.ckpt"), value)
     os.remove(state)
     with self.assertRaisesRegex(
         FileNotFoundError, r"expected one checkpoint in the directory, found "

@@ -6,11 +6,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
+from realm_tf.testing import released_weights
 
 _VOCAB_SIZE = 285
 # Small enough that building and restoring takes well under a second.
@@ -218,9 +218,9 @@ class RestoreRetrieverFromBertTest(tf.test.TestCase):
   """A plain BERT initializes every tower's encoder (e.g. all-MiniLM-L6-v2 as REALM's retriever)."""
 
   def _tf1_bert(self, config=_CONFIG) -> str:
-    params = testing_utils.float32_weights(testing_utils.ReleasedWeights(3).bert_body("bert/", config))
-    return testing_utils.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert.ckpt"),
-                                              params)
+    params = released_weights.float32_weights(released_weights.ReleasedWeights(3).bert_body("bert/", config))
+    return released_weights.write_tf1_checkpoint(os.path.join(self.create_tempdir().full_path, "bert.ckpt"),
+                                                 params)
 
   def test_tf1_bert_into_separate_projection_free_towers(self):
     path = self._tf1_bert()

@@ -12,7 +12,6 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import released as rc
 from realm_tf.checkpoints import released_test as fixtures
@@ -25,6 +24,7 @@ from realm_tf.modeling import reader as reader_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import converted_index
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import released_weights
 
 
 class ReleasedConversionTest(tf.test.TestCase):
@@ -36,7 +36,7 @@ class ReleasedConversionTest(tf.test.TestCase):
 
   def _checkpoint(self, params, name="model.ckpt", optimizer=True):
     variables = fixtures._with_optimizer(params) if optimizer else dict(params)
-    return testing_utils.write_tf1_checkpoint(os.path.join(self._dir, name), variables)
+    return released_weights.write_tf1_checkpoint(os.path.join(self._dir, name), variables)
 
   def test_vocab_mismatch(self):
     path = self._checkpoint(fixtures._embedder_params(), optimizer=False)
@@ -60,8 +60,8 @@ class ReleasedConversionTest(tf.test.TestCase):
     module = os.path.join(self._dir, "embedder")  # A hub module directory, as released.
     os.makedirs(os.path.join(module, "variables"))
     os.makedirs(os.path.join(module, "assets"))
-    testing_utils.write_tf1_checkpoint(os.path.join(module, "variables", "variables"),
-                                       fixtures._with_optimizer(params))
+    released_weights.write_tf1_checkpoint(os.path.join(module, "variables", "variables"),
+                                          fixtures._with_optimizer(params))
     fixtures._write_vocab(os.path.join(module, "assets"))
     output_dir = os.path.join(self._dir, "converted")
     summary = released_conversion.convert(module, output_dir,
@@ -192,8 +192,8 @@ class ReleasedConversionTest(tf.test.TestCase):
   def test_block_emb_index_rows_are_blocks(self):
     rng = np.random.default_rng(5)
     block_emb = rng.normal(size=[7, fixtures._PROJECTION]).astype(np.float32)
-    encoded = testing_utils.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
-                                                 {"block_emb": block_emb})
+    encoded = released_weights.write_tf1_checkpoint(os.path.join(self._dir, "encoded.ckpt"),
+                                                    {"block_emb": block_emb})
     texts = [f"block {i} text é" for i in range(7)]
     blocks_path = os.path.join(self._dir, "blocks.tfr")
     titles_path = os.path.join(self._dir, "titles.tfr")

@@ -3,10 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import answer_substitution
 from realm_tf.data import fid_features
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 
 class AnswerSubstitutionTest(tf.test.TestCase):
@@ -14,7 +14,7 @@ class AnswerSubstitutionTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.get_temp_dir()))
 
   def _text(self, ids):
     return fid_features.detokenize(self.tokenizer, ids)

@@ -5,10 +5,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 _DOCS = [
     corpus_lib.Document("T1", "Wenor founded it.", "a"),
@@ -24,7 +24,7 @@ class CorpusTableTest(tf.test.TestCase):
     super().setUpClass()
     directory = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"corpus_table_test_{os.getpid()}")
     os.makedirs(directory, exist_ok=True)
-    cls.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(directory))
+    cls.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(directory))
     cls.prefix = os.path.join(directory, "corpus", "blocks")
     corpus_lib.write_corpus(lambda: _DOCS, cls.tokenizer, cls.prefix, num_shards=2)
     cls.table = corpus_table.CorpusTable.load(cls.prefix)

@@ -6,10 +6,11 @@ import os
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import corpus
 from realm_tf.data import text_records
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 InputError = text_records.InputError
 
@@ -28,7 +29,7 @@ class CorpusTestCase(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.create_tempdir().full_path))
 
   def write(self, name, content, directory=None):
     path = os.path.join(directory or self.create_tempdir().full_path, name)
@@ -428,9 +429,9 @@ class SharedDataTest(CorpusTestCase):
 
   def setUp(self):
     super().setUp()
-    self.data_dir = testing_utils.shared_data_dir()
+    self.data_dir = test_paths.shared_data_dir()
     if self.data_dir is None:
-      self.skipTest(f"shared data not found: set ${testing_utils.SHARED_DATA_ENV} or provide "
+      self.skipTest(f"shared data not found: set ${test_paths.SHARED_DATA_ENV} or provide "
                     "<repo>/../shared/data")
 
   def _path(self, *parts):

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import fid_features
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 
 def features(tokenizer, passage_seq_len=24, answer_seq_len=6, answers=("abc 12", "xyz")):
@@ -20,7 +20,7 @@ class FeaturizeTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.get_temp_dir()))
 
   def test_featurize_shapes_and_teacher_forcing(self):
     tok = self.tokenizer

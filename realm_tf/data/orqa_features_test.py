@@ -7,12 +7,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import featurization
-from realm_tf import tokenization
-from realm_tf import testing_utils
 from realm_tf.data import orqa_features
+from realm_tf import featurization
+from realm_tf.testing import test_paths
+from realm_tf import tokenization
 
-_VOCAB = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
+_VOCAB = os.path.join(test_paths.repo_root(), "testdata", "vocab.txt")
 _CLS, _SEP = 2, 3
 
 

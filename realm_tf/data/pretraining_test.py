@@ -10,14 +10,14 @@ import sys
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
 from realm_tf.data import salient_spans
 from realm_tf.data import text_records
+from realm_tf.testing import test_paths
 
 InputError = text_records.InputError
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 
 
 def _load_jsonl(path):
@@ -320,7 +320,7 @@ class DprSampleTest(PretrainingTestCase):
   """The annotating path on real Wikipedia passages (../shared/data/dpr_sample)."""
 
   def test_annotates_real_passages(self):
-    path = testing_utils.shared_data_path("dpr_sample", "psgs_w100.haystack_sample.tsv")
+    path = test_paths.shared_data_path("dpr_sample", "psgs_w100.haystack_sample.tsv")
     if path is None:
       self.skipTest("shared data (dpr_sample) is absent")
     prefix, stats = self.corpus_from(path, num_shards=3)
@@ -342,7 +342,7 @@ class DprSampleTest(PretrainingTestCase):
 
 
 def _run_binary(*args):
-  repo = testing_utils.repo_root()
+  repo = test_paths.repo_root()
   env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
   return subprocess.run(
       [sys.executable, os.path.join(repo, "bin", "generate_pretraining_corpus.py"), *args],

@@ -7,9 +7,9 @@ from unittest import mock
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.data import corpus
 from realm_tf.data import qa
+from realm_tf.testing import test_paths
 
 InputError = qa.InputError
 
@@ -440,9 +440,9 @@ class SharedDataTest(QATestCase):
 
   def setUp(self):
     super().setUp()
-    self.data_dir = testing_utils.shared_data_dir()
+    self.data_dir = test_paths.shared_data_dir()
     if self.data_dir is None:
-      self.skipTest(f"shared data not found: set ${testing_utils.SHARED_DATA_ENV} or provide "
+      self.skipTest(f"shared data not found: set ${test_paths.SHARED_DATA_ENV} or provide "
                     "<repo>/../shared/data")
 
   def _path(self, *parts):

@@ -6,8 +6,8 @@ import re
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.data import salient_spans as ss
+from realm_tf.testing import test_paths
 
 
 def _texts(annotator_or_splitter, text):
@@ -285,7 +285,7 @@ class SentenceSplitterTest(tf.test.TestCase):
 
   def test_reproduces_testdata_sentences(self):
     """The synthetic world's sentences are simple: the splitter must find exactly them."""
-    path = os.path.join(testing_utils.repo_root(), "testdata", "pretraining.jsonl")
+    path = os.path.join(test_paths.repo_root(), "testdata", "pretraining.jsonl")
     with open(path, encoding="utf-8") as f:
       records = [json.loads(line) for line in f]
     self.assertLen(records, 444)  # 300 articles, 144 news items

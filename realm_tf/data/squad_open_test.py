@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import evaluation
-from realm_tf import testing_utils
 from realm_tf.data import corpus
 from realm_tf.data import qa
 from realm_tf.data import squad_open
+from realm_tf import evaluation
+from realm_tf.testing import test_paths
 
 
 def _write_squad(path, articles):
@@ -117,9 +117,9 @@ class SharedDataTest(tf.test.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.directory = testing_utils.shared_data_path("squad")
+    self.directory = test_paths.shared_data_path("squad")
     if self.directory is None:
-      self.skipTest(f"shared SQuAD data not found: set ${testing_utils.SHARED_DATA_ENV} or provide "
+      self.skipTest(f"shared SQuAD data not found: set ${test_paths.SHARED_DATA_ENV} or provide "
                     "<repo>/../shared/data/squad")
 
   def test_squad_open(self):

@@ -4,13 +4,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import fid_features
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_distillation
 from realm_tf.modeling import fid_reader
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 
 class DistillationLossTest(tf.test.TestCase):
@@ -49,7 +49,7 @@ class DistillationGradientTest(tf.test.TestCase):
 
   def test_kd_gradients_reach_only_the_retriever(self):
     tf_keras.utils.set_random_seed(7)
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.get_temp_dir()))
     config = fid_reader.FidConfig(vocab_size=self.tokenizer.vocab_size,
                                   hidden_size=32,
                                   num_heads=2,

@@ -7,14 +7,15 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import evaluation
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import fid_warm_start
 from realm_tf.data import fid_features
+from realm_tf import evaluation
 from realm_tf.modeling import bert
 from realm_tf.modeling import fid_reader
+from realm_tf.testing import released_weights
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 from realm_tf.training import train_lib
 
 
@@ -54,7 +55,7 @@ class _Seeded(tf.test.TestCase):
   def setUp(self):
     super().setUp()
     tf_keras.utils.set_random_seed(7)
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.get_temp_dir()))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.get_temp_dir()))
 
 
 class AggregationTest(tf.test.TestCase):
@@ -201,7 +202,7 @@ class BertEncoderReaderTest(_Seeded):
     }
     directory = os.path.join(self.get_temp_dir(), f"tf1_{seed}")
     tf.io.gfile.makedirs(directory)
-    path = testing_utils.write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)
+    path = released_weights.write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)
     with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
       json.dump(
           {
@@ -391,9 +392,9 @@ class CopyAttentionTest(_Seeded):
     the same reader cannot (their output embeddings never got a gradient)."""
     names = [f"name{i}" for i in range(60)]  # whole-word pieces: each answer is one wordpiece
     tokenizer = tokenization.Tokenizer(
-        testing_utils.write_vocab(self.get_temp_dir(),
-                                  testing_utils.tiny_vocab_tokens() + names,
-                                  name="names_vocab.txt"))
+        tiny_inputs.write_vocab(self.get_temp_dir(),
+                                tiny_inputs.tiny_vocab_tokens() + names,
+                                name="names_vocab.txt"))
     rng = np.random.default_rng(0)
 
     def draw(pool, size):

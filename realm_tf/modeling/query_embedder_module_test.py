@@ -7,11 +7,11 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 import tf_keras
 
-from realm_tf import testing_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import query_embedder_module as query_embedder
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.testing import test_paths
 
 _QUESTIONS = ["who built the lighthouse", "where is the village"]
 
@@ -22,7 +22,7 @@ class QueryEmbedderModuleTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     tf_keras.utils.set_random_seed(0)
-    vocab_path = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
+    vocab_path = os.path.join(test_paths.repo_root(), "testdata", "vocab.txt")
     bert_config = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
     config = realm_config_lib.RealmConfig(retriever_bert=bert_config,
                                           reader_bert=bert_config,

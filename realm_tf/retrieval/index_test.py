@@ -8,13 +8,9 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf.retrieval import brute_force_index
-
 from realm_tf.retrieval import index as index_lib
-
 from realm_tf.retrieval import index_format
-
 from realm_tf.retrieval import mips_index
-
 from realm_tf.retrieval import scann_index
 
 CorruptIndexError = index_format.CorruptIndexError

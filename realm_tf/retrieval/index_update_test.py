@@ -16,8 +16,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
@@ -25,8 +23,11 @@ from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")
 _NUM_DOCS = 30
 _STEP = 5
@@ -299,7 +300,7 @@ class IndexUpdateTest(tf.test.TestCase):
       index_update.read_change_set(bad)
 
   def test_change_set_of_another_vocabulary(self):
-    vocab = testing_utils.write_vocab(self.dir, name="other_vocab.txt")
+    vocab = tiny_inputs.write_vocab(self.dir, name="other_vocab.txt")
     other = os.path.join(self.dir, "other", "blocks")
     corpus_lib.write_corpus(lambda: [corpus_lib.Document(_NEW_DOC["title"], _NEW_DOC["body"], "new-1")],
                             tokenization.Tokenizer(vocab),

@@ -6,11 +6,11 @@ mean pooling)."""
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.retrieval import text_embedder
+from realm_tf.testing import tiny_inputs
+from realm_tf import tokenization
 
 _TEXTS = [
     "a short one", "the second text is quite a lot longer than the first", "mid length text", "x",
@@ -23,7 +23,7 @@ class TextEmbedderTest(tf.test.TestCase):
   def setUp(self):
     super().setUp()
     tf.keras.utils.set_random_seed(0)
-    self.tokenizer = tokenization.Tokenizer(testing_utils.write_vocab(self.create_tempdir().full_path))
+    self.tokenizer = tokenization.Tokenizer(tiny_inputs.write_vocab(self.create_tempdir().full_path))
     self.embedder = embedder.sentence_transformers_embedder(bert.tiny_config(self.tokenizer.vocab_size))
     self.encoder = self.embedder.encoder
 

@@ -13,15 +13,15 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import io_utils
-from realm_tf import testing_utils
-from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
+from realm_tf import io_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import test_paths
+from realm_tf import tokenization
 from realm_tf.training import frozen_index
 from realm_tf.training import orqa_model
 from realm_tf.training import warm_start
@@ -42,7 +42,7 @@ def write_model_dir(directory: str, num_docs: int = 40, seed: int = 3) -> Random
   are the corpus."""
   if not 1 <= num_docs <= MAX_DOCS:
     raise ValueError(f"num_docs must be in [1, {MAX_DOCS}] (the testdata corpus), got {num_docs}")
-  testdata = os.path.join(testing_utils.repo_root(), "testdata")
+  testdata = os.path.join(test_paths.repo_root(), "testdata")
   os.makedirs(directory, exist_ok=True)
   vocab = os.path.join(directory, "vocab_copy.txt")
   io_utils.copy_atomic(os.path.join(testdata, "vocab.txt"), vocab)

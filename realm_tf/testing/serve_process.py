@@ -17,7 +17,7 @@ import threading
 import time
 from typing import List, Optional
 
-from realm_tf import testing_utils
+from realm_tf.testing import test_paths
 
 _READY = re.compile(r"^serving \S+ \(.*\) at (http://[^/\s]+)/$")
 
@@ -27,7 +27,7 @@ class ServeProcess:
   serves (at most start_timeout_s; RuntimeError with its stderr if it exits or does not get there)."""
 
   def __init__(self, saved_model: str, *flags: str, start_timeout_s: float = 300.0):
-    repo = testing_utils.repo_root()
+    repo = test_paths.repo_root()
     self._stderr: List[str] = []
     self.process = subprocess.Popen([
         sys.executable,

@@ -7,7 +7,7 @@ resumed (after its first round) by the resume case, and one with it off; one tra
 (what a round trains does not matter here, only which weights it starts from and keeps). The recall is
 a stand-in (below), so the corpus embeddings only pick round 1's passages: they are computed eagerly
 (fid_kd_testing.EagerCorpusEmbedding); fid_kd_test's loop test runs the real embedding. The runs'
-tf.functions run eagerly too (testing_utils.functions_run_eagerly): every round builds new models and
+tf.functions run eagerly too (eager_functions.functions_run_eagerly): every round builds new models and
 would trace their steps, decoding and scores anew, most of a round's CPU time; fid_kd_test's loop test
 runs them traced.
 """
@@ -21,16 +21,18 @@ from unittest import mock
 
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.testing import eager_functions
+from realm_tf.testing import fid_kd_testing
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import fid_kd
-from realm_tf.training import fid_kd_testing
 
-_VOCAB_PATH = os.path.join(testing_utils.repo_root(), "testdata", "vocab.txt")
+_VOCAB_PATH = os.path.join(test_paths.repo_root(), "testdata", "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
                                        reader_bert=_BERT,
@@ -79,7 +81,7 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.directory = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-    cls.paths = testing_utils.testdata_qa_slice(cls.directory, 8, 4, 20)
+    cls.paths = tiny_inputs.testdata_qa_slice(cls.directory, 8, 4, 20)
     # The run the rejection and resume cases read: 2 rounds with the flag on (the default).
     cls.keep_dir = os.path.join(cls.directory, "keep")
     cls.keep_recall = _Recall()
@@ -121,7 +123,7 @@ class KeepBetterRetrieverTest(tf.test.TestCase):
     logs = []
     with mock.patch.object(fid_kd.retriever_eval, "retriever_recall", recall), \
          mock.patch.object(fid_kd, "embed_corpus", fid_kd_testing.EagerCorpusEmbedding()), \
-         testing_utils.functions_run_eagerly():
+         eager_functions.functions_run_eagerly():
       return fid_kd.run(options, log=logs.append), logs
 
   def test_worse_round_is_rejected_and_the_next_starts_from_the_previous_retriever(self):

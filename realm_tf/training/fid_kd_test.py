@@ -8,17 +8,19 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import fid_warm_start
 from realm_tf.checkpoints import training_state
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.testing import eager_functions
+from realm_tf.testing import fid_kd_testing
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import fid_kd
-from realm_tf.training import fid_kd_testing
 
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
@@ -64,7 +66,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_iterations_write_artifacts_and_resume(self):
     directory = self.get_temp_dir()
-    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
+    paths = tiny_inputs.testdata_qa_slice(directory, 8, 4, 20)
     model_dir = os.path.join(directory, "run")
     options = fid_kd.FidKdOptions(
         config=_CONFIG,
@@ -93,7 +95,7 @@ class LoopTest(tf.test.TestCase):
     # document tower runs eagerly: compiled with XLA (anew per call, 4 length buckets) it costs about 4 s
     # of CPU, and corpus_embedding_test compiles the same tower.
     eager_embed = fid_kd_testing.EagerCorpusEmbedding()
-    real_embed = testing_utils.eagerly(fid_kd.embed_corpus)
+    real_embed = eager_functions.eagerly(fid_kd.embed_corpus)
 
     def embed_corpus(retriever, run_options):
       if eager_embed.calls:
@@ -109,14 +111,14 @@ class LoopTest(tf.test.TestCase):
     # The single-passage phase trains the reader eagerly: the 3-passage phase traces the same step.
     with mock.patch.object(fid_kd, "embed_corpus", embed_corpus), \
          mock.patch.object(fid_kd, "_train_reader_on_single_passages",
-                           testing_utils.eagerly(fid_kd._train_reader_on_single_passages)):
+                           eager_functions.eagerly(fid_kd._train_reader_on_single_passages)):
       first = fid_kd.run(dataclasses.replace(options, iterations=1), log=logs.append)
       self.assertLen(first, 1)
       self.assertEqual([], [line for line in logs if "skipped" in line])
       logs.clear()
       # Round 1 runs eagerly: round 0 traced the same steps, decoding and scores (round 1 trains no
       # single-passage reader and no retriever: its dense passages hold too few answers).
-      with testing_utils.functions_run_eagerly():
+      with eager_functions.functions_run_eagerly():
         metrics = fid_kd.run(options, log=logs.append)
     self.assertEqual(4, eager_embed.calls)  # the real embedding's check, then 3 rounds' indexes
     self.assertLen([line for line in logs if "skipped" in line], 1)
@@ -170,7 +172,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_bert_reader_encoder_is_warm_started_every_iteration(self):
     directory = self.get_temp_dir()
-    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
+    paths = tiny_inputs.testdata_qa_slice(directory, 8, 4, 20)
     # A bin/train_mlm-style export (Model Garden checkpoint + bert_config.json) of a BERT of the corpus
     # vocab, hidden 32 (the decoder's 16 gets a projection).
     bert_config = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)
@@ -214,7 +216,7 @@ class LoopTest(tf.test.TestCase):
     def run_iteration(options, data, retriever, iteration, start, log):
       # Iteration 0 traces the BERT reader's training step, decoding and scores; iteration 1 runs them
       # eagerly (the same functions again), warm-started as iteration 0.
-      run = real_iteration if iteration == 0 else testing_utils.eagerly(real_iteration)
+      run = real_iteration if iteration == 0 else eager_functions.eagerly(real_iteration)
       return run(options, data, retriever, iteration, start, log)
 
     # The corpus embeddings (which only pick the passages here) computed eagerly; the loop test above
@@ -243,7 +245,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_bad_selection_metric_is_refused(self):
     directory = self.get_temp_dir()
-    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
+    paths = tiny_inputs.testdata_qa_slice(directory, 8, 4, 20)
     for metric in ("gold_recall@3", "recall@5", "gold_precision@5"):
       options = fid_kd.FidKdOptions(config=_CONFIG,
                                     fid=_FID,
@@ -258,7 +260,7 @@ class LoopTest(tf.test.TestCase):
 
   def test_changed_reader_config_is_refused(self):
     directory = self.get_temp_dir()
-    paths = testing_utils.testdata_qa_slice(directory, 8, 4, 20)
+    paths = tiny_inputs.testdata_qa_slice(directory, 8, 4, 20)
     model_dir = os.path.join(directory, "run2")
     _CONFIG.save(model_dir)
     _FID.save(model_dir)

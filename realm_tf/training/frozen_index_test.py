@@ -6,9 +6,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import frozen_index
 
 
@@ -28,7 +28,7 @@ class FrozenIndexTest(tf.test.TestCase):
 
   def test_index_of_another_corpus_is_refused(self):
     tmp = self.create_tempdir().full_path
-    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
+    paths = tiny_inputs.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     index_dir = os.path.join(tmp, "other_index")
     index_lib.build_index(np.ones([5, 16], np.float32), implementation="brute_force").save(index_dir)
     model_dir = os.path.join(tmp, "orqa")
@@ -50,10 +50,10 @@ class FrozenIndexTest(tf.test.TestCase):
 
   def test_index_or_frozen_index_of_a_same_size_corpus_with_other_documents_is_refused(self):
     tmp = self.create_tempdir().full_path
-    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
+    paths = tiny_inputs.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     # 24 documents too, but other ones (other train questions' gold documents): only the fingerprint
     # tells the corpora apart.
-    other = testing_utils.testdata_qa_slice(os.path.join(tmp, "other"), 30, 0, 24)["corpus"]
+    other = tiny_inputs.testdata_qa_slice(os.path.join(tmp, "other"), 30, 0, 24)["corpus"]
     embeddings = np.random.default_rng(0).normal(size=[24, 16]).astype(np.float32)
     index_dir = os.path.join(tmp, "index_of_other")
     index_lib.build_index(embeddings, implementation="brute_force").save(

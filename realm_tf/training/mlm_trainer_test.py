@@ -10,13 +10,13 @@ import numpy as np
 from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import bert_mapping_test as fixtures
 from realm_tf.checkpoints import sources
 from realm_tf.data import mlm as mlm_data
 from realm_tf.modeling import bert
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
+from realm_tf.testing import released_weights
 from realm_tf.training import loop
 from realm_tf.training import mlm_trainer
 
@@ -131,8 +131,8 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_tf1_google_bert_with_its_head(self):
     params = self._params()
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
-                                              fixtures._google_names(params))  # pylint: disable=protected-access
+    path = released_weights.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
+                                                 fixtures._google_names(params))  # pylint: disable=protected-access
     model = mlm_trainer.build_model(_config())
     message = mlm_trainer.warm_start(model, path)
     self._assert_encoder_is(model, params)
@@ -164,8 +164,8 @@ class WarmStartTest(tf.test.TestCase):
 
   def test_wrong_config_is_an_error_naming_the_checkpoint(self):
     params = self._params()
-    path = testing_utils.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
-                                              fixtures._google_names(params))  # pylint: disable=protected-access
+    path = released_weights.write_tf1_checkpoint(os.path.join(self.get_temp_dir(), "bert_model.ckpt"),
+                                                 fixtures._google_names(params))  # pylint: disable=protected-access
     bigger = bert.tiny_config(_vocab_size(), hidden_size=64, max_position_embeddings=64)
     with self.assertRaisesRegex(sources.ConversionError, "bert_model.ckpt.*--bert_config"):
       mlm_trainer.warm_start(mlm_trainer.build_model(bigger), path)

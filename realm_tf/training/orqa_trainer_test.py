@@ -9,18 +9,20 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import testing_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.testing import eager_functions
+from realm_tf.testing import test_paths
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import best_checkpoint
 from realm_tf.training import frozen_index
 from realm_tf.training import loop
 from realm_tf.training import orqa_evaluation
 from realm_tf.training import orqa_trainer
 
-_TESTDATA = os.path.join(testing_utils.repo_root(), "testdata")
+_TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
@@ -59,7 +61,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
   def test_short_run_best_checkpoint_and_evaluation(self):
     tf_keras.utils.set_random_seed(0)
     tmp = self.create_tempdir().full_path
-    paths = testing_utils.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
+    paths = tiny_inputs.testdata_qa_slice(tmp, 12, 8, 24, num_shards=2)
     model_dir = os.path.join(tmp, "orqa")
     logs = []
     summary = orqa_trainer.train(_options(model_dir, paths, steps=4),
@@ -95,7 +97,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
 
     # bin/eval_orqa's path: the best checkpoint, the same dev metrics, and the files it promises. Its
     # predictor's functions run eagerly: the run's dev evaluations traced the same OrqaPredictor.
-    with testing_utils.functions_run_eagerly():
+    with eager_functions.functions_run_eagerly():
       result = orqa_evaluation.evaluate_model_dir(model_dir, paths["dev"], batch_size=4, log=logs.append)
     self.assertEqual(result["checkpoint"], os.path.join(model_dir, best["checkpoint"]))
     for key, value in best["metrics"].items():
@@ -112,7 +114,7 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     # A restart continues from ckpt-4 with the same frozen index. Its one step runs eagerly: the first
     # run traced the same training step (a trace costs about 5 s of CPU, the step a fraction of one).
     before = np.array(frozen.embeddings)
-    with testing_utils.functions_run_eagerly():
+    with eager_functions.functions_run_eagerly():
       orqa_trainer.train(_options(model_dir, paths, steps=5, dev_path=None),
                          tf.distribute.get_strategy(),
                          log=logs.append)

@@ -8,18 +8,18 @@ from safetensors import numpy as safetensors_numpy
 import tensorflow as tf
 import tf_keras
 
-from realm_tf import testing_utils
 from realm_tf.checkpoints import bert_mapping_test as fixtures
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
-from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.modeling import reader as reader_lib
+from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.testing import test_paths
 from realm_tf.training import warm_start
 
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,
                                        reader_bert=_BERT,
-                                       vocab_path=os.path.join(testing_utils.repo_root(), "testdata",
+                                       vocab_path=os.path.join(test_paths.repo_root(), "testdata",
                                                                "vocab.txt"),
                                        projection_size=16,
                                        query_seq_len=24,
