@@ -60,9 +60,9 @@ from typing import Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from realm_tf.checkpoints import training_state
 from realm_tf import demo_pipeline
 from realm_tf import io_utils
+from realm_tf.checkpoints import training_state
 from realm_tf.testing import tiny_inputs
 # pylint: enable=g-import-not-at-top,wrong-import-position
 

@@ -5,10 +5,10 @@ import os
 from absl.testing import absltest
 
 from bench import realm_reader_bench
+from realm_tf import tokenization
 from realm_tf.data import corpus_table
 from realm_tf.data import synthetic
 from realm_tf.testing import test_paths
-from realm_tf import tokenization
 
 _TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 

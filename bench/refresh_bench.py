@@ -55,8 +55,8 @@ from realm_tf import evaluation
 from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
-from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import brute_force_index
+from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import refresh_precision
 from realm_tf.retrieval import text_embedder

@@ -27,14 +27,14 @@ from absl import flags
 import numpy as np
 
 from bench import throughput_lib
+from realm_tf import io_utils
 from realm_tf.export import loader
 from realm_tf.export import saved_models
-from realm_tf import io_utils
 from realm_tf.retrieval import scann_index
+from realm_tf.runs import orqa_model
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.testing import test_paths
-from realm_tf.training import orqa_model
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "A bin/train_orqa model dir to export (its best "

@@ -45,12 +45,12 @@ from absl import flags
 import numpy as np
 
 from bench import throughput_lib
-from realm_tf.export import saved_models
 from realm_tf import io_utils
+from realm_tf.export import saved_models
+from realm_tf.runs import orqa_model
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.testing import test_paths
-from realm_tf.training import orqa_model
 
 PREDICT = "/v1/models/open_qa:predict"
 _HOST = "127.0.0.1"  # the only address any request of this file goes to

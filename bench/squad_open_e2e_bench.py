@@ -226,7 +226,7 @@ def main(argv):
   if _STOP_AFTER.value == "train":
     return
 
-  from realm_tf.training import orqa_evaluation  # pylint: disable=g-import-not-at-top
+  from realm_tf.runs import orqa_evaluation  # pylint: disable=g-import-not-at-top
   results = {}
   out = os.path.join(work_dir, "eval")
   for retriever in _RETRIEVERS.value:

@@ -52,7 +52,7 @@ def main(argv):
   from realm_tf.data import corpus_table
   from realm_tf.retrieval import hybrid
   from realm_tf.retrieval import text_embedder
-  from realm_tf.training import frozen_index
+  from realm_tf.runs import frozen_index
   # pylint: enable=g-import-not-at-top
   for w in weights:
     try:

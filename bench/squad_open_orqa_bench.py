@@ -210,7 +210,7 @@ def _retriever_start(path: str, tokenizer, paragraphs: Sequence[str]):
   from realm_tf.modeling import realm_config as realm_config_lib
   from realm_tf.retrieval import embedding_cache
   from realm_tf.retrieval import text_embedder
-  from realm_tf.training import warm_start
+  from realm_tf.runs import warm_start
   # pylint: enable=g-import-not-at-top
   model_dir = path if os.path.isdir(path) else os.path.dirname(path)
   try:
@@ -280,8 +280,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   _check_flags()
-  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf import answer_index as answer_index_lib  # pylint: disable=g-import-not-at-top
+  from realm_tf import io_utils  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import index as index_lib  # pylint: disable=g-import-not-at-top
   from realm_tf.retrieval import text_embedder  # pylint: disable=g-import-not-at-top
   from realm_tf.training import optimization  # pylint: disable=g-import-not-at-top

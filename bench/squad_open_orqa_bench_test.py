@@ -11,6 +11,7 @@ import tensorflow as tf
 from bench import loss_curve
 from bench import squad_open_orqa_bench as orqa
 from realm_tf import answer_index
+from realm_tf import tokenization
 from realm_tf.data import qa
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
@@ -18,7 +19,6 @@ from realm_tf.modeling import orqa_retriever
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import text_embedder
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 from realm_tf.training import optimization
 
 _TEXTS = [

@@ -228,10 +228,10 @@ class VocabChecksTest(tf.test.TestCase):
 
   def test_vocab_other_than_the_corpus_manifest(self):
     # pylint: disable=g-import-not-at-top,import-outside-toplevel  (this file's other tests need none)
+    from realm_tf import tokenization
     from realm_tf.data import corpus as corpus_lib
     from realm_tf.modeling import bert
     from realm_tf.modeling import realm_config as realm_config_lib
-    from realm_tf import tokenization
     tmp = self.create_tempdir().full_path
     vocab = f"{_TESTDATA}/vocab.txt"
     with open(vocab, encoding="utf-8") as f:

@@ -15,13 +15,13 @@ import os
 
 import tensorflow as tf
 
+from realm_tf import demo_pipeline
+from realm_tf import retriever_eval
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.data import qa as qa_lib
-from realm_tf import demo_pipeline
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import corpus_embedding
-from realm_tf import retriever_eval
 from realm_tf.testing import tiny_inputs
 
 # The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.

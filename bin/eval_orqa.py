@@ -21,7 +21,7 @@ from absl import flags
 from absl import logging
 
 from realm_tf.retrieval import hybrid
-from realm_tf.training import orqa_evaluation
+from realm_tf.runs import orqa_evaluation
 from realm_tf.training import trainer_flags
 
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa model dir.")

@@ -15,13 +15,13 @@ import sys
 from absl import app
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.testing import in_process
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")

@@ -19,10 +19,10 @@ import tensorflow as tf
 
 from realm_tf.export import loader
 from realm_tf.export import saved_models
+from realm_tf.runs import orqa_model
 from realm_tf.testing import browser
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
-from realm_tf.training import orqa_model
 
 _QUESTIONS = [
     "Where was Savix Lunene born?", "Où est né Zoë Kelarlé, l'ingénieur?", "What did Wenor found? " * 40

@@ -15,12 +15,12 @@ import time
 
 import tensorflow as tf
 
+from realm_tf import demo_pipeline
+from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
-from realm_tf import demo_pipeline
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
 

@@ -31,8 +31,8 @@ from realm_tf.data import text_records
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
-from realm_tf.training import frozen_index
-from realm_tf.training import orqa_model
+from realm_tf.runs import frozen_index
+from realm_tf.runs import orqa_model
 from realm_tf.training import trainer_flags
 
 _INDEX = flags.DEFINE_string("index",

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.conversion import released_conversion
 from realm_tf.data import corpus as corpus_lib
@@ -45,12 +46,11 @@ from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.runs import orqa_model
 from realm_tf.testing import in_process
 from realm_tf.testing import released_weights
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
-from realm_tf.training import orqa_model
 
 _REPO = test_paths.repo_root()
 _VOCAB = os.path.join(_REPO, "testdata", "vocab.txt")

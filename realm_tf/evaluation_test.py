@@ -5,10 +5,10 @@ import os
 
 import tensorflow as tf
 
-from realm_tf.data import qa
 from realm_tf import evaluation
-from realm_tf.testing import tiny_inputs
 from realm_tf import tokenization
+from realm_tf.data import qa
+from realm_tf.testing import tiny_inputs
 
 
 class NormalizeAnswerTest(tf.test.TestCase):

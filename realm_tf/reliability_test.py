@@ -19,13 +19,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import io_utils
+from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
 from realm_tf.data import qa
 from realm_tf.data import text_records
-from realm_tf import io_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import losses
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -34,7 +35,6 @@ from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
-from realm_tf import tokenization
 from realm_tf.training import loop
 from realm_tf.training import realm_input
 

@@ -3,10 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.data import answer_substitution
 from realm_tf.data import fid_features
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 
 class AnswerSubstitutionTest(tf.test.TestCase):

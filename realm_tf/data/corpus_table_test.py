@@ -5,10 +5,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 _DOCS = [
     corpus_lib.Document("T1", "Wenor founded it.", "a"),

@@ -6,11 +6,11 @@ import os
 
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.data import corpus
 from realm_tf.data import text_records
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 InputError = text_records.InputError
 

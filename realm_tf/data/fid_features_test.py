@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.data import fid_features
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 
 def features(tokenizer, passage_seq_len=24, answer_seq_len=6, answers=("abc 12", "xyz")):

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from realm_tf.data import orqa_features
 from realm_tf import featurization
-from realm_tf.testing import test_paths
 from realm_tf import tokenization
+from realm_tf.data import orqa_features
+from realm_tf.testing import test_paths
 
 _VOCAB = os.path.join(test_paths.repo_root(), "testdata", "vocab.txt")
 _CLS, _SEP = 2, 3

@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import evaluation
 from realm_tf.data import corpus
 from realm_tf.data import qa
 from realm_tf.data import squad_open
-from realm_tf import evaluation
 from realm_tf.testing import test_paths
 
 

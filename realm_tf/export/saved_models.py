@@ -70,7 +70,7 @@ from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.modeling import untracked
 from realm_tf.retrieval import scann_index
-from realm_tf.training import orqa_model
+from realm_tf.runs import orqa_model
 
 QUERY_EMBEDDER = "query_embedder"
 DOCUMENT_EMBEDDER = "document_embedder"
@@ -435,7 +435,7 @@ def export_open_qa(trained,
                    index: str = "brute_force",
                    scann_options: Optional[scann_index.ScannOptions] = None,
                    info: Optional[Dict] = None) -> str:
-  """Exports a realm_tf.training.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
+  """Exports a realm_tf.runs.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
   blocks = trained.blocks
   module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles, blocks.bodies,
                         blocks.doc_ids, index, scann_options)

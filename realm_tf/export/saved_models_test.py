@@ -24,9 +24,9 @@ import tensorflow as tf
 from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.retrieval import scann_index
+from realm_tf.runs import orqa_evaluation
+from realm_tf.runs import orqa_model
 from realm_tf.testing import random_orqa
-from realm_tf.training import orqa_evaluation
-from realm_tf.training import orqa_model
 
 _QUESTIONS = [
     "Where was Savix Lunene born?", "", "What did Wenor found? " * 91, "Où est né Zoë Kelarlé, l'ingénieur?",

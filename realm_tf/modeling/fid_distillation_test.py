@@ -4,13 +4,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import tokenization
 from realm_tf.data import fid_features
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_distillation
 from realm_tf.modeling import fid_reader
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 
 class DistillationLossTest(tf.test.TestCase):

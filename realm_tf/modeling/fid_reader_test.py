@@ -7,15 +7,15 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import evaluation
+from realm_tf import tokenization
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import fid_warm_start
 from realm_tf.data import fid_features
-from realm_tf import evaluation
 from realm_tf.modeling import bert
 from realm_tf.modeling import fid_reader
 from realm_tf.testing import released_weights
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 from realm_tf.training import train_lib
 
 

@@ -24,7 +24,7 @@ spans are wordpiece-sequence matches in the original too.
 The retriever keeps two towers: the query tower trains, the document tower is frozen (it produced the
 block embeddings and is exported as the document embedder, so new documents land in the same space).
 The frozen corpus variables are NOT part of the model's checkpoint (they are the index, saved once per
-run; see realm_tf.training.frozen_index), as the original kept them in local variables.
+run; see realm_tf.runs.frozen_index), as the original kept them in local variables.
 """
 
 import dataclasses

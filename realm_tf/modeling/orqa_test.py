@@ -26,14 +26,14 @@ import os
 import numpy as np
 import tf_keras
 
-from realm_tf.data import orqa_features
 from realm_tf import featurization
+from realm_tf import tokenization
+from realm_tf.data import orqa_features
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.testing import test_paths
-from realm_tf import tokenization
 from realm_tf.training import optimization
 from realm_tf.training import train_lib
 # pylint: enable=g-import-not-at-top,g-bad-import-order

@@ -15,7 +15,7 @@ bin/generate_retrieval_corpus) and doc_ids to remove. An update
      manifest records its base (corpus_lib.write_derived_corpus), so refreshers and trainers started
      on the base can follow it (published_index.current_corpus);
   4. hands back the new rows' embeddings for the caller to publish through the usual path
-     (update_published_index here for MODEL_DIR/index/<step>; training.frozen_index.update_frozen_index).
+     (update_published_index here for MODEL_DIR/index/<step>; runs.frozen_index.update_frozen_index).
 
 Removed documents are deleted, not masked: index row i must stay corpus row i for every consumer (the
 REALM input pipeline, ORQA's frozen blocks, the exported open-QA model's texts), and a masked row would
@@ -50,8 +50,8 @@ from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
-from realm_tf.retrieval import scann_index
 from realm_tf.retrieval import published_index
+from realm_tf.retrieval import scann_index
 
 ON_EXISTING = ("error", "replace")
 # Unchanged documents embedded beside the changes to check the document tower and the tokenizer.

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import bert
@@ -25,7 +26,6 @@ from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 _TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")

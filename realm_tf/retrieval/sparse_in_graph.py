@@ -229,3 +229,22 @@ def question_pieces(questions: Sequence[str], tokenizer) -> list:
   """Host helper: each question's wordpiece ids, as the graph sees them (no [CLS]/[SEP])."""
   pieces = tokenizer.tokenize(tf.constant(list(questions), tf.string))
   return [np.asarray(row, np.int64) for row in pieces.to_list()]
+
+
+def retrieve_rows(retriever: str, sparse: InGraphBm25, question_ids: tf.Tensor, question_lengths: tf.Tensor,
+                  dense_rows_fn, depth: int, fusion_depth: int) -> tf.Tensor:
+  """The rows int32 [B, depth] retriever ("bm25" or "hybrid", hybrid.py's names) returns, best first.
+
+  question_ids int [B, L] (0-padded wordpieces) and question_lengths [B]: the questions, as the sparse
+  side reads them. dense_rows_fn(d) gives the dense tower's top d rows int [B, d]; the hybrid fuses its
+  and BM25's top fusion_depth (hybrid.FUSION_DEPTH capped at the corpus, as hybrid.candidate_rows does)
+  by reciprocal rank fusion.
+  """
+  if retriever == hybrid.BM25:
+    return sparse.search(question_ids, question_lengths, depth)[0]
+  if retriever != hybrid.HYBRID:
+    raise ValueError(f"retrieve_rows: retriever must be {hybrid.BM25!r} or {hybrid.HYBRID!r}, got "
+                     f"{retriever!r} (the dense tower retrieves by itself)")
+  fusion_depth = max(depth, fusion_depth)
+  sparse_rows = sparse.search(question_ids, question_lengths, fusion_depth)[0]
+  return reciprocal_rank_fusion([sparse_rows, dense_rows_fn(fusion_depth)], sparse.num_docs, depth)

@@ -6,11 +6,11 @@ mean pooling)."""
 import numpy as np
 import tensorflow as tf
 
+from realm_tf import tokenization
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.retrieval import text_embedder
 from realm_tf.testing import tiny_inputs
-from realm_tf import tokenization
 
 _TEXTS = [
     "a short one", "the second text is quite a lot longer than the first", "mid length text", "x",

@@ -13,18 +13,18 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import io_utils
+from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
-from realm_tf import io_utils
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.runs import frozen_index
+from realm_tf.runs import orqa_model
+from realm_tf.runs import warm_start
 from realm_tf.testing import test_paths
-from realm_tf import tokenization
-from realm_tf.training import frozen_index
-from realm_tf.training import orqa_model
-from realm_tf.training import warm_start
 
 MAX_DOCS = 300  # testdata/corpus.jsonl
 

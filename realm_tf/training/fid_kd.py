@@ -77,10 +77,10 @@ from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import bm25
 from realm_tf.retrieval import corpus_embedding
 from realm_tf.retrieval import index as index_lib
+from realm_tf.runs import warm_start
 from realm_tf.training import loop
 from realm_tf.training import optimization
 from realm_tf.training import task as task_lib
-from realm_tf.training import warm_start
 
 INITIAL_RETRIEVER_DIR = "initial_retriever"
 METRICS_NAME = "metrics.json"

@@ -4,7 +4,7 @@ the best checkpoint.
 realm_tf.training.loop's orbit.Controller runs it every --eval_every_steps and at the end, and writes what
 it returns (the dev metrics, percentages; not the counts) to MODEL_DIR/dev, once per evaluation. An
 evaluation whose SELECTION_METRIC beats the best so far (best_metric.json, also that of an earlier process
-of the same run) writes best/ckpt-<step> (realm_tf.training.best_checkpoint).
+of the same run) writes best/ckpt-<step> (realm_tf.runs.best_checkpoint).
 
 An orbit.AbstractEvaluator, not a StandardEvaluator: a dev evaluation is one pass of OrqaPredictor over
 the whole dev set (its own batches under the strategy and its compiled step) followed by string matching
@@ -19,8 +19,8 @@ import orbit
 import tensorflow as tf
 
 from realm_tf.data import qa as qa_lib
-from realm_tf.training import best_checkpoint
-from realm_tf.training import orqa_evaluation
+from realm_tf.runs import best_checkpoint
+from realm_tf.runs import orqa_evaluation
 
 
 class OrqaDevEvaluator(orbit.AbstractEvaluator):

@@ -10,7 +10,7 @@ import tf_keras
 
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import losses
-from realm_tf.training import best_checkpoint
+from realm_tf.runs import best_checkpoint
 from realm_tf.training import loop
 from realm_tf.training import orqa_dev_evaluator
 

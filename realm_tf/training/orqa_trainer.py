@@ -5,11 +5,11 @@ A run's model dir:
                       a trainable query tower and a frozen document tower)
   orqa_config.json    reader length, beams, span width, the retrieval corpus (realm_tf.modeling.orqa)
   frozen_index/       the block embeddings, made once at the start and reused when the run restarts
-                      (realm_tf.training.frozen_index)
+                      (realm_tf.runs.frozen_index)
   ckpt-N              the shared training loop's checkpoints (model + optimizer; the index is not in them)
   best/ckpt-S         the model at the dev evaluation with the best accuracy so far, and
-  best_metric.json    which checkpoint that is (realm_tf.training.best_checkpoint)
-  eval/               bin/eval_orqa's metrics and predictions (realm_tf.training.orqa_evaluation)
+  best_metric.json    which checkpoint that is (realm_tf.runs.best_checkpoint)
+  eval/               bin/eval_orqa's metrics and predictions (realm_tf.runs.orqa_evaluation)
 
 Dev evaluation runs every eval_every_steps (and at the end) with the original's PREDICT setting and
 selects on the official string accuracy (exact match after ORQA's normalization, regex match for
@@ -34,15 +34,15 @@ from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import index_format
-from realm_tf.training import best_checkpoint
-from realm_tf.training import frozen_index
+from realm_tf.runs import best_checkpoint
+from realm_tf.runs import frozen_index
+from realm_tf.runs import orqa_evaluation
+from realm_tf.runs import orqa_model
+from realm_tf.runs import warm_start as warm_start_lib
 from realm_tf.training import loop
 from realm_tf.training import optimization
 from realm_tf.training import orqa_dev_evaluator
-from realm_tf.training import orqa_evaluation
-from realm_tf.training import orqa_model
 from realm_tf.training import task as task_lib
-from realm_tf.training import warm_start as warm_start_lib
 
 SUMMARY_NAME = "train_summary.json"
 

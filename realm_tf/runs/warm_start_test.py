@@ -13,8 +13,8 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import reader as reader_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.runs import warm_start
 from realm_tf.testing import test_paths
-from realm_tf.training import warm_start
 
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=64)
 _CONFIG = realm_config_lib.RealmConfig(retriever_bert=_BERT,

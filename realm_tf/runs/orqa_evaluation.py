@@ -24,7 +24,7 @@ from realm_tf.data import orqa_features
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.retrieval import hybrid
-from realm_tf.training import orqa_model
+from realm_tf.runs import orqa_model
 
 DEFAULT_RECALL_KS = (1, 5, 20, 100)
 # The feature that carries another retriever's rows into the prediction step.

@@ -15,14 +15,14 @@ import tensorflow as tf
 
 from realm_tf.checkpoints import sources
 from realm_tf.conversion import released_conversion
-from realm_tf.retrieval import converted_index
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import best_checkpoint
-from realm_tf.training import frozen_index
-from realm_tf.training import warm_start
+from realm_tf.retrieval import converted_index
+from realm_tf.runs import best_checkpoint
+from realm_tf.runs import frozen_index
+from realm_tf.runs import warm_start
 
 
 def build_model(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig, embeddings: np.ndarray,

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.retrieval import index as index_lib
+from realm_tf.runs import frozen_index
 from realm_tf.testing import tiny_inputs
-from realm_tf.training import frozen_index
 
 
 def _prepare(model_dir, paths, index_dir, log):
