@@ -76,6 +76,7 @@ from bench import throughput_lib
 from realm_tf import demo_pipeline
 from realm_tf import io_utils
 from realm_tf import tokenization
+from realm_tf.config import flags_util
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
@@ -88,7 +89,6 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
-from realm_tf.training import flags_util
 from realm_tf.training import optimization
 from realm_tf.training import realm_input
 from realm_tf.training import realm_trainer

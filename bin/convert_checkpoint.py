@@ -32,8 +32,8 @@ from absl import flags
 from absl import logging
 
 from realm_tf.checkpoints import released
+from realm_tf.config import trainer_flags
 from realm_tf.conversion import released_conversion
-from realm_tf.training import trainer_flags
 
 _INPUT = flags.DEFINE_string("input_checkpoint",
                              None, "Released checkpoint prefix, directory, or TF-Hub module directory (its "

@@ -20,9 +20,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.config import trainer_flags
 from realm_tf.retrieval import hybrid
 from realm_tf.runs import orqa_evaluation
-from realm_tf.training import trainer_flags
 
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa model dir.")
 _QA = flags.DEFINE_string("qa_path",

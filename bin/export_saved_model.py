@@ -24,9 +24,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.config import trainer_flags
 from realm_tf.export import saved_models
 from realm_tf.retrieval import scann_index
-from realm_tf.training import trainer_flags
 
 _MODEL_DIR = trainer_flags.define_model_dir_flag("A bin/train_orqa (or REALM / ICT) model dir.")
 _OUTPUT = flags.DEFINE_string("output_dir", None, "New directory for the SavedModels.", required=True)

@@ -15,10 +15,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from realm_tf.config import trainer_flags
 from realm_tf.data import pretraining
 from realm_tf.data import salient_spans
 from realm_tf.data import text_records
-from realm_tf.training import trainer_flags
 
 _CORPUS = trainer_flags.define_document_corpus_flags()
 _ANNOTATOR = flags.DEFINE_string(

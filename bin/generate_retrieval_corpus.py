@@ -10,9 +10,9 @@ from absl import app
 from absl import logging
 
 from realm_tf import tokenization
+from realm_tf.config import trainer_flags
 from realm_tf.data import corpus
 from realm_tf.data import text_records
-from realm_tf.training import trainer_flags
 
 _CORPUS = trainer_flags.define_document_corpus_flags()
 _VOCAB = trainer_flags.define_vocab_flags()

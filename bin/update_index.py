@@ -26,6 +26,7 @@ import sys
 from absl import app
 from absl import flags
 
+from realm_tf.config import trainer_flags
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import text_records
 from realm_tf.modeling import realm_config as realm_config_lib
@@ -33,7 +34,6 @@ from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_model
-from realm_tf.training import trainer_flags
 
 _INDEX = flags.DEFINE_string("index",
                              None,

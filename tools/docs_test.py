@@ -16,7 +16,7 @@ FILE:LINE:
 
 Flags are collected statically, without importing anything, so the test takes a fraction of a second:
 every `flags.DEFINE_<kind>("name", ...` of a program, of the shared helpers of
-realm_tf/training/trainer_flags.py it calls (`trainer_flags.define_trainer_flags(...)` and the helpers
+realm_tf/config/trainer_flags.py it calls (`trainer_flags.define_trainer_flags(...)` and the helpers
 those call), and of the project's modules it imports (bench/minilm_lib.py); the options of a
 configuration tree it imports (`name: type = option(...`, realm_tf/config/); the `add_argument("--name"`
 of the argparse scripts; and the options bin/demo (bin/run_demo.py's flags) and bin/test (`"--quick"`;
@@ -38,7 +38,7 @@ from absl.testing import absltest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _PROGRAM_DIRS = ("bin", "bench", "tools")
-_TRAINER_FLAGS = "realm_tf/training/trainer_flags.py"
+_TRAINER_FLAGS = "realm_tf/config/trainer_flags.py"
 # History, not instructions: docs/experiments/benchmarks_notebook.md keeps benchmark commands as they were
 # run, with flags since retired. Links and section references into it are still checked.
 _SKIPPED_DOC_DIRS = ("docs/experiments/",)

@@ -41,7 +41,7 @@ import yaml
 from realm_tf import io_utils
 
 # Flags defined here belong to the binary that calls define_flags (the daily ones are its key flags);
-# see realm_tf.training.trainer_flags, which does the same.
+# see realm_tf.config.trainer_flags, which does the same.
 flags.disclaim_key_flags()
 
 _HELP, _CHOICES, _LOWER, _UPPER, _REQUIRED, _DAILY = ("help", "choices", "lower_bound", "upper_bound",

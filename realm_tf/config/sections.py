@@ -9,11 +9,11 @@ config files existed.
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
+from realm_tf.config import flags_util
 from realm_tf.config.run_config import option
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import embedder
 from realm_tf.training import distribute
-from realm_tf.training import flags_util
 from realm_tf.training import loop
 
 _POOLING_HELP = ("Retriever embedding: BERT's [CLS] pooler (the original) or the mean of the last hidden "

@@ -23,8 +23,8 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
+from realm_tf.config import flags_util
 from realm_tf.training import distribute
-from realm_tf.training import flags_util
 
 # The flags these functions define belong to the binary that calls them, as if that binary had defined
 # them itself: absl's --help lists only the main module's key flags, so each binary's --help shows the
