@@ -1,6 +1,6 @@
 r"""What this host's REALM input pipeline supplies against what a trainer consumes (issue 42).
 
-REALM's input pipeline (realm_tf/training/realm_input.py) runs on the trainer's host: per example it
+REALM's input pipeline (realm_tf/tasks/realm_input.py) runs on the trainer's host: per example it
 masks a salient span of a sentence, embeds the masked query with the STALE query tower of the
 published index (LoadedIndex.embed_queries, a SavedModel), searches the MIPS index, drops the
 query's own document and duplicates and reads the candidates' token ids (RetrievalState.retrieve,
@@ -89,9 +89,9 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import realm_input
+from realm_tf.tasks import realm_trainer
 from realm_tf.training import optimization
-from realm_tf.training import realm_input
-from realm_tf.training import realm_trainer
 from realm_tf.training import train_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

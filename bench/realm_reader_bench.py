@@ -45,7 +45,7 @@ from realm_tf.data import synthetic
 from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import corpus_embedding
-from realm_tf.training import realm_trainer
+from realm_tf.tasks import realm_trainer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -115,7 +115,7 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
   from realm_tf.modeling import realm_config as realm_config_lib
   from realm_tf.retrieval import corpus_embedding
   from realm_tf.runs import warm_start
-  from realm_tf.training import fid_kd
+  from realm_tf.tasks import fid_kd
   # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(model_dir)
   # Built with one tower or two as the round saved it, as bin/train_fid_kd loads its retrievers.

@@ -94,7 +94,7 @@ def prepare(work_dir: str,
 
 def round_retrievers(model_dir: str) -> List[Dict]:
   """[{round, retriever (directory), metrics}]: "start", then each finished round (0, 1, ...)."""
-  from realm_tf.training import fid_kd  # pylint: disable=g-import-not-at-top (TF-heavy)
+  from realm_tf.tasks import fid_kd  # pylint: disable=g-import-not-at-top (TF-heavy)
   rounds = [{
       "round": "start",
       "retriever": os.path.join(model_dir, fid_kd.INITIAL_RETRIEVER_DIR),

@@ -13,8 +13,8 @@ from realm_tf.data import corpus
 from realm_tf.data import corpus_table
 from realm_tf.data import qa
 from realm_tf.data import squad_open
+from realm_tf.tasks import fid_kd
 from realm_tf.testing import tiny_inputs
-from realm_tf.training import fid_kd
 
 
 def _read_jsonl(path):

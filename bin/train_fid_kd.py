@@ -3,7 +3,7 @@ r"""Retriever training by distilling a Fusion-in-Decoder reader's cross-attentio
 Each iteration retrieves the top --num_passages passages of every training question with the current
 retriever, trains a fresh FiD reader on them for --reader_steps, scores the passages with the reader's
 cross-attention, trains the retriever with the KL loss for --retriever_steps and re-embeds the corpus
-(realm_tf.training.fid_kd). Every iteration's artifacts go to MODEL_DIR/iteration_<i>/; a restarted run
+(realm_tf.tasks.fid_kd). Every iteration's artifacts go to MODEL_DIR/iteration_<i>/; a restarted run
 skips the iterations whose metrics.json exists.
   python bin/train_fid_kd.py --model_dir=/runs/fidkd --vocab_path=testdata/vocab.txt \
       --retrieval_corpus_path=/tmp/blocks --train_path=testdata/qa.train.jsonl \
@@ -18,7 +18,7 @@ from absl import logging
 
 from realm_tf.config import run_config
 from realm_tf.config import train_fid_kd
-from realm_tf.training import fid_kd
+from realm_tf.tasks import fid_kd
 
 _CONFIG = run_config.define_flags(train_fid_kd.TrainFidKdConfig)
 

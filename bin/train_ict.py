@@ -13,7 +13,7 @@ from absl import logging
 
 from realm_tf.config import run_config
 from realm_tf.config import train_ict
-from realm_tf.training import ict_trainer
+from realm_tf.tasks import ict_trainer
 
 _CONFIG = run_config.define_flags(train_ict.TrainIctConfig)
 

@@ -20,7 +20,7 @@ from absl import logging
 
 from realm_tf.config import run_config
 from realm_tf.config import train_mlm
-from realm_tf.training import mlm_trainer
+from realm_tf.tasks import mlm_trainer
 
 _CONFIG = run_config.define_flags(train_mlm.TrainMlmConfig)
 

@@ -17,7 +17,7 @@ from absl import logging
 
 from realm_tf.config import run_config
 from realm_tf.config import train_orqa
-from realm_tf.training import orqa_trainer
+from realm_tf.tasks import orqa_trainer
 
 _CONFIG = run_config.define_flags(train_orqa.TrainOrqaConfig)
 

@@ -18,7 +18,7 @@ from absl import logging
 
 from realm_tf.config import run_config
 from realm_tf.config import train_realm
-from realm_tf.training import realm_trainer
+from realm_tf.tasks import realm_trainer
 
 _CONFIG = run_config.define_flags(train_realm.TrainRealmConfig)
 

@@ -33,7 +33,7 @@ from realm_tf.checkpoints import training_state
 from realm_tf.data import qa as qa_lib
 from realm_tf.data import synthetic
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import realm_trainer
+from realm_tf.tasks import realm_trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The demo's reader BERT and ICT start, shipped so that bin/demo need not train them (about 11 minutes on

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from realm_tf import demo_pipeline
 from realm_tf.checkpoints import training_state
-from realm_tf.training import realm_trainer
+from realm_tf.tasks import realm_trainer
 
 # The refresher's stand-in: records whether the done marker was there when it started.
 _REFRESHER = """

@@ -35,8 +35,8 @@ from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import realm_input
 from realm_tf.training import loop
-from realm_tf.training import realm_input
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")

@@ -61,9 +61,11 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("export", ("realm_tf.export",)),
     # bin/serve: serves an export through export.loader.
     ("serving", ("realm_tf.serving",)),
-    # The top of the library: the loop and the trainers use every layer below (models, checkpoints,
-    # indexes, converted checkpoints, run artifacts), and nothing below may need them.
+    # The one training loop (orbit), its train step, strategies, optimizer and the Task interface.
     ("training", ("realm_tf.training",)),
+    # The methods as Tasks on that loop: they use every layer below (models, checkpoints, indexes,
+    # converted checkpoints, run artifacts), and nothing below may need them.
+    ("tasks", ("realm_tf.tasks",)),
     # A run's options as one dataclass tree, read from a config file and the flags (issue 39, item 2):
     # it names the trainers' options, so it is above training.
     ("config", ("realm_tf.config",)),

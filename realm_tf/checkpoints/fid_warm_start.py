@@ -3,7 +3,7 @@
 The reader (realm_tf.modeling.fid_reader) only builds a BertEncoderV2 of a given config; reading that
 config and the weights from a file is this package's job, like every other weight read: anything
 bert_mapping reads (a bin/train_mlm export, TF1 BERT, Hugging Face safetensors such as all-MiniLM-L6-v2).
-bin/train_fid_kd and realm_tf.training.fid_kd call it.
+bin/train_fid_kd and realm_tf.tasks.fid_kd call it.
 """
 
 from realm_tf.checkpoints import bert_mapping

@@ -1,4 +1,4 @@
-"""bin/train_fid_kd's configuration tree: retriever distillation from a FiD reader (realm_tf.training.fid_kd).
+"""bin/train_fid_kd's configuration tree: retriever distillation from a FiD reader (realm_tf.tasks.fid_kd).
 
   model_dir
   data       train_path dev_path max_eval_examples retrieval_corpus_path max_train_examples
@@ -30,7 +30,7 @@ from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import fid_kd
+from realm_tf.tasks import fid_kd
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""bin/train_ict's configuration tree: ICT pre-training of the retriever (realm_tf.training.ict_trainer).
+"""bin/train_ict's configuration tree: ICT pre-training of the retriever (realm_tf.tasks.ict_trainer).
 
   model_dir
   data       pretraining_corpus_path
@@ -19,7 +19,7 @@ from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import ict_trainer
+from realm_tf.tasks import ict_trainer
 
 
 @dataclasses.dataclass(frozen=True)

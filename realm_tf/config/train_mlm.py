@@ -1,4 +1,4 @@
-"""bin/train_mlm's configuration tree: BERT masked-LM pre-training (realm_tf.training.mlm_trainer).
+"""bin/train_mlm's configuration tree: BERT masked-LM pre-training (realm_tf.tasks.mlm_trainer).
 
   model_dir
   data       input_path eval_percent
@@ -17,7 +17,7 @@ from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
 from realm_tf.data import mlm as mlm_data
 from realm_tf.modeling import bert as bert_lib
-from realm_tf.training import mlm_trainer
+from realm_tf.tasks import mlm_trainer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""bin/train_orqa's configuration tree: ORQA fine-tuning on a frozen index (realm_tf.training.orqa_trainer).
+"""bin/train_orqa's configuration tree: ORQA fine-tuning on a frozen index (realm_tf.tasks.orqa_trainer).
 
   model_dir
   data       train_path dev_path max_eval_examples retrieval_corpus_path skip_invalid
@@ -21,7 +21,7 @@ from realm_tf.config.run_config import section
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import orqa_trainer
+from realm_tf.tasks import orqa_trainer
 
 
 @dataclasses.dataclass(frozen=True)

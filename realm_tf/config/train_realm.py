@@ -1,4 +1,4 @@
-"""bin/train_realm's configuration tree: REALM pre-training (realm_tf.training.realm_trainer).
+"""bin/train_realm's configuration tree: REALM pre-training (realm_tf.tasks.realm_trainer).
 
   model_dir
   data       pretraining_corpus_path retrieval_corpus_path
@@ -20,7 +20,7 @@ from realm_tf.config.run_config import option
 from realm_tf.config.run_config import section
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import realm_config as realm_config_lib
-from realm_tf.training import realm_trainer
+from realm_tf.tasks import realm_trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Realm:
 
 @dataclasses.dataclass(frozen=True)
 class RealmIndex:
-  """Which published index each batch retrieves from (realm_tf.training.realm_trainer)."""
+  """Which published index each batch retrieves from (realm_tf.tasks.realm_trainer)."""
   bootstrap_index: bool = option(False, "Build the step-0 index in-process when none is published yet.")
   index_implementation: str = option("scann",
                                      "MIPS implementation of a bootstrap index.",
@@ -74,7 +74,7 @@ class RealmIndex:
 
 @dataclasses.dataclass(frozen=True)
 class TrainRealmConfig:
-  """bin/train_realm: REALM pre-training (realm_tf.training.realm_trainer)."""
+  """bin/train_realm: REALM pre-training (realm_tf.tasks.realm_trainer)."""
   BINARY: ClassVar[str] = "train_realm"
 
   model_dir: Optional[str] = option(None, sections.MODEL_DIR_HELP, required=True, daily=True)

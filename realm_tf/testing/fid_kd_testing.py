@@ -1,4 +1,4 @@
-"""Test-only stand-ins for pieces of realm_tf.training.fid_kd that tests of other behaviour need not run."""
+"""Test-only stand-ins for pieces of realm_tf.tasks.fid_kd that tests of other behaviour need not run."""
 
 from typing import Dict, List
 

@@ -1,4 +1,4 @@
-"""Tests of the FiD-KD iterative loop (realm_tf.training.fid_kd) on a slice of testdata."""
+"""Tests of the FiD-KD iterative loop (realm_tf.tasks.fid_kd) on a slice of testdata."""
 
 import dataclasses
 import json
@@ -14,11 +14,11 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.tasks import fid_kd
 from realm_tf.testing import eager_functions
 from realm_tf.testing import fid_kd_testing
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
-from realm_tf.training import fid_kd
 
 _TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")

@@ -39,9 +39,9 @@ from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_evaluation
 from realm_tf.runs import orqa_model
 from realm_tf.runs import warm_start as warm_start_lib
+from realm_tf.tasks import orqa_dev_evaluator
 from realm_tf.training import loop
 from realm_tf.training import optimization
-from realm_tf.training import orqa_dev_evaluator
 from realm_tf.training import task as task_lib
 
 SUMMARY_NAME = "train_summary.json"

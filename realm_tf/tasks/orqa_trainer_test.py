@@ -16,11 +16,11 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.runs import best_checkpoint
 from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_evaluation
+from realm_tf.tasks import orqa_trainer
 from realm_tf.testing import eager_functions
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
 from realm_tf.training import loop
-from realm_tf.training import orqa_trainer
 
 _TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
 _VOCAB_PATH = os.path.join(_TESTDATA, "vocab.txt")

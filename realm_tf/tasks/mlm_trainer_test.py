@@ -16,9 +16,9 @@ from realm_tf.checkpoints import sources
 from realm_tf.data import mlm as mlm_data
 from realm_tf.modeling import bert
 from realm_tf.modeling import knowledge_augmented_encoder as kae_lib
+from realm_tf.tasks import mlm_trainer
 from realm_tf.testing import released_weights
 from realm_tf.training import loop
-from realm_tf.training import mlm_trainer
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "testdata")

@@ -26,7 +26,7 @@ from realm_tf.retrieval import index_format
 from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
-from realm_tf.training import realm_input
+from realm_tf.tasks import realm_input
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
 

@@ -1,4 +1,4 @@
-"""Tests of FiD-KD's --keep_better_retriever (realm_tf.training.fid_kd): rejection, resume, the flag off.
+"""Tests of FiD-KD's --keep_better_retriever (realm_tf.tasks.fid_kd): rejection, resume, the flag off.
 
 Apart from fid_kd_test so that each target's short FiD-KD runs stay well inside the test timeout on
 2 loaded cores. Every round costs its tracing (a reader and a retriever training step, decoding,
@@ -26,11 +26,11 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import embedder
 from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.tasks import fid_kd
 from realm_tf.testing import eager_functions
 from realm_tf.testing import fid_kd_testing
 from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
-from realm_tf.training import fid_kd
 
 _VOCAB_PATH = os.path.join(test_paths.repo_root(), "testdata", "vocab.txt")
 _BERT = bert.tiny_config(285, hidden_size=32, num_layers=1, intermediate_size=32)

@@ -37,9 +37,9 @@ from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import realm_input
 from realm_tf.training import loop
 from realm_tf.training import optimization
-from realm_tf.training import realm_input
 from realm_tf.training import task as task_lib
 
 # Written at the end of a run: first loss, last metrics, the index steps trained on, seconds.

@@ -15,10 +15,10 @@ from realm_tf.modeling import bert
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import in_step_retrieval
+from realm_tf.tasks import realm_input
+from realm_tf.tasks import realm_trainer
 from realm_tf.training import distribute
-from realm_tf.training import in_step_retrieval
-from realm_tf.training import realm_input
-from realm_tf.training import realm_trainer
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
 _BATCH = 4  # 2 per replica under the two-replica strategy

@@ -11,8 +11,8 @@ import tf_keras
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import losses
 from realm_tf.runs import best_checkpoint
+from realm_tf.tasks import orqa_dev_evaluator
 from realm_tf.training import loop
-from realm_tf.training import orqa_dev_evaluator
 
 
 class _Regression(tf_keras.Model):

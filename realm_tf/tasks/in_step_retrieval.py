@@ -28,7 +28,7 @@ from realm_tf import featurization
 from realm_tf.data import corpus_table
 from realm_tf.modeling import realm as realm_model
 from realm_tf.retrieval import published_index
-from realm_tf.training import realm_input
+from realm_tf.tasks import realm_input
 
 
 def top_k_of_shard(queries: tf.Tensor, shard_embeddings: tf.Tensor, first_row: tf.Tensor, k: int):
