@@ -60,7 +60,7 @@ def index_root(model_dir: str) -> str:
 
 def publish_index(model_dir: str,
                   step: int,
-                  mips_index: mips_index.MipsIndex,
+                  mips: mips_index.MipsIndex,
                   query_embedder,
                   info: Optional[Dict] = None,
                   keep: int = 3,
@@ -70,7 +70,7 @@ def publish_index(model_dir: str,
   Args:
     model_dir: the trainer's model directory.
     step: the checkpoint step the embeddings come from.
-    mips_index: the built index over the corpus.
+    mips: the built index over the corpus.
     query_embedder: the query tower of the same step (a Keras model taking BERT inputs), or the
       query_embedder/ SavedModel directory of an index published before, copied as it is
       (bin/update_index: the documents change, the towers do not).
@@ -83,7 +83,7 @@ def publish_index(model_dir: str,
   tmp = io_utils.temporary_path(os.path.join(root, str(step)))
   try:
     tf.io.gfile.makedirs(tmp)
-    mips_index.save(os.path.join(tmp, MIPS_DIR), step=step)
+    mips.save(os.path.join(tmp, MIPS_DIR), step=step)
     if isinstance(query_embedder, str):
       shutil.copytree(query_embedder, os.path.join(tmp, QUERY_EMBEDDER_DIR))
     else:
@@ -91,8 +91,8 @@ def publish_index(model_dir: str,
       tf.saved_model.save(tower, os.path.join(tmp, QUERY_EMBEDDER_DIR))
     record = dict(info or {},
                   step=int(step),
-                  num_docs=int(mips_index.num_docs),
-                  dim=int(mips_index.dim),
+                  num_docs=int(mips.num_docs),
+                  dim=int(mips.dim),
                   published_unix_time=time.time())
     io_utils.write_json_atomic(os.path.join(tmp, PUBLISHED_NAME), record)
     for directory, _, files in os.walk(tmp):
