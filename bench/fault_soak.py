@@ -20,6 +20,15 @@ the faulted run (faulted/) under a schedule drawn from --seed:
                        beyond DISK_FULL_HEADROOM bytes past its log's size (RLIMIT_FSIZE: the write fails
                        with EFBIG), then the limit is lifted, as an operator freeing space would; it must
                        stop with a documented error (CheckpointWriteError, IndexWriteError) or carry on.
+                       With --disk_full_mode=tmpfs (root only) the faulted run's model dir is a tmpfs of
+                       --tmpfs_mb that the soak mounts (and always unmounts), and disk_full writes a filler
+                       file that takes all its free space (a real ENOSPC for both processes) for the
+                       fault's seconds, then deletes it;
+  update_index         a bin/update_index on the live model dir, as an operator would run it (UPDATE_MODES:
+                       a "reingest" of unchanged documents, or, once the last fixed swap's index is
+                       published, an "edit" adding, changing and removing a document), SIGKILLed after a
+                       random delay with --update_kill_probability; it must publish an index that verifies,
+                       refuse with its one-line message, or (killed) leave nothing the invariants reject.
 
 A process that stops is restarted with the same command (at most --max_restarts times each). Every fault
 is recorded (time, kind, target, the processes' last log lines). The invariants at the end, each a number
@@ -28,12 +37,15 @@ or a boolean in --output_json (and printed as a table):
   1. reached_step: training_state.latest_step == --num_train_steps and TRAINING_DONE exists;
   2. weights: max |faulted - clean| over every variable of the final checkpoints (<= --tolerance), or the
      difference explained by the trainer's "was not published" warnings (fixed swaps fell back to a
-     later index) or, with --dropout above 0, by a resume (the dropout stream restarts with the
-     process); --dropout=0 makes every other resume exact, so a difference there is a finding;
+     later index), by an update_index edit whose corpus the trainer read (named in the JSON:
+     edits_read_by_trainer), or, with --dropout above 0, by a resume (the dropout stream restarts with
+     the process); --dropout=0 makes every other resume exact, so a difference there is a finding;
   3. every checkpoint the `checkpoint` file lists restores (tf.train.load_checkpoint reads every
      variable), except those the soak itself damaged and nothing rewrote (counted apart);
   4. every published index verifies (published_index.verify_published) and its published.json names its
-     step and corpus, except those the soak damaged (counted apart);
+     step, its checkpoint and its corpus (the run's, or one an update_index of the soak derived), except
+     those the soak damaged (counted apart); every update_index run published, refused with its
+     message, or was killed by the soak (updates_unexpected counts the rest);
   5. no `.tmp-*` or `*_temp` leftovers under the model dir;
   6. no hang: progress (a checkpoint saved, an index published) within --hang_seconds of every restart
      and throughout; each process exited within --exit_seconds of its stop condition;
@@ -44,6 +56,7 @@ or a boolean in --output_json (and printed as a table):
 """
 
 import argparse
+import errno
 import glob
 import json
 import os
@@ -67,7 +80,22 @@ from realm_tf.testing import tiny_inputs
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 FAULT_KINDS = ("sigkill", "sigterm", "sigstop", "damage_checkpoint", "damage_index", "second_refresher",
-               "disk_full")
+               "disk_full", "update_index")
+# update_index: the soak's bin/update_index runs. "reingest" sends documents the corpus already holds
+# (same id, title and body, --on_existing=replace): the corpus the next refresh embeds has the same rows,
+# so the trainer reads what a run without it reads and the weights must still equal the clean run's.
+# "edit" adds, changes and removes a document: it changes what the trainer reads, so the soak sends one
+# only once the index of the last fixed swap is published (no later index is read under the schedule);
+# a trainer that still reads an edited corpus (a restart, a fall-back) is named in the JSON.
+UPDATE_MODES = ("reingest", "edit")
+# bin/update_index's last line on success, and a trainer's line when it reads a corpus an update derived
+# (realm_input.RetrievalState._corpus_of, published_index.current_corpus).
+UPDATE_PUBLISHED = re.compile(r"^published (\S+)\s*$")
+DERIVED_CORPUS_READ = re.compile(r"embeds (\S+), which bin/update_index derived from")
+# A data error of bin/update_index (UpdateError, CorruptIndexError, ...): its message, no traceback.
+UPDATE_REFUSAL = "bin/update_index: "
+# The tmpfs variant of disk_full: the filler file that takes the free space (deleted when the fault ends).
+FILLER_NAME = "soak_disk_filler"
 # disk_full: a process may write no file beyond its log's size plus this many bytes. The limit is per
 # file (RLIMIT_FSIZE), and the process's stdout/stderr is its appended log: the headroom lets it still log
 # (and print its error) while every checkpoint (megabytes) and the index's SavedModel fail. RLIMIT_FSIZE,
@@ -126,8 +154,17 @@ def index_steps(model_dir: str) -> List[int]:
 class Process:
   """One bin/ program run under the soak: the same command on every (re)start, one appended log."""
 
-  def __init__(self, name: str, command: List[str], log_path: str):
+  def __init__(self,
+               name: str,
+               command: List[str],
+               log_path: str,
+               env: Optional[Dict[str, str]] = None,
+               disk_full_mode: str = "rlimit"):
     self.name, self.command, self.log_path = name, command, log_path
+    self.env = env or demo_pipeline.binary_env()
+    # rlimit: disk_full limits this process's file size; tmpfs: the soak fills the model dir's
+    # filesystem, and this process only records that it ran while it was full.
+    self.disk_full_mode = disk_full_mode
     self.popen: Optional[subprocess.Popen] = None
     self.starts: List[Dict] = []
     self.stopped_until: Optional[float] = None  # SIGSTOPped: SIGCONT due then
@@ -142,7 +179,7 @@ class Process:
   def set_disk_full(self, full: bool) -> None:
     """Sets (full) or lifts the running process's file size limit. CPython ignores SIGXFSZ at start-up,
     so a write beyond the limit fails with EFBIG instead of killing the process."""
-    if self.alive():
+    if self.alive() and self.disk_full_mode == "rlimit":
       _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
       try:
         resource.prlimit(self.popen.pid, resource.RLIMIT_FSIZE, (self.fsize_limit() if full else hard, hard))
@@ -156,12 +193,13 @@ class Process:
     preexec = None
     self.disk_full_seen = False
     if self.disk_full_until is not None:  # restarted while the disk is still full: it stays full
-      preexec = disk_full_preexec(self.fsize_limit())
+      if self.disk_full_mode == "rlimit":
+        preexec = disk_full_preexec(self.fsize_limit())
       self.disk_full_seen = True
     self.popen = subprocess.Popen(self.command,
                                   stdout=log_file,
                                   stderr=subprocess.STDOUT,
-                                  env=demo_pipeline.binary_env(),
+                                  env=self.env,
                                   preexec_fn=preexec)
     log_file.close()
     if self.starts:
@@ -188,16 +226,191 @@ def disk_full_preexec(limit: int):
   return preexec
 
 
+def mount_tmpfs(path: str, megabytes: int) -> None:
+  """Mounts a tmpfs of `megabytes` on path (made if missing): a small filesystem the soak can fill."""
+  os.makedirs(path, exist_ok=True)
+  subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "realm_fault_soak", path],
+                 check=True,
+                 capture_output=True,
+                 text=True)
+
+
+def unmount(path: str) -> None:
+  """Unmounts path; lazily when a process still holds a file there, so the mount never outlives the soak."""
+  if subprocess.run(["umount", path], capture_output=True, check=False).returncode != 0:
+    subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+
+
+def fill_filesystem(directory: str) -> Dict:
+  """Writes FILLER_NAME in directory until its filesystem has no free byte (ENOSPC). Returns its record."""
+  path = os.path.join(directory, FILLER_NAME)
+  chunk = b"\0" * (1 << 20)
+  written = 0
+  with open(path, "wb") as f:
+    while True:
+      try:
+        f.write(chunk)
+        f.flush()
+        written += len(chunk)
+      except OSError as e:
+        if e.errno != errno.ENOSPC:
+          raise
+        # The last chunk did not fit: fill the rest byte-exactly (a tmpfs counts pages, so a few bytes
+        # may remain; a write of any checkpoint or index needs more than that).
+        f.seek(0, os.SEEK_END)
+        written = f.tell()
+        break
+  free = os.statvfs(directory)
+  return {"filler": path, "filled_bytes": written, "free_bytes_after": free.f_bavail * free.f_frsize}
+
+
+def free_filesystem(directory: str) -> None:
+  try:
+    os.remove(os.path.join(directory, FILLER_NAME))
+  except FileNotFoundError:
+    pass
+
+
+class Updates:
+  """The soak's bin/update_index runs against the live model dir, one at a time, as an operator sends
+  change sets: each a new Process (its own change file and log), possibly SIGKILLed by the soak."""
+
+  def __init__(self, args, model_dir: str, log_dir: str, corpus_prefix: str, refresher_flags: Dict):
+    self.args, self.model_dir, self.log_dir = args, model_dir, log_dir
+    self.corpus_prefix, self.keep = corpus_prefix, refresher_flags.get("keep")
+    # Derived corpora and the updates' scratch space live beside the logs, outside the model dir (whose
+    # leftovers are an invariant) and apart from the run's original corpus.
+    self.root = os.path.join(log_dir, "updates")
+    self.tmp = os.path.join(self.root, "tmp")
+    os.makedirs(self.tmp, exist_ok=True)
+    self.records: List[Dict] = []
+    self.running: Optional[Process] = None
+    self.record: Optional[Dict] = None
+    self.kill_at: Optional[float] = None
+    self._intact: Optional[List[Dict]] = None  # original documents no edit has touched
+
+  def intact(self) -> List[Dict]:
+    if self._intact is None:
+      from realm_tf.data import corpus as corpus_lib  # pylint: disable=g-import-not-at-top
+      self._intact = [{
+          "id": d["doc_id"],
+          "title": d["title"],
+          "body": d["body"]
+      } for d in corpus_lib.read_corpus(self.corpus_prefix)]
+    return self._intact
+
+  def start(self, rng: random.Random, fault: Dict, last_swap_published: bool) -> None:
+    n = len(self.records)
+    intact = self.intact()
+    mode = "edit" if last_swap_published and len(intact) > 4 and rng.random() < 0.5 else "reingest"
+    documents, remove = [], []
+    if mode == "reingest":
+      documents = rng.sample(intact, 2)
+    else:
+      changed, removed = rng.sample(intact, 2)
+      for doc in (changed, removed):
+        intact.remove(doc)
+      documents = [
+          dict(changed, body=changed["body"] + " The fault soak revised this document."), {
+              "id": f"fault-soak-{n}",
+              "title": f"Fault soak addition {n}",
+              "body": "The fault soak added this document. " + intact[n % len(intact)]["body"]
+          }
+      ]
+      remove = [removed["id"]]
+    change = os.path.join(self.root, f"change-{n}.jsonl")
+    io_utils.write_jsonl_atomic(change, documents)
+    prefix = os.path.join(self.root, f"corpus-{n}", "corpus")
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    command = demo_pipeline.binary_command("update_index",
+                                           index=self.model_dir,
+                                           documents=change,
+                                           remove_ids=",".join(remove) or None,
+                                           on_existing="replace",
+                                           output_corpus_prefix=prefix,
+                                           keep=self.keep)
+    env = dict(demo_pipeline.binary_env(), TMPDIR=self.tmp)
+    self.running = Process(f"update_index-{n}", command, os.path.join(self.root, f"update_index-{n}.log"),
+                           env)
+    self.running.start({})
+    self.kill_at = None
+    if rng.random() < self.args.update_kill_probability:
+      delay = rng.uniform(0.5, self.args.max_update_kill_seconds)
+      self.kill_at = time.time() + delay
+      fault["kill_after_s"] = round(delay, 2)
+    fault.update(update=n,
+                 mode=mode,
+                 pid=self.running.popen.pid,
+                 replaced=[d["id"] for d in documents if not d["id"].startswith("fault-soak-")],
+                 added=[d["id"] for d in documents if d["id"].startswith("fault-soak-")],
+                 removed=remove,
+                 corpus_prefix=prefix,
+                 started_unix_time=time.time())
+    self.record = fault
+    self.records.append(fault)
+
+  def poll(self, now: float) -> None:
+    """Sends a due SIGKILL; records the outcome of an update that ended."""
+    proc = self.running
+    if proc is None:
+      return
+    if self.kill_at is not None and now >= self.kill_at and proc.alive():
+      proc.signal(signal.SIGKILL)
+      self.record["killed"] = True
+      self.kill_at = None
+    if proc.alive():
+      return
+    code = proc.popen.returncode
+    with open(proc.log_path, errors="replace") as f:
+      lines = [line.rstrip() for line in f if line.strip()]
+    published = next((UPDATE_PUBLISHED.match(l).group(1) for l in lines if UPDATE_PUBLISHED.match(l)), None)
+    refusal = next((l[len(UPDATE_REFUSAL):][:400] for l in lines if l.startswith(UPDATE_REFUSAL)), None)
+    self.record.update(exit_code=code, seconds=round(now - self.record.pop("started_unix_time"), 2))
+    if code == 0 and published:
+      self.record.update(outcome="published", index=published)
+      try:
+        with open(os.path.join(published, "published.json")) as f:
+          self.record["published_step"] = json.load(f).get("step")
+      except OSError:  # already pruned by a later publication (--keep)
+        self.record["published_step"] = None
+    elif code == -signal.SIGKILL and self.record.get("killed"):
+      self.record["outcome"] = "killed"
+    elif code != 0 and refusal:
+      # A documented refusal: e.g. the newest index is a refresh that began before an earlier update,
+      # or the newest index was damaged; nothing is published.
+      self.record.update(outcome="refused", message=refusal)
+    else:
+      self.record.update(outcome="unexpected", log_tail=lines[-15:])
+    self.running, self.record = None, None
+
+  def stop(self) -> None:
+    if self.running is not None and self.running.alive():  # after a hang or a give-up
+      self.running.signal(signal.SIGKILL)
+      self.record.update(killed=True, killed_at_soak_end=True)
+      self.running.popen.wait()
+    self.poll(time.time())
+
+
 def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_dir: str, faults: bool) -> Dict:
   """One run of both processes; with faults, under the seeded schedule. Returns its record."""
   rng = random.Random(args.seed)
   os.makedirs(log_dir, exist_ok=True)
-  refresher = Process(
-      "refresher", demo_pipeline.binary_command("refresh_doc_embeds", model_dir=model_dir, **refresher_flags),
-      os.path.join(log_dir, "refresh_doc_embeds.log"))
+  mode = args.disk_full_mode
+  refresher = Process("refresher",
+                      demo_pipeline.binary_command("refresh_doc_embeds",
+                                                   model_dir=model_dir,
+                                                   **refresher_flags),
+                      os.path.join(log_dir, "refresh_doc_embeds.log"),
+                      disk_full_mode=mode)
   trainer = Process("trainer",
                     demo_pipeline.binary_command("train_realm", model_dir=model_dir, **trainer_flags),
-                    os.path.join(log_dir, "train_realm.log"))
+                    os.path.join(log_dir, "train_realm.log"),
+                    disk_full_mode=mode)
+  updates = Updates(args, model_dir, log_dir, trainer_flags["retrieval_corpus_path"], refresher_flags) \
+      if faults and "update_index" in args.fault_kinds else None
+  # The last fixed swap's step: once its index is published, no later index is read (UPDATE_MODES).
+  last_swap = args.save_checkpoints_steps * ((args.num_train_steps - 1) // args.save_checkpoints_steps)
+  filled_until = [None]  # tmpfs disk_full: when the filler file is deleted
   procs = {"trainer": trainer, "refresher": refresher}
   started = time.time()
   record: Dict = {
@@ -295,17 +508,35 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
               (line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines()) if "is held by" in line),
               None))
       fault["ok"] = second.returncode != 0 and fault["names_first"]
+    elif kind == "disk_full" and mode == "tmpfs":
+      # A real ENOSPC for every process writing the model dir, until the filler is deleted.
+      seconds = rng.uniform(2.0, args.max_disk_full_seconds)
+      fault.update(fill_filesystem(model_dir), seconds=round(seconds, 2))
+      filled_until[0] = time.time() + seconds
+      for each in procs.values():
+        each.disk_full_until = filled_until[0]
+        each.set_disk_full(True)
     elif kind == "disk_full":
       seconds = rng.uniform(2.0, args.max_disk_full_seconds)
       fault.update(pid=proc.popen.pid, seconds=round(seconds, 2), limit_bytes=proc.fsize_limit())
       proc.disk_full_until = time.time() + seconds
       proc.set_disk_full(True)
+    elif kind == "update_index":
+      if not fault["indexes"]:  # bin/update_index updates a published index
+        fault["skipped"] = "no published index"
+      else:
+        updates.start(rng, fault, last_swap in fault["indexes"])
     fault["log_tails"] = {name: tail(p.log_path) for name, p in procs.items()}
     return fault
 
   while True:
     now = time.time()
-    # Pauses end; full disks are freed.
+    # Pauses end; full disks are freed; an update ends (or is killed).
+    if filled_until[0] is not None and now >= filled_until[0]:
+      free_filesystem(model_dir)
+      filled_until[0] = None
+    if updates is not None:
+      updates.poll(now)
     for proc in procs.values():
       if proc.stopped_until is not None and now >= proc.stopped_until:
         proc.signal(signal.SIGCONT)
@@ -369,7 +600,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         process.start(current)
     if gave_up:
       break
-    if exit_at["trainer"] is not None and exit_at["refresher"] is not None:
+    if exit_at["trainer"] is not None and exit_at["refresher"] is not None and \
+        (updates is None or updates.running is None):
       break
     # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
     if not done and now - last_progress > args.hang_seconds:
@@ -418,13 +650,15 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
     if faults and not done and not quiet and now >= next_fault and \
         len(record["faults"]) < args.max_faults and now < deadline:
       kind = rng.choice(args.fault_kinds)
-      target = rng.choice(["trainer", "refresher"]) \
-          if kind in ("sigkill", "sigterm", "sigstop", "disk_full") \
+      per_process = ("sigkill", "sigterm", "sigstop") + (("disk_full",) if mode == "rlimit" else ())
+      target = rng.choice(["trainer", "refresher"]) if kind in per_process \
           else ("refresher" if kind == "second_refresher" else "files")
       busy = [p for p in procs.values() if not p.alive() or p.stopped_until is not None]
       if (target in procs and (not procs[target].alive() or procs[target].stopped_until or
                                procs[target].disk_full_until)) or \
-          (kind == "second_refresher" and refresher in busy):
+          (kind == "second_refresher" and refresher in busy) or \
+          (kind == "update_index" and updates.running is not None) or \
+          (kind == "disk_full" and filled_until[0] is not None):
         next_fault = now + 0.5  # the target is down or paused: draw again shortly
         continue
       fault = inject(kind, target)
@@ -432,9 +666,10 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         next_fault = now + 0.5
         continue
       record["faults"].append(fault)
-      note(f"fault {len(record['faults'])}: {kind} {target} "
-           f"{fault.get('skipped') or fault.get('action') or ''} (step {fault['latest_step']}, "
-           f"indexes {fault['indexes']})")
+      note(
+          f"fault {len(record['faults'])}: {kind} {target} "
+          f"{fault.get('skipped') or fault.get('action') or fault.get('mode') or ''} (step {fault['latest_step']}, "
+          f"indexes {fault['indexes']})")
       next_fault = time.time() + rng.uniform(args.min_gap_seconds, args.max_gap_seconds)
     time.sleep(0.2)
 
@@ -443,6 +678,16 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       proc.signal(signal.SIGCONT)
       proc.signal(signal.SIGKILL)
       proc.popen.wait()
+  if filled_until[0] is not None:
+    free_filesystem(model_dir)
+  if updates is not None:
+    updates.stop()
+    record["updates"] = updates.records
+    record["update_logs"] = [
+        os.path.join(updates.root, f"update_index-{r['update']}.log") for r in updates.records
+    ]
+    # What a SIGKILLed update left in its TMPDIR (its scratch corpus): outside the model dir, reported.
+    record["update_scratch_left"] = sorted(os.listdir(updates.tmp))
   record["seconds"] = round(time.time() - started, 1)
   for name in ("trainer", "refresher"):
     record[f"{name}_exit_after_done_s"] = (None if exit_at[name] is None or trainer_done_at is None else
@@ -518,9 +763,13 @@ def check_checkpoints(model_dir: str, damaged: List[Dict]) -> Dict:
   }
 
 
-def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict]) -> Dict:
+def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict], derived: List[str] = ()) -> Dict:
+  """Every published index verifies and names its step, checkpoint and corpus: the run's corpus or one
+  of `derived` (the corpora the soak's bin/update_index runs wrote; an update's index, and a refresh
+  after it, embed those). An update's index names the checkpoint of the index it updated."""
   from realm_tf.retrieval import published_index  # pylint: disable=g-import-not-at-top
-  ok, failed, damaged_left = [], [], []
+  ok, failed, damaged_left, updated = [], [], [], []
+  corpora = {os.path.abspath(p) for p in [corpus_prefix, *derived]}
   damaged_steps = {d["step"] for d in damaged}
   for step in index_steps(model_dir):
     path = os.path.join(model_dir, "index", str(step))
@@ -529,20 +778,23 @@ def check_indexes(model_dir: str, corpus_prefix: str, damaged: List[Dict]) -> Di
       problems = []
       if published.get("step") != step:
         problems.append(f"published.json names step {published.get('step')}")
-      if os.path.abspath(str(published.get("corpus_prefix", published.get("corpus", "")))) != \
-          os.path.abspath(corpus_prefix):
+      if os.path.abspath(str(published.get("corpus_prefix", published.get("corpus", "")))) not in corpora:
         problems.append(f"published.json names corpus {published.get('corpus_prefix')}")
-      if step and not str(published.get("checkpoint", "")).endswith(f"ckpt-{step}"):
+      checkpoint_step = published.get("checkpoint_step", step) if published.get("update") else step
+      if checkpoint_step and not str(published.get("checkpoint", "")).endswith(f"ckpt-{checkpoint_step}"):
         problems.append(f"published.json names checkpoint {published.get('checkpoint')}")
       if problems:
         raise ValueError("; ".join(problems))
       ok.append(step)
+      if published.get("update"):
+        updated.append(step)
     except Exception as e:  # pylint: disable=broad-except
       (damaged_left
        if step in damaged_steps else failed).append(f"{path}: {type(e).__name__}: {str(e)[:200]}")
   return {
       "published": len(index_steps(model_dir)),
       "verified": len(ok),
+      "verified_updates": updated,
       "failed": failed,
       "damaged_by_soak_left": damaged_left
   }
@@ -612,6 +864,21 @@ def main(argv=None) -> Dict:
   parser.add_argument("--max_gap_seconds", type=float, default=10.0)
   parser.add_argument("--max_pause_seconds", type=float, default=5.0)
   parser.add_argument("--max_disk_full_seconds", type=float, default=8.0)
+  parser.add_argument("--disk_full_mode",
+                      choices=("rlimit", "tmpfs"),
+                      default="rlimit",
+                      help="rlimit: disk_full limits one process's file size (EFBIG; no privilege needed); "
+                      "tmpfs: the faulted run's model dir is a tmpfs of --tmpfs_mb the soak mounts (root "
+                      "only), and disk_full fills it with a file (a real ENOSPC for every process)")
+  parser.add_argument("--tmpfs_mb", type=int, default=256, help="size of --disk_full_mode=tmpfs's filesystem")
+  parser.add_argument("--update_kill_probability",
+                      type=float,
+                      default=0.3,
+                      help="chance that the soak SIGKILLs an update_index run")
+  parser.add_argument("--max_update_kill_seconds",
+                      type=float,
+                      default=15.0,
+                      help="a killed update_index run is killed after 0.5 s to this many seconds")
   parser.add_argument("--max_restarts", type=int, default=40)
   parser.add_argument("--hang_seconds", type=float, default=120.0)
   parser.add_argument("--exit_seconds", type=float, default=120.0)
@@ -639,6 +906,15 @@ def main(argv=None) -> Dict:
   unknown = set(args.fault_kinds) - set(FAULT_KINDS)
   if unknown:
     parser.error(f"unknown --fault_kinds {sorted(unknown)}; choose from {','.join(FAULT_KINDS)}")
+  if args.disk_full_mode == "tmpfs" and os.geteuid() != 0:
+    parser.error("--disk_full_mode=tmpfs mounts a tmpfs, which needs root; run as root or use "
+                 "--disk_full_mode=rlimit")
+  if args.tmpfs_mb < 16:
+    parser.error(f"--tmpfs_mb={args.tmpfs_mb}: the faulted run's checkpoints and indexes need at least 16")
+  if not 0 <= args.update_kill_probability <= 1:
+    parser.error(f"--update_kill_probability={args.update_kill_probability} is not in [0, 1]")
+  if args.max_update_kill_seconds < 0.5:
+    parser.error(f"--max_update_kill_seconds={args.max_update_kill_seconds} is below 0.5")
   started = time.time()
   os.makedirs(args.work_dir, exist_ok=True)
   bert_config = tiny_inputs.write_small_bert_config(args.work_dir)
@@ -658,6 +934,17 @@ def main(argv=None) -> Dict:
     io_utils.write_json_atomic(corpora, paths)
   trainer_flags, refresher_flags = demo_pipeline.realm_process_flags(options, paths)
   runs = {}
+  mounts: List[str] = []  # unmounted whatever happens (the finally below)
+  try:
+    return _soak(args, paths, trainer_flags, refresher_flags, runs, mounts, started)
+  finally:
+    for path in mounts:
+      unmount(path)
+
+
+def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: Dict, mounts: List[str],
+          started: float) -> Dict:
+  """The runs and their invariants (main's body, inside its unmount)."""
 
   def one_run(name: str, faults: bool) -> None:
     model_dir = os.path.join(args.work_dir, name)
@@ -671,8 +958,13 @@ def main(argv=None) -> Dict:
           print(f"{name} run: reusing {model_dir}", flush=True)
           return
     for stale in (model_dir, os.path.join(args.work_dir, name + "_logs")):  # an earlier soak's
+      if os.path.ismount(stale):  # an earlier soak killed before its unmount
+        unmount(stale)
       if os.path.exists(stale):
         shutil.rmtree(stale)
+    if faults and args.disk_full_mode == "tmpfs":
+      mount_tmpfs(model_dir, args.tmpfs_mb)
+      mounts.append(model_dir)
     print(f"{name} run: {args.num_train_steps} steps in {model_dir}", flush=True)
     runs[name] = run(args, model_dir, trainer_flags, refresher_flags,
                      os.path.join(args.work_dir, name + "_logs"), faults)
@@ -726,6 +1018,19 @@ def main(argv=None) -> Dict:
     inv["clean_repeat_max_abs_diff"] = compare_weights(
         os.path.join(clean["model_dir"], f"ckpt-{args.num_train_steps}"),
         os.path.join(runs["clean_repeat"]["model_dir"], f"ckpt-{args.num_train_steps}"))["max_abs_diff"]
+  updates = faulted.get("updates", [])
+  # The corpora bin/update_index derived that the trainer read, and the edit each holds (if any).
+  read = sorted(
+      set(
+          m.group(1)
+          for line in warnings_of(faulted["logs"]["trainer"], "bin/update_index derived")
+          for m in [DERIVED_CORPUS_READ.search(line)]
+          if m))
+  edits_read = []
+  for prefix in read:
+    edit = _content_changed(updates, prefix)
+    if edit is not None:
+      edits_read.append(dict(corpus_read=prefix, edit_update=edit["update"], edit_time_s=edit["time_s"]))
   not_published = (warnings_of(faulted["logs"]["trainer"], NOT_PUBLISHED_WARNING) +
                    warnings_of(faulted["logs"]["trainer"], UNUSABLE_INDEX_WARNING))
   resumed = warnings_of(faulted["logs"]["trainer"], "resumed from")
@@ -735,7 +1040,9 @@ def main(argv=None) -> Dict:
   # Explained: a fixed swap fell back to a later index (the warning), or dropout with a resumed trainer
   # (its dropout stream restarts with the process, so the replayed steps draw other masks).
   inv["weights_difference_explained_by"] = (
-      "equal" if inv["weights_equal"] else "index not published or unusable"
+      "equal" if inv["weights_equal"] else
+      f"bin/update_index edit(s) {sorted({e['edit_update'] for e in edits_read})} read by the trainer"
+      if edits_read else "index not published or unusable"
       if not_published else "dropout after a resume" if args.dropout > 0 and resumed else None)
   inv["weights_equal_or_explained"] = inv["weights_difference_explained_by"] is not None
   checkpoints = check_checkpoints(model_dir, faulted["damaged"]["checkpoints"])
@@ -743,11 +1050,19 @@ def main(argv=None) -> Dict:
   inv["checkpoints_restored"] = checkpoints["restored"]
   inv["checkpoints_unreadable"] = len(checkpoints["unreadable"])
   inv["checkpoints_damaged_by_soak_still_listed"] = len(checkpoints["damaged_by_soak_still_listed"])
-  indexes = check_indexes(model_dir, paths["retrieval"], faulted["damaged"]["indexes"])
+  indexes = check_indexes(model_dir, paths["retrieval"], faulted["damaged"]["indexes"],
+                          [u["corpus_prefix"] for u in updates])
   inv["indexes_published"] = indexes["published"]
   inv["indexes_verified"] = indexes["verified"]
   inv["indexes_failed"] = len(indexes["failed"])
   inv["indexes_damaged_by_soak_left"] = len(indexes["damaged_by_soak_left"])
+  inv["updates"] = len(updates)
+  for outcome in ("published", "refused", "killed", "unexpected"):
+    inv[f"updates_{outcome}"] = sum(1 for u in updates if u.get("outcome") == outcome)
+  inv["updates_edit"] = sum(1 for u in updates if u["mode"] == "edit")
+  inv["update_indexes_verified_at_end"] = len(indexes["verified_updates"])
+  inv["derived_corpora_read_by_trainer"] = len(read)
+  inv["edits_read_by_trainer"] = len(edits_read)
   left = leftovers(model_dir) + leftovers(clean["model_dir"])
   inv["temporary_leftovers"] = len(left)
   progress = [s["progress_seconds"] for p in ("trainer", "refresher") for s in faulted["starts"][p][1:]]
@@ -764,8 +1079,9 @@ def main(argv=None) -> Dict:
   inv["hang"] = faulted["hang"] is not None or clean["hang"] is not None
   inv["trainer_exit_after_done_s"] = faulted["trainer_exit_after_done_s"]
   inv["refresher_exit_after_done_s"] = faulted["refresher_exit_after_done_s"]
-  logs = [p for r in runs.values() for p in r["logs"].values()
-         ] + [os.path.join(args.work_dir, "faulted_logs", "second_refresher.log")]
+  logs = [p for r in runs.values() for p in r["logs"].values()] + [
+      os.path.join(args.work_dir, "faulted_logs", "second_refresher.log")
+  ] + faulted.get("update_logs", [])
   traces = tracebacks(logs)
   inv["tracebacks_documented"] = len(traces["documented"])
   inv["tracebacks_undocumented"] = len(traces["undocumented"])
@@ -775,19 +1091,20 @@ def main(argv=None) -> Dict:
   inv["unexpected_exits"] = len(faulted["unexpected_exits"])
   inv["exits_on_documented_errors_after_damage"] = len(faulted["exits_on_documented_errors"])
   inv["exits_on_documented_errors_on_full_disk"] = len(faulted.get("exits_on_full_disk", []))
-  inv["all_hold"] = bool(inv["reached_step"] and inv["clean_reached_step"] and
-                         inv["weights_equal_or_explained"] and not inv["checkpoints_unreadable"] and
-                         not inv["indexes_failed"] and not left and not inv["hang"] and
-                         not inv["trainer_restarts_without_progress"] and
-                         not inv["tracebacks_undocumented"] and
-                         inv["second_refreshers_refused_naming_first"] == inv["second_refreshers"] and
-                         not inv["unexpected_exits"] and not faulted.get("gave_up"))
+  inv["all_hold"] = bool(
+      inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and
+      not inv["checkpoints_unreadable"] and not inv["indexes_failed"] and not left and not inv["hang"] and
+      not inv["trainer_restarts_without_progress"] and not inv["tracebacks_undocumented"] and
+      inv["second_refreshers_refused_naming_first"] == inv["second_refreshers"] and
+      not inv["unexpected_exits"] and not inv["updates_unexpected"] and not faulted.get("gave_up"))
   result.update(faults_injected=sum(by_kind.values()),
                 faults_by_kind=by_kind,
                 faults_skipped=sum(1 for f in faulted["faults"] if "skipped" in f),
                 invariants=inv,
                 weights=weights,
                 not_published_warnings=not_published,
+                edits_read_by_trainer=edits_read,
+                derived_corpora_read_by_trainer=read,
                 resumed_lines=resumed,
                 indexes_used_clean=_indexes_used(clean["model_dir"]),
                 indexes_used_faulted=_indexes_used(model_dir),
@@ -807,6 +1124,19 @@ def main(argv=None) -> Dict:
   print_table(result)
   print(f"wrote {args.output_json}")
   return result
+
+
+def _content_changed(updates: List[Dict], prefix: str) -> Optional[Dict]:
+  """The edit (an update record) whose changes the corpus `prefix` holds, if any: updates form one
+  chain, so a corpus derived after an edit that may have published holds its changes."""
+  order = next(
+      (i for i, u in enumerate(updates) if os.path.abspath(u["corpus_prefix"]) == os.path.abspath(prefix)),
+      None)
+  if order is None:  # a corpus no update of this soak wrote: treat it as changed, naming no update
+    return {"update": None, "time_s": None}
+  return next(
+      (u for u in updates[:order + 1] if u["mode"] == "edit" and u.get("outcome") in ("published", "killed")),
+      None)
 
 
 def _indexes_used(model_dir: str):

@@ -1,7 +1,8 @@
 """The mechanics of fault_soak's disk_full fault, on a tiny Python child instead of the REALM processes
 (the soak itself is fault_soak_test, minutes long): under the limit a write beyond it fails with EFBIG and
 the child lives on to report it; a small write and the log still succeed; lifting the limit lets the
-same write through, as an operator freeing space would. And the soak's traceback count judges a chained
+same write through, as an operator freeing space would. The tmpfs variant (root only): a filled small
+filesystem gives a real ENOSPC, and deleting the filler frees it. And the soak's traceback count judges a chained
 traceback (a documented error raised from TensorFlow's EFBIG) by its last link.
 """
 
@@ -116,6 +117,44 @@ class DiskFullTest(unittest.TestCase):
     self.assertIn("CheckpointWriteError", found["documented"][0])
     self.assertEqual(len(found["undocumented"]), 1, found)
     self.assertIn("ValueError", found["undocumented"][0])
+
+  @unittest.skipUnless(
+      os.geteuid() == 0, "the tmpfs variant of disk_full mounts a filesystem, which needs "
+      "root (CI and the dev machine run as root; --disk_full_mode=rlimit is the other)")
+  def test_tmpfs_filled_gives_enospc_then_freed(self):
+    # --disk_full_mode=tmpfs: the soak mounts a small tmpfs as the model dir and fills it with a file;
+    # a running process's write fails with ENOSPC (not EFBIG) and succeeds once the filler is deleted.
+    tmp = self._tmp()
+    mount = os.path.join(tmp, "model_dir")
+    fault_soak.mount_tmpfs(mount, 16)
+    self.addCleanup(fault_soak.unmount, mount)
+    self.assertTrue(os.path.ismount(mount))
+    proc = fault_soak.Process(
+        "child",
+        [sys.executable, "-c", _CHILD,
+         os.path.join(mount, "out"),
+         str(4 * fault_soak.DISK_FULL_HEADROOM)],
+        os.path.join(tmp, "child.log"),
+        disk_full_mode="tmpfs")
+    proc.start({})
+    try:
+      filled = fault_soak.fill_filesystem(mount)
+      proc.set_disk_full(True)  # tmpfs: only recorded, no limit on the process
+      self.assertTrue(proc.disk_full_seen)
+      self.assertGreater(filled["filled_bytes"], 15 * 2**20, filled)
+      self.assertLess(filled["free_bytes_after"], fault_soak.DISK_FULL_HEADROOM, filled)
+      self.assertEqual(self._go(mount, 0, proc, 1), "attempt 0: ENOSPC")
+      self.assertTrue(proc.alive())
+      fault_soak.free_filesystem(mount)
+      self.assertFalse(os.path.exists(filled["filler"]))
+      self.assertEqual(self._go(mount, 1, proc, 2), f"attempt 1: wrote {4 * fault_soak.DISK_FULL_HEADROOM}")
+      self.assertEqual(proc.popen.wait(timeout=30), 0)
+    finally:
+      if proc.alive():
+        proc.popen.kill()
+      proc.popen.wait()
+    fault_soak.unmount(mount)
+    self.assertFalse(os.path.ismount(mount))
 
   def _tmp(self) -> str:
     tmp = tempfile.mkdtemp()
