@@ -103,8 +103,8 @@ FILLER_NAME = "soak_disk_filler"
 # dir; the limit hits the running process at any moment, with no restart, and needs no privilege.
 DISK_FULL_HEADROOM = 64 * 1024
 # The named errors docs/reliability.md documents: a traceback ending in one of them is a documented stop.
-DOCUMENTED_ERRORS = ("LockedError", "CheckpointWriteError", "ResumeError", "NoRefresherError",
-                     "IndexWriteError", "CorruptIndexError", "InputError", "TimeoutError")
+DOCUMENTED_ERRORS = ("LockedError", "CheckpointWriteError", "ConfigWriteError", "ResumeError",
+                     "NoRefresherError", "IndexWriteError", "CorruptIndexError", "InputError", "TimeoutError")
 # The sizes of bin/demo_pipeline_test (its _SIZES and _short_options).
 SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
 NOT_PUBLISHED_WARNING = "was not published (the refresher embedded a later checkpoint"

@@ -52,6 +52,10 @@ class ConfigError(ValueError):
   """A configuration that cannot run: names the file or flag, the key and what is allowed."""
 
 
+class ConfigWriteError(RuntimeError):
+  """MODEL_DIR/<binary>.yaml could not be written (a full disk, a read-only MODEL_DIR): names the file."""
+
+
 def option(default: Any,
            help_text: str,
            *,
@@ -326,8 +330,15 @@ def save(tree, model_dir: str, binary: str) -> str:
   path = os.path.join(model_dir, file_name(binary))
   header = (f"# bin/{binary}'s configuration, written when the run started. Resume or repeat the run "
             f"with:\n#   bin/{binary}.py --config_file={path}\n")
-  with io_utils.atomic_write(path) as f:
-    f.write(header + yaml.safe_dump(to_dict(tree), sort_keys=False, default_flow_style=False))
+  try:
+    with io_utils.atomic_write(path) as f:
+      f.write(header + yaml.safe_dump(to_dict(tree), sort_keys=False, default_flow_style=False))
+  except (tf.errors.OpError, OSError) as e:
+    # Found by bench/fault_soak's ENOSPC (--disk_full_mode=tmpfs): a restart on a full disk ended in
+    # TensorFlow's ResourceExhaustedError, 30 lines of traceback naming no option; this names the file.
+    raise ConfigWriteError(f"cannot write bin/{binary}'s configuration {path}: {str(e).splitlines()[0]}; "
+                           f"free space in (or make writable) {model_dir} and start bin/{binary} "
+                           "again") from e
   return path
 
 

@@ -1,11 +1,14 @@
 """Tests of run_config: the layers (defaults, files, flags, --params_override), the errors a config file's
 mistakes get, the file a run writes and the flags a tree generates (with bin/train_realm's tree)."""
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
 import sys
 from typing import Optional, Tuple
+from unittest import mock
 
 from absl import app
 from absl import flags
@@ -123,6 +126,29 @@ class ResolveTest(absltest.TestCase):
     with open(path) as f:
       self.assertIn(f"--config_file={path}", f.read())
     self.assertEqual(os.listdir(model_dir), ["train_x.yaml"])  # atomic: no temporary left
+
+  def test_a_full_disk_is_a_named_error_naming_the_file(self):
+    # bench/fault_soak's ENOSPC: the write of MODEL_DIR/<binary>.yaml fails; the user reads the file and
+    # what to do, not TensorFlow's ResourceExhaustedError, and no temporary is left.
+    tree = run_config.resolve(_Tree, (), {"path": "/p"})
+    model_dir = self.create_tempdir().full_path
+
+    class _FullDisk:
+
+      def write(self, _):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    @contextlib.contextmanager
+    def full_disk(path, mode="w"):
+      del path, mode
+      yield _FullDisk()
+
+    with mock.patch.object(run_config.io_utils, "atomic_write", full_disk):
+      with self.assertRaisesRegex(
+          run_config.ConfigWriteError, f"cannot write bin/train_x's configuration {model_dir}/train_x.yaml: "
+          r".*No space left on device; free space"):
+        run_config.save(tree, model_dir, "train_x")
+    self.assertEqual(os.listdir(model_dir), [])
 
   def test_a_refused_run_leaves_the_model_dir_as_it_was(self):
     tree = run_config.resolve(_Tree, flags_given=_REQUIRED)
