@@ -411,6 +411,34 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
   # The last fixed swap's step: once its index is published, no later index is read (UPDATE_MODES).
   last_swap = args.save_checkpoints_steps * ((args.num_train_steps - 1) // args.save_checkpoints_steps)
   filled_until = [None]  # tmpfs disk_full: when the filler file is deleted
+  second = [None]  # the second refresher running now, if any
+
+  def second_refresher_done(now: float, stop: bool = False) -> None:
+    """Judges the second refresher once it exits (killed after --exit_seconds: not refused in time)."""
+    pending = second[0]
+    if pending is None:
+      return
+    popen, fault = pending["popen"], pending["fault"]
+    if popen.poll() is None:
+      if not stop and now - pending["started"] <= args.exit_seconds:
+        return
+      popen.kill()
+      popen.wait()
+      fault["timed_out"] = True
+    with open(pending["log_path"], errors="replace") as f:
+      f.seek(pending["offset"])
+      text = f.read()
+    first_pid = fault["first_pid"]
+    fault.update(
+        exit_code=popen.returncode,
+        exit_seconds_second=round(now - pending["started"], 2),
+        names_first=f"is held by pid {first_pid}" in text,
+        message=next(
+            (line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines()) if "is held by" in line),
+            None))
+    fault["ok"] = popen.returncode != 0 and fault["names_first"] and not fault.get("timed_out")
+    second[0] = None
+
   procs = {"trainer": trainer, "refresher": refresher}
   started = time.time()
   record: Dict = {
@@ -489,25 +517,17 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         fault.update(_damage(rng, rng.choice(files)))
         record["damaged"]["indexes"].append(dict(step=steps[-1], file=fault["file"]))
     elif kind == "second_refresher":
-      first_pid = refresher.popen.pid
+      # Started in the background and judged when it exits (second_refresher_done): under load its
+      # TensorFlow import alone takes tens of seconds, and waiting for it held back every other fault.
       log_path = os.path.join(log_dir, "second_refresher.log")
+      offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
       with open(log_path, "a") as log_file:
-        second = subprocess.run(refresher.command,
-                                stdout=log_file,
-                                stderr=subprocess.STDOUT,
-                                env=demo_pipeline.binary_env(),
-                                timeout=args.exit_seconds,
-                                check=False)
-      with open(log_path, errors="replace") as f:
-        text = f.read()
-      fault.update(
-          first_pid=first_pid,
-          exit_code=second.returncode,
-          names_first=f"is held by pid {first_pid}" in text,
-          message=next(
-              (line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines()) if "is held by" in line),
-              None))
-      fault["ok"] = second.returncode != 0 and fault["names_first"]
+        popen = subprocess.Popen(refresher.command,
+                                 stdout=log_file,
+                                 stderr=subprocess.STDOUT,
+                                 env=demo_pipeline.binary_env())
+      fault.update(first_pid=refresher.popen.pid, second_pid=popen.pid)
+      second[0] = dict(fault=fault, popen=popen, log_path=log_path, offset=offset, started=time.time())
     elif kind == "disk_full" and mode == "tmpfs":
       # A real ENOSPC for every process writing the model dir, until the filler is deleted.
       seconds = rng.uniform(2.0, args.max_disk_full_seconds)
@@ -537,6 +557,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       filled_until[0] = None
     if updates is not None:
       updates.poll(now)
+    second_refresher_done(now)
     for proc in procs.values():
       if proc.stopped_until is not None and now >= proc.stopped_until:
         proc.signal(signal.SIGCONT)
@@ -601,7 +622,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
     if gave_up:
       break
     if exit_at["trainer"] is not None and exit_at["refresher"] is not None and \
-        (updates is None or updates.running is None):
+        (updates is None or updates.running is None) and second[0] is None:
       break
     # Hangs: no progress for hang_seconds while training is unfinished; or an exit overdue.
     if not done and now - last_progress > args.hang_seconds:
@@ -656,7 +677,8 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       busy = [p for p in procs.values() if not p.alive() or p.stopped_until is not None]
       if (target in procs and (not procs[target].alive() or procs[target].stopped_until or
                                procs[target].disk_full_until)) or \
-          (kind == "second_refresher" and refresher in busy) or \
+          (kind == "second_refresher" and (refresher in busy or second[0] is not None)) or \
+          (target == "refresher" and second[0] is not None) or \
           (kind == "update_index" and updates.running is not None) or \
           (kind == "disk_full" and filled_until[0] is not None):
         next_fault = now + 0.5  # the target is down or paused: draw again shortly
@@ -678,6 +700,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       proc.signal(signal.SIGCONT)
       proc.signal(signal.SIGKILL)
       proc.popen.wait()
+  second_refresher_done(time.time(), stop=True)
   if filled_until[0] is not None:
     free_filesystem(model_dir)
   if updates is not None:
