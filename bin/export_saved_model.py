@@ -9,7 +9,12 @@ These take raw text and tokenize inside with tensorflow_text ops (and ScaNN's wi
 the process serving them must have registered. With --token_ids (the default) each also gets a twin,
 OUTPUT_DIR/<name>_token_ids, that takes BERT token ids and needs only core TensorFlow ops: the stock
 saved_model_cli and any TF Serving build run it (open_qa_token_ids searches by exact brute force).
+--retriever=bm25 or hybrid: open_qa (and its twin) retrieve by BM25 over the corpus's wordpieces, or by
+its reciprocal rank fusion with the dense tower, inside the graph (realm_tf/retrieval/sparse_in_graph.py):
+the model carries the BM25 postings, so it needs no corpus files where it is served.
   python bin/export_saved_model.py --model_dir=/runs/orqa_nq --output_dir=/export/orqa_nq --index=scann
+  python bin/export_saved_model.py --model_dir=/runs/orqa_squad --output_dir=/export/squad_hybrid \
+      --retriever=hybrid
   python bin/export_saved_model.py --model_dir=/conv/orqa_nq --index_dir=/conv/wiki_index \
       --output_dir=/export/orqa_nq_released
   python bin/answer.py "who wrote the iliad" --saved_model=/export/orqa_nq/open_qa
@@ -48,6 +53,11 @@ _TOKEN_IDS = flags.DEFINE_bool(
     "token_ids", True, "Also write the core-ops token-id twins (<name>_token_ids); they "
     "copy the index and block texts again, plus two int32 [N, C] offset "
     "arrays.")
+_RETRIEVER = flags.DEFINE_enum(
+    "retriever", "dense", list(saved_models.RETRIEVER_CHOICES),
+    "What open_qa retrieves by: its dense tower (dense), BM25 over the corpus's wordpieces "
+    "(bm25), or their reciprocal rank fusion (hybrid); BM25 is built from the frozen index's "
+    "blocks and carried in the model. Only for a run that exports open_qa.")
 _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
                                    "ScaNN candidates re-ranked by their exact score.")
 
@@ -67,7 +77,8 @@ def main(argv):
                                     scann_options=scann_options,
                                     log=logging.info,
                                     token_ids=_TOKEN_IDS.value,
-                                    index_dir=_INDEX_DIR.value)
+                                    index_dir=_INDEX_DIR.value,
+                                    retriever=_RETRIEVER.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # the messages say what to pass
     sys.exit(f"export_saved_model: {e}")
   for kind, path in paths.items():

@@ -28,6 +28,26 @@ def export_info(path: str) -> Dict:
     return json.load(f)
 
 
+# What an open_qa export retrieves by (bin/export_saved_model --retriever), as bin/serve and bin/answer
+# name it; exports from before the option retrieve densely.
+RETRIEVER_DESCRIPTIONS = {
+    "dense": "dense: the model's own query tower over its index",
+    "bm25": "bm25: BM25 over the corpus's wordpieces, in the model",
+    "hybrid": "hybrid: BM25 and the dense tower fused by reciprocal rank fusion, in the model",
+}
+
+
+def retriever_of(info: Dict) -> str:
+  """The retriever an open_qa export's info (export_info) records: dense, bm25 or hybrid."""
+  return info.get("retriever", "dense")
+
+
+def describe_retriever(info: Dict) -> str:
+  """retriever_of(info) with what it means, for a person reading bin/answer's output or bin/serve's page."""
+  retriever = retriever_of(info)
+  return RETRIEVER_DESCRIPTIONS.get(retriever, retriever)
+
+
 def load_saved_model(path: str):
   """tf.saved_model.load after registering the ops the model needs (tensorflow_text for a raw-text model,
   and ScaNN for an index="scann" export)."""

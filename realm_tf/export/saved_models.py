@@ -69,12 +69,18 @@ from realm_tf.modeling import bert_inputs
 from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.modeling import untracked
+from realm_tf.retrieval import fusion
+from realm_tf.retrieval import hybrid
 from realm_tf.retrieval import scann_index
+from realm_tf.retrieval import sparse_in_graph
 from realm_tf.runs import orqa_model
 
 QUERY_EMBEDDER = "query_embedder"
 DOCUMENT_EMBEDDER = "document_embedder"
 INDEX_CHOICES = ("brute_force", "scann")
+# What open_qa retrieves by (realm_tf/retrieval/hybrid.py's names; the gold retriever needs the question's
+# own document, which a served question does not name).
+RETRIEVER_CHOICES = (hybrid.DENSE, hybrid.BM25, hybrid.HYBRID)
 TOKEN_IDS_SIGNATURE = "serving_token_ids"
 VOCAB_COPY = os.path.join("assets.extra", "vocab.txt")
 
@@ -144,7 +150,9 @@ class OpenQaModule(tf.Module):
                bodies,
                doc_ids,
                index: str = "brute_force",
-               scann_options: Optional[scann_index.ScannOptions] = None):
+               scann_options: Optional[scann_index.ScannOptions] = None,
+               retriever: str = hybrid.DENSE,
+               sparse: Optional[sparse_in_graph.WordpieceBm25] = None):
     super().__init__(name="open_qa_module")
     if index not in INDEX_CHOICES:
       raise ValueError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
@@ -163,8 +171,11 @@ class OpenQaModule(tf.Module):
     self.index = index
     self.scann_parameters = None
     self._candidate_fn = None
+    dense_candidates = model.num_blocks
     if index == "scann":
       self._candidate_fn = self._build_scann(model, scann_options or scann_index.ScannOptions())
+      dense_candidates = self.scann_parameters["num_candidates"]
+    _attach_retriever(self, model, retriever, sparse, dense_candidates)
 
   def _build_scann(self, model, options: scann_index.ScannOptions) -> Callable:
     import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (only for this index)
@@ -199,7 +210,10 @@ class OpenQaModule(tf.Module):
     model = self._model.model
     features = orqa_features.question_features(self.tokenizer, self._featurizer, questions,
                                                model.orqa.reader_seq_len)
-    outputs = model.predict_answers(features, training=False, candidate_fn=self._candidate_fn)
+    outputs = model.predict_answers(features,
+                                    training=False,
+                                    candidate_fn=self._candidate_fn,
+                                    block_rows=_retrieved_rows(self, model, features, self._candidate_fn))
     row = outputs["predicted_row"]
     text = tf.gather(self.block_texts, row)
     begin, end = orqa_features.answer_byte_spans(self.tokenizer, text, outputs["first_piece"],
@@ -210,6 +224,38 @@ class OpenQaModule(tf.Module):
                   answer_byte_starts=tf.cast(begin, tf.int32),
                   answer_byte_limits=tf.cast(end, tf.int32))
     return result
+
+
+def _attach_retriever(module: tf.Module, model, retriever: str,
+                      sparse: Optional[sparse_in_graph.WordpieceBm25], dense_candidates: int) -> None:
+  """Gives an open-QA module its retriever: the BM25 postings (variables) for bm25 and hybrid, and the
+  hybrid's fusion depth (hybrid.FUSION_DEPTH, capped at the corpus and at a ScaNN searcher's candidates)."""
+  if retriever not in RETRIEVER_CHOICES:
+    raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
+  if retriever != hybrid.DENSE and sparse is None:
+    raise ValueError(f"--retriever={retriever} needs the corpus's BM25 index (sparse_in_graph.build)")
+  if sparse is not None and sparse.num_docs != model.num_blocks:
+    raise ValueError(f"the BM25 index has {sparse.num_docs} documents but the model's index "
+                     f"{model.num_blocks} blocks: build it from the same corpus")
+  module.retrieval = retriever
+  module.sparse = sparse_in_graph.InGraphBm25(sparse) if retriever != hybrid.DENSE else None
+  module.fusion_depth = max(model.reader_beam, min(hybrid.FUSION_DEPTH, model.num_blocks, dense_candidates))
+
+
+def _retrieved_rows(module: tf.Module, model, features, candidate_fn=None) -> Optional[tf.Tensor]:
+  """The rows the module's bm25 or hybrid retriever reads, int32 [B, reader_beam]; None for dense (the
+  model then searches its index itself)."""
+  if module.retrieval == hybrid.DENSE:
+    return None
+
+  def dense_rows(depth):
+    return model.retrieve(features, depth, training=False, candidate_fn=candidate_fn)[0]
+
+  # The question's wordpieces as the reader gets them: the first reader_seq_len - 3 (bm25s's analysis
+  # reads a question whole; questions are far shorter).
+  return sparse_in_graph.retrieve_rows(module.retrieval, module.sparse, features[orqa_features.QUESTION_IDS],
+                                       features[orqa_features.QUESTION_LEN], dense_rows, model.reader_beam,
+                                       module.fusion_depth)
 
 
 def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
@@ -270,8 +316,14 @@ class OpenQaTokenIdsModule(tf.Module):
     piece_starts, piece_limits: block_piece_offsets(...) of these blocks.
   """
 
-  def __init__(self, model, featurizer: featurization.Featurizer, blocks: corpus_table.CorpusTable,
-               piece_starts: np.ndarray, piece_limits: np.ndarray):
+  def __init__(self,
+               model,
+               featurizer: featurization.Featurizer,
+               blocks: corpus_table.CorpusTable,
+               piece_starts: np.ndarray,
+               piece_limits: np.ndarray,
+               retriever: str = hybrid.DENSE,
+               sparse: Optional[sparse_in_graph.WordpieceBm25] = None):
     super().__init__(name="open_qa_token_ids_module")
     # What `answer` reads: the query tower, the reader and (below) the frozen corpus; not the document
     # tower.
@@ -286,6 +338,7 @@ class OpenQaTokenIdsModule(tf.Module):
     self.block_piece_limits = tf.Variable(piece_limits, dtype=tf.int32, trainable=False)
     self._model = untracked.Untracked(model)
     self._featurizer = featurizer
+    _attach_retriever(self, model, retriever, sparse, model.num_blocks)
 
   @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
                                 bert_inputs.ids_spec("input_mask")],
@@ -295,7 +348,9 @@ class OpenQaTokenIdsModule(tf.Module):
     question, _ = bert_inputs.unpack_segments(input_word_ids, input_mask)
     # pylint: disable-next=protected-access  (the raw-text path's packing, minus its tokenizer call)
     features = orqa_features._question_features(self._featurizer, question, model.orqa.reader_seq_len)
-    outputs = model.predict_answers(features, training=False)
+    outputs = model.predict_answers(features,
+                                    training=False,
+                                    block_rows=_retrieved_rows(self, model, features))
     row = outputs["predicted_row"]
     first, last = outputs["first_piece"], outputs["last_piece"]
     width = self.block_piece_starts.shape[1]
@@ -430,18 +485,48 @@ def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig,
            dim=config.embedding_dim), _TOKEN_ID_KEYS, tokenizer.vocab_path)
 
 
+def build_sparse(trained, retriever: str) -> Optional[sparse_in_graph.WordpieceBm25]:
+  """The BM25 index an open-QA export of retriever carries (None for dense): the wordpieces of the run's
+  frozen corpus (trained.blocks, title and body whole), so it follows bin/update_index's updates."""
+  if retriever not in RETRIEVER_CHOICES:
+    raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
+  if retriever == hybrid.DENSE:
+    return None
+  return sparse_in_graph.build(trained.tokenizer, trained.blocks.titles, trained.blocks.bodies)
+
+
+def _retriever_info(module: tf.Module) -> Dict:
+  """What the export's info records of its retriever (loader.retriever_of reads "retriever")."""
+  info = {"retriever": module.retrieval}
+  if module.sparse is not None:
+    info["bm25"] = module.sparse.parameters
+  if module.retrieval == hybrid.HYBRID:
+    info["fusion"] = {
+        "method": "reciprocal rank fusion",
+        "k": fusion.DEFAULT_K,
+        "depth_per_ranking": module.fusion_depth
+    }
+  return info
+
+
 def export_open_qa(trained,
                    path: str,
                    index: str = "brute_force",
                    scann_options: Optional[scann_index.ScannOptions] = None,
-                   info: Optional[Dict] = None) -> str:
-  """Exports a realm_tf.runs.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel."""
+                   info: Optional[Dict] = None,
+                   retriever: str = hybrid.DENSE,
+                   sparse: Optional[sparse_in_graph.WordpieceBm25] = None) -> str:
+  """Exports a realm_tf.runs.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel retrieving
+  by retriever (RETRIEVER_CHOICES; sparse: build_sparse(trained, retriever), built here when not given)."""
   blocks = trained.blocks
+  if sparse is None:
+    sparse = build_sparse(trained, retriever)
   module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles, blocks.bodies,
-                        blocks.doc_ids, index, scann_options)
+                        blocks.doc_ids, index, scann_options, retriever, sparse)
   return _save(
       module, module.answer, path,
       dict(info or {},
+           **_retriever_info(module),
            kind=loader.OPEN_QA,
            index=index,
            scann_parameters=module.scann_parameters,
@@ -453,13 +538,20 @@ def export_open_qa(trained,
 def export_open_qa_token_ids(trained,
                              path: str,
                              info: Optional[Dict] = None,
-                             log: Callable[[str], None] = print) -> str:
-  """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index."""
+                             log: Callable[[str], None] = print,
+                             retriever: str = hybrid.DENSE,
+                             sparse: Optional[sparse_in_graph.WordpieceBm25] = None) -> str:
+  """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index; the
+  sparse side of bm25 and hybrid in core ops too."""
   starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, trained.orqa.max_block_len, log=log)
-  module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits)
+  if sparse is None:
+    sparse = build_sparse(trained, retriever)
+  module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits, retriever,
+                                sparse)
   return _save(
       module, module.answer, path,
       dict(_token_ids_info(info, loader.OPEN_QA, trained.tokenizer, _QUESTION_INPUTS),
+           **_retriever_info(module),
            index="brute_force",
            num_blocks=trained.model.num_blocks,
            reader_beam=trained.model.reader_beam,
@@ -474,9 +566,11 @@ def export_all(model_dir: str,
                scann_options: Optional[scann_index.ScannOptions] = None,
                log: Callable[[str], None] = print,
                token_ids: bool = True,
-               index_dir: Optional[str] = None) -> Dict[str, str]:
+               index_dir: Optional[str] = None,
+               retriever: str = hybrid.DENSE) -> Dict[str, str]:
   """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}, and with
-  token_ids their core-ops twins {...}_token_ids (see the module docstring).
+  token_ids their core-ops twins {...}_token_ids (see the module docstring); open_qa retrieves by
+  retriever (RETRIEVER_CHOICES: its dense tower, BM25 or their hybrid).
 
   A bin/train_orqa model dir (orqa_config.json) gives all three, from its best checkpoint by default.
   A converted orqa_from_realm checkpoint (bin/convert_checkpoint) with index_dir, the converted
@@ -496,6 +590,8 @@ def export_all(model_dir: str,
                      f"(bin/convert_checkpoint's orqa_from_realm output); {model_dir} is not one "
                      f"(conversion.json layout: {conversion.get('layout')}). A bin/train_orqa run "
                      "carries its own index: omit --index_dir")
+  if retriever not in RETRIEVER_CHOICES:
+    raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
   config = realm_config_lib.RealmConfig.load(model_dir)
   paths = {}
 
@@ -513,11 +609,16 @@ def export_all(model_dir: str,
         paths[twin] = export_twin(config, embedder, out(output_dir, twin), info)
 
   def open_qa(trained, info):
+    sparse = build_sparse(trained, retriever)  # once for both signatures
+    if sparse is not None:
+      log(f"{retriever}: BM25 over the wordpieces of the {sparse.num_docs} blocks ("
+          f"{sparse.parameters['postings']} postings)")
     paths[loader.OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, loader.OPEN_QA), index,
-                                           scann_options, info)
+                                           scann_options, info, retriever, sparse)
     if token_ids:
       twin = loader.OPEN_QA + loader.TOKEN_IDS_SUFFIX
-      paths[twin] = export_open_qa_token_ids(trained, os.path.join(output_dir, twin), info, log)
+      paths[twin] = export_open_qa_token_ids(trained, os.path.join(output_dir, twin), info, log, retriever,
+                                             sparse)
 
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
     trained = orqa_model.load_trained(model_dir, checkpoint)
@@ -541,18 +642,22 @@ def export_all(model_dir: str,
     embedders(trained.model.retriever.query_embedder, None, info)
     open_qa(trained, info)
   else:
+    if retriever != hybrid.DENSE:
+      raise ValueError(f"--retriever={retriever}: {model_dir} is not an ORQA run, so no open_qa model is "
+                       "exported to retrieve by it; omit --retriever, or export a bin/train_orqa run (or a "
+                       "converted ORQA checkpoint with --index_dir)")
     config_path = os.path.join(model_dir, realm_config_lib.CONFIG_NAME)
     corpus_lib.check_vocab(config.vocab_path,
                            None,
                            config.vocab_sha256,
                            config_path,
                            source=f"{config_path}'s vocab_path")
-    retriever = config.build_retriever()
-    resolved = training_state.restore_retriever(retriever, checkpoint or model_dir)
+    towers = config.build_retriever()
+    resolved = training_state.restore_retriever(towers, checkpoint or model_dir)
     info = {"model_dir": os.path.abspath(model_dir), "checkpoint": resolved}
     log(f"exporting the retriever of {resolved} (not an ORQA run: no open-QA model" +
         ("; pass --index_dir=<converted block_emb> for one)" if converted_orqa else ")"))
-    embedders(retriever.query_embedder, retriever.doc_embedder, info)
+    embedders(towers.query_embedder, towers.doc_embedder, info)
   for kind, path in paths.items():
     log(f"wrote {kind} SavedModel to {path}")
   return paths

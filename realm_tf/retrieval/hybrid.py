@@ -10,7 +10,7 @@ each retriever returns; the reader then reads those rows (OrqaModel.predict_answ
   bm25    BM25 (realm_tf/retrieval/bm25.py) over each block's title and body: on SQuAD-open title +
           body measured better than the body alone at every k (docs/results.md)
   hybrid  reciprocal rank fusion (realm_tf/retrieval/fusion.py, k = 60) of BM25's and the dense tower's
-          top FUSION_DEPTH; nothing tuned, so no labelled questions are spent on it. With bm25_weight w:
+          top FUSION_DEPTH (of BM25's, only documents that match a query term); nothing tuned, so no labelled questions are spent on it. With bm25_weight w:
           instead a weighted sum (w for BM25, 1 - w for the dense tower) of their z-normalised scores
           over the same top FUSION_DEPTH (fusion.weighted_score_fusion), w tuned on held-out questions
   gold    each question's own block (the QA record's "doc_id"): the reader with retrieval solved, the
@@ -61,6 +61,13 @@ def fuse(sparse_rows: np.ndarray,
   check_bm25_weight(bm25_weight)
   return fusion.weighted_score_fusion([sparse_rows, dense_rows], [sparse_scores, dense_scores],
                                       [bm25_weight, 1.0 - bm25_weight], depth)
+
+
+def unmatched_as_padding(rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+  """BM25's rows with those that match no query term (score 0) set to -1, which fusion ignores: BM25
+  ranks them in an arbitrary order, and a rank there would lift a document by the accident of its row
+  number above one the dense tower ranks better (sparse_in_graph.retrieve_rows does the same)."""
+  return np.where(np.asarray(scores) > 0, rows, -1)
 
 
 def check_bm25_weight(weight: Optional[float], flag: str = "--hybrid_bm25_weight") -> None:
@@ -124,6 +131,7 @@ def candidate_rows(retriever: str,
     return {"rows": sparse.search(list(questions), depth)[0]}
   fusion_depth = max(depth, FUSION_DEPTH)
   sparse_rows, sparse_scores = sparse.search(list(questions), fusion_depth)
+  sparse_rows = unmatched_as_padding(sparse_rows, sparse_scores)
   dense_rows, dense_scores = dense_fn(min(fusion_depth, sparse.num_docs))
   dense_rows = np.asarray(dense_rows, np.int64)
   return {

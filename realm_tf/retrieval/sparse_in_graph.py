@@ -238,7 +238,8 @@ def retrieve_rows(retriever: str, sparse: InGraphBm25, question_ids: tf.Tensor, 
   question_ids int [B, L] (0-padded wordpieces) and question_lengths [B]: the questions, as the sparse
   side reads them. dense_rows_fn(d) gives the dense tower's top d rows int [B, d]; the hybrid fuses its
   and BM25's top fusion_depth (hybrid.FUSION_DEPTH capped at the corpus, as hybrid.candidate_rows does)
-  by reciprocal rank fusion.
+  by reciprocal rank fusion (BM25's documents that match no query term left out, as
+  hybrid.candidate_rows leaves them out).
   """
   if retriever == hybrid.BM25:
     return sparse.search(question_ids, question_lengths, depth)[0]
@@ -246,5 +247,7 @@ def retrieve_rows(retriever: str, sparse: InGraphBm25, question_ids: tf.Tensor, 
     raise ValueError(f"retrieve_rows: retriever must be {hybrid.BM25!r} or {hybrid.HYBRID!r}, got "
                      f"{retriever!r} (the dense tower retrieves by itself)")
   fusion_depth = max(depth, fusion_depth)
-  sparse_rows = sparse.search(question_ids, question_lengths, fusion_depth)[0]
+  sparse_rows, sparse_scores = sparse.search(question_ids, question_lengths, fusion_depth)
+  # As hybrid.unmatched_as_padding: a document matching no query term gets no BM25 rank.
+  sparse_rows = tf.where(sparse_scores > 0, sparse_rows, -1)
   return reciprocal_rank_fusion([sparse_rows, dense_rows_fn(fusion_depth)], sparse.num_docs, depth)
