@@ -268,10 +268,19 @@ _RETRIEVER = {
 _FLAGS_BEFORE = {
     train_realm.TrainRealmConfig:
         _COMMON | _RETRIEVER | {
-            "pretraining_corpus_path", "share_embedders", "max_masks", "num_candidates",
-            "init_retriever_checkpoint", "init_reader_checkpoint", "bootstrap_index", "index_implementation",
-            "max_index_staleness_steps", "check_index_every_batches", "index_swap_steps",
-            "wait_for_index_seconds"
+            "pretraining_corpus_path",
+            "share_embedders",
+            "max_masks",
+            "num_candidates",
+            "init_retriever_checkpoint",
+            "init_reader_checkpoint",
+            "bootstrap_index",
+            "index_implementation",
+            "max_index_staleness_steps",
+            "check_index_every_batches",
+            "index_swap_steps",
+            "wait_for_index_seconds",
+            "retrieval",  # added since (issue 42: --retrieval=in_step)
         },
     train_mlm.TrainMlmConfig:
         _COMMON | {

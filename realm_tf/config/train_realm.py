@@ -7,7 +7,7 @@
              candidate_seq_len
   realm      share_embedders max_masks num_candidates init_retriever_checkpoint init_reader_checkpoint
   index      bootstrap_index index_implementation max_index_staleness_steps check_index_every_batches
-             index_swap_steps wait_for_index_seconds
+             index_swap_steps wait_for_index_seconds retrieval
   device     strategy tpu num_cpu_devices mixed_precision
   train      batch_size learning_rate ... seed (sections.Train)
 """
@@ -70,6 +70,12 @@ class RealmIndex:
   wait_for_index_seconds: Optional[float] = option(None,
                                                    "Give up waiting for an index after this.",
                                                    lower_bound=0.0)
+  retrieval: str = option(
+      "host", "Where the candidates are retrieved: host (the input pipeline embeds the masked queries "
+      "with the index's stale query tower, searches and looks the documents up, per batch, on the "
+      "trainer's host) or in_step (the same, as graph ops inside the train step over the index held in "
+      "device memory; the host only masks queries: docs/pod_scale.md).",
+      choices=("host", "in_step"))
 
 
 @dataclasses.dataclass(frozen=True)

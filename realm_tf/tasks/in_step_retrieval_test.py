@@ -18,6 +18,7 @@ from realm_tf.retrieval import refresher
 from realm_tf.tasks import in_step_retrieval
 from realm_tf.tasks import realm_input
 from realm_tf.tasks import realm_trainer
+from realm_tf.training import loop
 from realm_tf.training import distribute
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
@@ -42,14 +43,15 @@ class InStepRetrievalTest(tf.test.TestCase):
                                               candidate_seq_len=64,
                                               max_masks=4,
                                               num_candidates=4)
+    cls.root = root
     model_dir = os.path.join(root, "model")
     cls.config.save(model_dir)
     cls.tokenizer = cls.config.tokenizer()
     cls.featurizer = cls.config.featurizer(cls.tokenizer)
-    corpus_prefix = os.path.join(root, "corpus", "blocks")
+    corpus_prefix = cls.corpus_prefix = os.path.join(root, "corpus", "blocks")
     corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")), cls.tokenizer,
                         corpus_prefix, 2)
-    pretraining_prefix = os.path.join(root, "pretraining", "sentences")
+    pretraining_prefix = cls.pretraining_prefix = os.path.join(root, "pretraining", "sentences")
     pretraining.write_pretraining_corpus(
         lambda: pretraining.read_raw_documents(os.path.join(_TESTDATA, "pretraining.jsonl")),
         pretraining_prefix, 2)
@@ -73,7 +75,9 @@ class InStepRetrievalTest(tf.test.TestCase):
     bootstrap = cls.state.index
     embeddings = np.random.default_rng(0).normal(
         size=[cls.table.num_docs, cls.config.projection_size]).astype(np.float32)
-    cls.state.index = bootstrap._replace(mips=type(bootstrap.mips).build(embeddings))
+    cls.bootstrap = bootstrap
+    cls.random_mips = type(bootstrap.mips).build(embeddings)
+    cls.state.index = bootstrap._replace(mips=cls.random_mips)
     queries = realm_input.query_features(pretraining.pretraining_dataset(pretraining_prefix),
                                          cls.tokenizer,
                                          cls.featurizer,
@@ -242,6 +246,68 @@ class InStepRetrievalTest(tf.test.TestCase):
     after = retrieval.query_embedder.embed(*inputs)["embeddings"].numpy()
     self.assertNotAllClose(before, after)
     self.assertAllEqual(newer.embed_queries(*inputs), after)
+
+  def _train(self, name, retrieval):
+    """realm_trainer.train for 3 steps from one seed, retrieving from the fixture's index (its random
+    document embeddings, the bootstrap's query tower and corpus record) published at step 0."""
+    model_dir = os.path.join(self.root, name)
+    bootstrap = self.bootstrap
+    record = {
+        k: v
+        for k, v in bootstrap.record.items()
+        if k not in ("step", "num_docs", "dim", "published_unix_time")
+    }
+    published_index.publish_index(model_dir,
+                                  0,
+                                  self.random_mips,
+                                  os.path.join(bootstrap.path, published_index.QUERY_EMBEDDER_DIR),
+                                  info=record)
+    options = realm_trainer.RealmTrainerOptions(config=self.config,
+                                                loop=loop.LoopOptions(model_dir=model_dir,
+                                                                      num_train_steps=3,
+                                                                      save_checkpoints_steps=3,
+                                                                      jit_compile=False),
+                                                pretraining_corpus_path=self.pretraining_prefix,
+                                                retrieval_corpus_path=self.corpus_prefix,
+                                                batch_size=_BATCH,
+                                                learning_rate=1e-3,
+                                                index_implementation="brute_force",
+                                                retrieval=retrieval,
+                                                seed=3)
+    summary = realm_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)
+    checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    weights = {
+        name: checkpoint.get_tensor(name)
+        for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))
+        if name.startswith("model/") and "OPTIMIZER_SLOT" not in name
+    }
+    return summary, weights
+
+  def test_in_step_trains_as_the_host_path(self):
+    """realm_trainer.train with --retrieval=in_step trains as the host path does: the same first loss
+    and the same weights after the first steps."""
+    host, host_weights = self._train("host_run", realm_trainer.HOST)
+    in_step, in_step_weights = self._train("in_step_run", realm_trainer.IN_STEP)
+    self.assertAllClose(host["first_loss"], in_step["first_loss"], rtol=1e-5, atol=0)
+    self.assertAllClose(host["final"]["loss"], in_step["final"]["loss"], rtol=1e-4, atol=0)
+    self.assertEqual(host["indexes_used"], in_step["indexes_used"])
+    self.assertEqual(set(host_weights), set(in_step_weights))
+    self.assertGreater(len(host_weights), 10)
+    for name, value in host_weights.items():
+      self.assertAllClose(value, in_step_weights[name], rtol=1e-4, atol=1e-6, msg=name)
+
+  def test_an_unknown_retrieval_is_refused(self):
+    fixture_config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
+                                                  reader_bert=bert.tiny_config(285),
+                                                  vocab_path=os.path.join(_TESTDATA, "vocab.txt"))
+    options = realm_trainer.RealmTrainerOptions(config=fixture_config,
+                                                loop=loop.LoopOptions(model_dir=self.get_temp_dir(),
+                                                                      num_train_steps=1),
+                                                pretraining_corpus_path="unused",
+                                                retrieval_corpus_path="unused",
+                                                retrieval="device")
+    with self.assertRaisesRegex(ValueError, r"--retrieval='device': choose one of host, in_step"):
+      realm_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ which TensorFlow cannot compute in-graph).
 
 import os
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -300,12 +300,14 @@ class RetrievalState:
         self.error = e
       raise
 
-  def _retrieve(self, token_ids, mask, segment_ids, own_fingerprints, step):
-    token_ids, mask, segment_ids, own_fingerprints = (
-        np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
+  def select_index(self, step: Optional[int]) -> Tuple[published_index.LoadedIndex, corpus_table.CorpusTable]:
+    """The index (and its corpus) the batch of trainer step `step` retrieves with, swapped in (waiting
+    for it) as the schedule says: the fixed swap of that step under swap_every_steps, else the newest
+    index within the staleness bound. The host path calls it per batch; the in-step path
+    (in_step_retrieval) once per loop, for the loop's first step."""
     if self.swap_every_steps is not None:
       if step is None:
-        raise ValueError("retrieve() needs the batch's step under swap_every_steps")
+        raise ValueError("the batch's step is needed under swap_every_steps")
       with self._lock:
         self._fixed_index(int(step))
     else:
@@ -313,7 +315,12 @@ class RetrievalState:
     with self._lock:
       if self.swap_every_steps is None:
         self._maybe_refresh()
-      index, corpus = self.index, self.corpus
+      return self.index, self.corpus
+
+  def _retrieve(self, token_ids, mask, segment_ids, own_fingerprints, step):
+    token_ids, mask, segment_ids, own_fingerprints = (
+        np.asarray(t) for t in (token_ids, mask, segment_ids, own_fingerprints))
+    index, corpus = self.select_index(step)
     queries = index.embed_queries(token_ids, mask, segment_ids)
     wanted = self.num_candidates - 1
     k = min(corpus.num_docs, wanted + SEARCH_MARGIN)
@@ -424,6 +431,21 @@ def assemble_candidates(featurizer: featurization.Featurizer, batch_size: int, n
   return out
 
 
+def query_batches(pretraining_examples: tf.data.Dataset,
+                  tokenizer: tokenization.Tokenizer,
+                  featurizer: featurization.Featurizer,
+                  batch_size: int,
+                  seed: int = 0,
+                  shuffle_buffer: int = 10000,
+                  skip_batches: int = 0) -> tf.data.Dataset:
+  """The batches of masked queries (query_features, graph ops only) that realm_dataset retrieves for,
+  in its order; the in-step path feeds them to the step as they are (realm_dataset says what the
+  arguments mean)."""
+  examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  queries = query_features(examples, tokenizer, featurizer, seed)
+  return queries.batch(batch_size, drop_remainder=True).skip(skip_batches)
+
+
 def realm_dataset(pretraining_examples: tf.data.Dataset,
                   tokenizer: tokenization.Tokenizer,
                   featurizer: featurization.Featurizer,
@@ -443,11 +465,9 @@ def realm_dataset(pretraining_examples: tf.data.Dataset,
     skip_batches: batches to skip, so a resumed run continues the same stream where it stopped.
   """
   num_candidates = state.num_candidates
-  examples = pretraining_examples.repeat().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  queries = query_features(examples, tokenizer, featurizer, seed)
   # Numbered by the trainer step that will train on each batch (state.swap_every_steps needs it).
-  batches = queries.batch(batch_size,
-                          drop_remainder=True).skip(skip_batches).enumerate(start=skip_batches + 1)
+  batches = query_batches(pretraining_examples, tokenizer, featurizer, batch_size, seed, shuffle_buffer,
+                          skip_batches).enumerate(start=skip_batches + 1)
 
   @_no_autograph
   def retrieve(step, features):

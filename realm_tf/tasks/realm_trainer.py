@@ -17,6 +17,14 @@ Fixed index swaps (--index_swap_steps=K) replace that: the batch of step s train
 checkpoint of step K * floor((s - 1) / K), and the pipeline waits for exactly that one, so a run's indexes
 do not depend on how fast the refresher was (realm_input.RetrievalState's swap_every_steps). The trainer
 then waits for each refresh, which a fast refresher beside a slow trainer makes short.
+
+Where retrieval runs (--retrieval): "host", the input pipeline's tf.py_function on the trainer's host
+(realm_input.realm_dataset: stale query embedding, search, candidate lookup per batch), or "in_step",
+graph ops inside the train step over the index in use held as variables (in_step_retrieval: the host
+only masks and featurizes queries, docs/pod_scale.md). Both choose the same candidates from the same
+index for the same batch. In step, the index in use is chosen between loops, for the loop's first step:
+a newer index reaches the step at the next loop boundary, and --index_swap_steps must be a multiple of
+--steps_per_loop.
 """
 
 import dataclasses
@@ -37,6 +45,7 @@ from realm_tf.modeling import realm as realm_model
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import in_step_retrieval
 from realm_tf.tasks import realm_input
 from realm_tf.training import loop
 from realm_tf.training import optimization
@@ -44,6 +53,9 @@ from realm_tf.training import task as task_lib
 
 # Written at the end of a run: first loss, last metrics, the index steps trained on, seconds.
 SUMMARY_NAME = "train_summary.json"
+# --retrieval: on the host, in the input pipeline; or inside the train step (module docstring).
+HOST, IN_STEP = "host", "in_step"
+RETRIEVALS = (HOST, IN_STEP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +76,7 @@ class RealmTrainerOptions:
   check_index_every_batches: int = 10
   wait_for_index_seconds: Optional[float] = None
   index_swap_steps: Optional[int] = None
+  retrieval: str = HOST
   seed: int = 0
 
 
@@ -129,6 +142,9 @@ class RealmTask(task_lib.Task):
                                             log,
                                             expected_dim=config.embedding_dim,
                                             swap_every_steps=options.index_swap_steps)
+    # The in-step path's index in use (build_inputs makes it), and the LoadedIndex it holds.
+    self.retrieval: Optional[in_step_retrieval.InStepRetrieval] = None
+    self._retrieval_index: Optional[published_index.LoadedIndex] = None
     self.started = time.time()
     self.first_loss: Optional[float] = None
     # The first step this process trained (later than 1 after a resume).
@@ -149,6 +165,14 @@ class RealmTask(task_lib.Task):
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options = self.options
+    if options.retrieval == IN_STEP:
+      self._use_index_of_step(batches_done + 1)
+      return realm_input.query_batches(pretraining.pretraining_dataset(options.pretraining_corpus_path),
+                                       self.tokenizer,
+                                       self.featurizer,
+                                       options.batch_size,
+                                       seed=options.seed,
+                                       skip_batches=batches_done)
     return realm_input.realm_dataset(pretraining.pretraining_dataset(options.pretraining_corpus_path),
                                      self.tokenizer,
                                      self.featurizer,
@@ -185,6 +209,22 @@ class RealmTask(task_lib.Task):
           {"bootstrap": True},
           log)
 
+  def _use_index_of_step(self, step: int) -> None:
+    """In step: the index the schedule gives the loop that starts at `step` (waiting for it), loaded into
+    the step's variables when it is not the one they hold."""
+    loaded, corpus = self.state.select_index(step)
+    if self.retrieval is None:
+      self.retrieval = in_step_retrieval.InStepRetrieval(loaded, corpus, self.featurizer,
+                                                         self.options.config.num_candidates)
+    elif loaded is not self._retrieval_index:
+      self.retrieval.swap(loaded, corpus)
+    self._retrieval_index = loaded
+
+  def step_features(self, features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    if self.options.retrieval != IN_STEP:
+      return features  # the host pipeline made the candidates already
+    return self.retrieval.candidate_features(features)
+
   def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
     # Once per loop: the staleness bound includes the loop length (module docstring).
     self.state.trainer_step = step
@@ -192,6 +232,8 @@ class RealmTask(task_lib.Task):
       self.first_loss = metrics["loss"]
       self._first_step = step
     index = self.state.index
+    if self.options.retrieval == IN_STEP and step < self.options.loop.num_train_steps:
+      self._use_index_of_step(step + 1)  # after reading the index this loop trained on
     published = index.record.get("published_unix_time", time.time()) if index else time.time()
     return {
         "index_step":
@@ -224,7 +266,12 @@ def train(options: RealmTrainerOptions,
         f"--max_index_staleness_steps={staleness} is below --save_checkpoints_steps={every}: "
         "the refresher embeds saved checkpoints, so the trainer would wait forever for an index; "
         "make --max_index_staleness_steps at least --save_checkpoints_steps")
+  if options.retrieval not in RETRIEVALS:
+    raise ValueError(f"--retrieval={options.retrieval!r}: choose one of {', '.join(RETRIEVALS)}")
   swap = options.index_swap_steps
+  if swap is not None and options.retrieval == IN_STEP:
+    # In step the index in use changes between loops only (module docstring).
+    options.loop.check_between_loops("index_swap_steps", swap, "index swaps with --retrieval=in_step")
   if swap is not None:
     if staleness is not None:
       raise ValueError("--index_swap_steps and --max_index_staleness_steps are alternatives (fixed swaps "

@@ -451,7 +451,9 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
                           optimizer,
                           strategy,
                           jit_compile=options.jit_compile,
-                          accumulation_steps=options.gradient_accumulation_steps))
+                          accumulation_steps=options.gradient_accumulation_steps,
+                          features_fn=(None if type(task).step_features is task_lib.Task.step_features else
+                                       task.step_features)))
   summaries = orbit.utils.SummaryManager(os.path.join(options.model_dir, "train"),
                                          tf.summary.scalar,
                                          global_step=optimizer.iterations)

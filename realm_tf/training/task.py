@@ -61,6 +61,12 @@ class Task(abc.ABC):
     del model, optimizer, strategy
     return None
 
+  def step_features(self, features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """Graph ops that complete each replica's batch inside the train step, before the loss (REALM's
+    in-step retrieval: the candidates of the queries build_inputs yields). The batch as it is by
+    default; a Task that overrides it is fed batches the model cannot read without it."""
+    return features
+
   def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
     """Called on the host after every loop with the loop's mean metrics; returns extra scalars to log."""
     del step, metrics

@@ -79,6 +79,9 @@ class TrainStep:
     accumulation_steps: parts each replica's batch is cut into, run one after another (their
       gradients summed into one update); the per-replica batch must be a multiple of it. Refused for a
       model whose loss couples the examples of the batch (cross_replica_loss: ICT's in-batch negatives).
+    features_fn: graph ops that complete each replica's batch inside the step, before the loss
+      (task.Task.step_features: REALM's in-step retrieval); they run in the step's graph on the
+      replica's device, outside the XLA-compiled forward and backward pass.
 
   Call with a per-replica batch (what iterating a strategy-distributed dataset yields); returns a dict of
   scalar tensors: loss (global mean), the model's metrics (global means) and NONFINITE_GRADIENTS.
@@ -89,7 +92,8 @@ class TrainStep:
                optimizer,
                strategy: Optional[tf.distribute.Strategy] = None,
                jit_compile: bool = True,
-               accumulation_steps: int = 1):
+               accumulation_steps: int = 1,
+               features_fn: Optional[Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]] = None):
     if accumulation_steps < 1:
       raise ValueError(f"--gradient_accumulation_steps={accumulation_steps} must be at least 1")
     if accumulation_steps > 1 and getattr(model, "cross_replica_loss", False):
@@ -98,6 +102,7 @@ class TrainStep:
           "each example with the rest of the batch (in-batch negatives), so parts of a batch would give "
           "another loss than the whole; use --gradient_accumulation_steps=1")
     self.accumulation_steps = accumulation_steps
+    self.features_fn = features_fn
     self.model = model
     self.optimizer = optimizer
     self.strategy = strategy or tf.distribute.get_strategy()
@@ -156,6 +161,8 @@ class TrainStep:
     return output, gradients
 
   def _replica_step(self, features: Dict[str, tf.Tensor]):
+    if self.features_fn is not None:
+      features = self.features_fn(features)
     output, gradients = self._accumulated(features)
     global_weight = tf.maximum(_all_reduce_sum(tf.cast(output.loss_weight, tf.float32)), 1e-12)
     # Variables the loss does not reach (e.g. the pooler under the MLM loss) get no update at all, not
