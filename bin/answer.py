@@ -2,7 +2,8 @@ r"""Answers questions with an exported open-QA SavedModel and shows the passages
 
   python bin/answer.py "Where was Savix Lunene born?" --saved_model=/export/orqa/open_qa
 Several questions may follow each other; each prints its answer, the answer's score and the retrieved
-passages (best first) with their retriever scores.
+passages (best first) with their retriever scores; the last line names the model's retriever (dense,
+bm25 or hybrid: bin/export_saved_model --retriever).
 """
 
 import textwrap
@@ -45,6 +46,9 @@ def main(argv):
       print(textwrap.indent(
           textwrap.shorten(passage, _CHARS.value, placeholder=" ...") or "(empty)", "     "))
     print()
+  # Which passages a model reads depends on its retriever (bin/export_saved_model --retriever); last, so
+  # each question's lines start the output as before.
+  print(f"passages retrieved by {loader.describe_retriever(loader.export_info(_SAVED_MODEL.value))}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def main(argv):
   host, port = server.server_address[:2]
   base = f"http://{host}:{port}"
   print(
-      f"serving {service.model_name} ({_SAVED_MODEL.value}) at {base}/\n"
+      f"serving {service.model_name} ({_SAVED_MODEL.value}, retriever {service.retriever}) at {base}/\n"
       f"  API: POST {base}/v1/models/{service.model_name}:predict  "
       '{"instances": ["a question"]}',
       flush=True)

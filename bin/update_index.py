@@ -89,7 +89,10 @@ def main(argv):
                                             corpus_lib.vocab_sha256(config.vocab_path))
       frozen_index.update_frozen_index(orqa_dir, orqa_model.load_trained(orqa_dir), change,
                                        _ON_EXISTING.value, _OUTPUT_CORPUS.value, _BATCH_SIZE.value)
-      print(f"updated {frozen_index.frozen_index_dir(orqa_dir)}")
+      # An export is a snapshot of the run: its index and (--retriever=bm25/hybrid) its BM25 side are
+      # built from the frozen index when exporting.
+      print(f"updated {frozen_index.frozen_index_dir(orqa_dir)}; export the run again "
+            "(bin/export_saved_model) to serve the update")
       return
     path = index_update.resolve_published(target)
     model_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))

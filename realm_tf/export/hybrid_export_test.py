@@ -5,12 +5,15 @@ the query tower's inner products, fusion.reciprocal_rank_fusion); the token-id t
 bin/serve's service names the retriever in its REST answers, metadata and page; a bad --retriever is
 refused naming the flag."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -28,6 +31,7 @@ from realm_tf.runs import orqa_model
 from realm_tf.serving import page
 from realm_tf.serving import rest_api
 from realm_tf.serving import server
+from realm_tf.testing import in_process
 from realm_tf.testing import random_orqa
 
 _QUESTIONS = [
@@ -148,6 +152,16 @@ class HybridExportTest(tf.test.TestCase):
     self.assertEqual(hybrid.HYBRID, service.metadata()["metadata"]["retriever"])
     html = page.render("open_qa", retriever=loader.describe_retriever(service.info))
     self.assertIn('<span id="retriever">hybrid: BM25 and the dense tower fused', html)
+    # bin/answer's last line names it (its main in this process, on the model already loaded).
+    stdout = io.StringIO()
+    with mock.patch.object(loader, "load_open_qa", lambda _: service._model), \
+        contextlib.redirect_stdout(stdout):
+      answered = in_process.run_main("answer.py", _QUESTIONS[1], f"--saved_model={self.paths[hybrid.HYBRID]}")
+    self.assertIsNone(answered.error, answered.traceback)
+    self.assertEqual(
+        "passages retrieved by hybrid: BM25 and the dense tower fused by reciprocal rank "
+        "fusion, in the model",
+        stdout.getvalue().splitlines()[-1])
 
   def test_bad_retriever(self):
     with self.assertRaisesRegex(ValueError, r"--retriever=sparse: choose one of dense, bm25, hybrid"):

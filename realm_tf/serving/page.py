@@ -80,14 +80,17 @@ def render(model_name: str,
            row: Optional[Mapping[str, Any]] = None,
            seconds: float = 0.0,
            error: Optional[str] = None,
-           num_passages: int = 5) -> str:
-  """The whole page: the form (holding question), then the error, or the answer of row, if any."""
+           num_passages: int = 5,
+           retriever: Optional[str] = None) -> str:
+  """The whole page: the form (holding question), then the error, or the answer of row, if any;
+  retriever (loader.describe_retriever) is named under the title."""
   body = []
   if error:
     body.append(f'<section class="error" id="error">{html.escape(error)}</section>')
   elif row is not None:
     body.append(_result_html(row, seconds, num_passages))
   api = f"/v1/models/{parse.quote(model_name)}"
+  retrieved_by = (f' Retriever: <span id="retriever">{html.escape(retriever)}</span>.' if retriever else "")
   return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -96,7 +99,7 @@ def render(model_name: str,
 <body>
 <h1>Ask a question</h1>
 <p class="sub">realm_tf open-domain QA: the model retrieves passages from its corpus and reads the answer
-from them.</p>
+from them.{retrieved_by}</p>
 <form method="get" action="/">
 <input type="text" name="q" id="question" value="{html.escape(question)}" autofocus
  placeholder="Where was Savix Lunene born?" aria-label="question">

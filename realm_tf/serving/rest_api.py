@@ -16,7 +16,7 @@ Pure Python (no TensorFlow): the HTTP server (realm_tf.serving.server) decodes, 
 """
 
 import json
-from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -150,13 +150,24 @@ def _json_value(value: Any) -> Any:
   return value
 
 
-def format_predictions(outputs: Mapping[str, np.ndarray], columnar: bool) -> Dict[str, Any]:
-  """TF Serving's response for a signature's outputs (every output batched along axis 0)."""
+def format_predictions(outputs: Mapping[str, np.ndarray],
+                       columnar: bool,
+                       retriever: Optional[str] = None) -> Dict[str, Any]:
+  """TF Serving's response for a signature's outputs (every output batched along axis 0), and with
+  retriever a "retriever" key naming what retrieved the passages (dense, bm25, hybrid): TF Serving's
+  clients read "predictions" or "outputs" and pass over other keys."""
   columns = {name: _json_value(np.asarray(value).tolist()) for name, value in sorted(outputs.items())}
-  if columnar:
-    return {"outputs": columns}
   size = len(next(iter(columns.values()))) if columns else 0
-  return {"predictions": [{name: column[i] for name, column in columns.items()} for i in range(size)]}
+  response = ({
+      "outputs": columns
+  } if columnar else {
+      "predictions": [{
+          name: column[i] for name, column in columns.items()
+      } for i in range(size)]
+  })
+  if retriever is not None:
+    response["retriever"] = retriever
+  return response
 
 
 def model_status(version: int) -> Dict[str, Any]:
@@ -188,10 +199,14 @@ def tensor_info(name: str, dtype: str, shape: Sequence[int]) -> Dict[str, Any]:
   }
 
 
-def model_metadata(model_name: str, version: int, inputs: Mapping[str, Dict],
-                   outputs: Mapping[str, Dict]) -> Dict[str, Any]:
-  """GET /v1/models/<name>/metadata: TF Serving's answer, with the one signature served."""
-  return {
+def model_metadata(model_name: str,
+                   version: int,
+                   inputs: Mapping[str, Dict],
+                   outputs: Mapping[str, Dict],
+                   retriever: Optional[str] = None) -> Dict[str, Any]:
+  """GET /v1/models/<name>/metadata: TF Serving's answer, with the one signature served (and with
+  retriever, metadata.retriever naming what the model retrieves by)."""
+  answer = {
       "model_spec": {
           "name": model_name,
           "signature_name": "",
@@ -209,3 +224,6 @@ def model_metadata(model_name: str, version: int, inputs: Mapping[str, Dict],
           }
       }
   }
+  if retriever is not None:
+    answer["metadata"]["retriever"] = retriever
+  return answer

@@ -89,6 +89,8 @@ class OpenQaService:
     self.model_name = model_name
     self.saved_model = saved_model
     self.info = loader.export_info(saved_model)
+    # What retrieves the passages (bin/export_saved_model --retriever): named in every answer.
+    self.retriever = loader.retriever_of(self.info)
     self._model = loader.load_open_qa(saved_model)
     self._signature = self._model.signatures[rest_api.SIGNATURE_NAME]
 
@@ -110,7 +112,7 @@ class OpenQaService:
                                  [-1 if d is None else d for d in spec.shape.as_list()])
         for key, spec in self._signature.structured_outputs.items()
     }
-    return rest_api.model_metadata(self.model_name, MODEL_VERSION, inputs, outputs)
+    return rest_api.model_metadata(self.model_name, MODEL_VERSION, inputs, outputs, self.retriever)
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -320,7 +322,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "(TF Serving's classify and regress need another signature)")
       request = rest_api.parse_predict(rest_api.decode_body(body), self.options.max_batch_size)
       outputs = self.service.predict(request.questions)
-      status, answer = 200, rest_api.format_predictions(outputs, request.columnar)
+      status, answer = 200, rest_api.format_predictions(outputs, request.columnar, self.service.retriever)
     except rest_api.RequestError as e:
       status, answer = e.status, {"error": str(e)}
     except ConnectionError:
@@ -349,7 +351,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def send(status: int, **kwargs):
       self._send(
           status,
-          page.render(self.service.model_name, num_passages=self.options.num_passages,
+          page.render(self.service.model_name,
+                      num_passages=self.options.num_passages,
+                      retriever=loader.describe_retriever(self.service.info),
                       **kwargs).encode("utf-8"), "text/html; charset=utf-8")
 
     try:
