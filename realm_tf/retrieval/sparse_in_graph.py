@@ -122,8 +122,7 @@ class WordpieceBm25:
         "scoring": "lucene (bm25s's)",
         "k1": self.k1,
         "b": self.b,
-        "terms": "wordpiece ids; whole words Snowball-stemmed, stopwords, punctuation and one-character "
-                 "words dropped (realm_tf/retrieval/sparse_in_graph.py)",
+        "terms": "wordpiece ids mapped by term_map (realm_tf/retrieval/sparse_in_graph.py)",
         "postings": int(self.docs.size)
     }
 
@@ -221,8 +220,10 @@ def build(tokenizer,
           stem: bool = True,
           stopwords: bool = True) -> WordpieceBm25:
   """The WordpieceBm25 of a corpus's blocks with the run's tokenizer (realm_tf.tokenization.Tokenizer)."""
-  return WordpieceBm25(tokenized_documents(tokenizer, titles, bodies),
-                       term_map(tokenizer.vocab, stopwords=stopwords, stem=stem), k1, b)
+  index = WordpieceBm25(tokenized_documents(tokenizer, titles, bodies),
+                        term_map(tokenizer.vocab, stopwords=stopwords, stem=stem), k1, b)
+  index.parameters.update(stemmed=stem, stopwords="bm25s's English list" if stopwords else None)
+  return index
 
 
 def question_pieces(questions: Sequence[str], tokenizer) -> list:
