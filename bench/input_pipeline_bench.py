@@ -89,6 +89,7 @@ from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import mips_index
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
+from realm_tf.tasks import in_step_retrieval
 from realm_tf.tasks import realm_input
 from realm_tf.tasks import realm_trainer
 from realm_tf.training import optimization
@@ -401,14 +402,18 @@ def _query_featurization(dataset: tf.data.Dataset, batch_size: int, examples: in
   return _timed(lambda: next(iterator)["query_token_ids"].numpy(), _calls(examples, batch_size), batch_size)
 
 
-def _train_step_timing(config: realm_config_lib.RealmConfig, features: Dict[str, tf.Tensor],
-                       jit_compile: bool, steps: int) -> Dict:
+def _train_step_timing(config: realm_config_lib.RealmConfig,
+                       features: Dict[str, tf.Tensor],
+                       jit_compile: bool,
+                       steps: int,
+                       features_fn: Optional[Callable] = None) -> Dict:
   """realm_trainer.build_model + the project's AdamW + train_lib.TrainStep, as bin/train_realm runs
-  them; first step (traces/compiles) and the median of `steps` more."""
+  them; first step (traces/compiles) and the median of `steps` more. features_fn: the in-step
+  retrieval (RealmTask.step_features with --retrieval=in_step), features then being query batches."""
   tf_keras.utils.set_random_seed(0)
   model = realm_trainer.build_model(config)
   optimizer = optimization.create_optimizer(3e-5, num_train_steps=1000)
-  step = train_lib.TrainStep(model, optimizer, jit_compile=jit_compile)
+  step = train_lib.TrainStep(model, optimizer, jit_compile=jit_compile, features_fn=features_fn)
   batch = int(features[realm_model.QUERY + "_token_ids"].shape[0])
 
   def one():
@@ -564,6 +569,15 @@ def run_demo(options: Options, work_dir: str) -> Dict:
 
   _progress(f"demo: REALM train step, batch {batch_size}, XLA {options.demo_jit_compile}")
   train = _train_step_timing(config, pipeline_batch, options.demo_jit_compile, options.train_steps)
+  # --retrieval=in_step: the same step fed query batches, retrieving inside it from the same index.
+  _progress(f"demo: REALM train step with in-step retrieval, batch {batch_size}")
+  retrieval = in_step_retrieval.InStepRetrieval(loaded, table, featurizer, config.num_candidates)
+  in_step_batch = {k: tf.constant(v) for k, v in queries[0].items()}
+  train_in_step = _train_step_timing(config,
+                                     in_step_batch,
+                                     options.demo_jit_compile,
+                                     options.train_steps,
+                                     features_fn=retrieval.candidate_features)
   return {
       "settings":
           dict(settings,
@@ -577,6 +591,8 @@ def run_demo(options: Options, work_dir: str) -> Dict:
           end_to_end,
       "train_step":
           train,
+      "train_step_in_step":
+          train_in_step,
       "index_rows": {
           "brute_force": table.num_docs
       }
@@ -910,6 +926,73 @@ def pipelines(name: str, result: Dict, options: Options) -> List[Dict]:
   return out
 
 
+def in_step_pipelines(name: str, result: Dict, rows: List[Dict], options: Options) -> List[Dict]:
+  """The in-step path (--retrieval=in_step) beside each host-path row: the host keeps the query
+  featurization alone; the stale query embedding, the search, the lookup and the candidate
+  featurization run inside the step. The demo's step is measured with the retrieval in it; the paper's
+  is the measured step plus those components' measured CPU seconds (they move into it)."""
+  out = []
+  for row in rows:
+    if row.get("end_to_end"):
+      continue
+    cpu, wall = row["cpu_s_per_example"], row["wall_s_per_example"]
+    moved = [c for c in COMPONENTS if c != "query_featurization"]
+    host_cpu, host_wall = cpu["query_featurization"], wall["query_featurization"]
+    entry = {
+        "config": name,
+        "index_rows": row["index_rows"],
+        "implementation": row["implementation"],
+        "search_source": row["search_source"],
+        "host_cpu_s_per_example": host_cpu,
+        "host_examples_per_second_per_core": 1 / host_cpu,
+        "moved_into_step_cpu_s_per_example": sum(cpu[c] for c in moved),
+    }
+    if name == "demo":
+      train = result["train_step_in_step"]
+      input_s = train["batch_size"] * host_wall
+      entry["train"] = {
+          "batch_size": train["batch_size"],
+          "step_s": train["median_step_s"],
+          "step_source": "measured: TrainStep with InStepRetrieval.candidate_features",
+          "host_path_step_s": result["train_step"]["median_step_s"],
+          "input_s_per_step": input_s,
+          "input_share_of_step": input_s / (input_s + train["median_step_s"])
+      }
+    else:
+      batch = options.accelerator_batch_size
+      step_s = row["train"]["cpu_step_s"] + batch * entry["moved_into_step_cpu_s_per_example"]
+      input_s = batch * host_wall
+      entry["train"] = {
+          "batch_size": batch,
+          "cpu_step_s": step_s,
+          "step_source": "the measured step (scaled) + the moved components' CPU s x batch",
+          "input_s_per_step": input_s,
+          "input_share_of_step": input_s / (input_s + step_s)
+      }
+      entry["host_cores_per_accelerator"] = options.accelerator_examples_per_second * host_cpu
+    out.append(entry)
+  return out
+
+
+def in_step_markdown_table(rows: List[Dict]) -> str:
+  lines = [
+      "| config | index rows | search | host CPU ms/ex (query feat) | ex/s per host core | "
+      "moved into the step, CPU ms/ex | trainer step | input share | host cores per H200 |", "|" + "---|" * 9
+  ]
+  for r in rows:
+    train = r["train"]
+    step = (f"{train['step_s']:.2f} s (B={train['batch_size']}; host path {train['host_path_step_s']:.2f} s)"
+            if r["config"] == "demo" else f"{train['cpu_step_s']:.0f} s here (B={train['batch_size']})")
+    cores = f"{r['host_cores_per_accelerator']:.2f}" if "host_cores_per_accelerator" in r else "-"
+    scaled = "" if r["search_source"] == "measured" else " (scaled)"
+    lines.append(
+        f"| {r['config']} | {r['index_rows']:,d} | {r['implementation']}{scaled} | "
+        f"{r['host_cpu_s_per_example'] * 1e3:.3g} | {_rate(r['host_examples_per_second_per_core'])} | "
+        f"{r['moved_into_step_cpu_s_per_example'] * 1e3:.3g} | {step} | "
+        f"{train['input_share_of_step']:.3%} | {cores} |")
+  return "\n".join(lines)
+
+
 def _rate(value: float) -> str:
   return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
@@ -1030,10 +1113,12 @@ def run_bench(options: Options, command: str) -> Dict:
   finally:
     if options.work_dir is None:
       shutil.rmtree(work_dir, ignore_errors=True)
-  table_rows = []
+  table_rows, in_step_rows = [], []
   for name, result in results["configs"].items():
     result["pipelines"] = pipelines(name, result, options)
     table_rows += result["pipelines"]
+    result["in_step_pipelines"] = in_step_pipelines(name, result, result["pipelines"], options)
+    in_step_rows += result["in_step_pipelines"]
   machine["load_average_at_end"] = throughput_lib.load_average()
   machine["peak_rss_mib"] = _peak_rss_mib()
   results["seconds"] = time.time() - _START
@@ -1050,6 +1135,9 @@ def run_bench(options: Options, command: str) -> Dict:
   print("ex/s (host): this host's wall rate, components run one after another; per core: 1 / CPU "
         "seconds per example; cores per H200: accelerator examples/s x CPU s per example.\n")
   print(table)
+  results["in_step_table"] = in_step_markdown_table(in_step_rows)
+  print("\nThe in-step path (--retrieval=in_step): the host featurizes queries; the rest runs in the step.\n")
+  print(results["in_step_table"])
   if "demo" in results["configs"]:
     demo = results["configs"]["demo"]
     print(f"\ndemo end to end through realm_input.realm_dataset: "

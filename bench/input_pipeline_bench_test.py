@@ -59,6 +59,18 @@ class InputPipelineBenchTest(absltest.TestCase):
     scaled = [r for r in paper["pipelines"] if r["index_rows"] == 6000]
     self.assertTrue(all(r["search_source"].startswith("scaled") for r in scaled))
     self.assertTrue(all(r["host_cores_per_accelerator"] > 0 for r in paper["pipelines"]))
+    # The in-step path: a row beside each host-path row; the host keeps only the query featurization,
+    # so its host cost per example is below the host path's, and the demo's step was measured with the
+    # retrieval inside it.
+    self.assertIn("in_step_table", results)
+    self.assertGreater(demo["train_step_in_step"]["median_step_s"], 0)
+    in_step = demo["in_step_pipelines"] + paper["in_step_pipelines"]
+    self.assertLen(in_step, 6)
+    for row, host in zip(in_step, rows):
+      self.assertEqual((row["config"], row["index_rows"]), (host["config"], host["index_rows"]))
+      self.assertLess(row["host_cpu_s_per_example"], host["total_cpu_s_per_example"])
+      self.assertBetween(row["train"]["input_share_of_step"], 0, 1)
+      self.assertLess(row["train"]["input_share_of_step"], host["train"]["input_share_of_step"])
 
 
 if __name__ == "__main__":
