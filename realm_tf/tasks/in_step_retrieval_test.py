@@ -11,15 +11,14 @@ import tensorflow as tf
 from realm_tf.data import corpus
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
-from realm_tf.modeling import bert
-from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.tasks import in_step_retrieval
 from realm_tf.tasks import realm_input
 from realm_tf.tasks import realm_trainer
-from realm_tf.training import loop
+from realm_tf.testing import tiny_inputs
 from realm_tf.training import distribute
+from realm_tf.training import loop
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
 _BATCH = 4  # 2 per replica under the two-replica strategy
@@ -34,15 +33,7 @@ class InStepRetrievalTest(tf.test.TestCase):
     # Before any TensorFlow op: the logical CPUs cannot be split once the runtime is up.
     distribute.configure_logical_cpus(2)
     root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"in_step_retrieval_test_{os.getpid()}")
-    vocab = os.path.join(_TESTDATA, "vocab.txt")
-    cls.config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
-                                              reader_bert=bert.tiny_config(285),
-                                              vocab_path=vocab,
-                                              projection_size=16,
-                                              query_seq_len=32,
-                                              candidate_seq_len=64,
-                                              max_masks=4,
-                                              num_candidates=4)
+    cls.config = tiny_inputs.small_realm_config()
     cls.root = root
     model_dir = os.path.join(root, "model")
     cls.config.save(model_dir)
@@ -297,9 +288,7 @@ class InStepRetrievalTest(tf.test.TestCase):
       self.assertAllClose(value, in_step_weights[name], rtol=1e-4, atol=1e-6, msg=name)
 
   def test_an_unknown_retrieval_is_refused(self):
-    fixture_config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
-                                                  reader_bert=bert.tiny_config(285),
-                                                  vocab_path=os.path.join(_TESTDATA, "vocab.txt"))
+    fixture_config = tiny_inputs.small_realm_config()
     options = realm_trainer.RealmTrainerOptions(config=fixture_config,
                                                 loop=loop.LoopOptions(model_dir=self.get_temp_dir(),
                                                                       num_train_steps=1),

@@ -27,6 +27,7 @@ from realm_tf.retrieval import index_update
 from realm_tf.retrieval import published_index
 from realm_tf.retrieval import refresher
 from realm_tf.tasks import realm_input
+from realm_tf.testing import tiny_inputs
 
 _TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata")
 
@@ -37,15 +38,7 @@ class RealmInputTest(tf.test.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), f"realm_input_test_{os.getpid()}")
-    vocab = os.path.join(_TESTDATA, "vocab.txt")
-    cls.config = realm_config_lib.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
-                                              reader_bert=bert.tiny_config(285),
-                                              vocab_path=vocab,
-                                              projection_size=16,
-                                              query_seq_len=32,
-                                              candidate_seq_len=64,
-                                              max_masks=4,
-                                              num_candidates=4)
+    cls.config = tiny_inputs.small_realm_config()
     cls.model_dir = os.path.join(root, "model")
     cls.config.save(cls.model_dir)
     cls.tokenizer = cls.config.tokenizer()

@@ -106,3 +106,20 @@ def write_small_realm_corpora(directory: str, num_documents: int) -> Dict[str, s
       lambda: list(pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")))
       [:num_documents], paths["pretraining"], 1)
   return paths
+
+
+def small_realm_config(max_masks: int = 4, num_candidates: int = 4):
+  """A REALM configuration over testdata/vocab.txt small enough for a test to train and retrieve with in
+  seconds: a one-layer retriever and a two-layer reader of width 32 (bert.tiny_config), projections of
+  16, queries of 32 and candidates of 64 wordpieces."""
+  # Imported here: the other fixtures of this module need no model code.
+  from realm_tf.modeling import bert  # pylint: disable=g-import-not-at-top
+  from realm_tf.modeling import realm_config  # pylint: disable=g-import-not-at-top
+  return realm_config.RealmConfig(retriever_bert=bert.tiny_config(285, num_layers=1),
+                                  reader_bert=bert.tiny_config(285),
+                                  vocab_path=os.path.join(test_paths.repo_root(), "testdata", "vocab.txt"),
+                                  projection_size=16,
+                                  query_seq_len=32,
+                                  candidate_seq_len=64,
+                                  max_masks=max_masks,
+                                  num_candidates=num_candidates)
