@@ -224,7 +224,9 @@ class TrainRealmFlagsTest(absltest.TestCase):
       self._resolve("--vocab_path=v.txt", "--retrieval_corpus_path=/b")
 
   def test_help_lists_the_daily_flags_and_helpfull_the_rest(self):
-    key = {flag.name for flag in self.flag_values.get_key_flags_for_module(sys.argv[0])}
+    # absl names the module that defined the flags (this one) by its file when it runs as __main__.
+    module = sys.argv[0] if __name__ == "__main__" else __name__
+    key = {flag.name for flag in self.flag_values.get_key_flags_for_module(module)}
     self.assertEqual(
         key, {
             "config_file", "params_override", "model_dir", "vocab_path", "pretraining_corpus_path",
