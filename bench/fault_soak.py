@@ -133,7 +133,18 @@ def tail(path: str, n: int = 4) -> List[str]:
     return []
   with open(path, errors="replace") as f:
     lines = [line.rstrip() for line in f if line.strip() and "controller.py" not in line]
-  return [line.split("] ", 1)[-1][:300] for line in lines[-n:]]
+  return [_strip_log_prefix(line)[:300] for line in lines[-n:]]
+
+
+# absl's prefix: "I1128 10:16:52.819792 140475982478208 loop.py:210] ".
+_ABSL_PREFIX = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^ \]]+:\d+\] ")
+
+
+def _strip_log_prefix(line: str) -> str:
+  """line without absl's prefix. Only that prefix: splitting at the first "] " also cut a traceback's
+  final line such as "IndexWriteError: ... [Errno 28] No space left", losing the error's name (the tmpfs
+  soak then counted a documented IndexWriteError as an unexpected exit)."""
+  return _ABSL_PREFIX.sub("", line, count=1)
 
 
 def checkpoint_mtime(model_dir: str) -> Optional[float]:
@@ -434,7 +445,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
         exit_seconds_second=round(now - pending["started"], 2),
         names_first=f"is held by pid {first_pid}" in text,
         message=next(
-            (line.split("] ", 1)[-1][:300] for line in reversed(text.splitlines()) if "is held by" in line),
+            (_strip_log_prefix(line)[:300] for line in reversed(text.splitlines()) if "is held by" in line),
             None))
     fault["ok"] = popen.returncode != 0 and fault["names_first"] and not fault.get("timed_out")
     second[0] = None
@@ -869,7 +880,7 @@ def warnings_of(log_path: str, needle: str) -> List[str]:
   if not os.path.exists(log_path):
     return []
   with open(log_path, errors="replace") as f:
-    return [line.split("] ", 1)[-1].strip()[:400] for line in f if needle in line]
+    return [_strip_log_prefix(line).strip()[:400] for line in f if needle in line]
 
 
 def main(argv=None) -> Dict:

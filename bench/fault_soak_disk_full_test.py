@@ -156,6 +156,18 @@ class DiskFullTest(unittest.TestCase):
     fault_soak.unmount(mount)
     self.assertFalse(os.path.ismount(mount))
 
+  def test_tail_keeps_an_error_line_holding_a_bracket(self):
+    # The tmpfs soak's IndexWriteError ("... [Errno 28] No space left on device"): its name must survive
+    # the stripping of absl's prefix, or the exit is not recognised as a documented error.
+    tmp = self._tmp()
+    log = os.path.join(tmp, "trainer.log")
+    error = ("realm_tf.retrieval.published_index.IndexWriteError: cannot write the index of step 0 into "
+             "/m/index: [Errno 28] No space left on device")
+    with open(log, "w") as f:
+      f.write("I1128 10:16:52.819792 140475982478208 loop.py:210] saved /m/ckpt-40\n" + error + "\n")
+    self.assertEqual(fault_soak.tail(log, 2), ["saved /m/ckpt-40", error])
+    self.assertTrue(fault_soak._documented_error(fault_soak.tail(log, 1)[0]))  # pylint: disable=protected-access
+
   def _tmp(self) -> str:
     tmp = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, tmp, True)
