@@ -7,6 +7,7 @@ retriever bin/eval_orqa offers (dense, bm25, hybrid) and with the gold paragraph
 
   nohup nice -n 19 .venv/bin/python bench/squad_open_e2e_bench.py --squad_dir=data/squad \
       > .bench_cache/squad_e2e/log.txt 2>&1 &      # hours; rerun the same command to resume
+  echo 19 > /proc/$!/autogroup   # nice alone does not yield to other sessions (docs/testing.md)
 
 With --hybrid_bm25_weight=W the hybrid is bin/eval_orqa's weighted score sum (row and files hybrid_wW);
 after a full run, `--retrievers=hybrid --hybrid_bm25_weight=0.5 --output=bench/results/
