@@ -71,11 +71,12 @@ class RealmIndex:
                                                    "Give up waiting for an index after this.",
                                                    lower_bound=0.0)
   retrieval: str = option(
-      "host", "Where the candidates are retrieved: host (the input pipeline embeds the masked queries "
+      realm_trainer.HOST,
+      "Where the candidates are retrieved: host (the input pipeline embeds the masked queries "
       "with the index's stale query tower, searches and looks the documents up, per batch, on the "
       "trainer's host) or in_step (the same, as graph ops inside the train step over the index held in "
       "device memory; the host only masks queries: docs/pod_scale.md).",
-      choices=("host", "in_step"))
+      choices=realm_trainer.RETRIEVALS)
 
 
 @dataclasses.dataclass(frozen=True)
