@@ -111,6 +111,9 @@ NOT_PUBLISHED_WARNING = "was not published (the refresher embedded a later check
 # The other fixed-swap fall-back: the index a step needs was damaged after publication, so the trainer
 # keeps the index in use until the next swap (realm_input.RetrievalState._fixed_index).
 UNUSABLE_INDEX_WARNING = "is unusable (see the warning above); training on the index of step"
+# And the third: the refresher could not read the checkpoint of the swap step (damaged after the trainer
+# saved it), so no index of that step comes (published_index.record_unreadable_checkpoint).
+UNREADABLE_CHECKPOINT_WARNING = "will not be published (the refresher cannot read"
 
 
 def options_for(args, output_dir: str, bert_config: str) -> demo_pipeline.PipelineOptions:
@@ -1066,7 +1069,8 @@ def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: D
     if edit is not None:
       edits_read.append(dict(corpus_read=prefix, edit_update=edit["update"], edit_time_s=edit["time_s"]))
   not_published = (warnings_of(faulted["logs"]["trainer"], NOT_PUBLISHED_WARNING) +
-                   warnings_of(faulted["logs"]["trainer"], UNUSABLE_INDEX_WARNING))
+                   warnings_of(faulted["logs"]["trainer"], UNUSABLE_INDEX_WARNING) +
+                   warnings_of(faulted["logs"]["trainer"], UNREADABLE_CHECKPOINT_WARNING))
   resumed = warnings_of(faulted["logs"]["trainer"], "resumed from")
   inv["weights_max_abs_diff"] = weights["max_abs_diff"]
   inv["weights_equal"] = weights["max_abs_diff"] is not None and weights["max_abs_diff"] <= args.tolerance

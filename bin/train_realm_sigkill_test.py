@@ -2,9 +2,11 @@
 checkpoint it listed stays complete and readable, the run is not marked done, and the same command
 resumes from the last checkpoint.
 
-SIGTERM (a handled stop) is bin/preemption_test's. The trainer here trains a one-layer, hidden-32 BERT
-on short sequences without XLA: what is tested is the process and its checkpoints, not the model. The
-corpora are written in this process (bin/demo_pipeline_test runs the bin/generate_* binaries).
+SIGTERM (a handled stop) is bin/preemption_test's, but for one case that needs REALM's pipeline: a SIGTERM
+while the trainer waits for an index ends the wait and the process at once. The trainer here trains a
+one-layer, hidden-32 BERT on short sequences without XLA: what is tested is the process and its
+checkpoints, not the model. The corpora are written in this process (bin/demo_pipeline_test runs the
+bin/generate_* binaries).
 """
 
 import json
@@ -21,6 +23,7 @@ from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
 from realm_tf.testing import tiny_inputs
+from realm_tf.training import preemption
 
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
 
@@ -94,6 +97,62 @@ class SigkillTest(tf.test.TestCase):
     self.assertTrue(training_state.training_done(model_dir))
     with open(os.path.join(model_dir, "train_summary.json")) as f:
       self.assertGreater(json.load(f)["final"]["loss"], 0)
+
+  def test_sigterm_while_the_trainer_waits_for_an_index_saves_and_exits(self):
+    """Found by bench/fault_soak's long soak: a trainer whose next step waited for the index its fixed
+    swap needs had not exited 120 s after a SIGTERM. Its main thread waited inside TensorFlow for the
+    batch, so Python never ran the SIGTERM handler, and the step boundary where the request is looked at
+    never came. Here no refresher runs, so step 2 waits for the index of step 1 (until NoRefresherError
+    after 120 s: without the fix the process is still alive 60 s after the SIGTERM)."""
+    out = self.create_tempdir().full_path
+    model_dir = os.path.join(out, "term")
+    log_path = os.path.join(out, "trainer.log")
+    with open(log_path, "w") as log_file:
+      trainer = subprocess.Popen(demo_pipeline.binary_command("train_realm",
+                                                              model_dir=model_dir,
+                                                              pretraining_corpus_path=self.pretraining,
+                                                              retrieval_corpus_path=self.retrieval,
+                                                              vocab_path=self.vocab,
+                                                              bert_config=self.bert_config,
+                                                              jit_compile=False,
+                                                              **_SIZES,
+                                                              batch_size=4,
+                                                              num_train_steps=1000,
+                                                              save_checkpoints_steps=1,
+                                                              index_swap_steps=1,
+                                                              log_every_steps=1,
+                                                              bootstrap_index=True,
+                                                              index_implementation="brute_force"),
+                                 stdout=log_file,
+                                 stderr=subprocess.STDOUT,
+                                 env=demo_pipeline.binary_env())
+      self.addCleanup(lambda: trainer.poll() is None and trainer.kill())
+      saved = os.path.join(model_dir, "ckpt-1")
+
+      def read():
+        with open(log_path) as f:
+          return f.read()
+
+      while f"saved {saved}" not in read() or "step 2 trains on the index of step 1" not in read():
+        self.assertIsNone(trainer.poll(), read()[-3000:])
+        time.sleep(0.2)
+      time.sleep(1.0)  # the main thread is now inside TensorFlow, waiting for step 2's batch
+      trainer.send_signal(signal.SIGTERM)
+      sent = time.time()
+      try:
+        code = trainer.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        trainer.kill()
+        self.fail(f"the trainer had not exited 60 s after SIGTERM:\n{read()[-3000:]}")
+    log = read()
+    self.assertEqual(code, preemption.EXIT_STATUS, log[-3000:])
+    self.assertLess(time.time() - sent, 60)
+    self.assertIn(
+        f"SIGTERM: saved {saved} at step 1 of 1000 and stopped (it came while step 2 waited for its "
+        "input); run the same command again to resume from it", log)
+    self.assertNotIn("Traceback", log)
+    self.assertFalse(training_state.training_done(model_dir))
+    self.assertEqual(training_state.latest_step(model_dir), 1)
 
 
 if __name__ == "__main__":

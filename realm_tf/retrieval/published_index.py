@@ -31,6 +31,7 @@ from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
+from realm_tf.training import preemption
 
 INDEX_DIR = "index"
 MIPS_DIR = "mips"
@@ -40,6 +41,9 @@ _STEP_DIR = re.compile(r"^\d+$")
 # How long a trainer waiting for an index tolerates no live refresher (none started yet, or gone) before
 # it stops with NoRefresherError: long enough for a refresher started beside it to import TensorFlow.
 REFRESHER_GRACE_SECONDS = 120.0
+# MODEL_DIR/index/unreadable-ckpt-<step>.json: the refresher could not read that checkpoint, so no index of
+# its step will come (record_unreadable_checkpoint).
+UNREADABLE_PREFIX = "unreadable-ckpt-"
 
 
 class IndexWriteError(RuntimeError):
@@ -50,8 +54,9 @@ class NoRefresherError(RuntimeError):
   """A trainer waits for an index that no running refresher will publish."""
 
 
-class WaitCancelled(RuntimeError):
-  """A wait for an index ended because its trainer finished (see IndexWatcher.wait_for_newer's stop)."""
+class WaitCancelled(preemption.InputStopped):
+  """A wait for an index ended because its trainer is stopping: it finished, or SIGTERM asked it to stop
+  (see IndexWatcher.wait_for_newer's stop)."""
 
 
 def index_root(model_dir: str) -> str:
@@ -145,6 +150,44 @@ def published_steps(model_dir: str) -> List[int]:
       int(name.rstrip("/")) for name in tf.io.gfile.listdir(root) if _STEP_DIR.match(name.rstrip("/")))
 
 
+def _unreadable_path(model_dir: str, step: int) -> str:
+  return os.path.join(index_root(model_dir), f"{UNREADABLE_PREFIX}{int(step)}.json")
+
+
+def record_unreadable_checkpoint(model_dir: str, step: int, checkpoint_path: str, reason: str) -> str:
+  """Records that the refresher could not restore checkpoint_path and will not embed it: no index of its
+  step will be published. A trainer under fixed swaps waiting for that index reads this
+  (unreadable_checkpoint) and trains on an earlier one instead of waiting for ever (found by
+  bench/fault_soak: ckpt-40 damaged after the trainer saved it, while its pipeline waited for index 40).
+  Returns the marker's path; raises IndexWriteError when it cannot be written (a restarted refresher
+  tries the checkpoint again, and records it then)."""
+  path = _unreadable_path(model_dir, step)
+  try:
+    tf.io.gfile.makedirs(index_root(model_dir))
+    io_utils.write_json_atomic(path, {
+        "checkpoint": checkpoint_path,
+        "reason": reason,
+        "recorded_unix_time": time.time()
+    })
+  except (OSError, tf.errors.OpError) as e:
+    raise IndexWriteError(
+        f"cannot record that {checkpoint_path} is unreadable in {path}: {e}. A trainer waiting for the "
+        "index of its step (--index_swap_steps) keeps waiting; free space (or fix permissions) and restart "
+        "bin/refresh_doc_embeds, which tries the checkpoint again") from e
+  return path
+
+
+def unreadable_checkpoint(model_dir: str, step: int) -> Optional[Dict]:
+  """What record_unreadable_checkpoint recorded about the checkpoint of `step` (its path and why it
+  cannot be read), or None."""
+  path = _unreadable_path(model_dir, step)
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
+  except (json.JSONDecodeError, OSError, tf.errors.OpError):
+    return None  # not recorded (written atomically: absent or complete)
+
+
 def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
   """Removes temporary directories whose writer has exited (a killed refresher or trainer); returns how
   many. One whose writer still runs (a trainer publishing its bootstrap index, another process's
@@ -166,7 +209,11 @@ def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
       log(f"removing worker rows {os.path.join(root, name)} of an unfinished multi-host refresh")
     else:
       continue
-    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    path = os.path.join(root, name)
+    if tf.io.gfile.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:  # a marker file (record_unreadable_checkpoint) its writer did not rename into place
+      tf.io.gfile.remove(path)
     removed += 1
   return removed
 
@@ -384,8 +431,12 @@ class IndexWatcher:
                      timeout_seconds: Optional[float] = None,
                      reason: str = "",
                      refresher_grace_seconds: Optional[float] = REFRESHER_GRACE_SECONDS,
-                     stop: Optional[threading.Event] = None) -> Optional[LoadedIndex]:
+                     stop: Optional[threading.Event] = None,
+                     give_up: Optional[Callable[[], bool]] = None) -> Optional[LoadedIndex]:
     """Blocks (sleeping between looks) until an index newer than current_step is published.
+
+    Returns None at timeout_seconds, or as soon as give_up() (asked at every look) is true: the index
+    waited for will not come (realm_input.RetrievalState: its checkpoint is unreadable).
 
     Raises WaitCancelled as soon as `stop` is set: a trainer that finished while its input pipeline
     waits for an index sets it, since that pipeline thread would otherwise keep the process from exiting
@@ -402,13 +453,13 @@ class IndexWatcher:
     announced = False
     while True:
       if stop is not None and stop.is_set():
-        raise WaitCancelled(f"stopped waiting for an index under {index_root(self.model_dir)}: training "
-                            "finished")
+        raise WaitCancelled(f"stopped waiting for an index under {index_root(self.model_dir)}: the "
+                            "trainer is stopping (training finished, or SIGTERM)")
       loaded = self.load_newer(current_step)
       if loaded is not None:
         return loaded
       now = time.time()
-      if deadline is not None and now >= deadline:
+      if (deadline is not None and now >= deadline) or (give_up is not None and give_up()):
         return None
       if check_refresher:
         if process_lock.is_held(lock_path):

@@ -210,7 +210,9 @@ def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
   """Restores newest, or when it cannot be read (damaged, or deleted by the trainer's keep-K cleanup
   between the look and the read) the newest earlier checkpoint that is newer than every published index,
   so the trainer still gets a fresher index; returns the path restored, or None (then the refresher waits
-  for the next checkpoint)."""
+  for the next checkpoint). Each checkpoint skipped is recorded (published_index.
+  record_unreadable_checkpoint): no index of its step will come, and a trainer under fixed swaps waiting
+  for one must not wait for it (it cannot write the newer checkpoint the refresher waits for)."""
   state = tf.train.get_checkpoint_state(options.model_dir)
   listed = list(state.all_model_checkpoint_paths) if state else []
   published = published_index.published_steps(options.model_dir)
@@ -223,7 +225,10 @@ def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
     try:
       training_state.restore_retriever(retriever, path)
     except (ValueError, FileNotFoundError) as e:
-      log(f"WARNING: skipping {path}: {str(e).splitlines()[0][:500]}")
+      reason = str(e).splitlines()[0][:500]
+      log(f"WARNING: skipping {path}: {reason}")
+      published_index.record_unreadable_checkpoint(options.model_dir, training_state.checkpoint_step(path),
+                                                   path, reason)
       continue
     if path != newest:
       log(f"embedding {path} instead of the unreadable {os.path.basename(newest)}")

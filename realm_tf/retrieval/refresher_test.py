@@ -263,7 +263,14 @@ class RefresherTest(tf.test.TestCase):
                                max_to_keep=5).save(checkpoint_number=30)
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
     self.assertTrue(any(m.startswith("WARNING: skipping") and "ckpt-30" in m for m in messages), messages)
-    self.assertEqual(os.listdir(published_index.index_root(model_dir)), ["10"])
+    # No index, and a record that ckpt-30 cannot be read: a trainer waiting for index 30 under
+    # --index_swap_steps does not wait for it (realm_input.RetrievalState._fixed_index).
+    self.assertEqual(sorted(os.listdir(published_index.index_root(model_dir))),
+                     ["10", "unreadable-ckpt-30.json"])
+    self.assertEqual(
+        published_index.unreadable_checkpoint(model_dir, 30)["checkpoint"],
+        os.path.join(model_dir, "ckpt-30"))
+    self.assertIsNone(published_index.unreadable_checkpoint(model_dir, 10))
 
   def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(self):
     model_dir = self.get_temp_dir() + "/damaged"
@@ -281,6 +288,8 @@ class RefresherTest(tf.test.TestCase):
     self.assertIndexOf(model_dir, 10, trainer)
     self.assertTrue(any(m.startswith(f"WARNING: skipping {newest}") for m in messages), messages)
     self.assertIn(f"embedding {trainer.manager.checkpoints[0]} instead of the unreadable ckpt-20", messages)
+    self.assertIn("cannot restore the retriever",
+                  published_index.unreadable_checkpoint(model_dir, 20)["reason"])
     # Nothing readable newer than the newest index: the refresher waits for the next checkpoint.
     os.remove(data)
     messages.clear()

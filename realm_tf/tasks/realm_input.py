@@ -240,6 +240,11 @@ class RetrievalState:
           raise TimeoutError("the refresher published no newer index in time")
         self._swap(newer)
 
+  def _unreadable_checkpoint(self, step: int) -> Optional[Dict]:
+    """What the refresher recorded when it could not read the checkpoint of `step` (so it publishes no
+    index of that step), or None."""
+    return published_index.unreadable_checkpoint(self.watcher.model_dir, step)
+
   def _fixed_index(self, step: int) -> None:
     """Makes the index of step `step`'s fixed swap the one in use (swap_every_steps), waiting for it."""
     target = self.swap_every_steps * ((step - 1) // self.swap_every_steps)
@@ -248,18 +253,24 @@ class RetrievalState:
       if loaded is not None and loaded.step == target:
         self._swap(loaded)
         continue
-      if self.watcher.is_skipped(target) and (self.index is not None or loaded is not None):
+      unreadable = None if self.watcher.is_skipped(target) else self._unreadable_checkpoint(target)
+      if (self.watcher.is_skipped(target) or unreadable) and (self.index is not None or loaded is not None):
         # The index of the target step is damaged, and the refresher, which has published it, will
-        # not embed that checkpoint again: waiting would deadlock (the trainer cannot write the next
-        # checkpoint first). Train on the newest usable index before it until the next swap.
+        # not embed that checkpoint again; or the refresher could not read the checkpoint (damaged after
+        # the trainer saved it) and will publish no index of its step. Waiting would deadlock (the
+        # trainer cannot write the next checkpoint first): train on the newest usable index before it
+        # until the next swap.
         if loaded is not None:
           self._swap(loaded)
         if target not in self._damaged_targets:
           self._damaged_targets.add(target)
+          why = ("is unusable (see the warning above)" if unreadable is None else
+                 f"will not be published (the refresher cannot read {unreadable.get('checkpoint')}: "
+                 f"{unreadable.get('reason')})")
           self._log(f"WARNING: the index of step {target}, which step {step} trains on under "
-                    f"--index_swap_steps={self.swap_every_steps}, is unusable (see the warning "
-                    f"above); training on the index of step {self.index.step} until the next swap: "
-                    "from here this run's indexes differ from those of an uninterrupted run")
+                    f"--index_swap_steps={self.swap_every_steps}, {why}; training on the index of step "
+                    f"{self.index.step} until the next swap: from here this run's indexes differ from "
+                    "those of an uninterrupted run")
         return
       newest = self.watcher.newest_step()
       if newest is not None and newest > target:
@@ -274,12 +285,16 @@ class RetrievalState:
       if self.index is None:
         self._refuse_unusable_bootstrap()
       known = self.watcher.newest_step(at_most=target)
+      # Given up on when the refresher records that it cannot read the target's checkpoint (then the
+      # loop above falls back), as long as there is an index to fall back to: else only a newer one helps.
+      fallback = self.index is not None or known is not None
       if self.watcher.wait_for_newer(
           known,
           timeout_seconds=self.wait_timeout_seconds,
           stop=self._closed,
+          give_up=lambda: fallback and self._unreadable_checkpoint(target) is not None,
           reason=f"step {step} trains on the index of step {target} (--index_swap_steps="
-          f"{self.swap_every_steps})") is None:
+          f"{self.swap_every_steps})") is None and not (fallback and self._unreadable_checkpoint(target)):
         raise TimeoutError(f"the refresher published no index of step {target} in time")
 
   def retrieve(self,

@@ -5,6 +5,7 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 (for the same seed and index).
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import process_lock
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import corpus_table
 from realm_tf.data import pretraining
@@ -330,6 +332,52 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     state.wait_timeout_seconds = 0.1
     with self.assertRaisesRegex(TimeoutError, "no index of step 50"):
       index_of(51)
+
+  def test_fixed_swaps_do_not_wait_for_the_index_of_an_unreadable_checkpoint(self):
+    """Found by bench/fault_soak's long soak: the trainer saved ckpt-10 and its pipeline waited for the
+    index of step 10; the checkpoint's data file was then deleted, so the refresher skipped it and waited
+    for a newer checkpoint, which the waiting trainer could not write. The refresher now records the
+    checkpoint it cannot read, and the pipeline trains on the newest index before it (setUp's step 5)
+    until the next swap, with a warning. Without that the wait ends in TimeoutError after 60 s."""
+    self._publish(0)
+    state = realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, self.messages.append),
+                                       corpus_table.CorpusTable.load(self.corpus_prefix),
+                                       self.config.num_candidates,
+                                       log=self.messages.append,
+                                       swap_every_steps=10,
+                                       wait_timeout_seconds=60)
+
+    def index_of(step):
+      self._retrieve(state, self.documents[0].body, step=step)
+      return state.index.step
+
+    self.assertEqual(index_of(10), 0)
+    saved = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=tf.train.Checkpoint(retriever=self.retriever)),
+        self.model_dir,
+        max_to_keep=3).save(checkpoint_number=10)
+    for path in tf.io.gfile.glob(saved + ".data-*"):
+      os.remove(path)
+    refresher_log = []
+    refresh = threading.Thread(target=refresher.run,
+                               args=(dataclasses.replace(self.options, poll_seconds=0.2),),
+                               kwargs={"log": refresher_log.append},
+                               daemon=True)
+    refresh.start()  # the pipeline below waits first: the refresher still builds its tower
+    try:
+      started = time.time()
+      self.assertEqual(index_of(11), 5)
+      self.assertLess(time.time() - started, 50)
+    finally:
+      training_state.write_done_marker(self.model_dir)
+      refresh.join(60)
+    self.assertFalse(refresh.is_alive())
+    self.assertTrue(any(f"skipping {saved}" in m for m in refresher_log), refresher_log)
+    self.assertTrue(
+        any("index of step 10" in m and f"will not be published (the refresher cannot read {saved}" in m and
+            "training on the index of step 5" in m for m in self.messages), self.messages)
+    self.assertEqual(published_index.unreadable_checkpoint(self.model_dir, 10)["checkpoint"], saved)
+    self.assertEqual(published_index.published_steps(self.model_dir), [0, 5])
 
   def test_running_pipeline_swaps_in_an_updated_corpus(self):
     watcher = published_index.IndexWatcher(self.model_dir,

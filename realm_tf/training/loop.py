@@ -280,6 +280,23 @@ class _AfterEachLoop:
       self._log(message)
       raise preemption.Preempted(message)
 
+  def stop_while_waiting(self) -> preemption.Preempted:
+    """The Preempted of a SIGTERM that came while the next step waited for its input (REALM's pipeline
+    waiting for an index: the request's on_set ended that wait, which ended the step with an error).
+    Steps the loop finished before are saved, as at a loop boundary; none: nothing to save."""
+    options = self._options
+    step = int(self._optimizer.iterations.numpy())
+    waited = f"it came while step {step + 1} waited for its input"
+    if step == 0:
+      message = (f"SIGTERM: stopped before the first step ({waited}); nothing was trained, so nothing "
+                 "was saved; run the same command again to start")
+    else:
+      path = self._manager.save(check_interval=False) or self._manager.latest_checkpoint
+      message = (f"SIGTERM: saved {path} at step {step} of {options.num_train_steps} and stopped ({waited}); "
+                 "run the same command again to resume from it")
+    self._log(message)
+    return preemption.Preempted(message)
+
 
 def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf.data.Dataset],
                 batches_done: int, global_batch_size: Optional[int]) -> tf.distribute.DistributedDataset:
@@ -459,7 +476,10 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
                                          global_step=optimizer.iterations)
   # SIGTERM (a preempted TPU VM, a scheduler, kill) stops at the next loop boundary with a checkpoint
   # of that step: nothing since the last periodic save is lost (realm_tf.training.preemption).
-  with preemption.sigterm_requests_stop() as stop, _orbit_lines_in_the_log_only():
+  # SIGTERM also ends the input's waits at once (task.stop_input): a step whose input waits for an index
+  # would never reach that boundary, and the main thread, blocked inside TensorFlow, would never run
+  # Python's handler (found by bench/fault_soak: a trainer not exited 120 s after a SIGTERM).
+  with preemption.sigterm_requests_stop(task.stop_input) as stop, _orbit_lines_in_the_log_only():
     after_each_loop = _AfterEachLoop(optimizer, options, manager, summaries, stop, task.after_step, log)
     # Restores the newest readable checkpoint, or warm-starts (_CheckpointManager).
     controller = orbit.Controller(global_step=optimizer.iterations,
@@ -492,6 +512,12 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
           step = min((step // task.eval_every_steps + 1) * task.eval_every_steps, options.num_train_steps)
           controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
           controller.evaluate()
+    except (tf.errors.OpError, preemption.InputStopped):
+      # The input's wait ended by the SIGTERM reaches the step as an error (a graph execution error when
+      # the wait was in a tf.data thread): any other error, or one without a SIGTERM, is raised as it is.
+      if not stop.requested:
+        raise
+      raise after_each_loop.stop_while_waiting() from None
     finally:
       task.stop_input()  # a pipeline thread waiting for an index would hold up the iterator's destructor
   summaries.flush()

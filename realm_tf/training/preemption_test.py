@@ -3,6 +3,7 @@
 import os
 import signal
 import threading
+import time
 
 import tensorflow as tf
 
@@ -22,6 +23,30 @@ class SigtermTest(tf.test.TestCase):
     self.assertEqual(calls, [])
     os.kill(os.getpid(), signal.SIGTERM)
     self.assertEqual(calls, ["previous"])
+
+  def test_sigterm_reaches_on_request_while_the_main_thread_waits_inside_tensorflow(self):
+    # The trainer's state when its input pipeline waits for an index: the main thread waits inside
+    # TensorFlow for a batch (here a generator that waits for the request in a tf.data thread), where
+    # Python's SIGTERM handler cannot run; the wakeup fd's watcher thread calls on_request instead.
+    released = threading.Event()
+    calls = []
+
+    def batches():
+      released.wait(60)
+      yield 1
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=tf.TensorSpec([], tf.int32))
+    with preemption.sigterm_requests_stop(lambda: [calls.append(1), released.set()]) as stop:
+      timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+      timer.start()
+      started = time.time()
+      self.assertEqual(int(next(iter(dataset))), 1)
+      self.assertLess(time.time() - started, 30)
+      timer.join()
+      self.assertTrue(stop.requested)
+      os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM: on_request already ran
+      time.sleep(0.2)
+    self.assertEqual(calls, [1])
 
   def test_outside_the_main_thread_nothing_is_installed(self):
     before = signal.getsignal(signal.SIGTERM)
