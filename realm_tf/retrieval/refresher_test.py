@@ -302,9 +302,15 @@ class RefresherTest(tf.test.TestCase):
     exited.wait()
     leftover = os.path.join(published_index.index_root(model_dir), f".tmp-7-{exited.pid}-0badf00d")
     os.makedirs(os.path.join(leftover, "mips"))
+    # A record of an unreadable checkpoint that its writer did not rename into place: a file.
+    record = os.path.join(published_index.index_root(model_dir),
+                          f".tmp-unreadable-ckpt-30.json-{exited.pid}-0badf00d")
+    with open(record, "w") as f:
+      f.write("{")
     training_state.write_done_marker(model_dir)
     refresher.run(self._options(model_dir), log=lambda message: None)
     self.assertFalse(os.path.exists(leftover))
+    self.assertFalse(os.path.exists(record))
 
   def test_says_it_waits_once_per_wait(self):
     model_dir = self.get_temp_dir()
