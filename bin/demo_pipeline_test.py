@@ -1,7 +1,8 @@
 """Tests of bin/demo_pipeline end to end: the real refresher process beside the real trainer process.
 
 Slow by nature (separate processes, each importing TensorFlow), so the corpora are written once for the
-class (by the real bin/generate_* processes) and one short run covers the pipeline; a finished run
+class (prepare_corpora, its bin/generate_* programs' main() run in this process: they run as processes in
+bin/demo_pipeline_corpora_test) and one short run covers the pipeline; a finished run
 continued to more steps is realm_tf/demo_pipeline_test's, a SIGKILLed trainer's recovery
 bin/train_realm_sigkill_test's, a given REALM corpus and the logs of a rerun
 bin/demo_pipeline_corpora_test's. What is tested is the
@@ -12,6 +13,7 @@ realm_tf/retrieval/corpus_embedding_test.py).
 """
 
 import os
+from unittest import mock
 
 import tensorflow as tf
 
@@ -22,6 +24,7 @@ from realm_tf.data import corpus_table
 from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import realm_config
 from realm_tf.retrieval import corpus_embedding
+from realm_tf.testing import in_process
 from realm_tf.testing import tiny_inputs
 
 # The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.
@@ -36,6 +39,15 @@ def _logs_tail(out: str) -> str:
       lines = [line for line in f if "] " in line and "controller.py" not in line]
     tails.append(f"{name}:\n" + "".join(lines[-15:]))
   return "\n".join(tails)
+
+
+def _run_binary_in_process(binary, log_path, show=None, echo=print, **flags):
+  """demo_pipeline.run_binary's stand-in: bin/<binary>'s main in this process with the same command line
+  (a process start costs seconds of CPU)."""
+  del log_path, show, echo  # the process's log; nothing here reads it
+  result = in_process.run_main(binary + ".py", *demo_pipeline.binary_command(binary, **flags)[2:])
+  if result.error is not None:
+    raise AssertionError(f"bin/{binary}.py failed:\n{result.traceback}")
 
 
 def _short_options(output_dir: str, bert_config: str, **overrides) -> demo_pipeline.PipelineOptions:
@@ -58,12 +70,13 @@ class PipelineTest(tf.test.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    # The corpora of every run here (prepare_corpora's bin/generate_* processes, once): the runs only
-    # read them.
+    # The corpora of every run here (prepare_corpora, once, its bin/generate_* programs in this process):
+    # the runs only read them.
     cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "demo_pipeline")
     os.makedirs(cls.out, exist_ok=True)
     cls.bert_config = tiny_inputs.write_small_bert_config(cls.out)
-    cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config), echo=lambda _: None)
+    with mock.patch.object(demo_pipeline, "run_binary", _run_binary_in_process):
+      cls.paths = demo_pipeline.prepare_corpora(_short_options(cls.out, cls.bert_config), echo=lambda _: None)
 
   def test_trainer_trains_on_refreshed_indexes_and_loss_falls(self):
     out = self.create_tempdir().full_path

@@ -2,6 +2,11 @@
 the ICT start's recall of the testdata questions, measured anew from the shipped weights by the demo's
 own code (bin/train_mlm evaluating without training; demo_pipeline.retriever_recall).
 
+Both run in this process: run_mlm's bin/train_mlm through its main() (realm_tf/testing/in_process), with
+the command line run_mlm builds, and the retrieval corpus written by the library call
+bin/generate_retrieval_corpus makes. A process start costs seconds of CPU, and these programs run as
+processes in bin/demo_pipeline_test, bin/demo_pipeline_corpora_test and bin/binaries_test.
+
 That regenerating the models reaches those numbers is bin/regenerate_models_test's (11 minutes on 2
 cores, so outside bin/test).
 """
@@ -9,13 +14,25 @@ cores, so outside bin/test).
 import dataclasses
 import json
 import os
+from unittest import mock
 
 import tensorflow as tf
 
 from realm_tf import demo_pipeline
+from realm_tf import tokenization
+from realm_tf.data import corpus
 from realm_tf.modeling import realm_config
+from realm_tf.testing import in_process
 
 _TESTDATA = os.path.join(demo_pipeline.REPO, "testdata")
+
+
+def _run_binary_in_process(binary, log_path, show=None, echo=print, **flags):
+  """demo_pipeline.run_binary's stand-in: bin/<binary>'s main in this process with the same command line."""
+  del log_path, show, echo  # the process's log; nothing here reads it
+  result = in_process.run_main(binary + ".py", *demo_pipeline.binary_command(binary, **flags)[2:])
+  if result.error is not None:
+    raise AssertionError(f"bin/{binary}.py failed:\n{result.traceback}")
 
 
 class ShippedModelsTest(tf.test.TestCase):
@@ -26,14 +43,20 @@ class ShippedModelsTest(tf.test.TestCase):
     cls.manifest = demo_pipeline.load_models_manifest(demo_pipeline.SHIPPED_MODELS)
     cls.out = os.path.join(tf.compat.v1.test.get_temp_dir(), "shipped_models")
     cls.options = demo_pipeline.PipelineOptions(output_dir=cls.out)
-    cls.paths = demo_pipeline.prepare_corpora(cls.options, echo=lambda _: None)
+    # prepare_corpora's retrieval corpus (its other corpora: nothing here reads them).
+    cls.paths = {"vocab": os.path.join(_TESTDATA, "vocab.txt"), "retrieval": os.path.join(cls.out, "blocks")}
+    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")),
+                        tokenization.Tokenizer(cls.paths["vocab"]),
+                        cls.paths["retrieval"],
+                        num_shards=2)
 
   def test_the_reader_bert_has_its_held_out_accuracy(self):
-    export = demo_pipeline.run_mlm(dataclasses.replace(self.options, mlm_steps=0),
-                                   self.paths,
-                                   echo=lambda _: None,
-                                   init_checkpoint=os.path.join(demo_pipeline.SHIPPED_MODELS,
-                                                                demo_pipeline.READER_BERT))
+    with mock.patch.object(demo_pipeline, "run_binary", _run_binary_in_process):
+      export = demo_pipeline.run_mlm(dataclasses.replace(self.options, mlm_steps=0),
+                                     self.paths,
+                                     echo=lambda _: None,
+                                     init_checkpoint=os.path.join(demo_pipeline.SHIPPED_MODELS,
+                                                                  demo_pipeline.READER_BERT))
     with open(os.path.join(export, "eval.json")) as f:
       measured = json.load(f)
     expected = self.manifest["reader_bert"]
