@@ -14,6 +14,7 @@ batch split across the replicas in order; the rows come back with their embeddin
 """
 
 import dataclasses
+import json
 import os
 import time
 from typing import Callable, List, Optional
@@ -152,12 +153,24 @@ class CorpusEmbedder:
       return strategy.experimental_local_results(per_replica)
 
     self._step = step
+    # The last pass's distributed dataset and what it reads: the refresher embeds one corpus again after
+    # every checkpoint, and building the pipeline traces the featurizer's and the bucketing's functions
+    # (about a second each time, as much as embedding a small corpus). A tf.data pipeline can be iterated
+    # again from its start, so the same corpus (the same manifest, which holds every shard's checksum)
+    # reuses it.
+    self._pipeline = None
+    self._pipelines_built = 0
 
   @property
   def tracing_count(self) -> int:
     """How often the step was traced: once per bucket length for the life of this embedder (with XLA;
     without, at most three times: a first shape, then any length, then any batch size)."""
     return self._step.experimental_get_tracing_count()
+
+  @property
+  def pipelines_built(self) -> int:
+    """How many input pipelines this embedder built: one per change of corpus (or of worker rows)."""
+    return self._pipelines_built
 
   def __call__(self,
                corpus_prefix: str,
@@ -166,8 +179,8 @@ class CorpusEmbedder:
                log: Callable[[str], None] = print,
                log_every_seconds: float = 30.0) -> np.ndarray:
     """Embeds this worker's rows of the corpus: float32 [num_rows_of_this_worker, D], in row order."""
-    num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
-    rows = worker_rows(num_docs, num_workers, worker_index)
+    manifest = corpus_lib.read_manifest(corpus_prefix)
+    rows = worker_rows(manifest["num_documents"], num_workers, worker_index)
     total = len(rows)
     if total == 0:
       return np.zeros([0, 0], np.float32)
@@ -197,7 +210,11 @@ class CorpusEmbedder:
                                                                     window_size=batch_size)
       return _per_replica_batches(dataset, context).prefetch(2)
 
-    distributed = self._strategy.distribute_datasets_from_function(dataset_fn)
+    key = (corpus_prefix, json.dumps(manifest, sort_keys=True), num_workers, worker_index)
+    if self._pipeline is None or self._pipeline[0] != key:
+      self._pipeline = (key, self._strategy.distribute_datasets_from_function(dataset_fn))
+      self._pipelines_built += 1
+    distributed = self._pipeline[1]
 
     embeddings = None
     embedded = 0

@@ -277,6 +277,23 @@ class CorpusEmbeddingTest(tf.test.TestCase):
     self.assertEqual(embedder.tracing_count, traced)  # no new trace, so no new compilation
     self.assertGreater(np.max(np.abs(second - first)), 1e-3)  # the new weights were used
     self.assertAllClose(second, retriever.embed_documents(self.candidates, training=False).numpy(), atol=2e-5)
+    self.assertEqual(embedder.pipelines_built, 1)  # the second pass read the first's pipeline again
+
+    # A corpus rewritten at a prefix the embedder has read (other documents, so another manifest) is
+    # read anew, not from the earlier pipeline.
+    prefix = os.path.join(self.create_tempdir().full_path, "blocks")
+    for documents in (self.documents[:3], self.documents[5:9]):
+      for name in tf.io.gfile.glob(prefix + "*"):
+        tf.io.gfile.remove(name)
+      corpus_lib.write_corpus(
+          lambda: [corpus_lib.Document(d["title"], d["body"], d["doc_id"]) for d in documents],  # pylint: disable=cell-var-from-loop
+          self.tokenizer,
+          prefix,
+          num_shards=1)
+      got = embedder(prefix, log=lambda _: None)
+      rows = [self.documents.index(d) for d in documents]
+      self.assertAllClose(got, second[rows], atol=2e-5)
+    self.assertEqual(embedder.pipelines_built, 3)
 
   def test_mixed_bfloat16_tower_embeds_close_to_float32(self):
     config = bert.tiny_config(self.tokenizer.vocab_size, hidden_size=32, num_layers=2, intermediate_size=64)
