@@ -188,6 +188,36 @@ def unreadable_checkpoint(model_dir: str, step: int) -> Optional[Dict]:
     return None  # not recorded (written atomically: absent or complete)
 
 
+def usable(model_dir: str, step: int) -> Optional[str]:
+  """None when the published index of `step` verifies (verify_published), else why not (absent, or
+  damaged: a file truncated, deleted or changed)."""
+  path = os.path.join(index_root(model_dir), str(step))
+  if not tf.io.gfile.exists(path):
+    return f"{path} does not exist"
+  try:
+    verify_published(path)
+  except (index_format.CorruptIndexError, OSError, tf.errors.OpError) as e:
+    return str(e).splitlines()[0][:500]
+  return None
+
+
+def remove_damaged(model_dir: str, step: int, reason: str, log: Callable[[str], None] = print) -> None:
+  """Removes the damaged published index of `step` so that its step can be published again (publication
+  never replaces an index in place). Renamed to a temporary name first: no reader finds it half-deleted,
+  and a removal cut short is cleaned up as a killed publication's (clean_temporary)."""
+  path = os.path.join(index_root(model_dir), str(step))
+  log(f"WARNING: removing the damaged index {path} ({reason}): its checkpoint is embedded again")
+  doomed = io_utils.temporary_path(path)
+  try:
+    os.rename(path, doomed)
+  except FileNotFoundError:
+    return
+  except OSError as e:
+    raise IndexWriteError(f"cannot remove the damaged index {path}: {e}; delete it by hand and restart "
+                          "bin/refresh_doc_embeds, which publishes its step again") from e
+  shutil.rmtree(doomed, ignore_errors=True)
+
+
 def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
   """Removes temporary directories whose writer has exited (a killed refresher or trainer); returns how
   many. One whose writer still runs (a trainer publishing its bootstrap index, another process's
@@ -330,7 +360,9 @@ class IndexWatcher:
   def __init__(self, model_dir: str, log: Callable[[str], None] = print, corpus_prefix: Optional[str] = None):
     self.model_dir = model_dir
     self._log = log
-    self._bad = set()
+    # step -> what its directory was when skipped (_identity): a directory replaced since (a refresher
+    # publishing that step again over a damaged index) is looked at again.
+    self._bad: Dict[int, Optional[tuple]] = {}
     self._verified: Dict[int, Dict] = {}
     self._corpus_prefix = None
     self._corpus = None
@@ -349,13 +381,23 @@ class IndexWatcher:
                     corpus_lib.read_manifest(corpus_prefix)["num_documents"])
 
   def skip(self, step: int, reason: str) -> None:
-    """Never returns the index of `step` again (the caller could not use it: reason says why)."""
+    """Never returns the index of `step` again, unless its directory is replaced (published again): the
+    caller could not use it, reason says why."""
     self._log(f"WARNING: skipping {reason}")
-    self._bad.add(step)
+    self._bad[step] = self._identity(step)
 
   def is_skipped(self, step: int) -> bool:
     """Whether the index of `step` was found unusable (corrupt, incomplete, another corpus)."""
-    return step in self._bad
+    return step in self._bad and self._bad[step] == self._identity(step)
+
+  def _identity(self, step: int) -> Optional[tuple]:
+    """The index directory of `step` as the filesystem knows it (inode, change time), None when absent
+    or not local: a republished index (the refresher replaces a damaged one) has another."""
+    try:
+      stat = os.stat(os.path.join(index_root(self.model_dir), str(step)))
+    except OSError:
+      return None
+    return (stat.st_ino, stat.st_ctime_ns)
 
   def _other_corpus(self, path: str, record: Dict) -> Optional[str]:
     """Why the index at path is of another corpus than the trainer's, or None (its own corpus, or one
@@ -389,8 +431,14 @@ class IndexWatcher:
     """The step of the newest complete, uncorrupted published index of the trainer's corpus (or of one
     derived from it), or None; at_most: only indexes of that step or older count."""
     for step in reversed(published_steps(self.model_dir)):
-      if step in self._bad or (at_most is not None and step > at_most):
+      if at_most is not None and step > at_most:
         continue
+      if step in self._bad:
+        if self.is_skipped(step):
+          continue
+        # Published again since it was skipped: verified again.
+        del self._bad[step]
+        self._verified.pop(step, None)
       path = os.path.join(index_root(self.model_dir), str(step))
       record = self._verified.get(step)
       if record is None:

@@ -208,31 +208,40 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
 def _restore_newest_readable(retriever, newest: str, options: RefresherOptions,
                              log: Callable[[str], None]) -> Optional[str]:
   """Restores newest, or when it cannot be read (damaged, or deleted by the trainer's keep-K cleanup
-  between the look and the read) the newest earlier checkpoint that is newer than every published index,
-  so the trainer still gets a fresher index; returns the path restored, or None (then the refresher waits
-  for the next checkpoint). Each checkpoint skipped is recorded (published_index.
+  between the look and the read) the newest earlier checkpoint that is newer than every usable published
+  index, so the trainer still gets a fresher index; returns the path restored, or None (then the
+  refresher waits for the next checkpoint). Each checkpoint skipped is recorded (published_index.
   record_unreadable_checkpoint): no index of its step will come, and a trainer under fixed swaps waiting
   for one must not wait for it (it cannot write the newer checkpoint the refresher waits for)."""
-  state = tf.train.get_checkpoint_state(options.model_dir)
-  listed = list(state.all_model_checkpoint_paths) if state else []
-  published = published_index.published_steps(options.model_dir)
-  floor = max([options.start_at_step - 1] + published)
-  earlier = [
-      p for p in reversed(listed)
-      if floor < training_state.checkpoint_step(p) < training_state.checkpoint_step(newest)
-  ]
-  for path in [newest] + earlier:
+
+  def restored(path: str) -> bool:
     try:
       training_state.restore_retriever(retriever, path)
+      return True
     except (ValueError, FileNotFoundError) as e:
       reason = str(e).splitlines()[0][:500]
       log(f"WARNING: skipping {path}: {reason}")
       published_index.record_unreadable_checkpoint(options.model_dir, training_state.checkpoint_step(path),
                                                    path, reason)
-      continue
-    if path != newest:
+      return False
+
+  if restored(newest):
+    return newest
+  state = tf.train.get_checkpoint_state(options.model_dir)
+  listed = list(state.all_model_checkpoint_paths) if state else []
+  # Newer than the newest index that is usable: a checkpoint whose index was damaged is embedded again
+  # (found by bench/fault_soak: the trainer, resumed from ckpt-20 after ckpt-26 was damaged, waited for
+  # the damaged index of step 20, and the refresher for a checkpoint newer than ckpt-26).
+  floor = options.start_at_step - 1
+  for step in reversed(published_index.published_steps(options.model_dir)):
+    if published_index.usable(options.model_dir, step) is None:
+      floor = max(floor, step)
+      break
+  for path in reversed(listed):
+    if floor < training_state.checkpoint_step(path) < training_state.checkpoint_step(newest) and restored(
+        path):
       log(f"embedding {path} instead of the unreadable {os.path.basename(newest)}")
-    return path
+      return path
   return None
 
 
@@ -272,12 +281,18 @@ def _run_locked(options: RefresherOptions, strategy: Optional[tf.distribute.Stra
   refreshes = 0
   for checkpoint_path in _new_checkpoints(options, log):
     step = training_state.checkpoint_step(checkpoint_path)
-    if step < options.start_at_step or step in published_index.published_steps(options.model_dir):
+    if step < options.start_at_step or (step in published_index.published_steps(options.model_dir) and
+                                        published_index.usable(options.model_dir, step) is None):
       continue
     checkpoint_path = _restore_newest_readable(retriever, checkpoint_path, options, log)
     if checkpoint_path is None:
       continue
     step = training_state.checkpoint_step(checkpoint_path)
+    damaged = published_index.usable(options.model_dir, step)
+    if step in published_index.published_steps(options.model_dir) and damaged is not None:
+      # Publication never replaces an index, and the trainer waits for this one when it resumed from
+      # this checkpoint with no usable index to fall back to.
+      published_index.remove_damaged(options.model_dir, step, damaged, log)
     # bin/update_index publishes an index of a corpus derived from this one: every refresh after it
     # embeds that corpus, or the next refresh would undo the update.
     followed = published_index.current_corpus(options.model_dir, options.corpus_prefix, log)

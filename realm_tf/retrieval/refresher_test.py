@@ -255,8 +255,8 @@ class RefresherTest(tf.test.TestCase):
     messages = []
     self.assertEqual(refresher.run(self._options(model_dir, start_at_step=11), log=messages.append), 0)
     self.assertEqual(published_index.published_steps(model_dir), [])
-    os.makedirs(os.path.join(published_index.index_root(model_dir), "10"))  # already published
-    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)  # already published
     # A checkpoint that holds no retriever is skipped with a warning, not a crash.
     tf.train.CheckpointManager(tf.train.Checkpoint(model=tf.train.Checkpoint(other=tf.Variable(1.0))),
                                model_dir,
@@ -295,6 +295,43 @@ class RefresherTest(tf.test.TestCase):
     messages.clear()
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 0)
     self.assertEqual(published_index.published_steps(model_dir), [10])
+
+  def test_a_damaged_index_of_the_checkpoint_fallen_back_to_is_published_again(self):
+    """Found by bench/fault_soak's long soak (seed 44): ckpt-26 (a SIGTERM's) lost its data file and the
+    index of step 20 and the bootstrap index were damaged; the trainer resumed from ckpt-20 with no usable
+    index and waited for the index of step 20, and the refresher, counting the damaged index of step 20
+    as published, waited for a checkpoint newer than ckpt-26. It now embeds ckpt-20 again in place of its
+    damaged index, and a watcher that skipped that index takes the new one."""
+    model_dir = self.get_temp_dir() + "/damaged_index"
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    trainer.save(20)
+    trainer.finish()
+    self.assertEqual(refresher.run(self._options(model_dir), log=lambda _: None), 1)
+    self.assertEqual(published_index.published_steps(model_dir), [20])
+    index_20 = os.path.join(published_index.index_root(model_dir), "20")
+    with open(os.path.join(index_20, published_index.PUBLISHED_NAME), "w") as f:
+      f.write("{")
+    watcher = published_index.IndexWatcher(model_dir, log=lambda _: None)
+    self.assertIsNone(watcher.newest_step())
+    self.assertTrue(watcher.is_skipped(20))
+    training_state.clear_done_marker(model_dir)
+    newest = trainer.save(26)
+    for data in glob.glob(newest + ".data-*"):
+      os.remove(data)
+    trainer.finish()
+    messages = []
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
+    self.assertIn(f"embedding {os.path.join(model_dir, 'ckpt-20')} instead of the unreadable ckpt-26",
+                  messages)
+    self.assertTrue(any(m.startswith(f"WARNING: removing the damaged index {index_20}") for m in messages),
+                    messages)
+    self.assertIndexOf(model_dir, 20, trainer)
+    self.assertFalse(watcher.is_skipped(20))
+    self.assertEqual(watcher.newest_step(), 20)
+    self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
+    self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
 
   def test_removes_temporary_directories_of_a_killed_refresher(self):
     model_dir = self.get_temp_dir()

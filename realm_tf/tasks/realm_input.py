@@ -212,7 +212,7 @@ class RetrievalState:
     if not steps or not all(self.watcher.is_skipped(step) for step in steps):
       return
     if training_state.latest_step(self.watcher.model_dir) is not None:
-      return  # the refresher embeds the newest checkpoint again when it restarts
+      return  # the refresher embeds the newest readable checkpoint whose index is missing or damaged
     paths = ", ".join(
         os.path.join(published_index.index_root(self.watcher.model_dir), str(step)) for step in steps)
     raise index_format.CorruptIndexError(
