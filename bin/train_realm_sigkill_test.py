@@ -5,8 +5,11 @@ resumes from the last checkpoint.
 SIGTERM (a handled stop) is bin/preemption_test's, but for one case that needs REALM's pipeline: a SIGTERM
 while the trainer waits for an index ends the wait and the process at once. The trainer here trains a
 one-layer, hidden-32 BERT on short sequences without XLA: what is tested is the process and its
-checkpoints, not the model. The corpora are written in this process (bin/demo_pipeline_test runs the
-bin/generate_* binaries).
+checkpoints, not the model. The corpora are written in this process, once for the class, from the first
+40 testdata documents (bin/demo_pipeline_test writes whole ones); the bootstrap index each trainer
+process embeds first is then seconds less. The resumed run after the SIGKILL is bin/train_realm's main in
+this process, with the same command line (realm_tf/testing/in_process): what it must do is read the killed
+run's files, and a third process start would cost seconds of CPU for nothing more.
 """
 
 import json
@@ -22,6 +25,7 @@ from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
+from realm_tf.testing import in_process
 from realm_tf.testing import tiny_inputs
 from realm_tf.training import preemption
 
@@ -30,23 +34,26 @@ _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_ma
 
 class SigkillTest(tf.test.TestCase):
 
-  def setUp(self):
-    super().setUp()
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # The runs only read these.
     testdata = demo_pipeline.PipelineOptions.testdata_dir
-    out = self.create_tempdir().full_path
-    self.vocab = os.path.join(testdata, "vocab.txt")
-    self.retrieval = os.path.join(out, "corpus", "blocks")
-    self.pretraining = os.path.join(out, "pretraining", "sentences")
-    tokenizer = tokenization.Tokenizer(self.vocab)
-    corpus.write_corpus(lambda: corpus.read_documents(os.path.join(testdata, "corpus.jsonl")),
+    out = os.path.join(tf.compat.v1.test.get_temp_dir(), "sigkill_inputs")
+    os.makedirs(out, exist_ok=True)
+    cls.vocab = os.path.join(testdata, "vocab.txt")
+    cls.retrieval = os.path.join(out, "corpus", "blocks")
+    cls.pretraining = os.path.join(out, "pretraining", "sentences")
+    tokenizer = tokenization.Tokenizer(cls.vocab)
+    corpus.write_corpus(lambda: list(corpus.read_documents(os.path.join(testdata, "corpus.jsonl")))[:40],
                         tokenizer,
-                        self.retrieval,
+                        cls.retrieval,
                         num_shards=2)
     pretraining.write_pretraining_corpus(
-        lambda: pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")),
-        self.pretraining,
+        lambda: list(pretraining.read_raw_documents(os.path.join(testdata, "pretraining.jsonl")))[:40],
+        cls.pretraining,
         num_shards=2)
-    self.bert_config = tiny_inputs.write_small_bert_config(out)
+    cls.bert_config = tiny_inputs.write_small_bert_config(out)
 
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
@@ -86,12 +93,11 @@ class SigkillTest(tf.test.TestCase):
     self.assertFalse(training_state.training_done(model_dir))
 
     resumed_steps = killed_at + 10
-    demo_pipeline.run_binary("train_realm",
-                             os.path.join(out, "second.log"),
-                             num_train_steps=resumed_steps,
-                             **flags)
-    with open(os.path.join(out, "second.log")) as f:
-      second = f.read()
+    result = in_process.run_main(
+        "train_realm.py",
+        *demo_pipeline.binary_command("train_realm", num_train_steps=resumed_steps, **flags)[2:])
+    self.assertIsNone(result.error, result.traceback)
+    second = result.log
     self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}", second)
     self.assertEqual(training_state.latest_step(model_dir), resumed_steps)
     self.assertTrue(training_state.training_done(model_dir))
