@@ -201,6 +201,29 @@ def usable(model_dir: str, step: int) -> Optional[str]:
   return None
 
 
+def looks_damaged(model_dir: str, step: int) -> Optional[str]:
+  """A cheap look at the published index of `step` (no checksums, unlike usable): why it is damaged
+  (published.json or the MIPS manifest unreadable, a listed file missing or of another size, the query
+  tower's files missing), or None. What an idle refresher can afford every half minute."""
+  path = os.path.join(index_root(model_dir), str(step))
+  try:
+    with open(os.path.join(path, PUBLISHED_NAME)) as f:
+      json.load(f)
+    mips = os.path.join(path, MIPS_DIR)
+    with open(os.path.join(mips, index_format.MANIFEST_NAME)) as f:
+      files = json.load(f)["files"]
+    for rel, entry in files.items():
+      if os.path.getsize(os.path.join(mips, rel)) != entry["bytes"]:
+        return f"{os.path.join(mips, rel)} has another size than its manifest says"
+    tower = os.path.join(path, QUERY_EMBEDDER_DIR)
+    for name in ("saved_model.pb", os.path.join("variables", "variables.index")):
+      if not os.path.isfile(os.path.join(tower, name)):
+        return f"{os.path.join(tower, name)} is missing"
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    return f"{path}: {str(e).splitlines()[0][:300]}"
+  return None
+
+
 def remove_damaged(model_dir: str, step: int, reason: str, log: Callable[[str], None] = print) -> None:
   """Removes the damaged published index of `step` so that its step can be published again (publication
   never replaces an index in place). Renamed to a temporary name first: no reader finds it half-deleted,

@@ -176,17 +176,24 @@ def bootstrap(config: realm_config_lib.RealmConfig,
     return build_and_publish(config, retriever, 0, options, strategy, info, log)
 
 
+# How often an idle refresher looks at the index of the newest checkpoint (published_index.looks_damaged).
+DAMAGE_LOOK_SECONDS = 30.0
+
+
 def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> Iterator[str]:
   """Yields each newest checkpoint once, polling every poll_seconds, until training is done.
 
   Not tf.train.checkpoints_iterator: that logs "Waiting for new checkpoint" on every poll (hundreds of
   lines per run, twice each through TensorFlow's and absl's loggers); this says it waits once per wait.
   Once the done marker is seen it looks once more, so the final checkpoint, written just before the
-  marker, is still yielded.
+  marker, is still yielded. While it waits it looks at the newest checkpoint's index every
+  DAMAGE_LOOK_SECONDS, and yields that checkpoint again when the index was damaged.
   """
   last = None
   waiting = False
   done_seen = False
+  next_look = time.time() + DAMAGE_LOOK_SECONDS
+  looked_again = set()
   while True:
     latest = tf.train.latest_checkpoint(options.model_dir)
     if latest is not None and latest != last:
@@ -194,6 +201,24 @@ def _new_checkpoints(options: RefresherOptions, log: Callable[[str], None]) -> I
       log(f"found new checkpoint {latest}")
       yield latest
       continue
+    if last is not None and time.time() >= next_look:
+      # The index of the newest checkpoint damaged after it was published (found by bench/fault_soak): a
+      # trainer resumed from that checkpoint with no other usable index would wait for it for ever, and no
+      # newer checkpoint comes. Once per damaged directory: embedding it again may fail in turn.
+      next_look = time.time() + DAMAGE_LOOK_SECONDS
+      step = training_state.checkpoint_step(last)
+      path = os.path.join(published_index.index_root(options.model_dir), str(step))
+      damaged = published_index.looks_damaged(options.model_dir, step) if os.path.isdir(path) else None
+      try:
+        identity = (step, os.stat(path).st_ino, os.stat(path).st_ctime_ns) if damaged else None
+      except OSError:  # removed meanwhile (keep-K, or a bin/update_index)
+        identity = None
+      if identity is not None and identity not in looked_again:
+        looked_again.add(identity)
+        log(f"the index of step {step} is damaged ({damaged}): embedding {last} again")
+        waiting = False
+        yield last
+        continue
     if training_state.training_done(options.model_dir):
       if done_seen:
         return

@@ -333,6 +333,42 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
     self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
 
+  def test_an_idle_refresher_embeds_the_newest_checkpoint_again_when_its_index_is_damaged(self):
+    """The index of the newest checkpoint damaged after publication, while the refresher waits for a newer
+    checkpoint: a trainer resumed from that checkpoint with no other usable index would wait for the
+    index for ever, and the newer checkpoint the refresher waits for never comes."""
+    model_dir = self.get_temp_dir() + "/idle"
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    index_10 = os.path.join(published_index.index_root(model_dir), "10")
+    with mock.patch.object(refresher, "DAMAGE_LOOK_SECONDS", 0.5):
+      thread = _RefresherThread(self._options(model_dir))
+      thread.start()
+      try:
+        deadline = time.time() + 120
+        while not published_index.published_steps(model_dir):
+          self.assertLess(time.time(), deadline, thread.messages)
+          time.sleep(0.1)
+        record = published_index.verify_published(index_10)
+        embeddings = os.path.join(index_10, published_index.MIPS_DIR, "embeddings.npy")
+        with open(embeddings, "r+b") as f:
+          f.truncate(os.path.getsize(embeddings) // 2)
+        while published_index.usable(model_dir, 10) is not None:
+          self.assertLess(time.time(), deadline, thread.messages)
+          time.sleep(0.1)
+      finally:
+        trainer.finish()
+        thread.join(60)
+    self.assertFalse(thread.is_alive())
+    self.assertIsNone(thread.error)
+    self.assertEqual(thread.result, 2)
+    self.assertTrue(any(m.startswith("the index of step 10 is damaged") for m in thread.messages),
+                    thread.messages)
+    self.assertGreater(
+        published_index.verify_published(index_10)["published_unix_time"], record["published_unix_time"])
+    self.assertIndexOf(model_dir, 10, trainer)
+
   def test_removes_temporary_directories_of_a_killed_refresher(self):
     model_dir = self.get_temp_dir()
     exited = subprocess.Popen(["true"])  # a pid whose process is gone, as a killed refresher's
