@@ -12,6 +12,7 @@ realm_tf/modeling/realm_test.py and realm_tf/training/train_lib_test.py; of the 
 realm_tf/retrieval/corpus_embedding_test.py).
 """
 
+import functools
 import os
 from unittest import mock
 
@@ -96,29 +97,34 @@ class PipelineTest(tf.test.TestCase):
     # Recall with the document tower of another checkpoint: the questions go through the latest
     # checkpoint's query tower and the corpus through step 20's document tower, as retriever_eval gets
     # them when handed step 20's embeddings; naming the latest checkpoint twice changes nothing.
-    qa_paths = [os.path.join(options.testdata_dir, "qa.dev.jsonl")]
-    latest, first = tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-20")
-    self.assertEqual(demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, latest),
-                     demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths))
-    config = realm_config.RealmConfig.load(model_dir)
-    towers = {}
-    for path in (latest, first):
-      towers[path] = config.build_retriever()
-      training_state.restore_retriever(towers[path], path)
-    corpus = corpus_table.CorpusTable.load(paths["retrieval"])
-    first_docs = corpus_embedding.embed_corpus(
-        lambda inputs: towers[first].embed_documents(inputs, training=False),
-        corpus.prefix,
-        config.featurizer(),
-        log=lambda _: None)
-    self.assertEqual(
-        demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, first),
-        retriever_eval.retriever_recall(towers[latest],
-                                        config,
-                                        corpus,
-                                        qa_lib.load_jsonl(qa_paths[0]),
-                                        ks=(1, 5, 20),
-                                        doc_embeddings=first_docs))
+    # Every embedding of the corpus here without XLA, as the trainer and the refresher embed it: the
+    # checks compare recalls, not compilers (XLA of the embedding: corpus_embedding_test).
+    no_xla = functools.partial(corpus_embedding.embed_corpus, jit_compile=False)
+    with mock.patch.object(corpus_embedding, "embed_corpus", no_xla):
+      qa_paths = [os.path.join(options.testdata_dir, "qa.dev.jsonl")]
+      latest, first = tf.train.latest_checkpoint(model_dir), os.path.join(model_dir, "ckpt-20")
+      self.assertEqual(
+          demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, latest),
+          demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths))
+      config = realm_config.RealmConfig.load(model_dir)
+      towers = {}
+      for path in (latest, first):
+        towers[path] = config.build_retriever()
+        training_state.restore_retriever(towers[path], path)
+      corpus = corpus_table.CorpusTable.load(paths["retrieval"])
+      first_docs = corpus_embedding.embed_corpus(
+          lambda inputs: towers[first].embed_documents(inputs, training=False),
+          corpus.prefix,
+          config.featurizer(),
+          log=lambda _: None)
+      self.assertEqual(
+          demo_pipeline.retriever_recall(model_dir, latest, paths["retrieval"], qa_paths, first),
+          retriever_eval.retriever_recall(towers[latest],
+                                          config,
+                                          corpus,
+                                          qa_lib.load_jsonl(qa_paths[0]),
+                                          ks=(1, 5, 20),
+                                          doc_embeddings=first_docs))
 
     # The refresher published the bootstrap index and one per checkpoint, the final one included, and
     # left no temporary directory behind. (A finished run continued to more steps:
