@@ -4,6 +4,7 @@ A process start costs seconds of CPU: every program here runs at least once as a
 one for the exit status and the message on stderr), and the further misconfigurations it must refuse
 run its main() in this process (bin/in_process: the program's own flags and wiring)."""
 
+import gc
 import json
 import os
 import subprocess
@@ -16,6 +17,14 @@ from realm_tf.testing import tiny_inputs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
+
+
+def setUpModule():
+  # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
+  # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+  # walks all of them each time. They live as long as the process anyway; what the tests make is still
+  # collected.
+  gc.freeze()
 
 
 def _run(script, *args):

@@ -7,6 +7,7 @@ The misconfigurations that stop bin/train_orqa before any work run its main() in
 (realm_tf/testing/in_process: the binary's own flags and wiring, no process start each); one of them runs as a
 real process for the exit status and the message on stderr."""
 
+import gc
 import json
 import os
 import subprocess
@@ -27,6 +28,14 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TESTDATA = os.path.join(_REPO, "testdata")
 _VOCAB = os.path.join(_TESTDATA, "vocab.txt")
 _NUM_DEV = 20  # the first dev questions bin/eval_orqa evaluates
+
+
+def setUpModule():
+  # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
+  # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+  # walks all of them each time. They live as long as the process anyway; what the tests make is still
+  # collected.
+  gc.freeze()
 
 
 def _run(script, *args, timeout=300):

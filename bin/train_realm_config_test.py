@@ -1,6 +1,7 @@
 """bin/train_realm runs from a config file with --params_override, writes MODEL_DIR/train_realm.yaml, and
 resumes from that file (issue 39's done-when); a config file's mistake stops it before any work."""
 
+import gc
 import os
 
 import tensorflow as tf
@@ -11,6 +12,14 @@ from realm_tf.testing import test_paths
 from realm_tf.testing import tiny_inputs
 
 _TESTDATA = os.path.join(test_paths.repo_root(), "testdata")
+
+
+def setUpModule():
+  # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
+  # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+  # walks all of them each time. They live as long as the process anyway; what the tests make is still
+  # collected.
+  gc.freeze()
 
 
 class TrainRealmConfigFileTest(tf.test.TestCase):
