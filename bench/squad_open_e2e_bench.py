@@ -86,6 +86,11 @@ _STOP_AFTER = flags.DEFINE_enum(
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_e2e.json"),
                               "Where to write the JSON results.")
 
+_OUTPUT_PNG = flags.DEFINE_string(
+    "output_png", os.path.join(_REPO, "docs", "squad_open_e2e.png"),
+    "Where to write the plot of each retriever's recall@k and exact match "
+    "('' for none).")
+
 _log = minilm_lib.log
 
 
@@ -171,6 +176,36 @@ def _command_line(binary: str, flag_values: Dict) -> str:
 def _show(line: str) -> bool:
   return any(s in line for s in ("] step ", "trained to step", "dev ", "best ", "embedd", "recall",
                                  "exact_match", "Error", "error"))
+
+
+def plot(results: Dict[str, Dict], path: str) -> None:
+  """Each retriever's answer recall@k (its top k paragraphs) beside the exact match and F1 of the reader
+  reading them: where the reader, not the retriever, loses the answer."""
+  import matplotlib  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  matplotlib.use("Agg")
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  figure, (recall_axis, em_axis) = pyplot.subplots(1, 2, figsize=(9.6, 3.8))
+  for name, metrics in results.items():
+    ks = sorted(int(k.split("@")[1]) for k in metrics if k.startswith("recall@"))
+    if name != hybrid.GOLD:
+      recall_axis.plot(ks, [metrics[f"recall@{k}"] for k in ks], "o-", label=name)
+  recall_axis.set_xscale("log")
+  recall_axis.set_xlabel("k (paragraphs retrieved)")
+  recall_axis.set_ylabel("answer recall@k (%)")
+  recall_axis.legend(fontsize=8)
+  recall_axis.grid(alpha=0.3)
+  names = list(results)
+  x = range(len(names))
+  em_axis.bar([i - 0.2 for i in x], [results[n]["exact_match"] for n in names], 0.4, label="exact match")
+  em_axis.bar([i + 0.2 for i in x], [results[n]["f1"] for n in names], 0.4, label="F1")
+  em_axis.set_xticks(list(x), names)
+  em_axis.set_ylabel("bin/eval_orqa on the dev questions (%)")
+  em_axis.legend(fontsize=8)
+  em_axis.grid(alpha=0.3, axis="y")
+  figure.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  figure.savefig(path, dpi=100)
+  pyplot.close(figure)
 
 
 def main(argv):
@@ -276,6 +311,9 @@ def main(argv):
           "seconds_this_invocation": time.time() - started,
       })
   print(f"wrote {_OUTPUT.value}")
+  if _OUTPUT_PNG.value:
+    plot(results, _OUTPUT_PNG.value)
+    print(f"wrote {_OUTPUT_PNG.value}")
 
 
 if __name__ == "__main__":

@@ -77,5 +77,19 @@ class WriteQuestionsTest(absltest.TestCase):
     self.assertEqual(os.path.getmtime(paths["train"]), mtime)
 
 
+class PlotTest(absltest.TestCase):
+
+  def test_plot_is_a_png_of_the_results(self):
+    metrics = {"exact_match": 40.0, "f1": 50.0, "recall@1": 60.0, "recall@5": 80.0, "recall@20": 90.0}
+    path = os.path.join(tempfile.mkdtemp(), "docs", "e2e.png")
+    squad_open_e2e_bench.plot({
+        "dense": metrics,
+        "bm25": dict(metrics, exact_match=45.0),
+        "gold": metrics
+    }, path)
+    with open(path, "rb") as f:
+      self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
 if __name__ == "__main__":
   absltest.main()
