@@ -13,6 +13,7 @@ realm_tf/retrieval/corpus_embedding_test.py).
 """
 
 import functools
+import gc
 import os
 from unittest import mock
 
@@ -30,6 +31,14 @@ from realm_tf.testing import tiny_inputs
 
 # The model of every trainer here (retriever and reader): PipelineOptions' sizes below and this BERT.
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
+
+
+def setUpModule():
+  # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
+  # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+  # walks all of them each time. They live as long as the process anyway; what the tests make is still
+  # collected.
+  gc.freeze()
 
 
 def _logs_tail(out: str) -> str:

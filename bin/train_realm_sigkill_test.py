@@ -12,6 +12,7 @@ this process, with the same command line (realm_tf/testing/in_process): what it 
 run's files, and a third process start would cost seconds of CPU for nothing more.
 """
 
+import gc
 import json
 import os
 import signal
@@ -30,6 +31,14 @@ from realm_tf.testing import tiny_inputs
 from realm_tf.training import preemption
 
 _SIZES = dict(projection_size=32, query_seq_len=16, candidate_seq_len=64, max_masks=4, num_candidates=4)
+
+
+def setUpModule():
+  # The objects of the imports (TensorFlow's millions) out of reach of the garbage collector: every
+  # in-process main ends with gc.collect() (realm_tf/testing/in_process, training.loop), which otherwise
+  # walks all of them each time. They live as long as the process anyway; what the tests make is still
+  # collected.
+  gc.freeze()
 
 
 class SigkillTest(tf.test.TestCase):
