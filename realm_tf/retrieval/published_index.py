@@ -26,12 +26,12 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf import process_lock
+from realm_tf import stopping
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
-from realm_tf.training import preemption
 
 INDEX_DIR = "index"
 MIPS_DIR = "mips"
@@ -54,7 +54,7 @@ class NoRefresherError(RuntimeError):
   """A trainer waits for an index that no running refresher will publish."""
 
 
-class WaitCancelled(preemption.InputStopped):
+class WaitCancelled(stopping.InputStopped):
   """A wait for an index ended because its trainer is stopping: it finished, or SIGTERM asked it to stop
   (see IndexWatcher.wait_for_newer's stop)."""
 
@@ -329,13 +329,21 @@ def current_corpus(model_dir: str, corpus_prefix: str, log: Callable[[str], None
   it (with a higher step), and following only the newest would then drop the update for good. Of the
   versions found, the one derived from all the others is taken (update_published_index refuses to
   branch the history, so they form one chain). Only descendants are followed: an index of an unrelated
-  corpus is still skipped by IndexWatcher, as before.
+  corpus is still skipped by IndexWatcher, as before. A damaged index (looks_damaged) is not followed:
+  nothing could be retrieved from its corpus.
   """
   chosen, chosen_path = corpus_prefix, None
   for step in reversed(published_steps(model_dir)):
     path = os.path.join(index_root(model_dir), str(step))
     record = _read_record(path)
     found = derived_corpus(record, chosen) if record else None
+    damaged = looks_damaged(model_dir, step) if found else None
+    if damaged:
+      # Found by bench/fault_soak: a trainer restarted on the corpus of a damaged update's index (its only
+      # index) skipped every other index as one of the older corpus and waited for ever.
+      log(f"WARNING: not following {found}: the index {path} that embeds it is damaged ({damaged}); "
+          f"using {chosen}. Run bin/update_index again to apply that update")
+      continue
     if found:
       chosen, chosen_path = found, path
   if chosen_path:

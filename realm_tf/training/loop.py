@@ -31,6 +31,7 @@ import orbit
 import tensorflow as tf
 
 from realm_tf import io_utils
+from realm_tf import stopping
 from realm_tf.checkpoints import training_state
 from realm_tf.training import preemption
 from realm_tf.training import step_loop
@@ -512,7 +513,7 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
           step = min((step // task.eval_every_steps + 1) * task.eval_every_steps, options.num_train_steps)
           controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
           controller.evaluate()
-    except (tf.errors.OpError, preemption.InputStopped):
+    except (tf.errors.OpError, stopping.InputStopped):
       # The input's wait ended by the SIGTERM reaches the step as an error (a graph execution error when
       # the wait was in a tf.data thread): any other error, or one without a SIGTERM, is raised as it is.
       if not stop.requested:

@@ -35,11 +35,6 @@ class Preempted(SystemExit):
     return self.message
 
 
-class InputStopped(RuntimeError):
-  """An input pipeline's wait (REALM's wait for an index) ended because the trainer is stopping: the loop
-  turns it into Preempted when SIGTERM asked for the stop."""
-
-
 class Request:
   """Whether SIGTERM arrived since the handler was installed; on_set (once, from whichever thread saw
   the signal first) ends the input's waits."""
