@@ -235,6 +235,17 @@ class IndexUpdateTest(tf.test.TestCase):
     # A removal needs no tower: nothing was embedded.
     self.assertEqual(published_index.verify_published(second)["update"]["embedded"], 0)
 
+  def test_the_corpus_of_a_damaged_update_is_not_followed(self):
+    """Found by bench/fault_soak's long soak: the update's index (the only one of its corpus) was damaged
+    before a trainer restarted; the trainer followed its corpus anyway, skipped every other index as one
+    of the older corpus, and waited for ever."""
+    path = self._update(index_update.read_change_set(remove_ids=[self.documents[0].doc_id]))
+    os.remove(os.path.join(path, published_index.MIPS_DIR, "manifest.json"))
+    messages = []
+    self.assertEqual(published_index.current_corpus(self.model_dir, self.corpus, messages.append),
+                     self.corpus)
+    self.assertTrue(any(m.startswith("WARNING: not following") and path in m for m in messages), messages)
+
   def test_a_refresh_of_the_old_corpus_with_keep_1_keeps_the_update(self):
     # A refresh that began before the update publishes the base corpus's index after it, with --keep=1:
     # the update's index is the only record that the corpus was updated, so it is kept, and the next
