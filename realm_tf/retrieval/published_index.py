@@ -26,12 +26,12 @@ import tensorflow as tf
 
 from realm_tf import io_utils
 from realm_tf import process_lock
+from realm_tf import stopping
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.modeling import query_embedder_module as query_embedder_lib
 from realm_tf.retrieval import index as index_lib
 from realm_tf.retrieval import index_format
 from realm_tf.retrieval import mips_index
-from realm_tf.training import preemption
 
 INDEX_DIR = "index"
 MIPS_DIR = "mips"
@@ -54,7 +54,7 @@ class NoRefresherError(RuntimeError):
   """A trainer waits for an index that no running refresher will publish."""
 
 
-class WaitCancelled(preemption.InputStopped):
+class WaitCancelled(stopping.InputStopped):
   """A wait for an index ended because its trainer is stopping: it finished, or SIGTERM asked it to stop
   (see IndexWatcher.wait_for_newer's stop)."""
 
