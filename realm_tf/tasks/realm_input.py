@@ -22,6 +22,7 @@ both sides (realm_tf.data.corpus_table.document_fingerprint; the corpus stores t
 which TensorFlow cannot compute in-graph).
 """
 
+import functools
 import os
 import threading
 from typing import Callable, Dict, Optional, Tuple
@@ -398,8 +399,45 @@ def query_features(examples: tf.data.Dataset,
   examples = examples.enumerate().map(
       _no_autograph(lambda i, ex: (ex["title"], ex["text"]) + _select_span(ex, seed, i)[:4]))
   examples = examples.filter(_no_autograph(lambda title, text, sentence, s, e, ok: ok))
+  return examples.batch(64).map(_masked_queries_function(tokenizer, featurizer)).unbatch().filter(
+      _no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
 
-  @_no_autograph
+
+# The pipeline's two featurizing functions, traced once per process for each vocabulary and featurizer
+# setting and then called by every pipeline built with them: tracing the tokenizer and tensorflow_text's
+# trimmer and combiner takes seconds, and a process builds pipelines more than once (a trainer's restart
+# in-process, the in-step path beside the host path, the benches and tests). A tf.data map of a traced
+# tf.function records a call to it instead of tracing its ops again. Keyed by what the ops compute (the
+# vocabulary's tokens, casing, lengths and special ids), not by the objects: another Tokenizer of the
+# same vocabulary builds the same graph.
+_FUNCTIONS: Dict[tuple, Callable] = {}
+_FUNCTIONS_LOCK = threading.Lock()
+
+
+def _featurizer_key(featurizer: featurization.Featurizer) -> tuple:
+  return (featurizer.cls_id, featurizer.sep_id, featurizer.mask_id, featurizer.query_seq_len,
+          featurizer.candidate_seq_len, featurizer.max_masks)
+
+
+def _traced_once(key: tuple, build: Callable[[], Callable]) -> Callable:
+  with _FUNCTIONS_LOCK:
+    if key not in _FUNCTIONS:
+      _FUNCTIONS[key] = build()
+    return _FUNCTIONS[key]
+
+
+def _masked_queries_function(tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer):
+  key = ("masked_queries", tuple(tokenizer.vocab), tokenizer.do_lower_case) + _featurizer_key(featurizer)
+  return _traced_once(key, functools.partial(_build_masked_queries, tokenizer, featurizer))
+
+
+def _build_masked_queries(tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer):
+  strings, integers = tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64)
+
+  @tf.function(
+      input_signature=[strings, strings, strings, integers, integers,
+                       tf.TensorSpec([None], tf.bool)],
+      autograph=False)
   def mask(titles, texts, sentences, span_starts, span_limits, _):
     ids, starts, limits = tokenizer.tokenize_with_offsets(sentences)
     masked = featurizer.mask_salient_span(ids, starts, limits, span_starts, span_limits)
@@ -415,8 +453,18 @@ def query_features(examples: tf.data.Dataset,
         "status": masked.status,
     }
 
-  return examples.batch(64).map(mask).unbatch().filter(
-      _no_autograph(lambda f: tf.equal(f["status"], int(featurization.MaskingStatus.OK))))
+  return mask
+
+
+def _assemble_function(featurizer: featurization.Featurizer, batch_size: int, num_candidates: int):
+  queries = tf.TensorSpec([batch_size, featurizer.query_seq_len], tf.int32)
+  ragged = tf.RaggedTensorSpec([None, None], tf.int64, row_splits_dtype=tf.int64)
+  return _traced_once(
+      ("assemble", batch_size, num_candidates) + _featurizer_key(featurizer),
+      lambda: tf.function(lambda query_token_ids, query_mask, titles, bodies: assemble_candidates(
+          featurizer, batch_size, num_candidates, query_token_ids, query_mask, titles, bodies),
+                          input_signature=[queries, queries, ragged, ragged],
+                          autograph=False))
 
 
 def assemble_candidates(featurizer: featurization.Featurizer, batch_size: int, num_candidates: int,
@@ -501,12 +549,12 @@ def realm_dataset(pretraining_examples: tf.data.Dataset,
     bodies = tf.RaggedTensor.from_row_lengths(tf.reshape(body_values, [-1]), body_lengths)
     return features, titles, bodies
 
+  assemble_batch = _assemble_function(featurizer, batch_size, num_candidates)
+
   @_no_autograph
   def assemble(features, titles, bodies):
     out = {k: v for k, v in features.items() if k not in ("own_fingerprint", "status")}
-    out.update(
-        assemble_candidates(featurizer, batch_size, num_candidates, features["query_token_ids"],
-                            features["query_mask"], titles, bodies))
+    out.update(assemble_batch(features["query_token_ids"], features["query_mask"], titles, bodies))
     return out
 
   return batches.map(retrieve).map(assemble).prefetch(2)

@@ -44,6 +44,9 @@ class RealmInputTest(tf.test.TestCase):
     cls.model_dir = os.path.join(root, "model")
     cls.config.save(cls.model_dir)
     cls.tokenizer = cls.config.tokenizer()
+    # One featurizer for every pipeline here, as a trainer has one: realm_input traces its featurizing
+    # functions once per tokenizer and featurizer.
+    cls.featurizer = cls.config.featurizer(cls.tokenizer)
     cls.corpus_prefix = os.path.join(root, "corpus", "blocks")
     corpus.write_corpus(lambda: corpus.read_documents(os.path.join(_TESTDATA, "corpus.jsonl")), cls.tokenizer,
                         cls.corpus_prefix, 2)
@@ -71,7 +74,7 @@ class RealmInputTest(tf.test.TestCase):
                                        **state_options)
     dataset = realm_input.realm_dataset(pretraining.pretraining_dataset(self.pretraining_prefix),
                                         self.tokenizer,
-                                        self.config.featurizer(self.tokenizer),
+                                        self.featurizer,
                                         state,
                                         batch_size=3,
                                         seed=seed,
@@ -205,6 +208,26 @@ class RealmInputTest(tf.test.TestCase):
       self.assertTrue(realm_input.needs_bootstrap(model_dir, messages.append))
       self.assertFalse(os.path.exists(index_0))
       self.assertTrue(any("deleting the unusable index" in m for m in messages), messages)
+
+  def test_featurizing_functions_are_shared_by_what_they_compute(self):
+    # A pipeline built with another Tokenizer and Featurizer of the same vocabulary and settings calls
+    # the functions the first traced; other lengths or casing get their own (a pipeline that reused them
+    # would pack queries to the wrong length).
+    same = self.config.tokenizer()
+    self.assertIs(realm_input._masked_queries_function(same, self.config.featurizer(same)),
+                  realm_input._masked_queries_function(self.tokenizer, self.featurizer))
+    self.assertIs(realm_input._assemble_function(self.config.featurizer(same), 3, 4),
+                  realm_input._assemble_function(self.featurizer, 3, 4))
+    longer = dataclasses.replace(self.config, query_seq_len=self.config.query_seq_len + 8)
+    self.assertIsNot(realm_input._masked_queries_function(same, longer.featurizer(same)),
+                     realm_input._masked_queries_function(same, self.featurizer))
+    self.assertIsNot(realm_input._assemble_function(longer.featurizer(same), 3, 4),
+                     realm_input._assemble_function(self.featurizer, 3, 4))
+    self.assertIsNot(realm_input._assemble_function(self.featurizer, 3, 5),
+                     realm_input._assemble_function(self.featurizer, 3, 4))
+    cased = dataclasses.replace(self.config, do_lower_case=not self.config.do_lower_case).tokenizer()
+    self.assertIsNot(realm_input._masked_queries_function(cased, self.featurizer),
+                     realm_input._masked_queries_function(same, self.featurizer))
 
   def test_a_usable_index_or_a_checkpoint_means_no_bootstrap(self):
     model_dir, _ = self._model_dir_copy(damaged=False)
