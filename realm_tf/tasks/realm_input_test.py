@@ -6,6 +6,7 @@ the consumed batches skipped and must get exactly the batches the uninterrupted 
 """
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -312,6 +313,20 @@ class LiveIndexUpdateTest(tf.test.TestCase):
       self.assertAllEqual(body, state.corpus.body_token_ids.row(row))
     return [body.tolist() for body in bodies]
 
+  def _swapping_state(self):
+    """A RetrievalState that swaps indexes every 10 steps and waits up to 60 s for one."""
+    return realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, self.messages.append),
+                                      corpus_table.CorpusTable.load(self.corpus_prefix),
+                                      self.config.num_candidates,
+                                      log=self.messages.append,
+                                      swap_every_steps=10,
+                                      wait_timeout_seconds=60)
+
+  def _index_of(self, state, step):
+    """The step of the index state retrieves from for training step `step`."""
+    self._retrieve(state, self.documents[0].body, step=step)
+    return state.index.step
+
   def _body_ids(self, text):
     return self.tokenizer.tokenize([text.encode("utf-8")]).to_list()[0]
 
@@ -319,16 +334,8 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     publish = self._publish
     for step in (0, 10):
       publish(step)  # and setUp's 5: an index between two swaps, as a shorter checkpoint interval makes
-    state = realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, self.messages.append),
-                                       corpus_table.CorpusTable.load(self.corpus_prefix),
-                                       self.config.num_candidates,
-                                       log=self.messages.append,
-                                       swap_every_steps=10,
-                                       wait_timeout_seconds=60)
-
-    def index_of(step):
-      self._retrieve(state, self.documents[0].body, step=step)
-      return state.index.step
+    state = self._swapping_state()
+    index_of = functools.partial(self._index_of, state)
 
     self.assertEqual([index_of(s) for s in (1, 10, 11, 20)], [0, 0, 10, 10])
     # Step 21 waits for the index of step 20; one of step 15, published first, is passed over.
@@ -363,16 +370,8 @@ class LiveIndexUpdateTest(tf.test.TestCase):
     checkpoint it cannot read, and the pipeline trains on the newest index before it (setUp's step 5)
     until the next swap, with a warning. Without that the wait ends in TimeoutError after 60 s."""
     self._publish(0)
-    state = realm_input.RetrievalState(published_index.IndexWatcher(self.model_dir, self.messages.append),
-                                       corpus_table.CorpusTable.load(self.corpus_prefix),
-                                       self.config.num_candidates,
-                                       log=self.messages.append,
-                                       swap_every_steps=10,
-                                       wait_timeout_seconds=60)
-
-    def index_of(step):
-      self._retrieve(state, self.documents[0].body, step=step)
-      return state.index.step
+    state = self._swapping_state()
+    index_of = functools.partial(self._index_of, state)
 
     self.assertEqual(index_of(10), 0)
     saved = tf.train.CheckpointManager(
