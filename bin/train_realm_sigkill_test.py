@@ -64,21 +64,24 @@ class SigkillTest(tf.test.TestCase):
         num_shards=2)
     cls.bert_config = tiny_inputs.write_small_bert_config(out)
 
+  def _flags(self, model_dir, **overrides):
+    """bin/train_realm's flags for this class's tiny corpora and BERT, bootstrapping its own index."""
+    return dict(model_dir=model_dir,
+                pretraining_corpus_path=self.pretraining,
+                retrieval_corpus_path=self.retrieval,
+                vocab_path=self.vocab,
+                bert_config=self.bert_config,
+                jit_compile=False,
+                **_SIZES,
+                batch_size=4,
+                bootstrap_index=True,
+                index_implementation="brute_force",
+                **overrides)
+
   def test_sigkilled_trainer_resumes_from_its_last_checkpoint(self):
     out = self.create_tempdir().full_path
     model_dir = os.path.join(out, "kill")
-    flags = dict(model_dir=model_dir,
-                 pretraining_corpus_path=self.pretraining,
-                 retrieval_corpus_path=self.retrieval,
-                 vocab_path=self.vocab,
-                 bert_config=self.bert_config,
-                 jit_compile=False,
-                 **_SIZES,
-                 batch_size=4,
-                 save_checkpoints_steps=10,
-                 log_every_steps=5,
-                 bootstrap_index=True,
-                 index_implementation="brute_force")
+    flags = self._flags(model_dir, save_checkpoints_steps=10, log_every_steps=5)
     log_path = os.path.join(out, "first.log")
     with open(log_path, "w") as log_file:
       trainer = subprocess.Popen(demo_pipeline.binary_command("train_realm", num_train_steps=1000, **flags),
@@ -123,21 +126,13 @@ class SigkillTest(tf.test.TestCase):
     model_dir = os.path.join(out, "term")
     log_path = os.path.join(out, "trainer.log")
     with open(log_path, "w") as log_file:
-      trainer = subprocess.Popen(demo_pipeline.binary_command("train_realm",
-                                                              model_dir=model_dir,
-                                                              pretraining_corpus_path=self.pretraining,
-                                                              retrieval_corpus_path=self.retrieval,
-                                                              vocab_path=self.vocab,
-                                                              bert_config=self.bert_config,
-                                                              jit_compile=False,
-                                                              **_SIZES,
-                                                              batch_size=4,
-                                                              num_train_steps=1000,
-                                                              save_checkpoints_steps=1,
-                                                              index_swap_steps=1,
-                                                              log_every_steps=1,
-                                                              bootstrap_index=True,
-                                                              index_implementation="brute_force"),
+      trainer = subprocess.Popen(demo_pipeline.binary_command(
+          "train_realm",
+          **self._flags(model_dir,
+                        num_train_steps=1000,
+                        save_checkpoints_steps=1,
+                        index_swap_steps=1,
+                        log_every_steps=1)),
                                  stdout=log_file,
                                  stderr=subprocess.STDOUT,
                                  env=demo_pipeline.binary_env())
