@@ -13,6 +13,7 @@ The refresher keeps the newest K. The trainer-side IndexWatcher returns the newe
 temporary, incomplete or corrupt ones with one warning each, and loads a new one while training goes on.
 """
 
+import glob
 import json
 import os
 import re
@@ -196,7 +197,11 @@ def usable(model_dir: str, step: int) -> Optional[str]:
     return f"{path} does not exist"
   try:
     verify_published(path)
-  except (index_format.CorruptIndexError, OSError, tf.errors.OpError) as e:
+    # The query tower has no checksums: loading it is what the trainer does (found by bench/fault_soak:
+    # an index whose tower lost its variables file verified, so the refresher embedded nothing older
+    # while the trainer skipped it and waited).
+    tf.saved_model.load(os.path.join(path, QUERY_EMBEDDER_DIR))
+  except (index_format.CorruptIndexError, OSError, tf.errors.OpError, ValueError) as e:
     return str(e).splitlines()[0][:500]
   return None
 
@@ -219,6 +224,8 @@ def looks_damaged(model_dir: str, step: int) -> Optional[str]:
     for name in ("saved_model.pb", os.path.join("variables", "variables.index")):
       if not os.path.isfile(os.path.join(tower, name)):
         return f"{os.path.join(tower, name)} is missing"
+    if not glob.glob(os.path.join(tower, "variables", "variables.data-*")):
+      return f"{os.path.join(tower, 'variables')} has no variables.data-* file"
   except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
     return f"{path}: {str(e).splitlines()[0][:300]}"
   return None

@@ -333,6 +333,35 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
     self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
 
+  def test_an_index_whose_query_tower_lost_its_variables_is_published_again(self):
+    """The long soak's fourth run: index 150's query tower lost its variables file, which the checksums
+    (MIPS files only) do not cover; the refresher counted the index as usable and embedded no older
+    checkpoint, while the trainer, resumed from ckpt-130, could load no index and waited."""
+    model_dir = self.get_temp_dir() + "/damaged_tower"
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    trainer.save(20)
+    trainer.finish()
+    self.assertEqual(refresher.run(self._options(model_dir), log=lambda _: None), 1)
+    index_20 = os.path.join(published_index.index_root(model_dir), "20")
+    for data in glob.glob(
+        os.path.join(index_20, published_index.QUERY_EMBEDDER_DIR, "variables", "variables.data-*")):
+      os.remove(data)
+    published_index.verify_published(index_20)  # the checksums do not see it
+    self.assertIsNotNone(published_index.usable(model_dir, 20))
+    self.assertIsNotNone(published_index.looks_damaged(model_dir, 20))
+    training_state.clear_done_marker(model_dir)
+    newest = trainer.save(26)
+    for data in glob.glob(newest + ".data-*"):
+      os.remove(data)
+    trainer.finish()
+    messages = []
+    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
+    self.assertIn(f"embedding {os.path.join(model_dir, 'ckpt-20')} instead of the unreadable ckpt-26",
+                  messages)
+    self.assertIndexOf(model_dir, 20, trainer)
+
   def test_an_idle_refresher_embeds_the_newest_checkpoint_again_when_its_index_is_damaged(self):
     """The index of the newest checkpoint damaged after publication, while the refresher waits for a newer
     checkpoint: a trainer resumed from that checkpoint with no other usable index would wait for the
