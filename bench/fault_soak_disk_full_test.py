@@ -118,6 +118,19 @@ class DiskFullTest(unittest.TestCase):
     self.assertEqual(len(found["undocumented"]), 1, found)
     self.assertIn("ValueError", found["undocumented"][0])
 
+  def test_a_traceback_tensorflow_logs_and_handles_is_counted_apart(self):
+    # The long soak's fourth run: the SavedModel loader logs the traceback of a truncated fingerprint.pb
+    # and goes on loading; the process does not stop.
+    log = os.path.join(self._tmp(), "handled.log")
+    with open(log, "w") as f:
+      f.write("E1128 13:12:43.960619 139647841728192 load.py:1088] Fingerprint was found, but there was an "
+              "error when reading the proto. Saved model loading will continue.\n"
+              "Traceback (most recent call last):\n  File \"load.py\", line 1080, in load_partial\n"
+              "RuntimeError: SavedModel Fingerprint Error: Could not read fingerprint\n")
+    found = fault_soak.tracebacks([log])
+    self.assertEqual((found["documented"], found["undocumented"]), ([], []), found)
+    self.assertEqual(len(found["handled_by_tensorflow"]), 1, found)
+
   @unittest.skipUnless(
       os.geteuid() == 0, "the tmpfs variant of disk_full mounts a filesystem, which needs "
       "root (CI and the dev machine run as root; --disk_full_mode=rlimit is the other)")
