@@ -191,6 +191,8 @@ class _CheckpointManager(tf.train.CheckpointManager):
                      checkpoint_interval=options.save_checkpoints_steps)
     self._warm_start = warm_start
     self._log = log
+    # The checkpoint restore_or_initialize restored, None before or without one.
+    self.restored: Optional[str] = None
 
   def save(self, checkpoint_number=None, check_interval: bool = True, options=None) -> Optional[str]:
     step = int(self._step.numpy())
@@ -215,7 +217,8 @@ class _CheckpointManager(tf.train.CheckpointManager):
     if not self.checkpoints:
       self._warm_start()
       return None
-    return _restore_newest_readable(self.checkpoint, self, self._log)
+    self.restored = _restore_newest_readable(self.checkpoint, self, self._log)
+    return self.restored
 
 
 class _AfterEachLoop:
@@ -297,6 +300,20 @@ class _AfterEachLoop:
                  "run the same command again to resume from it")
     self._log(message)
     return preemption.Preempted(message)
+
+
+def _raise_if_restore_failed(error: BaseException, restored: Optional[str]) -> None:
+  """ResumeError for a step that failed reading the checkpoint it resumed from. TensorFlow restores some
+  values (an optimizer's slots and hyperparameters) only when the first step creates them, so a checkpoint
+  damaged or deleted after the `resumed from` line stopped the trainer with a raw NotFoundError (found by
+  bench/fault_soak); the next start skips it for the one before."""
+  if (restored and isinstance(error, tf.errors.OpError) and "RestoreV2" in str(error) and
+      os.path.basename(restored) in str(error)):
+    raise ResumeError(
+        f"checkpoint {restored} became unreadable after it was restored ({type(error).__name__}: "
+        f"{str(error).splitlines()[0][-300:]}): TensorFlow reads the optimizer's values from it "
+        "at the first step. Run the same command again: a damaged checkpoint is skipped for the "
+        "one before it") from error
 
 
 def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf.data.Dataset],
@@ -513,10 +530,11 @@ def _train(task: task_lib.Task, options: LoopOptions, strategy: tf.distribute.St
           step = min((step // task.eval_every_steps + 1) * task.eval_every_steps, options.num_train_steps)
           controller.train(step, checkpoint_at_completion=step >= options.num_train_steps)
           controller.evaluate()
-    except (tf.errors.OpError, stopping.InputStopped):
+    except (tf.errors.OpError, stopping.InputStopped) as error:
       # The input's wait ended by the SIGTERM reaches the step as an error (a graph execution error when
       # the wait was in a tf.data thread): any other error, or one without a SIGTERM, is raised as it is.
       if not stop.requested:
+        _raise_if_restore_failed(error, manager.restored)
         raise
       raise after_each_loop.stop_while_waiting() from None
     finally:

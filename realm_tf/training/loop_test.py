@@ -292,6 +292,39 @@ class ResumeTest(tf.test.TestCase):
           any(m.startswith(f"resumed from {os.path.join(model_dir, 'ckpt-4')} at step 4") for m in messages),
           messages)
 
+  def test_a_checkpoint_deleted_after_its_restore_stops_with_the_fix(self):
+    # The long soak's fourth run: Adam's slots are restored when the first step creates them, so the
+    # data file deleted after the "resumed from" line stopped the trainer with a raw NotFoundError.
+    model_dir = os.path.join(self.get_temp_dir(), "deleted_after_restore")
+
+    def train(num_train_steps, dataset_fn):
+      model = _Regression()
+      model(tf.zeros([1, 3]))
+      options = loop.LoopOptions(model_dir=model_dir,
+                                 num_train_steps=num_train_steps,
+                                 save_checkpoints_steps=2,
+                                 log_every_steps=100,
+                                 jit_compile=False,
+                                 global_batch_size=4)
+      loop.train(model,
+                 tf_keras.optimizers.legacy.Adam(0.01),
+                 tf.distribute.get_strategy(),
+                 dataset_fn,
+                 options,
+                 log=lambda _: None)
+
+    train(2, _batches)
+
+    def delete_then_batch(done):
+      for data in tf.io.gfile.glob(os.path.join(model_dir, "ckpt-2.data-*")):
+        os.remove(data)
+      return _batches(done)
+
+    with self.assertRaisesRegex(
+        loop.ResumeError, r"ckpt-2 became unreadable after it was restored .*"
+        r"Run the same command again"):
+      train(4, delete_then_batch)
+
   def test_no_readable_checkpoint_stops_with_the_fix(self):
     model_dir = os.path.join(self.get_temp_dir(), "all_damaged")
     self._train(model_dir)
