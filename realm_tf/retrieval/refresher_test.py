@@ -316,6 +316,18 @@ class RefresherTest(tf.test.TestCase):
     watcher = published_index.IndexWatcher(model_dir, log=lambda _: None)
     self.assertIsNone(watcher.newest_step())
     self.assertTrue(watcher.is_skipped(20))
+    messages = self._refresh_past_an_unreadable_ckpt_26(model_dir, trainer)
+    self.assertTrue(any(m.startswith(f"WARNING: removing the damaged index {index_20}") for m in messages),
+                    messages)
+    self.assertIndexOf(model_dir, 20, trainer)
+    self.assertFalse(watcher.is_skipped(20))
+    self.assertEqual(watcher.newest_step(), 20)
+    self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
+    self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
+
+  def _refresh_past_an_unreadable_ckpt_26(self, model_dir, trainer):
+    """A newest checkpoint (26) without its data file, then the refresher's run: it embeds ckpt-20
+    instead. Returns what the refresher logged."""
     training_state.clear_done_marker(model_dir)
     newest = trainer.save(26)
     for data in glob.glob(newest + ".data-*"):
@@ -325,13 +337,7 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
     self.assertIn(f"embedding {os.path.join(model_dir, 'ckpt-20')} instead of the unreadable ckpt-26",
                   messages)
-    self.assertTrue(any(m.startswith(f"WARNING: removing the damaged index {index_20}") for m in messages),
-                    messages)
-    self.assertIndexOf(model_dir, 20, trainer)
-    self.assertFalse(watcher.is_skipped(20))
-    self.assertEqual(watcher.newest_step(), 20)
-    self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
-    self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
+    return messages
 
   def test_an_index_whose_query_tower_lost_its_variables_is_published_again(self):
     """The long soak's fourth run: index 150's query tower lost its variables file, which the checksums
@@ -351,15 +357,7 @@ class RefresherTest(tf.test.TestCase):
     published_index.verify_published(index_20)  # the checksums do not see it
     self.assertIsNotNone(published_index.usable(model_dir, 20))
     self.assertIsNotNone(published_index.looks_damaged(model_dir, 20))
-    training_state.clear_done_marker(model_dir)
-    newest = trainer.save(26)
-    for data in glob.glob(newest + ".data-*"):
-      os.remove(data)
-    trainer.finish()
-    messages = []
-    self.assertEqual(refresher.run(self._options(model_dir), log=messages.append), 1)
-    self.assertIn(f"embedding {os.path.join(model_dir, 'ckpt-20')} instead of the unreadable ckpt-26",
-                  messages)
+    self._refresh_past_an_unreadable_ckpt_26(model_dir, trainer)
     self.assertIndexOf(model_dir, 20, trainer)
 
   def test_an_idle_refresher_embeds_the_newest_checkpoint_again_when_its_index_is_damaged(self):
