@@ -254,10 +254,16 @@ class StepsPerLoopTest(tf.test.TestCase):
 class ResumeTest(tf.test.TestCase):
   """Operator mistakes on resume: a damaged checkpoint, another batch size, a finished run continued."""
 
-  def _train(self, model_dir, num_train_steps=6, batch_size=4, messages=None):
+  def _train(self,
+             model_dir,
+             num_train_steps=6,
+             batch_size=4,
+             messages=None,
+             optimizer=None,
+             dataset_fn=_batches):
     model = _Regression()
     model(tf.zeros([1, 3]))
-    optimizer = tf_keras.optimizers.legacy.SGD(0.01)
+    optimizer = optimizer or tf_keras.optimizers.legacy.SGD(0.01)
     options = loop.LoopOptions(model_dir=model_dir,
                                num_train_steps=num_train_steps,
                                save_checkpoints_steps=2,
@@ -267,7 +273,7 @@ class ResumeTest(tf.test.TestCase):
     loop.train(model,
                optimizer,
                tf.distribute.get_strategy(),
-               _batches,
+               dataset_fn,
                options,
                log=(messages if messages is not None else []).append)
     return model, int(optimizer.iterations.numpy())
@@ -297,23 +303,8 @@ class ResumeTest(tf.test.TestCase):
     # data file deleted after the "resumed from" line stopped the trainer with a raw NotFoundError.
     model_dir = os.path.join(self.get_temp_dir(), "deleted_after_restore")
 
-    def train(num_train_steps, dataset_fn):
-      model = _Regression()
-      model(tf.zeros([1, 3]))
-      options = loop.LoopOptions(model_dir=model_dir,
-                                 num_train_steps=num_train_steps,
-                                 save_checkpoints_steps=2,
-                                 log_every_steps=100,
-                                 jit_compile=False,
-                                 global_batch_size=4)
-      loop.train(model,
-                 tf_keras.optimizers.legacy.Adam(0.01),
-                 tf.distribute.get_strategy(),
-                 dataset_fn,
-                 options,
-                 log=lambda _: None)
-
-    train(2, _batches)
+    # Adam, not _train's SGD: its slots are what the first step restores.
+    self._train(model_dir, num_train_steps=2, optimizer=tf_keras.optimizers.legacy.Adam(0.01))
 
     def delete_then_batch(done):
       for data in tf.io.gfile.glob(os.path.join(model_dir, "ckpt-2.data-*")):
@@ -323,7 +314,10 @@ class ResumeTest(tf.test.TestCase):
     with self.assertRaisesRegex(
         loop.ResumeError, r"ckpt-2 became unreadable after it was restored .*"
         r"Run the same command again"):
-      train(4, delete_then_batch)
+      self._train(model_dir,
+                  num_train_steps=4,
+                  optimizer=tf_keras.optimizers.legacy.Adam(0.01),
+                  dataset_fn=delete_then_batch)
 
   def test_no_readable_checkpoint_stops_with_the_fix(self):
     model_dir = os.path.join(self.get_temp_dir(), "all_damaged")
