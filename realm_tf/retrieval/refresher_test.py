@@ -148,8 +148,8 @@ class RefresherTest(tf.test.TestCase):
     values.update(overrides)
     return refresher.RefresherOptions(**values)
 
-  def _wait_for(self, condition, what: str, thread):
-    deadline = time.time() + _DEADLINE_SECONDS
+  def _wait_for(self, condition, what: str, thread, seconds: float = _DEADLINE_SECONDS):
+    deadline = time.time() + seconds
     while not condition():
       if not thread.is_alive():
         self.fail(f"{what} did not happen; the refresher returned {thread.result} ({thread.error}): "
@@ -303,14 +303,7 @@ class RefresherTest(tf.test.TestCase):
     as published, waited for a checkpoint newer than ckpt-26. It now embeds ckpt-20 again in place of its
     damaged index, and a watcher that skipped that index takes the new one."""
     model_dir = self.get_temp_dir() + "/damaged_index"
-    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
-    trainer.write_config()
-    trainer.save(10)
-    trainer.save(20)
-    trainer.finish()
-    self.assertEqual(refresher.run(self._options(model_dir), log=lambda _: None), 1)
-    self.assertEqual(published_index.published_steps(model_dir), [20])
-    index_20 = os.path.join(published_index.index_root(model_dir), "20")
+    trainer, index_20 = self._index_20_published(model_dir)
     with open(os.path.join(index_20, published_index.PUBLISHED_NAME), "w") as f:
       f.write("{")
     watcher = published_index.IndexWatcher(model_dir, log=lambda _: None)
@@ -324,6 +317,18 @@ class RefresherTest(tf.test.TestCase):
     self.assertEqual(watcher.newest_step(), 20)
     self.assertEqual(os.listdir(published_index.index_root(model_dir)).count("20"), 1)
     self.assertEmpty([n for n in os.listdir(published_index.index_root(model_dir)) if n.startswith(".tmp-")])
+
+  def _index_20_published(self, model_dir):
+    """A finished fake trainer with ckpt-10 and ckpt-20, and the refresher's run that published the index
+    of step 20 only; returns the trainer and that index's directory."""
+    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
+    trainer.write_config()
+    trainer.save(10)
+    trainer.save(20)
+    trainer.finish()
+    self.assertEqual(refresher.run(self._options(model_dir), log=lambda _: None), 1)
+    self.assertEqual(published_index.published_steps(model_dir), [20])
+    return trainer, os.path.join(published_index.index_root(model_dir), "20")
 
   def _refresh_past_an_unreadable_ckpt_26(self, model_dir, trainer):
     """A newest checkpoint (26) without its data file, then the refresher's run: it embeds ckpt-20
@@ -344,13 +349,7 @@ class RefresherTest(tf.test.TestCase):
     (MIPS files only) do not cover; the refresher counted the index as usable and embedded no older
     checkpoint, while the trainer, resumed from ckpt-130, could load no index and waited."""
     model_dir = self.get_temp_dir() + "/damaged_tower"
-    trainer = _FakeTrainer(model_dir, _config(), self.candidates)
-    trainer.write_config()
-    trainer.save(10)
-    trainer.save(20)
-    trainer.finish()
-    self.assertEqual(refresher.run(self._options(model_dir), log=lambda _: None), 1)
-    index_20 = os.path.join(published_index.index_root(model_dir), "20")
+    trainer, index_20 = self._index_20_published(model_dir)
     for data in glob.glob(
         os.path.join(index_20, published_index.QUERY_EMBEDDER_DIR, "variables", "variables.data-*")):
       os.remove(data)
@@ -373,17 +372,15 @@ class RefresherTest(tf.test.TestCase):
       thread = _RefresherThread(self._options(model_dir))
       thread.start()
       try:
-        deadline = time.time() + 120
-        while not published_index.published_steps(model_dir):
-          self.assertLess(time.time(), deadline, thread.messages)
-          time.sleep(0.1)
+        self._wait_for(self._published(model_dir, 10), "publishing the index of step 10", thread, seconds=120)
         record = published_index.verify_published(index_10)
         embeddings = os.path.join(index_10, published_index.MIPS_DIR, "embeddings.npy")
         with open(embeddings, "r+b") as f:
           f.truncate(os.path.getsize(embeddings) // 2)
-        while published_index.usable(model_dir, 10) is not None:
-          self.assertLess(time.time(), deadline, thread.messages)
-          time.sleep(0.1)
+        self._wait_for(lambda: published_index.usable(model_dir, 10) is None,
+                       "publishing the index of step 10 again",
+                       thread,
+                       seconds=120)
       finally:
         trainer.finish()
         thread.join(60)
