@@ -148,7 +148,6 @@ class SigkillTest(tf.test.TestCase):
         time.sleep(0.2)
       time.sleep(1.0)  # the main thread is now inside TensorFlow, waiting for step 2's batch
       trainer.send_signal(signal.SIGTERM)
-      sent = time.time()
       try:
         code = trainer.wait(timeout=60)
       except subprocess.TimeoutExpired:
@@ -156,7 +155,6 @@ class SigkillTest(tf.test.TestCase):
         self.fail(f"the trainer had not exited 60 s after SIGTERM:\n{read()[-3000:]}")
     log = read()
     self.assertEqual(code, preemption.EXIT_STATUS, log[-3000:])
-    self.assertLess(time.time() - sent, 60)
     self.assertIn(
         f"SIGTERM: saved {saved} at step 1 of 1000 and stopped (it came while step 2 waited for its "
         "input); run the same command again to resume from it", log)

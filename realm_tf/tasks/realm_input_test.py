@@ -387,9 +387,8 @@ class LiveIndexUpdateTest(tf.test.TestCase):
                                daemon=True)
     refresh.start()  # the pipeline below waits first: the refresher still builds its tower
     try:
-      started = time.time()
+      # Without the refresher's record the wait ends in TimeoutError after the state's 60 s.
       self.assertEqual(index_of(11), 5)
-      self.assertLess(time.time() - started, 50)
     finally:
       training_state.write_done_marker(self.model_dir)
       refresh.join(60)
