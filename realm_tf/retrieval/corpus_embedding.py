@@ -14,7 +14,6 @@ batch split across the replicas in order; the rows come back with their embeddin
 """
 
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, List, Optional
@@ -156,8 +155,8 @@ class CorpusEmbedder:
     # The last pass's distributed dataset and what it reads: the refresher embeds one corpus again after
     # every checkpoint, and building the pipeline traces the featurizer's and the bucketing's functions
     # (about a second each time, as much as embedding a small corpus). A tf.data pipeline can be iterated
-    # again from its start, so the same corpus (the same manifest, which holds every shard's checksum)
-    # reuses it.
+    # again from its start, so the same corpus (corpus_lib.fingerprint: its manifest, which holds every
+    # shard's checksum) reuses it.
     self._pipeline = None
     self._pipelines_built = 0
 
@@ -179,8 +178,8 @@ class CorpusEmbedder:
                log: Callable[[str], None] = print,
                log_every_seconds: float = 30.0) -> np.ndarray:
     """Embeds this worker's rows of the corpus: float32 [num_rows_of_this_worker, D], in row order."""
-    manifest = corpus_lib.read_manifest(corpus_prefix)
-    rows = worker_rows(manifest["num_documents"], num_workers, worker_index)
+    num_docs = corpus_lib.read_manifest(corpus_prefix)["num_documents"]
+    rows = worker_rows(num_docs, num_workers, worker_index)
     total = len(rows)
     if total == 0:
       return np.zeros([0, 0], np.float32)
@@ -210,7 +209,7 @@ class CorpusEmbedder:
                                                                     window_size=batch_size)
       return _per_replica_batches(dataset, context).prefetch(2)
 
-    key = (corpus_prefix, json.dumps(manifest, sort_keys=True), num_workers, worker_index)
+    key = (corpus_prefix, corpus_lib.fingerprint(corpus_prefix), num_workers, worker_index)
     if self._pipeline is None or self._pipeline[0] != key:
       self._pipeline = (key, self._strategy.distribute_datasets_from_function(dataset_fn))
       self._pipelines_built += 1
