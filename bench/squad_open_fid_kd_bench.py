@@ -111,11 +111,11 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
   """Recall of the retriever in retriever_dir on the dev questions over the dev paragraphs."""
   # pylint: disable=g-import-not-at-top (TF-heavy)
   from realm_tf import evaluation
+  from realm_tf import retriever_eval
   from realm_tf.data import corpus_table
   from realm_tf.modeling import realm_config as realm_config_lib
   from realm_tf.retrieval import corpus_embedding
   from realm_tf.runs import warm_start
-  from realm_tf.tasks import fid_kd
   # pylint: enable=g-import-not-at-top
   config = realm_config_lib.RealmConfig.load(model_dir)
   # Built with one tower or two as the round saved it, as bin/train_fid_kd loads its retrievers.
@@ -128,7 +128,8 @@ def _recall(retriever_dir: str, model_dir: str, dev_prefix: str, squad) -> Dict[
                                             dev_prefix,
                                             config.featurizer(),
                                             log=lambda _: None)
-  rows, _ = fid_kd.dense_top_k(retriever, config, documents, [q.question for q in squad.questions], max(_KS))
+  rows, _ = retriever_eval.dense_top_k(retriever, config, documents, [q.question for q in squad.questions],
+                                       max(_KS))
   return evaluation.rankings_recall(rows, ks=_KS, **squad.recall_inputs())
 
 

@@ -46,6 +46,14 @@ def embed_questions(retriever,
                               questions, batch_size)
 
 
+def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings: np.ndarray,
+                questions: Sequence[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(rows int64 [Q, k], scores float32 [Q, k]) of the questions by exact inner-product search of the
+  retriever's query embeddings against doc_embeddings."""
+  index = index_lib.build_index(doc_embeddings, implementation="brute_force")
+  return index.search(embed_questions(retriever, config, list(questions)), k)
+
+
 def retriever_recall(retriever,
                      config: realm_config_lib.RealmConfig,
                      corpus: corpus_table.CorpusTable,

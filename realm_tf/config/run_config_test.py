@@ -297,10 +297,27 @@ _FLAGS_BEFORE = {
         },
     train_orqa.TrainOrqaConfig:
         _COMMON | _RETRIEVER | {
-            "train_path", "dev_path", "max_eval_examples", "index_dir", "retriever_checkpoint",
-            "reader_checkpoint", "embedder_dropout_rate", "reader_seq_len", "span_hidden_size",
-            "max_span_width", "retriever_beam_size", "reader_beam_size", "max_answers", "max_num_answers",
-            "max_answer_len", "eval_every_steps", "eval_batch_size", "embed_batch_size", "skip_invalid"
+            "train_path",
+            "dev_path",
+            "max_eval_examples",
+            "index_dir",
+            "retriever_checkpoint",
+            "reader_checkpoint",
+            "embedder_dropout_rate",
+            "reader_seq_len",
+            "span_hidden_size",
+            "max_span_width",
+            "retriever_beam_size",
+            "reader_beam_size",
+            "max_answers",
+            "max_num_answers",
+            "max_answer_len",
+            "eval_every_steps",
+            "eval_batch_size",
+            "embed_batch_size",
+            "skip_invalid",
+            "retriever",
+            "hybrid_bm25_weight",  # added since (issue 41: train on BM25's or the hybrid's rows)
         },
     train_fid_kd.TrainFidKdConfig:
         _RETRIEVER | {

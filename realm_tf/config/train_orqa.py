@@ -5,6 +5,7 @@
   model      vocab_path do_lower_case bert_config
   retriever  embedder_pooling cosine_score_scale projection_size query_seq_len embedder_layer_norm_epsilon
              candidate_seq_len embedder_dropout_rate retriever_checkpoint index_dir embed_batch_size
+             retriever hybrid_bm25_weight
   reader     reader_checkpoint reader_seq_len span_hidden_size max_span_width retriever_beam_size
              reader_beam_size max_answers max_num_answers max_answer_len
   evaluation eval_every_steps eval_batch_size
@@ -21,6 +22,7 @@ from realm_tf.config.run_config import section
 from realm_tf.modeling import bert as bert_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.runs import train_candidates
 from realm_tf.tasks import orqa_trainer
 
 
@@ -42,6 +44,16 @@ class OrqaRetriever(sections.Retriever):
       None, "A published index (MODEL_DIR/index/<step> of a REALM run) over --retrieval_corpus_path, "
       "instead of embedding the corpus.")
   embed_batch_size: int = option(128, "Batch size of the corpus embedding.", lower_bound=1)
+  retriever: str = option(
+      "dense", "What the reader trains on (and the dev evaluation reads): the dense tower's search, "
+      "BM25's rows, or their hybrid's (reciprocal rank fusion, or --hybrid_bm25_weight's score sum; the "
+      "dense side from the warm-start tower); evaluate with the same bin/eval_orqa --retriever.",
+      choices=train_candidates.TRAINABLE)
+  hybrid_bm25_weight: Optional[float] = option(
+      None, "With --retriever=hybrid: fuse by W x BM25's + (1 - W) x the dense tower's z-normalised "
+      "scores instead of reciprocal rank fusion (tune W on held-out questions).",
+      lower_bound=0.0,
+      upper_bound=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +115,8 @@ class TrainOrqaConfig:
                                            **sections.values(self.data, "train_path", "dev_path",
                                                              "max_eval_examples", "skip_invalid"),
                                            **sections.values(retriever, "retriever_checkpoint", "index_dir",
-                                                             "embed_batch_size"),
+                                                             "embed_batch_size", "retriever",
+                                                             "hybrid_bm25_weight"),
                                            reader_checkpoint=reader.reader_checkpoint,
                                            **dataclasses.asdict(self.evaluation),
                                            **sections.values(self.train, "batch_size", "learning_rate",

@@ -35,6 +35,7 @@ spans longer than max_span_width can never be gold anyway).
 
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from realm_tf import tokenization
@@ -401,6 +402,9 @@ QUESTION_IDS = "question_ids"  # int32 [B, L - 3]
 QUESTION_LEN = "question_len"  # int32 [B]
 ANSWER_IDS = "answer_ids"  # int32 [B, A, M]
 ANSWER_LEN = "answer_len"  # int32 [B, A]
+# Another retriever's corpus rows (BM25's, a hybrid's; realm_tf.retrieval.hybrid), best first, int32
+# [B, R]: the model reads and scores these instead of searching its dense index.
+CANDIDATE_ROWS = "candidate_rows"
 
 
 def _question_features(featurizer, pieces: tf.RaggedTensor, reader_seq_len: int) -> Dict[str, tf.Tensor]:
@@ -454,19 +458,28 @@ def qa_dataset(questions: Sequence[str],
                seed: int = 0,
                repeat: bool = True,
                shuffle: bool = True,
-               skip_batches: int = 0) -> tf.data.Dataset:
+               skip_batches: int = 0,
+               candidate_rows: Optional[np.ndarray] = None) -> tf.data.Dataset:
   """Batches of ORQA training features (qa_features) from QA examples (answers as literal strings).
 
   Shuffled per epoch with a fixed seed and endless when repeat (training); with repeat=False, one pass
   in order, the last batch padded by repeating the first example so shapes stay static (callers trim).
-  skip_batches resumes the stream where a checkpoint left it.
+  skip_batches resumes the stream where a checkpoint left it. candidate_rows: int [Q, R], each
+  question's rows from another retriever, carried along as CANDIDATE_ROWS (shuffled with its question).
   """
   if not questions:
     raise ValueError("no QA examples to featurize")
-  data = tf.data.Dataset.from_tensor_slices({
+  columns = {
       "question": tf.constant(list(questions), tf.string),
       "answers": tf.ragged.constant([list(a) for a in answers], dtype=tf.string, ragged_rank=1)
-  })
+  }
+  if candidate_rows is not None:
+    candidate_rows = np.asarray(candidate_rows, np.int32)
+    if candidate_rows.ndim != 2 or candidate_rows.shape[0] != len(questions):
+      raise ValueError(f"candidate rows of shape {candidate_rows.shape} for {len(questions)} questions; "
+                       "expected one row of corpus rows per question")
+    columns[CANDIDATE_ROWS] = candidate_rows
+  data = tf.data.Dataset.from_tensor_slices(columns)
   if repeat:
     if shuffle:
       data = data.shuffle(len(questions), seed=seed, reshuffle_each_iteration=True)
@@ -478,8 +491,11 @@ def qa_dataset(questions: Sequence[str],
   # No autograph: nothing here branches on tensors, and converting the tokenizer costs seconds.
   @tf.autograph.experimental.do_not_convert
   def featurize(batch):
-    return qa_features(tokenizer, featurizer, batch["question"], batch["answers"], reader_seq_len,
-                       max_num_answers, max_answer_len)
+    features = qa_features(tokenizer, featurizer, batch["question"], batch["answers"], reader_seq_len,
+                           max_num_answers, max_answer_len)
+    if CANDIDATE_ROWS in batch:
+      features[CANDIDATE_ROWS] = batch[CANDIDATE_ROWS]
+    return features
 
   data = data.ragged_batch(batch_size, drop_remainder=True).map(featurize)
   if skip_batches:

@@ -258,7 +258,13 @@ class OrqaModel(tf_keras.Model):
     """
     answer_ids = features[orqa_features.ANSWER_IDS]
     answer_len = features[orqa_features.ANSWER_LEN]
-    block_rows, retriever_logits = self.retrieve(features, self.retriever_beam, training=training)
+    if orqa_features.CANDIDATE_ROWS in features:
+      # Another retriever's rows (bin/train_orqa --retriever=bm25|hybrid): the reader trains on what it
+      # will read, and the query tower learns to score those rows.
+      block_rows = tf.cast(features[orqa_features.CANDIDATE_ROWS][:, :self.retriever_beam], tf.int32)
+      retriever_logits = self.score_rows(features, block_rows, training=training)
+    else:
+      block_rows, retriever_logits = self.retrieve(features, self.retriever_beam, training=training)
     block_ids, block_len = self.blocks(block_rows)
     retriever_correct = orqa_features.contains_answer(block_ids, block_len, answer_ids,
                                                       answer_len)  # [B, retriever_beam]

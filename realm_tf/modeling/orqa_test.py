@@ -126,6 +126,23 @@ class OrqaLossTest(tf.test.TestCase):
     rows = model.predict_answers(_features())["block_rows"].numpy()[:, :3]
     self.assertEqual(float(output.metrics["reader_oracle"][0]), float((rows < 6).any(axis=1).sum()))
 
+  def test_given_candidate_rows_are_what_the_loss_reads(self):
+    """bin/train_orqa --retriever=bm25|hybrid: the step reads the rows in the features, not its search."""
+    model = _model()
+    no_answer = np.tile(np.arange(6, 12, dtype=np.int32), [_B, 2])  # [B, 12]: blocks 6..11 only
+    output = model.compute_loss(dict(_features(), **{orqa_features.CANDIDATE_ROWS: no_answer}),
+                                training=False)
+    # The dense search's beam (the whole corpus) holds the answer for every question; these rows do not.
+    self.assertEqual(float(output.metrics["retriever_top12_match"][0]), 0.0)
+    self.assertEqual(float(output.loss_sum), 0.0)
+    one_answer = no_answer.copy()
+    one_answer[0, 0] = 2  # question 0 reads block 2 (an answer) first
+    output = model.compute_loss(dict(_features(), **{orqa_features.CANDIDATE_ROWS: one_answer}),
+                                training=False)
+    self.assertEqual(float(output.metrics["retriever_top12_match"][0]), 1.0)
+    self.assertEqual(float(output.metrics["reader_oracle"][0]), 1.0)
+    self.assertGreater(float(output.loss_sum), 0.0)
+
   def test_gradient_reaches_query_tower_and_blocks_stay_frozen(self):
     """What is trainable, and the loss's gradient; the training step itself is TrainStepTest's."""
     model = _model()

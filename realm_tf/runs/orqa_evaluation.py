@@ -27,8 +27,6 @@ from realm_tf.retrieval import hybrid
 from realm_tf.runs import orqa_model
 
 DEFAULT_RECALL_KS = (1, 5, 20, 100)
-# The feature that carries another retriever's rows into the prediction step.
-_CANDIDATE_ROWS = "candidate_rows"
 
 
 def load_examples(path: str, skip_invalid: bool, log: Callable[[str], None]) -> List[qa_lib.QAExample]:
@@ -82,7 +80,7 @@ class OrqaPredictor:
     @tf.function(autograph=False)
     def step(batch):
       per_replica = self.strategy.run(lambda f: model.predict_answers(
-          f, num_retrieved=num_retrieved, training=False, block_rows=f.get(_CANDIDATE_ROWS)),
+          f, num_retrieved=num_retrieved, training=False, block_rows=f.get(orqa_features.CANDIDATE_ROWS)),
                                       args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
@@ -109,7 +107,7 @@ class OrqaPredictor:
     read instead of the dense search's.
     """
     if block_rows is not None:
-      features = dict(features, **{_CANDIDATE_ROWS: np.asarray(block_rows, np.int32)})
+      features = dict(features, **{orqa_features.CANDIDATE_ROWS: np.asarray(block_rows, np.int32)})
     outputs = self._run(self._step, features)
     texts = orqa_lib.answer_texts(self.tokenizer, self.blocks.bodies, outputs)
     outputs["answer"] = np.array([t.decode("utf-8") for t in texts], object)

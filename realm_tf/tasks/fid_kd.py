@@ -56,7 +56,7 @@ import itertools
 import json
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -76,7 +76,6 @@ from realm_tf.modeling import fid_reader
 from realm_tf.modeling import realm_config as realm_config_lib
 from realm_tf.retrieval import bm25
 from realm_tf.retrieval import corpus_embedding
-from realm_tf.retrieval import index as index_lib
 from realm_tf.runs import warm_start
 from realm_tf.training import loop
 from realm_tf.training import optimization
@@ -157,14 +156,6 @@ def embed_corpus(retriever: embedder_lib.Retriever, options: FidKdOptions) -> np
                                        batch_size=options.embed_batch_size,
                                        jit_compile=options.jit_compile,
                                        log=lambda _: None)
-
-
-def dense_top_k(retriever, config: realm_config_lib.RealmConfig, doc_embeddings: np.ndarray,
-                questions: Sequence[str], k: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(rows int64 [Q, k], scores float32 [Q, k]) by exact inner-product search."""
-  index = index_lib.build_index(doc_embeddings, implementation="brute_force")
-  queries = retriever_eval.embed_questions(retriever, config, list(questions))
-  return index.search(queries, k)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -458,8 +449,10 @@ def _retrieve_passages(options: FidKdOptions, data: _Data, retriever: embedder_l
     dev_rows, _ = index.search([e.question for e in data.dev], n)
     metrics["passages"] = "bm25"
   else:
-    train_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.train], n)
-    dev_rows, _ = dense_top_k(retriever, config, doc_embeddings, [e.question for e in data.dev], n)
+    train_rows, _ = retriever_eval.dense_top_k(retriever, config, doc_embeddings,
+                                               [e.question for e in data.train], n)
+    dev_rows, _ = retriever_eval.dense_top_k(retriever, config, doc_embeddings,
+                                             [e.question for e in data.dev], n)
     metrics["passages"] = "dense"
   dev_gold = _gold_positions(data, data.dev, dev_rows)
   if dev_gold is not None:

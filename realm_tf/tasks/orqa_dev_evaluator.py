@@ -15,6 +15,7 @@ copy of OrqaPredictor.predict and orqa_evaluation.evaluate.
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import orbit
 import tensorflow as tf
 
@@ -32,6 +33,9 @@ class OrqaDevEvaluator(orbit.AbstractEvaluator):
     model_dir: the run's model dir (best/, best_metric.json).
     global_step: the optimizer's iterations, the step an evaluation is recorded at.
     log: logger.
+    rows_fn: None (the model's dense search), or the dev questions' features -> int [n, R] corpus rows
+      of another retriever for the reader to read (bin/train_orqa --retriever=bm25|hybrid), called at
+      each evaluation.
 
   Attributes:
     history: every evaluation's metrics with its "step", in order.
@@ -43,7 +47,8 @@ class OrqaDevEvaluator(orbit.AbstractEvaluator):
                examples: Sequence[qa_lib.QAExample],
                model_dir: str,
                global_step: tf.Variable,
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print,
+               rows_fn: Optional[Callable[[Dict[str, np.ndarray]], np.ndarray]] = None):
     if not examples:
       raise ValueError("no dev examples to evaluate; pass a --dev_path with QA examples or none")
     self._predictor = predictor
@@ -52,6 +57,7 @@ class OrqaDevEvaluator(orbit.AbstractEvaluator):
     self._model_dir = model_dir
     self._global_step = global_step
     self._log = log
+    self._rows_fn = rows_fn
     self.history: List[Dict] = []
     self.best: Optional[Dict] = best_checkpoint.read_best(model_dir)
 
@@ -63,7 +69,11 @@ class OrqaDevEvaluator(orbit.AbstractEvaluator):
                        "steps (call the controller's evaluate() with steps=-1)")
     step = int(self._global_step.numpy())
     started = time.time()
-    metrics, _ = orqa_evaluation.evaluate(self._predictor, self._examples, features=self._features)
+    block_rows = self._rows_fn(self._features) if self._rows_fn else None
+    metrics, _ = orqa_evaluation.evaluate(self._predictor,
+                                          self._examples,
+                                          features=self._features,
+                                          block_rows=block_rows)
     self.history.append(dict(metrics, step=step))
     selection = best_checkpoint.SELECTION_METRIC
     if self.best is None or metrics[selection] > self.best["value"]:

@@ -10,6 +10,13 @@ A run's model dir:
   best/ckpt-S         the model at the dev evaluation with the best accuracy so far, and
   best_metric.json    which checkpoint that is (realm_tf.runs.best_checkpoint)
   eval/               bin/eval_orqa's metrics and predictions (realm_tf.runs.orqa_evaluation)
+  train_candidates.npz  with --retriever=bm25|hybrid: each training question's rows, searched once
+                      (realm_tf.runs.train_candidates)
+
+--retriever=bm25|hybrid trains on what bin/eval_orqa --retriever=bm25|hybrid reads: the reader reads the
+top reader_beam of that retriever's rows, and the retriever loss is over its top retriever_beam rows,
+scored by the query tower (which so learns to rank them). The dev evaluation reads the same retriever's
+rows, so the best checkpoint is the best for it.
 
 Dev evaluation runs every eval_every_steps (and at the end) with the original's PREDICT setting and
 selects on the official string accuracy (exact match after ORQA's normalization, regex match for
@@ -26,6 +33,7 @@ import tensorflow as tf
 import tf_keras
 
 from realm_tf import io_utils
+from realm_tf import retriever_eval
 from realm_tf.data import corpus as corpus_lib
 from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
@@ -33,11 +41,13 @@ from realm_tf.data import qa as qa_lib
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import hybrid
 from realm_tf.retrieval import index_format
 from realm_tf.runs import best_checkpoint
 from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_evaluation
 from realm_tf.runs import orqa_model
+from realm_tf.runs import train_candidates
 from realm_tf.runs import warm_start as warm_start_lib
 from realm_tf.tasks import orqa_dev_evaluator
 from realm_tf.training import loop
@@ -67,6 +77,8 @@ class OrqaTrainerOptions:
   embed_batch_size: int = 128
   skip_invalid: bool = False
   seed: int = 0
+  retriever: str = hybrid.DENSE
+  hybrid_bm25_weight: Optional[float] = None
 
 
 def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig, model_dir: str) -> None:
@@ -96,8 +108,13 @@ class OrqaTask(task_lib.Task):
                embeddings,
                blocks: corpus_table.CorpusTable,
                retriever_fn: Callable[[], embedder_lib.Retriever],
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print,
+               candidate_rows=None,
+               sparse_fn: Optional[Callable[[], object]] = None):
     # retriever_fn: the warm-start retriever, built once, only when needed (train() says why).
+    # candidate_rows: int32 [len(train_examples), retriever_beam], the rows --retriever=bm25|hybrid
+    # gives each training question (None: the dense tower searches in the step); sparse_fn: the
+    # corpus's BM25 index (built once), for the dev evaluation's rows.
     self.options = options
     self.eval_every_steps = options.eval_every_steps
     self.tokenizer, self.featurizer = tokenizer, featurizer
@@ -105,6 +122,7 @@ class OrqaTask(task_lib.Task):
     self.embeddings, self.blocks = embeddings, blocks
     self.retriever_fn = retriever_fn
     self.log = log
+    self.candidate_rows, self.sparse_fn = candidate_rows, sparse_fn
     self.evaluator: Optional[orqa_dev_evaluator.OrqaDevEvaluator] = None
     self.first_loss: Optional[float] = None
     self.started = time.time()
@@ -129,7 +147,8 @@ class OrqaTask(task_lib.Task):
                                     options.orqa.max_num_answers,
                                     options.orqa.max_answer_len,
                                     seed=options.seed,
-                                    skip_batches=batches_done)
+                                    skip_batches=batches_done,
+                                    candidate_rows=self.candidate_rows)
 
   def initialize(self, model) -> None:
     orqa_lib.copy_retriever_weights(self.retriever_fn(), model.retriever)
@@ -140,12 +159,40 @@ class OrqaTask(task_lib.Task):
     if self.dev_examples:
       predictor = orqa_evaluation.OrqaPredictor(model, self.tokenizer, self.featurizer, self.blocks, strategy,
                                                 self.options.eval_batch_size)
-      self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor, self.dev_examples,
-                                                           self.options.loop.model_dir, optimizer.iterations,
-                                                           self.log)
+      self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor,
+                                                           self.dev_examples,
+                                                           self.options.loop.model_dir,
+                                                           optimizer.iterations,
+                                                           self.log,
+                                                           rows_fn=self._dev_rows_fn(predictor))
     # The run's clock (the summary's seconds) starts once everything is built.
     self.started = time.time()
     return self.evaluator
+
+  def _dev_rows_fn(self, predictor: orqa_evaluation.OrqaPredictor):
+    """What the dev evaluation reads with --retriever: None for the dense tower (the step searches);
+    else features -> the retriever's rows of the dev questions, the dense side of the hybrid from the
+    query tower being trained."""
+    retriever = self.options.retriever
+    if retriever == hybrid.DENSE:
+      return None
+    questions = [e.question for e in self.dev_examples]
+    bm25_rows = []  # BM25's never change: searched once
+
+    def rows_fn(features):
+      if retriever == hybrid.BM25 and bm25_rows:
+        return bm25_rows[0]
+      rows = hybrid.candidate_rows(retriever,
+                                   questions,
+                                   predictor.num_retrieved,
+                                   lambda d: predictor.retrieve(features, d),
+                                   self.sparse_fn(),
+                                   bm25_weight=self.options.hybrid_bm25_weight)["rows"]
+      if retriever == hybrid.BM25:
+        bm25_rows.append(rows)
+      return rows
+
+    return rows_fn
 
   def after_step(self, step: int, metrics: Dict[str, float]) -> Dict[str, float]:
     del step
@@ -160,6 +207,7 @@ def train(options: OrqaTrainerOptions,
   """Fine-tunes ORQA to options.loop.num_train_steps; returns a summary of the run."""
   model_dir = options.loop.model_dir
   options.loop.check_between_loops("eval_every_steps", options.eval_every_steps, "dev evaluations")
+  train_candidates.check_retriever(options.retriever, options.hybrid_bm25_weight)
   if options.index_dir and not options.retriever_checkpoint:
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")
@@ -211,10 +259,32 @@ def train(options: OrqaTrainerOptions,
                                                  options.embed_batch_size,
                                                  log,
                                                  jit_compile=options.loop.jit_compile)
-  blocks = corpus_table.CorpusTable.load(
-      frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path))
+  corpus_prefix = frozen_index.frozen_index_corpus(model_dir, options.orqa.retrieval_corpus_path)
+  blocks = corpus_table.CorpusTable.load(corpus_prefix)
+  sparse_indexes = []
+
+  def sparse_fn():  # Built once, only when a search needs it.
+    if not sparse_indexes:
+      started = time.time()
+      sparse_indexes.append(hybrid.build_bm25(blocks.titles, blocks.bodies))
+      log(f"BM25 index of {sparse_indexes[0].num_docs} blocks in {time.time() - started:.1f} s")
+    return sparse_indexes[0]
+
+  candidate_rows = None
+  if options.retriever != hybrid.DENSE:
+    questions = [e.question for e in train_examples]
+    candidate_rows = train_candidates.training_rows(
+        model_dir,
+        options.retriever,
+        questions,
+        min(options.orqa.retriever_beam_size, embeddings.shape[0]),
+        corpus_prefix,
+        sparse_fn,
+        lambda d: retriever_eval.dense_top_k(retriever_fn(), config, embeddings, questions, d),
+        options.hybrid_bm25_weight,
+        log=log)
   task = OrqaTask(options, tokenizer, featurizer, train_examples, dev_examples, embeddings, blocks,
-                  retriever_fn, log)
+                  retriever_fn, log, candidate_rows, sparse_fn)
   final = loop.train(task, options.loop, strategy, log=log)
   evaluator = task.evaluator
   summary = {

@@ -2,6 +2,7 @@
 frozen index, best checkpoint pointed at by best_metric.json), bin/eval_orqa's evaluation of that model
 dir reproduces the selected dev metrics, and a restart reuses the frozen index."""
 
+import dataclasses
 import json
 import os
 
@@ -9,13 +10,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf.data import corpus_table
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.modeling import realm_config as realm_config_lib
+from realm_tf.retrieval import hybrid
 from realm_tf.retrieval import index as index_lib
 from realm_tf.runs import best_checkpoint
 from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_evaluation
+from realm_tf.runs import train_candidates
 from realm_tf.tasks import orqa_trainer
 from realm_tf.testing import eager_functions
 from realm_tf.testing import test_paths
@@ -123,7 +127,50 @@ class TrainAndEvaluateTest(tf.test.TestCase):
     self.assertAllEqual(index_lib.load_index(frozen_index.frozen_index_dir(model_dir)).embeddings, before)
 
 
+class TrainOnBm25Test(tf.test.TestCase):
+
+  def test_the_reader_trains_and_is_selected_on_bm25s_rows(self):
+    tf_keras.utils.set_random_seed(0)
+    tmp = self.create_tempdir().full_path
+    paths = tiny_inputs.testdata_qa_slice(tmp, 12, 8, 24)
+    model_dir = os.path.join(tmp, "orqa_bm25")
+    logs = []
+    orqa = dataclasses.replace(_options(model_dir, paths, 1).orqa, retriever_beam_size=6)
+    # Eagerly: what is checked is which rows are read, not the traced step (the test above traces it).
+    with eager_functions.functions_run_eagerly():
+      summary = orqa_trainer.train(_options(model_dir, paths, 2, orqa=orqa, retriever="bm25"),
+                                   tf.distribute.get_strategy(),
+                                   log=logs.append)
+    blocks = corpus_table.CorpusTable.load(paths["corpus"])
+    sparse = hybrid.build_bm25(blocks.titles, blocks.bodies)
+    with open(paths["train"], encoding="utf-8") as f:
+      questions = [json.loads(line)["question"] for line in f]
+    saved = np.load(os.path.join(model_dir, train_candidates.CANDIDATES_NAME), allow_pickle=False)
+    self.assertAllEqual(saved["rows"], sparse.search(questions, 6)[0])
+    # The dev evaluation that selected the best checkpoint read BM25's rows: bin/eval_orqa --retriever=bm25
+    # of that checkpoint gives the same metrics, recall included (BM25's, whatever the query tower).
+    with eager_functions.functions_run_eagerly():
+      result = orqa_evaluation.evaluate_retrievers(model_dir,
+                                                   paths["dev"], ["bm25"],
+                                                   batch_size=4,
+                                                   log=logs.append)["bm25"]
+    best = summary["best"]
+    for key, value in best["metrics"].items():
+      self.assertAllClose(result[key], value, msg=key)
+    # A restart reads the saved rows instead of searching again.
+    with eager_functions.functions_run_eagerly():
+      orqa_trainer.train(_options(model_dir, paths, 3, orqa=orqa, retriever="bm25", dev_path=None),
+                         tf.distribute.get_strategy(),
+                         log=logs.append)
+    self.assertTrue(any("reusing the bm25 candidates" in line for line in logs), logs)
+
+
 class OptionsTest(tf.test.TestCase):
+
+  def test_gold_is_not_a_retriever_to_train_on(self):
+    options = _options("/nonexistent/orqa", {"corpus": "c", "train": "t", "dev": "d"}, 1, retriever="gold")
+    with self.assertRaisesRegex(ValueError, "--retriever=gold: bin/train_orqa trains on one of dense, bm25"):
+      orqa_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)
 
   def test_index_dir_needs_the_retriever_checkpoint(self):
     options = _options("/nonexistent/orqa", {
