@@ -13,6 +13,11 @@ With --hybrid_bm25_weight=W the hybrid is bin/eval_orqa's weighted score sum (ro
 after a full run, `--retrievers=hybrid --hybrid_bm25_weight=0.5 --output=bench/results/
 squad_open_e2e_hybrid_w0.5.json` adds that row without touching the others.
 
+With --train_retriever=bm25 (or hybrid, with --train_hybrid_bm25_weight) bin/train_orqa trains the reader
+on that retriever's paragraphs (its --retriever) in WORK/orqa_<label>/, from the dense run's frozen index
+(--index_dir: the same MiniLM document tower, so the corpus is not embedded again), and the evaluations
+go to WORK/eval_<label>/: the reader trained on what it reads, beside the dense-trained one.
+
 Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
 resumes from its latest checkpoint; an evaluation reruns whole):
   1. corpus    bin/generate_retrieval_corpus over --squad_dir's squad-v1.1-paragraphs.tsv (doc ids
@@ -35,7 +40,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, Sequence
+from typing import Dict
 
 from absl import app
 from absl import flags
@@ -57,6 +62,11 @@ _HYBRID_WEIGHT = flags.DEFINE_float(
     "hybrid_bm25_weight", None, "Passed to bin/eval_orqa: the hybrid as a weighted score sum (its row "
     "hybrid_wW) instead of rank fusion; 0.5 was chosen on held-out train questions "
     "(bench/squad_open_hybrid_tuning_bench.py).")
+_TRAIN_RETRIEVER = flags.DEFINE_enum(
+    "train_retriever", hybrid.DENSE, [hybrid.DENSE, hybrid.BM25, hybrid.HYBRID],
+    "bin/train_orqa --retriever: what the reader trains on (and the held-out selection reads).")
+_TRAIN_HYBRID_WEIGHT = flags.DEFINE_float(
+    "train_hybrid_bm25_weight", None, "bin/train_orqa --hybrid_bm25_weight, with --train_retriever=hybrid.")
 _HELDOUT_EVERY = flags.DEFINE_integer(
     "heldout_every", 20, "Every N-th SQuAD train article is held out of "
     "training (checkpoint selection reads its questions).")
@@ -135,10 +145,18 @@ def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every:
   return paths
 
 
+def _train_label() -> str:
+  return hybrid.label(_TRAIN_RETRIEVER.value, _TRAIN_HYBRID_WEIGHT.value)
+
+
 def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, str]) -> Dict:
   """bin/train_orqa's flags for this run."""
+  dense = _TRAIN_RETRIEVER.value == hybrid.DENSE
+  extra = {} if dense else dict(retriever=_TRAIN_RETRIEVER.value,
+                                hybrid_bm25_weight=_TRAIN_HYBRID_WEIGHT.value,
+                                index_dir=os.path.join(work_dir, "orqa", "frozen_index"))
   return dict(
-      model_dir=os.path.join(work_dir, "orqa"),
+      model_dir=os.path.join(work_dir, "orqa" if dense else f"orqa_{_train_label()}"),
       train_path=questions["train"],
       dev_path=questions["heldout"],
       max_eval_examples=_MAX_EVAL.value,
@@ -164,7 +182,8 @@ def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, st
       log_every_steps=20,
       eval_every_steps=_EVAL_EVERY.value,
       eval_batch_size=16,
-      embed_batch_size=32)
+      embed_batch_size=32,
+      **extra)
 
 
 def _command_line(binary: str, flag_values: Dict) -> str:
@@ -264,7 +283,7 @@ def main(argv):
 
   from realm_tf.runs import orqa_evaluation  # pylint: disable=g-import-not-at-top
   results = {}
-  out = os.path.join(work_dir, "eval")
+  out = os.path.join(work_dir, "eval" if _TRAIN_RETRIEVER.value == hybrid.DENSE else f"eval_{_train_label()}")
   for retriever in _RETRIEVERS.value:
     # One invocation per retriever: each is resumable by itself (bin/eval_orqa takes several at once).
     weight = _HYBRID_WEIGHT.value if retriever == hybrid.HYBRID else None
@@ -301,6 +320,7 @@ def main(argv):
           "machine": machine,
           "load_average_at_end": list(throughput_lib.load_average()),
           "settings": {
+              "train_retriever": _train_label(),
               "squad_dir": minilm_lib.SQUAD_DIR.value,
               "heldout_every": _HELDOUT_EVERY.value,
               "minilm": minilm,

@@ -7,6 +7,7 @@ import os
 import tempfile
 
 from absl.testing import absltest
+from absl.testing import flagsaver
 
 from bench import squad_open_e2e_bench
 from realm_tf.data import qa
@@ -75,6 +76,28 @@ class WriteQuestionsTest(absltest.TestCase):
     self.assertEqual(squad_open_e2e_bench.write_questions(train_path, dev_path, os.path.join(tmp, "qa"), 2),
                      paths)
     self.assertEqual(os.path.getmtime(paths["train"]), mtime)
+
+
+class TrainFlagsTest(absltest.TestCase):
+
+  def test_a_bm25_trained_reader_gets_its_own_model_dir_from_the_dense_runs_index(self):
+    questions = {"train": "t.jsonl", "heldout": "h.jsonl"}
+    dense = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual(dense["model_dir"], "/w/orqa")
+    self.assertNotIn("retriever", dense)
+    with flagsaver.flagsaver(train_retriever="hybrid", train_hybrid_bm25_weight=0.5):
+      hybrid = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual(hybrid["model_dir"], "/w/orqa_hybrid_w0.5")
+    self.assertEqual((hybrid["retriever"], hybrid["hybrid_bm25_weight"], hybrid["index_dir"]),
+                     ("hybrid", 0.5, "/w/orqa/frozen_index"))
+    self.assertEqual(
+        {
+            k: v
+            for k, v in hybrid.items()
+            if k not in ("model_dir", "retriever", "hybrid_bm25_weight", "index_dir")
+        }, {
+            k: v for k, v in dense.items() if k != "model_dir"
+        })
 
 
 class PlotTest(absltest.TestCase):
