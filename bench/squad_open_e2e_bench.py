@@ -149,6 +149,11 @@ def _train_label() -> str:
   return hybrid.label(_TRAIN_RETRIEVER.value, _TRAIN_HYBRID_WEIGHT.value)
 
 
+def _runs_suffix() -> str:
+  """What the logs of a reader trained on another retriever than the dense tower add to their names."""
+  return "" if _TRAIN_RETRIEVER.value == hybrid.DENSE else f".trained_on_{_train_label()}"
+
+
 def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, str]) -> Dict:
   """bin/train_orqa's flags for this run."""
   dense = _TRAIN_RETRIEVER.value == hybrid.DENSE
@@ -272,9 +277,12 @@ def main(argv):
   stages["train"] = {"command": _command_line("train_orqa", flags_of_train)}
   summary_path = os.path.join(model_dir, "train_summary.json")
   if not os.path.exists(summary_path):
-    _log(f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {logs}/train.log")
+    _log(
+        f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {logs}/train{_runs_suffix()}.log"
+    )
     start = time.time()
-    demo_pipeline.run_binary("train_orqa", os.path.join(logs, "train.log"), _show, _log, **flags_of_train)
+    demo_pipeline.run_binary("train_orqa", os.path.join(logs, f"train{_runs_suffix()}.log"), _show, _log,
+                             **flags_of_train)
     stages["train"]["seconds_this_invocation"] = time.time() - start
   with open(summary_path, encoding="utf-8") as f:
     stages["train"]["summary"] = json.load(f)
@@ -299,8 +307,8 @@ def main(argv):
     if not os.path.exists(metrics_path):
       _log(f"bin/eval_orqa --retriever={retriever} ({label}) on {questions['dev']}")
       start = time.time()
-      demo_pipeline.run_binary("eval_orqa", os.path.join(logs, f"eval_{label}.log"), _show, _log,
-                               **eval_flags)
+      demo_pipeline.run_binary("eval_orqa", os.path.join(logs, f"eval_{label}{_runs_suffix()}.log"), _show,
+                               _log, **eval_flags)
       stages[f"eval_{label}"]["seconds"] = time.time() - start
     with open(metrics_path, encoding="utf-8") as f:
       results[label] = json.load(f)
