@@ -81,7 +81,8 @@ def publish_index(model_dir: str,
       query_embedder/ SavedModel directory of an index published before, copied as it is
       (bin/update_index: the documents change, the towers do not).
     info: extra facts recorded in published.json (corpus prefix, checkpoint path, timings).
-    keep: how many published indexes to keep (the oldest are deleted after publishing).
+    keep: how many published indexes to keep (the oldest are deleted after publishing; the one just
+      published is kept even when later steps have indexes).
   """
   root = index_root(model_dir)
   tf.io.gfile.makedirs(root)
@@ -126,6 +127,10 @@ def publish_index(model_dir: str,
       shutil.rmtree(tmp, ignore_errors=True)
   published_corpus = (info or {}).get("corpus_prefix")
   for old in published_steps(model_dir)[:-keep] if keep > 0 else []:
+    if old == int(step):
+      # Older than the newest `keep` only when a trainer fell back to an earlier checkpoint (the later ones
+      # damaged or lost) after their indexes were published: its next step waits for this index.
+      continue
     old_path = os.path.join(root, str(old))
     old_record = _read_record(old_path) if published_corpus else None
     updated = derived_corpus(old_record, published_corpus) if old_record else None

@@ -131,6 +131,22 @@ class PublishIndexTest(tf.test.TestCase):
     self.assertIn(os.path.join(model_dir, "index", "10"), removed[1])
     self.assertEqual(published_index.IndexWatcher(model_dir).newest_step(), 30)
 
+  def test_an_index_below_the_newest_k_is_kept_when_just_published(self):
+    """Found by bench/fault_soak (the long soak's sixth run): the trainer fell back from damaged ckpt-340
+    and ckpt-350 to ckpt-330, the refresher published the index of step 330 that step 331 waits for,
+    and keep-3 removed it at once because indexes 350-352 (of the checkpoints lost) sorted above it: the
+    trainer waited for it forever."""
+    model_dir = self.create_tempdir().full_path
+    messages = []
+    for step in (50, 51, 52, 30):
+      _publish(model_dir, step, keep=3, log=messages.append)
+    self.assertEqual(published_index.published_steps(model_dir), [30, 50, 51, 52])
+    self.assertEqual(published_index.verify_published(os.path.join(model_dir, "index", "30"))["step"], 30)
+    self.assertFalse([m for m in messages if m.startswith("removing old index")], messages)
+    # The next publication counts it among the old ones again.
+    _publish(model_dir, 53, keep=3, log=messages.append)
+    self.assertEqual(published_index.published_steps(model_dir), [51, 52, 53])
+
   def test_failed_publication_leaves_nothing_behind(self):
     model_dir = self.get_temp_dir()
     _publish(model_dir, 1)
