@@ -52,7 +52,9 @@ or a boolean in --output_json (and printed as a table):
   7. no traceback in the logs but the documented named errors (docs/reliability.md);
   8. no exit that no signal caused (unexpected_exits), except a documented error after the soak damaged
      a file or while its disk was full, counted apart (exits_on_documented_errors_after_damage,
-     exits_on_documented_errors_on_full_disk).
+     exits_on_documented_errors_on_full_disk). When the soak has damaged every checkpoint there was,
+     the trainer's ResumeError names the fix (delete them and start over); the soak applies it, as an
+     operator would, and counts it (operator_fixes).
 """
 
 import argparse
@@ -103,6 +105,8 @@ FILLER_NAME = "soak_disk_filler"
 # dir; the limit hits the running process at any moment, with no restart, and needs no privilege.
 DISK_FULL_HEADROOM = 64 * 1024
 # The named errors docs/reliability.md documents: a traceback ending in one of them is a documented stop.
+# ResumeError's message when every checkpoint is damaged: only an operator's action lets the run go on.
+NO_READABLE_CHECKPOINT = "ResumeError: no checkpoint in"
 DOCUMENTED_ERRORS = ("LockedError", "CheckpointWriteError", "ConfigWriteError", "ResumeError",
                      "NoRefresherError", "IndexWriteError", "CorruptIndexError", "InputError", "TimeoutError")
 # The sizes of bin/demo_pipeline_test (its _SIZES and _short_options).
@@ -461,6 +465,7 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
       "unexpected_exits": [],
       "exits_on_documented_errors": [],
       "exits_on_full_disk": [],
+      "operator_fixes": [],
       "hang": None,
       "damaged": {
           "checkpoints": [],
@@ -626,6 +631,14 @@ def run(args, model_dir: str, trainer_flags: Dict, refresher_flags: Dict, log_di
             record["exits_on_full_disk"].append(dict(exit_record, error=named))
           elif named and damaged:
             record["exits_on_documented_errors"].append(dict(exit_record, error=named))
+            if name == "trainer" and NO_READABLE_CHECKPOINT in named:
+              # The soak damaged every checkpoint there was (the only one, saved by a SIGTERM before
+              # the first periodic save): the same command cannot succeed, and the error says what an
+              # operator does. The soak does it, then restarts.
+              removed = _start_over(model_dir)
+              record["operator_fixes"].append(
+                  dict(time_s=round(now - started, 2), error=named, removed=removed))
+              note(f"operator: followed ResumeError's fix, removed {len(removed)} checkpoint files")
           else:
             record["unexpected_exits"].append(exit_record)
         else:  # how long the signal took to stop it (SIGTERM: the step in flight, the save)
@@ -774,6 +787,19 @@ def compare_weights(clean_ckpt: str, faulted_ckpt: str) -> Dict:
       "variables": len(names_a & names_b),
       "only_in_one": sorted(names_a ^ names_b)
   }
+
+
+def _start_over(model_dir: str) -> List[str]:
+  """What ResumeError's "no checkpoint ... can be read" tells an operator to do: delete the checkpoints
+  and the `checkpoint` file, so the next start begins from the warm start. Returns what was removed."""
+  removed = sorted(glob.glob(os.path.join(
+      model_dir, "ckpt-*"))) + [p for p in [os.path.join(model_dir, "checkpoint")] if os.path.exists(p)]
+  for path in removed:
+    if os.path.isdir(path):  # a save's ckpt-N_temp
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
+  return [os.path.basename(p) for p in removed]
 
 
 def check_checkpoints(model_dir: str, damaged: List[Dict]) -> Dict:
@@ -1138,6 +1164,7 @@ def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: D
   inv["second_refreshers_refused_naming_first"] = sum(1 for f in second if f["ok"])
   inv["unexpected_exits"] = len(faulted["unexpected_exits"])
   inv["exits_on_documented_errors_after_damage"] = len(faulted["exits_on_documented_errors"])
+  inv["operator_fixes"] = len(faulted["operator_fixes"])
   inv["exits_on_documented_errors_on_full_disk"] = len(faulted.get("exits_on_full_disk", []))
   inv["all_hold"] = bool(
       inv["reached_step"] and inv["clean_reached_step"] and inv["weights_equal_or_explained"] and

@@ -181,6 +181,25 @@ class DiskFullTest(unittest.TestCase):
     self.assertEqual(fault_soak.tail(log, 2), ["saved /m/ckpt-40", error])
     self.assertTrue(fault_soak._documented_error(fault_soak.tail(log, 1)[0]))  # pylint: disable=protected-access
 
+  def test_every_checkpoint_damaged_is_started_over_as_the_error_says(self):
+    # The long soak's seventh run: its only checkpoint (ckpt-1, saved by a SIGTERM) damaged, the trainer
+    # stopped with this ResumeError at every restart. The soak recognises it and follows its fix.
+    error = ("realm_tf.training.loop.ResumeError: no checkpoint in /m can be read (damaged: /m/ckpt-1). "
+             "Delete them (and the 'checkpoint' file) to start over from the warm start, or restore them "
+             "from a backup")
+    self.assertTrue(fault_soak._documented_error(error))  # pylint: disable=protected-access
+    self.assertIn(fault_soak.NO_READABLE_CHECKPOINT, error)
+    model_dir = self._tmp()
+    names = ["ckpt-1.index", "checkpoint", "train_state.json", "realm_config.json"]
+    for name in names:
+      with open(os.path.join(model_dir, name), "w") as f:
+        f.write("x")
+    os.makedirs(os.path.join(model_dir, "ckpt-10_temp"))
+    os.makedirs(os.path.join(model_dir, "index", "0"))
+    removed = fault_soak._start_over(model_dir)  # pylint: disable=protected-access
+    self.assertEqual(removed, ["ckpt-1.index", "ckpt-10_temp", "checkpoint"])
+    self.assertEqual(sorted(os.listdir(model_dir)), ["index", "realm_config.json", "train_state.json"])
+
   def _tmp(self) -> str:
     tmp = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, tmp, True)
