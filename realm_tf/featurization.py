@@ -29,6 +29,8 @@ from typing import Callable, NamedTuple, Sequence
 import tensorflow as tf
 import tensorflow_text as text
 
+from realm_tf import traced_once
+
 
 class BertInputs(NamedTuple):
   """Dense BERT inputs; every field int32 [batch, seq_len] (or [seq_len] for one example)."""
@@ -110,7 +112,6 @@ class Featurizer:
     self.query_seq_len = query_seq_len
     self.candidate_seq_len = candidate_seq_len
     self.max_masks = max_masks
-    self._candidate_function = None
 
   @classmethod
   def from_tokenizer(cls, tokenizer, **kwargs) -> "Featurizer":
@@ -144,19 +145,23 @@ class Featurizer:
     """[CLS] title [SEP] body [SEP], [batch, C]."""
     return self.bert_format([title_ids, body_ids], self.candidate_seq_len)
 
+  def settings(self) -> tuple:
+    """What every featurizing op depends on: two featurizers of equal settings compute the same."""
+    return (self.cls_id, self.sep_id, self.mask_id, self.query_seq_len, self.candidate_seq_len,
+            self.max_masks)
+
   def candidate_inputs_function(self) -> Callable:
     """candidate_inputs as one tf.function of int64 ragged [batch, (ids)] titles and bodies returning the
-    BertInputs fields as a dict, traced once per featurizer. A tf.data pipeline that calls it records a
-    call of the traced function instead of tracing tensorflow_text's trimmer and combiner again (about
-    1,000 graph ops, a second or two of CPU), which every pipeline over a corpus did: the refresher
-    builds one per refresh."""
-    if self._candidate_function is None:
-      spec = tf.RaggedTensorSpec([None, None], tf.int64)
-      self._candidate_function = tf.function(
-          lambda titles, bodies: self.candidate_inputs(titles, bodies)._asdict(),
-          input_signature=[spec, spec],
-          autograph=False)
-    return self._candidate_function
+    BertInputs fields as a dict, traced once per process for these settings (realm_tf.traced_once). A
+    tf.data pipeline that calls it records a call of the traced function instead of tracing
+    tensorflow_text's trimmer and combiner again (about 1,000 graph ops, a second or two of CPU), which
+    every pipeline over a corpus did: the refresher builds one per refresh."""
+    spec = tf.RaggedTensorSpec([None, None], tf.int64)
+    return traced_once.function(
+        ("candidate_inputs",) + self.settings(),
+        lambda: tf.function(lambda titles, bodies: self.candidate_inputs(titles, bodies)._asdict(),
+                            input_signature=[spec, spec],
+                            autograph=False))
 
   def joint_inputs(self, query_ids, body_ids) -> BertInputs:
     """[CLS] query [SEP] body [SEP], [batch, Q + C]; the query keeps its Q - 2 pieces, the title is dropped."""

@@ -142,6 +142,19 @@ class BertFormatTest(tf.test.TestCase):
                       mask=[[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]],
                       segment_ids=[[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0, 0]])
 
+  def test_the_candidate_function_is_traced_once_per_setting(self):
+    # Another featurizer of the same settings (the refresher makes one per refresh) calls the function
+    # the first traced; another length gets its own (reusing it would pack to the wrong length).
+    f = _featurizer(candidate_seq_len=7)
+    function = f.candidate_inputs_function()
+    self.assertIs(_featurizer(candidate_seq_len=7).candidate_inputs_function(), function)
+    self.assertIsNot(_featurizer(candidate_seq_len=6).candidate_inputs_function(), function)
+    self.assertIsNot(_featurizer(candidate_seq_len=7, max_masks=2).candidate_inputs_function(), function)
+    titles, bodies = tf.ragged.constant([[7, 8], [7]], tf.int64), tf.ragged.constant([[9, 10, 11], [9]],
+                                                                                     tf.int64)
+    for name, value in f.candidate_inputs(titles, bodies)._asdict().items():
+      self.assertAllEqual(function(titles, bodies)[name], value, msg=name)
+
   def test_joint_inputs(self):
     f = _featurizer(query_seq_len=5, candidate_seq_len=6)
     self.assertEqual(f.joint_seq_len, 11)

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from realm_tf import featurization
 from realm_tf import tokenization
+from realm_tf import traced_once
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus_table
 from realm_tf.modeling import realm as realm_model
@@ -404,31 +405,12 @@ def query_features(examples: tf.data.Dataset,
 
 
 # The pipeline's two featurizing functions, traced once per process for each vocabulary and featurizer
-# setting and then called by every pipeline built with them: tracing the tokenizer and tensorflow_text's
-# trimmer and combiner takes seconds, and a process builds pipelines more than once (a trainer's restart
-# in-process, the in-step path beside the host path, the benches and tests). A tf.data map of a traced
-# tf.function records a call to it instead of tracing its ops again. Keyed by what the ops compute (the
-# vocabulary's tokens, casing, lengths and special ids), not by the objects: another Tokenizer of the
-# same vocabulary builds the same graph.
-_FUNCTIONS: Dict[tuple, Callable] = {}
-_FUNCTIONS_LOCK = threading.Lock()
-
-
-def _featurizer_key(featurizer: featurization.Featurizer) -> tuple:
-  return (featurizer.cls_id, featurizer.sep_id, featurizer.mask_id, featurizer.query_seq_len,
-          featurizer.candidate_seq_len, featurizer.max_masks)
-
-
-def _traced_once(key: tuple, build: Callable[[], Callable]) -> Callable:
-  with _FUNCTIONS_LOCK:
-    if key not in _FUNCTIONS:
-      _FUNCTIONS[key] = build()
-    return _FUNCTIONS[key]
+# setting (realm_tf.traced_once) and then called by every pipeline built with them.
 
 
 def _masked_queries_function(tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer):
-  key = ("masked_queries", tuple(tokenizer.vocab), tokenizer.do_lower_case) + _featurizer_key(featurizer)
-  return _traced_once(key, functools.partial(_build_masked_queries, tokenizer, featurizer))
+  key = ("masked_queries", tuple(tokenizer.vocab), tokenizer.do_lower_case) + featurizer.settings()
+  return traced_once.function(key, functools.partial(_build_masked_queries, tokenizer, featurizer))
 
 
 def _build_masked_queries(tokenizer: tokenization.Tokenizer, featurizer: featurization.Featurizer):
@@ -459,8 +441,8 @@ def _build_masked_queries(tokenizer: tokenization.Tokenizer, featurizer: featuri
 def _assemble_function(featurizer: featurization.Featurizer, batch_size: int, num_candidates: int):
   queries = tf.TensorSpec([batch_size, featurizer.query_seq_len], tf.int32)
   ragged = tf.RaggedTensorSpec([None, None], tf.int64, row_splits_dtype=tf.int64)
-  return _traced_once(
-      ("assemble", batch_size, num_candidates) + _featurizer_key(featurizer),
+  return traced_once.function(
+      ("assemble", batch_size, num_candidates) + featurizer.settings(),
       lambda: tf.function(lambda query_token_ids, query_mask, titles, bodies: assemble_candidates(
           featurizer, batch_size, num_candidates, query_token_ids, query_mask, titles, bodies),
                           input_signature=[queries, queries, ragged, ragged],
