@@ -34,7 +34,7 @@ _SCANNED = ("realm_tf", "bin", "bench")
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # Text and files, no model: WordPiece tokenization and packing, atomic writes, JSON configs, locks.
     ("utilities", ("realm_tf.io_utils", "realm_tf.json_config", "realm_tf.process_lock", "realm_tf.stopping",
-                   "realm_tf.tokenization", "realm_tf.featurization")),
+                   "realm_tf.traced_once", "realm_tf.tokenization", "realm_tf.featurization")),
     # Readers and writers of corpora and examples: they tokenize and pack (utilities).
     ("data", ("realm_tf.data",)),
     # Answer matching and scores; evaluation reads QA and FiD example files (data).
