@@ -101,8 +101,9 @@ def _saved_retriever(sparse, doc_vectors, path):
                  autograph=False)
     def retrieve(self, queries, ids, lengths):
 
-      def dense_rows(d):  # OrqaModel.retrieve's exact search
-        return tf.math.top_k(tf.matmul(queries, self.embeddings, transpose_b=True), k=d)[1]
+      def dense_rows(d):  # OrqaModel.retrieve's exact search: rows and scores
+        scores, rows = tf.math.top_k(tf.matmul(queries, self.embeddings, transpose_b=True), k=d)
+        return rows, scores
 
       return {
           "bm25":

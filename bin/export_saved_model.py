@@ -58,6 +58,10 @@ _RETRIEVER = flags.DEFINE_enum(
     "What open_qa retrieves by: its dense tower (dense), BM25 over the corpus's wordpieces "
     "(bm25), or their reciprocal rank fusion (hybrid); BM25 is built from the frozen index's "
     "blocks and carried in the model. Only for a run that exports open_qa.")
+_HYBRID_WEIGHT = flags.DEFINE_float(
+    "hybrid_bm25_weight", None, "With --retriever=hybrid: fuse by W x BM25's + (1 - W) x the dense "
+    "tower's z-normalised scores instead of reciprocal rank fusion (W in [0, 1], tuned on held-out "
+    "questions, as bin/eval_orqa's).")
 _CANDIDATES = flags.DEFINE_integer("scann_num_candidates", 100,
                                    "ScaNN candidates re-ranked by their exact score.")
 
@@ -78,7 +82,8 @@ def main(argv):
                                     log=logging.info,
                                     token_ids=_TOKEN_IDS.value,
                                     index_dir=_INDEX_DIR.value,
-                                    retriever=_RETRIEVER.value)
+                                    retriever=_RETRIEVER.value,
+                                    hybrid_bm25_weight=_HYBRID_WEIGHT.value)
   except (ValueError, FileNotFoundError, FileExistsError) as e:  # the messages say what to pass
     sys.exit(f"export_saved_model: {e}")
   for kind, path in paths.items():

@@ -34,6 +34,7 @@ from realm_tf.serving import server
 from realm_tf.testing import in_process
 from realm_tf.testing import random_orqa
 
+_WEIGHTED = "hybrid_w0.3_token_ids"
 _QUESTIONS = [
     "Where was Savix Lunene born?", "Essix village river", "", "When did Wenor found the Kelarle Workshop?",
     "Où est né Zoë Kelarlé, l'ingénieur?"
@@ -87,6 +88,13 @@ class HybridExportTest(tf.test.TestCase):
                                                               log=lambda _: None,
                                                               retriever=retriever,
                                                               sparse=sparse)
+    # The weighted hybrid (--hybrid_bm25_weight=0.3), in its twin: the same retrieval code as the raw text.
+    cls.paths[_WEIGHTED] = saved_models.export_open_qa_token_ids(trained,
+                                                                 os.path.join(export_dir, _WEIGHTED),
+                                                                 log=lambda _: None,
+                                                                 retriever=hybrid.HYBRID,
+                                                                 sparse=sparse,
+                                                                 bm25_weight=0.3)
 
     # The reference, in numpy from the same weights and texts.
     pieces = tokenizer.tokenize(_QUESTIONS).to_list()
@@ -100,8 +108,14 @@ class HybridExportTest(tf.test.TestCase):
         tuple(trained.featurizer.query_inputs(tokenizer.tokenize(_QUESTIONS)))).numpy()
     dense_scores = query @ trained.model.corpus.embeddings.numpy().T
     dense_rows = np.argsort(-dense_scores, axis=1, kind="stable")[:, :num_docs]
+    bm25_rows, bm25_scores = reference.search(pieces, num_docs)
     cls.expected_hybrid = fusion.reciprocal_rank_fusion(
-        [hybrid.unmatched_as_padding(*reference.search(pieces, num_docs)), dense_rows], beam)
+        [hybrid.unmatched_as_padding(bm25_rows, bm25_scores), dense_rows], beam)
+    # The graph sums float32 scores, as the reference here does.
+    cls.expected_weighted = fusion.weighted_score_fusion(
+        [hybrid.unmatched_as_padding(bm25_rows, bm25_scores), dense_rows],
+        [np.float32(bm25_scores),
+         np.float32(np.take_along_axis(dense_scores, dense_rows, 1))], [0.3, 0.7], beam)
     width = max(len(p) for p in pieces) + 2
     packed = [[tokenizer.cls_id] + p + [tokenizer.sep_id] for p in pieces]
     cls.ids = [p + [0] * (width - len(p)) for p in packed]
@@ -127,13 +141,14 @@ class HybridExportTest(tf.test.TestCase):
     out = json.loads(result.stdout.strip().splitlines()[-1])
     self.assertTrue(out["core_ops_only"])
     for kind, expected in (("bm25_token_ids", self.expected_bm25), ("hybrid", self.expected_hybrid),
-                           ("hybrid_token_ids", self.expected_hybrid)):
+                           ("hybrid_token_ids", self.expected_hybrid), (_WEIGHTED, self.expected_weighted)):
       with self.subTest(kind):
         self.assertAllEqual(expected, out[kind])
     # The empty question has no BM25 term: every score 0, so the first rows; the hybrid still fuses
     # the dense ranking, so it differs from BM25's.
     self.assertAllEqual([0, 1, 2], out["bm25_token_ids"][2])
     self.assertNotAllEqual(self.expected_bm25, self.expected_hybrid)
+    self.assertNotAllEqual(self.expected_weighted, self.expected_hybrid)
 
   def test_info_records_the_retriever(self):
     info = loader.export_info(self.paths[hybrid.HYBRID])
@@ -141,6 +156,15 @@ class HybridExportTest(tf.test.TestCase):
     self.assertEqual({"method": "reciprocal rank fusion", "k": 60, "depth_per_ranking": 40}, info["fusion"])
     self.assertEqual(hybrid.BM25, loader.retriever_of(loader.export_info(self.paths["bm25_token_ids"])))
     self.assertEqual("dense", loader.retriever_of({}))  # exports from before --retriever
+    weighted = loader.export_info(self.paths[_WEIGHTED])
+    self.assertEqual({
+        "method": loader.WEIGHTED_FUSION,
+        "bm25_weight": 0.3,
+        "depth_per_ranking": 40
+    }, weighted["fusion"])
+    self.assertEqual(
+        "hybrid: BM25 and the dense tower fused by a weighted sum of z-normalised scores (0.3 x BM25 + 0.7 x "
+        "dense), in the model", loader.describe_retriever(weighted))
 
   def test_serving_names_the_retriever(self):
     service = server.OpenQaService(self.paths[hybrid.HYBRID])
@@ -166,6 +190,16 @@ class HybridExportTest(tf.test.TestCase):
   def test_bad_retriever(self):
     with self.assertRaisesRegex(ValueError, r"--retriever=sparse: choose one of dense, bm25, hybrid"):
       saved_models.export_all(self.tmp, os.path.join(self.tmp, "never"), retriever="sparse")
+    with self.assertRaisesRegex(ValueError, r"--hybrid_bm25_weight=0.5 .* --retriever=bm25 fuses nothing"):
+      saved_models.export_all(self.tmp,
+                              os.path.join(self.tmp, "never"),
+                              retriever="bm25",
+                              hybrid_bm25_weight=0.5)
+    with self.assertRaisesRegex(ValueError, r"--hybrid_bm25_weight=2.0: .*\[0, 1\]"):
+      saved_models.export_all(self.tmp,
+                              os.path.join(self.tmp, "never"),
+                              retriever="hybrid",
+                              hybrid_bm25_weight=2.0)
 
 
 class ExportAfterUpdateTest(tf.test.TestCase):

@@ -36,6 +36,9 @@ RETRIEVER_DESCRIPTIONS = {
     "hybrid": "hybrid: BM25 and the dense tower fused by reciprocal rank fusion, in the model",
 }
 
+# export_info's fusion method of a hybrid that sums weighted z-normalised scores (--hybrid_bm25_weight).
+WEIGHTED_FUSION = "weighted sum of z-normalised scores"
+
 
 def retriever_of(info: Dict) -> str:
   """The retriever an open_qa export's info (export_info) records: dense, bm25 or hybrid."""
@@ -45,6 +48,11 @@ def retriever_of(info: Dict) -> str:
 def describe_retriever(info: Dict) -> str:
   """retriever_of(info) with what it means, for a person reading bin/answer's output or bin/serve's page."""
   retriever = retriever_of(info)
+  fusion = info.get("fusion") or {}
+  if retriever == "hybrid" and fusion.get("method") == WEIGHTED_FUSION:
+    weight = fusion["bm25_weight"]
+    return (f"hybrid: BM25 and the dense tower fused by a weighted sum of z-normalised scores ({weight:g} x "
+            f"BM25 + {1 - weight:g} x dense), in the model")
   return RETRIEVER_DESCRIPTIONS.get(retriever, retriever)
 
 

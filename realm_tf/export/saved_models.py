@@ -152,7 +152,8 @@ class OpenQaModule(tf.Module):
                index: str = "brute_force",
                scann_options: Optional[scann_index.ScannOptions] = None,
                retriever: str = hybrid.DENSE,
-               sparse: Optional[sparse_in_graph.WordpieceBm25] = None):
+               sparse: Optional[sparse_in_graph.WordpieceBm25] = None,
+               bm25_weight: Optional[float] = None):
     super().__init__(name="open_qa_module")
     if index not in INDEX_CHOICES:
       raise ValueError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
@@ -175,7 +176,7 @@ class OpenQaModule(tf.Module):
     if index == "scann":
       self._candidate_fn = self._build_scann(model, scann_options or scann_index.ScannOptions())
       dense_candidates = self.scann_parameters["num_candidates"]
-    _attach_retriever(self, model, retriever, sparse, dense_candidates)
+    _attach_retriever(self, model, retriever, sparse, dense_candidates, bm25_weight)
 
   def _build_scann(self, model, options: scann_index.ScannOptions) -> Callable:
     import scann  # pylint: disable=g-import-not-at-top,import-outside-toplevel  (only for this index)
@@ -226,12 +227,27 @@ class OpenQaModule(tf.Module):
     return result
 
 
-def _attach_retriever(module: tf.Module, model, retriever: str,
-                      sparse: Optional[sparse_in_graph.WordpieceBm25], dense_candidates: int) -> None:
-  """Gives an open-QA module its retriever: the BM25 postings (variables) for bm25 and hybrid, and the
-  hybrid's fusion depth (hybrid.FUSION_DEPTH, capped at the corpus and at a ScaNN searcher's candidates)."""
+def check_retriever(retriever: str, bm25_weight: Optional[float] = None) -> None:
+  """ValueError naming the flag for a retriever open_qa cannot retrieve by, or a weight it cannot use."""
   if retriever not in RETRIEVER_CHOICES:
     raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
+  hybrid.check_bm25_weight(bm25_weight)
+  if bm25_weight is not None and retriever != hybrid.HYBRID:
+    raise ValueError(
+        f"--hybrid_bm25_weight={bm25_weight} weighs the hybrid's fusion; --retriever={retriever} "
+        "fuses nothing: drop it, or pass --retriever=hybrid")
+
+
+def _attach_retriever(module: tf.Module,
+                      model,
+                      retriever: str,
+                      sparse: Optional[sparse_in_graph.WordpieceBm25],
+                      dense_candidates: int,
+                      bm25_weight: Optional[float] = None) -> None:
+  """Gives an open-QA module its retriever: the BM25 postings (variables) for bm25 and hybrid, the
+  hybrid's fusion depth (hybrid.FUSION_DEPTH, capped at the corpus and at a ScaNN searcher's candidates)
+  and its fusion (reciprocal rank fusion, or with bm25_weight the weighted score sum)."""
+  check_retriever(retriever, bm25_weight)
   if retriever != hybrid.DENSE and sparse is None:
     raise ValueError(f"--retriever={retriever} needs the corpus's BM25 index (sparse_in_graph.build)")
   if sparse is not None and sparse.num_docs != model.num_blocks:
@@ -240,6 +256,7 @@ def _attach_retriever(module: tf.Module, model, retriever: str,
   module.retrieval = retriever
   module.sparse = sparse_in_graph.InGraphBm25(sparse) if retriever != hybrid.DENSE else None
   module.fusion_depth = max(model.reader_beam, min(hybrid.FUSION_DEPTH, model.num_blocks, dense_candidates))
+  module.bm25_weight = bm25_weight
 
 
 def _retrieved_rows(module: tf.Module, model, features, candidate_fn=None) -> Optional[tf.Tensor]:
@@ -248,14 +265,14 @@ def _retrieved_rows(module: tf.Module, model, features, candidate_fn=None) -> Op
   if module.retrieval == hybrid.DENSE:
     return None
 
-  def dense_rows(depth):
-    return model.retrieve(features, depth, training=False, candidate_fn=candidate_fn)[0]
+  def dense_rows(depth):  # and their exact scores, which the weighted fusion reads
+    return model.retrieve(features, depth, training=False, candidate_fn=candidate_fn)
 
   # The question's wordpieces as the reader gets them: the first reader_seq_len - 3 (bm25s's analysis
   # reads a question whole; questions are far shorter).
   return sparse_in_graph.retrieve_rows(module.retrieval, module.sparse, features[orqa_features.QUESTION_IDS],
                                        features[orqa_features.QUESTION_LEN], dense_rows, model.reader_beam,
-                                       module.fusion_depth)
+                                       module.fusion_depth, module.bm25_weight)
 
 
 def _retrieved_outputs(module, outputs, answers) -> Dict[str, tf.Tensor]:
@@ -323,7 +340,8 @@ class OpenQaTokenIdsModule(tf.Module):
                piece_starts: np.ndarray,
                piece_limits: np.ndarray,
                retriever: str = hybrid.DENSE,
-               sparse: Optional[sparse_in_graph.WordpieceBm25] = None):
+               sparse: Optional[sparse_in_graph.WordpieceBm25] = None,
+               bm25_weight: Optional[float] = None):
     super().__init__(name="open_qa_token_ids_module")
     # What `answer` reads: the query tower, the reader and (below) the frozen corpus; not the document
     # tower.
@@ -338,7 +356,7 @@ class OpenQaTokenIdsModule(tf.Module):
     self.block_piece_limits = tf.Variable(piece_limits, dtype=tf.int32, trainable=False)
     self._model = untracked.Untracked(model)
     self._featurizer = featurizer
-    _attach_retriever(self, model, retriever, sparse, model.num_blocks)
+    _attach_retriever(self, model, retriever, sparse, model.num_blocks, bm25_weight)
 
   @tf.function(input_signature=[bert_inputs.ids_spec("input_word_ids"),
                                 bert_inputs.ids_spec("input_mask")],
@@ -488,8 +506,7 @@ def export_document_embedder_token_ids(config: realm_config_lib.RealmConfig,
 def build_sparse(trained, retriever: str) -> Optional[sparse_in_graph.WordpieceBm25]:
   """The BM25 index an open-QA export of retriever carries (None for dense): the wordpieces of the run's
   frozen corpus (trained.blocks, title and body whole), so it follows bin/update_index's updates."""
-  if retriever not in RETRIEVER_CHOICES:
-    raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
+  check_retriever(retriever)
   if retriever == hybrid.DENSE:
     return None
   return sparse_in_graph.build(trained.tokenizer, trained.blocks.titles, trained.blocks.bodies)
@@ -500,10 +517,16 @@ def _retriever_info(module: tf.Module) -> Dict:
   info = {"retriever": module.retrieval}
   if module.sparse is not None:
     info["bm25"] = module.sparse.parameters
-  if module.retrieval == hybrid.HYBRID:
+  if module.retrieval == hybrid.HYBRID and module.bm25_weight is None:
     info["fusion"] = {
         "method": "reciprocal rank fusion",
         "k": fusion.DEFAULT_K,
+        "depth_per_ranking": module.fusion_depth
+    }
+  elif module.retrieval == hybrid.HYBRID:
+    info["fusion"] = {
+        "method": loader.WEIGHTED_FUSION,
+        "bm25_weight": module.bm25_weight,
         "depth_per_ranking": module.fusion_depth
     }
   return info
@@ -515,14 +538,16 @@ def export_open_qa(trained,
                    scann_options: Optional[scann_index.ScannOptions] = None,
                    info: Optional[Dict] = None,
                    retriever: str = hybrid.DENSE,
-                   sparse: Optional[sparse_in_graph.WordpieceBm25] = None) -> str:
+                   sparse: Optional[sparse_in_graph.WordpieceBm25] = None,
+                   bm25_weight: Optional[float] = None) -> str:
   """Exports a realm_tf.runs.orqa_model.TrainedOrqa (load_trained) as the open-QA SavedModel retrieving
-  by retriever (RETRIEVER_CHOICES; sparse: build_sparse(trained, retriever), built here when not given)."""
+  by retriever (RETRIEVER_CHOICES; sparse: build_sparse(trained, retriever), built here when not given;
+  bm25_weight: the hybrid's weighted score sum instead of reciprocal rank fusion)."""
   blocks = trained.blocks
   if sparse is None:
     sparse = build_sparse(trained, retriever)
   module = OpenQaModule(trained.model, trained.tokenizer, trained.featurizer, blocks.titles, blocks.bodies,
-                        blocks.doc_ids, index, scann_options, retriever, sparse)
+                        blocks.doc_ids, index, scann_options, retriever, sparse, bm25_weight)
   return _save(
       module, module.answer, path,
       dict(info or {},
@@ -540,14 +565,15 @@ def export_open_qa_token_ids(trained,
                              info: Optional[Dict] = None,
                              log: Callable[[str], None] = print,
                              retriever: str = hybrid.DENSE,
-                             sparse: Optional[sparse_in_graph.WordpieceBm25] = None) -> str:
+                             sparse: Optional[sparse_in_graph.WordpieceBm25] = None,
+                             bm25_weight: Optional[float] = None) -> str:
   """The core-ops twin of export_open_qa: exact brute-force search, whatever the raw model's index; the
   sparse side of bm25 and hybrid in core ops too."""
   starts, limits = block_piece_offsets(trained.tokenizer, trained.blocks, trained.orqa.max_block_len, log=log)
   if sparse is None:
     sparse = build_sparse(trained, retriever)
   module = OpenQaTokenIdsModule(trained.model, trained.featurizer, trained.blocks, starts, limits, retriever,
-                                sparse)
+                                sparse, bm25_weight)
   return _save(
       module, module.answer, path,
       dict(_token_ids_info(info, loader.OPEN_QA, trained.tokenizer, _QUESTION_INPUTS),
@@ -567,10 +593,12 @@ def export_all(model_dir: str,
                log: Callable[[str], None] = print,
                token_ids: bool = True,
                index_dir: Optional[str] = None,
-               retriever: str = hybrid.DENSE) -> Dict[str, str]:
+               retriever: str = hybrid.DENSE,
+               hybrid_bm25_weight: Optional[float] = None) -> Dict[str, str]:
   """Exports a model dir into output_dir/{query_embedder, document_embedder[, open_qa]}, and with
   token_ids their core-ops twins {...}_token_ids (see the module docstring); open_qa retrieves by
-  retriever (RETRIEVER_CHOICES: its dense tower, BM25 or their hybrid).
+  retriever (RETRIEVER_CHOICES: its dense tower, BM25 or their hybrid; with hybrid_bm25_weight the
+  hybrid's weighted score sum).
 
   A bin/train_orqa model dir (orqa_config.json) gives all three, from its best checkpoint by default.
   A converted orqa_from_realm checkpoint (bin/convert_checkpoint) with index_dir, the converted
@@ -590,8 +618,7 @@ def export_all(model_dir: str,
                      f"(bin/convert_checkpoint's orqa_from_realm output); {model_dir} is not one "
                      f"(conversion.json layout: {conversion.get('layout')}). A bin/train_orqa run "
                      "carries its own index: omit --index_dir")
-  if retriever not in RETRIEVER_CHOICES:
-    raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
+  check_retriever(retriever, hybrid_bm25_weight)
   config = realm_config_lib.RealmConfig.load(model_dir)
   paths = {}
 
@@ -614,11 +641,11 @@ def export_all(model_dir: str,
       log(f"{retriever}: BM25 over the wordpieces of the {sparse.num_docs} blocks ("
           f"{sparse.parameters['postings']} postings)")
     paths[loader.OPEN_QA] = export_open_qa(trained, os.path.join(output_dir, loader.OPEN_QA), index,
-                                           scann_options, info, retriever, sparse)
+                                           scann_options, info, retriever, sparse, hybrid_bm25_weight)
     if token_ids:
       twin = loader.OPEN_QA + loader.TOKEN_IDS_SUFFIX
       paths[twin] = export_open_qa_token_ids(trained, os.path.join(output_dir, twin), info, log, retriever,
-                                             sparse)
+                                             sparse, hybrid_bm25_weight)
 
   if tf.io.gfile.exists(os.path.join(model_dir, "orqa_config.json")):
     trained = orqa_model.load_trained(model_dir, checkpoint)

@@ -30,7 +30,7 @@ same tie break (the smaller row first: tf.math.top_k returns the lower index of 
 """
 
 import re
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -197,6 +197,36 @@ def reciprocal_rank_fusion(rankings: Sequence[tf.Tensor],
   return tf.math.top_k(total, k=depth)[1]
 
 
+def weighted_score_fusion(rankings: Sequence[tf.Tensor], scores: Sequence[tf.Tensor],
+                          weights: Sequence[float], num_docs: int, depth: int) -> tf.Tensor:
+  """fusion.weighted_score_fusion in the graph: rows int32 [B, depth] from rankings int [B, R_i] (rows of a
+  num_docs corpus, best first; negative ids are padding) and their scores float [B, R_i]. Per question,
+  each ranking's scores are z-normalised over its own rows, a row it lacks gets its lowest, and rows are
+  ordered by the weighted sum (float64, ties to the smaller row, as fusion's). depth <= num_docs; rows
+  that no ranking holds follow every row that one does (fusion's version writes -1 there)."""
+  batch = tf.shape(rankings[0])[0]
+  total = tf.zeros(tf.stack([batch, num_docs]), tf.float64)
+  held = tf.zeros(tf.stack([batch, num_docs]), tf.bool)
+  for ranking, score, weight in zip(rankings, scores, weights):
+    ranking, score = tf.cast(ranking, tf.int32), tf.cast(score, tf.float64)
+    valid = ranking >= 0
+    count = tf.reduce_sum(tf.cast(valid, tf.float64), axis=1, keepdims=True)  # [B, 1]
+    mean = tf.reduce_sum(tf.where(valid, score, 0.0), axis=1, keepdims=True) / tf.maximum(count, 1.0)
+    variance = tf.reduce_sum(tf.where(valid, tf.square(score - mean), 0.0), axis=1,
+                             keepdims=True) / tf.maximum(count, 1.0)
+    std = tf.sqrt(variance)
+    z = (score - mean) / tf.where(std > 0, std, 1.0)
+    # A question this ranking holds nothing for adds 0 (fusion skips the ranking there).
+    lowest = tf.where(count > 0, tf.reduce_min(tf.where(valid, z, float("inf")), axis=1, keepdims=True), 0.0)
+    where = tf.where(valid)  # [M, 2]: (question, rank - 1)
+    index = tf.stack([tf.cast(where[:, 0], tf.int32), tf.gather_nd(ranking, where)], 1)
+    column = tf.tensor_scatter_nd_update(tf.broadcast_to(lowest, tf.shape(total)), index,
+                                         tf.gather_nd(z, where))
+    held = tf.tensor_scatter_nd_update(held, index, tf.ones(tf.shape(index)[:1], tf.bool))
+    total += weight * column
+  return tf.math.top_k(tf.where(held, total, float("-inf")), k=depth)[1]
+
+
 def tokenized_documents(tokenizer,
                         titles: Sequence[str],
                         bodies: Sequence[str],
@@ -232,14 +262,21 @@ def question_pieces(questions: Sequence[str], tokenizer) -> list:
   return [np.asarray(row, np.int64) for row in pieces.to_list()]
 
 
-def retrieve_rows(retriever: str, sparse: InGraphBm25, question_ids: tf.Tensor, question_lengths: tf.Tensor,
-                  dense_rows_fn, depth: int, fusion_depth: int) -> tf.Tensor:
+def retrieve_rows(retriever: str,
+                  sparse: InGraphBm25,
+                  question_ids: tf.Tensor,
+                  question_lengths: tf.Tensor,
+                  dense_fn,
+                  depth: int,
+                  fusion_depth: int,
+                  bm25_weight: Optional[float] = None) -> tf.Tensor:
   """The rows int32 [B, depth] retriever ("bm25" or "hybrid", hybrid.py's names) returns, best first.
 
   question_ids int [B, L] (0-padded wordpieces) and question_lengths [B]: the questions, as the sparse
-  side reads them. dense_rows_fn(d) gives the dense tower's top d rows int [B, d]; the hybrid fuses its
-  and BM25's top fusion_depth (hybrid.FUSION_DEPTH capped at the corpus, as hybrid.candidate_rows does)
-  by reciprocal rank fusion (BM25's documents that match no query term left out, as
+  side reads them. dense_fn(d) gives the dense tower's top d rows int [B, d] and their scores [B, d]; the
+  hybrid fuses its and BM25's top fusion_depth (hybrid.FUSION_DEPTH capped at the corpus, as
+  hybrid.candidate_rows does) by reciprocal rank fusion, or with bm25_weight by the weighted sum of
+  z-normalised scores (hybrid.fuse's two ways; BM25's documents that match no query term left out, as
   hybrid.candidate_rows leaves them out).
   """
   if retriever == hybrid.BM25:
@@ -251,4 +288,9 @@ def retrieve_rows(retriever: str, sparse: InGraphBm25, question_ids: tf.Tensor, 
   sparse_rows, sparse_scores = sparse.search(question_ids, question_lengths, fusion_depth)
   # As hybrid.unmatched_as_padding: a document matching no query term gets no BM25 rank.
   sparse_rows = tf.where(sparse_scores > 0, sparse_rows, -1)
-  return reciprocal_rank_fusion([sparse_rows, dense_rows_fn(fusion_depth)], sparse.num_docs, depth)
+  dense_rows, dense_scores = dense_fn(fusion_depth)
+  if bm25_weight is None:
+    return reciprocal_rank_fusion([sparse_rows, dense_rows], sparse.num_docs, depth)
+  hybrid.check_bm25_weight(bm25_weight)
+  return weighted_score_fusion([sparse_rows, dense_rows], [sparse_scores, dense_scores],
+                               [bm25_weight, 1.0 - bm25_weight], sparse.num_docs, depth)

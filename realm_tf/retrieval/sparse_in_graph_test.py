@@ -75,6 +75,23 @@ class SparseInGraphTest(tf.test.TestCase):
     self.assertAllEqual(expected, actual.numpy())
     self.assertAllEqual([3, 7], actual.numpy()[1, :2])
 
+  def test_weighted_fusion_equals_fusion(self):
+    rng = np.random.default_rng(3)
+    num_docs, width = 40, 12
+    rows = [np.stack([rng.permutation(num_docs)[:width] for _ in range(5)]) for _ in range(2)]
+    rows[0][1, 8:] = -1  # padding: BM25's unmatched documents
+    rows[0][2, :] = -1  # a question BM25 matches nothing for
+    scores = [-np.sort(-rng.normal(size=(5, width)), axis=1) for _ in range(2)]
+    scores[1][3] = 0.5  # every score equal: standard deviation 0
+    for weight in (0.0, 0.3, 0.5, 1.0):
+      actual = sparse_in_graph.weighted_score_fusion([tf.constant(r) for r in rows],
+                                                     [tf.constant(s, tf.float32) for s in scores],
+                                                     [weight, 1 - weight], num_docs, 10)
+      # The graph takes float32 scores (as BM25's and the tower's are): the reference gets the same.
+      expected = fusion.weighted_score_fusion(rows, [s.astype(np.float32) for s in scores],
+                                              [weight, 1 - weight], 10)
+      self.assertAllEqual(actual, expected, msg=f"weight {weight}")
+
   def test_bad_inputs(self):
     with self.assertRaisesRegex(ValueError, "no documents"):
       sparse_in_graph.WordpieceBm25([], self.index.term_of)
