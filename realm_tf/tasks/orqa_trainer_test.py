@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from realm_tf import retriever_eval
 from realm_tf.data import corpus_table
 from realm_tf.modeling import bert
 from realm_tf.modeling import orqa as orqa_lib
@@ -20,6 +21,7 @@ from realm_tf.runs import best_checkpoint
 from realm_tf.runs import frozen_index
 from realm_tf.runs import orqa_evaluation
 from realm_tf.runs import train_candidates
+from realm_tf.runs import warm_start
 from realm_tf.tasks import orqa_trainer
 from realm_tf.testing import eager_functions
 from realm_tf.testing import test_paths
@@ -163,6 +165,22 @@ class TrainOnBm25Test(tf.test.TestCase):
                          tf.distribute.get_strategy(),
                          log=logs.append)
     self.assertTrue(any("reusing the bm25 candidates" in line for line in logs), logs)
+
+    # The hybrid's dense side is the warm-start query tower (here a fresh one, seeded) over the frozen
+    # index: its rows are the fusion of BM25's with that tower's exact search.
+    hybrid_dir = os.path.join(tmp, "orqa_hybrid")
+    with eager_functions.functions_run_eagerly():
+      orqa_trainer.train(_options(hybrid_dir, paths, 1, orqa=orqa, retriever="hybrid", dev_path=None),
+                         tf.distribute.get_strategy(),
+                         log=logs.append)
+    rows = np.load(os.path.join(hybrid_dir, train_candidates.CANDIDATES_NAME), allow_pickle=False)["rows"]
+    config = realm_config_lib.RealmConfig.load(hybrid_dir)
+    tf_keras.utils.set_random_seed(0)  # train() seeds the warm start so
+    dense = retriever_eval.dense_top_k(
+        warm_start.load_retriever_checkpoint(config, None), config,
+        index_lib.load_index(frozen_index.frozen_index_dir(hybrid_dir)).embeddings, questions, 24)
+    self.assertAllEqual(rows, hybrid.candidate_rows("hybrid", questions, 6, lambda d: dense, sparse)["rows"])
+    self.assertNotAllEqual(rows, saved["rows"])
 
 
 class OptionsTest(tf.test.TestCase):
