@@ -68,6 +68,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Dict, List, Optional
@@ -75,6 +76,7 @@ from typing import Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench import throughput_lib
 from realm_tf import demo_pipeline
 from realm_tf import io_utils
 from realm_tf.checkpoints import training_state
@@ -975,6 +977,7 @@ def main(argv=None) -> Dict:
   parser.add_argument("--work_dir", default="/tmp/realm_fault_soak")
   parser.add_argument("--output_json", default=os.path.join(REPO, "bench", "results", "fault_soak.json"))
   args = parser.parse_args(argv)
+  machine = throughput_lib.machine()  # the load before the soak's own processes start
   unknown = set(args.fault_kinds) - set(FAULT_KINDS)
   if unknown:
     parser.error(f"unknown --fault_kinds {sorted(unknown)}; choose from {','.join(FAULT_KINDS)}")
@@ -1008,15 +1011,19 @@ def main(argv=None) -> Dict:
   runs = {}
   mounts: List[str] = []  # unmounted whatever happens (the finally below)
   try:
-    return _soak(args, paths, trainer_flags, refresher_flags, runs, mounts, started)
+    where = {
+        "command": " ".join(sys.argv if argv is None else ["bench/fault_soak.py"] + list(argv)),
+        "machine": machine
+    }
+    return _soak(args, paths, trainer_flags, refresher_flags, runs, mounts, started, where)
   finally:
     for path in mounts:
       unmount(path)
 
 
 def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: Dict, mounts: List[str],
-          started: float) -> Dict:
-  """The runs and their invariants (main's body, inside its unmount)."""
+          started: float, where: Dict) -> Dict:
+  """The runs and their invariants (main's body, inside its unmount); where: the command and machine."""
 
   def one_run(name: str, faults: bool) -> None:
     model_dir = os.path.join(args.work_dir, name)
@@ -1069,7 +1076,11 @@ def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: D
       one_run(name, faults)
   clean, faulted = runs["clean"], runs["faulted"]
   model_dir = faulted["model_dir"]
-  result: Dict = {"args": vars(args), "trainer_flags": trainer_flags, "refresher_flags": refresher_flags}
+  result: Dict = {
+      **where, "args": vars(args),
+      "trainer_flags": trainer_flags,
+      "refresher_flags": refresher_flags
+  }
 
   by_kind: Dict[str, int] = {}
   for fault in faulted["faults"]:
@@ -1190,6 +1201,7 @@ def _soak(args, paths: Dict, trainer_flags: Dict, refresher_flags: Dict, runs: D
                 clean_seconds=clean["seconds"],
                 faulted_seconds=faulted["seconds"],
                 seconds=round(time.time() - started, 1),
+                load_average_at_end=list(throughput_lib.load_average()),
                 clean={
                     k: v for k, v in clean.items() if k != "faults"
                 },

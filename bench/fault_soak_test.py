@@ -41,6 +41,11 @@ class FaultSoakTest(tf.test.TestCase):
     # A hang's record holds both processes' last log lines: what a failure here needs to be read.
     summary["hangs"] = {name: result[name].get("hang") for name in ("clean", "faulted")}
     self.assertEqual(result["faults_injected"], 8, summary)
+    # Where it ran, as every bench's JSON says: the command, the CPU and the load.
+    self.assertIn("--max_faults=8", result["command"])
+    self.assertTrue(result["machine"]["processor"])
+    self.assertLen(result["machine"]["load_average_at_start"], 3)
+    self.assertLen(result["load_average_at_end"], 3)
     self.assertTrue(inv["reached_step"], summary)
     self.assertTrue(inv["clean_reached_step"], summary)
     if inv["not_published_warnings"] == 0 and not result["edits_read_by_trainer"]:
