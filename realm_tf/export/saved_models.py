@@ -231,11 +231,7 @@ def check_retriever(retriever: str, bm25_weight: Optional[float] = None) -> None
   """ValueError naming the flag for a retriever open_qa cannot retrieve by, or a weight it cannot use."""
   if retriever not in RETRIEVER_CHOICES:
     raise ValueError(f"--retriever={retriever}: choose one of {', '.join(RETRIEVER_CHOICES)}")
-  hybrid.check_bm25_weight(bm25_weight)
-  if bm25_weight is not None and retriever != hybrid.HYBRID:
-    raise ValueError(
-        f"--hybrid_bm25_weight={bm25_weight} weighs the hybrid's fusion; --retriever={retriever} "
-        "fuses nothing: drop it, or pass --retriever=hybrid")
+  hybrid.check_weight_of(retriever, bm25_weight)
 
 
 def _attach_retriever(module: tf.Module,

@@ -76,6 +76,15 @@ def check_bm25_weight(weight: Optional[float], flag: str = "--hybrid_bm25_weight
                      "dense tower gets 1 minus it); leave it unset for reciprocal rank fusion")
 
 
+def check_weight_of(retriever: str, bm25_weight: Optional[float], flag: str = "--retriever") -> None:
+  """check_bm25_weight, and ValueError naming both flags for a weight given to a retriever other than the
+  hybrid, the only one that fuses (bin/train_orqa and bin/export_saved_model take one retriever)."""
+  check_bm25_weight(bm25_weight)
+  if bm25_weight is not None and retriever != HYBRID:
+    raise ValueError(f"--hybrid_bm25_weight={bm25_weight} weighs the hybrid's fusion; {flag}={retriever} "
+                     "fuses nothing: drop it, or pass --retriever=hybrid")
+
+
 def label(retriever: str, bm25_weight: Optional[float] = None) -> str:
   """The name a retriever's row and files carry: the hybrid with a weight is hybrid_w<weight>."""
   return f"{retriever}_w{bm25_weight:g}" if retriever == HYBRID and bm25_weight is not None else retriever

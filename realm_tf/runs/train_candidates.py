@@ -34,10 +34,7 @@ def check_retriever(retriever: str, bm25_weight: Optional[float], flag: str = "-
   if retriever not in TRAINABLE:
     raise ValueError(f"{flag}={retriever}: bin/train_orqa trains on one of {', '.join(TRAINABLE)} (gold is "
                      "an evaluation ceiling: no retriever gives the reader each question's own paragraph)")
-  hybrid.check_bm25_weight(bm25_weight)
-  if bm25_weight is not None and retriever != hybrid.HYBRID:
-    raise ValueError(f"--hybrid_bm25_weight={bm25_weight} weighs the hybrid's fusion; {flag}={retriever} "
-                     "fuses nothing: drop it, or pass --retriever=hybrid")
+  hybrid.check_weight_of(retriever, bm25_weight, flag)
 
 
 def _describe(retriever: str, bm25_weight: Optional[float], depth: int, questions: Sequence[str],
