@@ -277,12 +277,10 @@ def main(argv):
   stages["train"] = {"command": _command_line("train_orqa", flags_of_train)}
   summary_path = os.path.join(model_dir, "train_summary.json")
   if not os.path.exists(summary_path):
-    _log(
-        f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {logs}/train{_runs_suffix()}.log"
-    )
+    train_log = os.path.join(logs, f"train{_runs_suffix()}.log")
+    _log(f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {train_log}")
     start = time.time()
-    demo_pipeline.run_binary("train_orqa", os.path.join(logs, f"train{_runs_suffix()}.log"), _show, _log,
-                             **flags_of_train)
+    demo_pipeline.run_binary("train_orqa", train_log, _show, _log, **flags_of_train)
     stages["train"]["seconds_this_invocation"] = time.time() - start
   with open(summary_path, encoding="utf-8") as f:
     stages["train"]["summary"] = json.load(f)
