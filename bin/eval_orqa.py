@@ -39,6 +39,7 @@ _HYBRID_WEIGHT = flags.DEFINE_float(
     "hybrid_bm25_weight", None, "With it, --retriever=hybrid ranks by W x BM25's + (1 - W) x the dense "
     "tower's z-normalised scores (W in [0, 1], tuned on held-out questions) instead of reciprocal rank "
     "fusion.")
+_JIT = flags.DEFINE_bool("jit_compile", True, "Compile the prediction step with XLA.")
 _RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
 _SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
@@ -64,7 +65,8 @@ def main(argv):
                                                 skip_invalid=_SKIP_INVALID.value,
                                                 strategy=strategy,
                                                 log=logging.info,
-                                                hybrid_bm25_weight=_HYBRID_WEIGHT.value)
+                                                hybrid_bm25_weight=_HYBRID_WEIGHT.value,
+                                                jit_compile=_JIT.value)
   for retriever, result in results.items():
     table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
     print(f"{result['qa_path']} with {result['checkpoint']}, retriever {retriever}:")

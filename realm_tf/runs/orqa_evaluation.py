@@ -52,6 +52,9 @@ class OrqaPredictor:
     strategy: the model's strategy; batch_size must divide over its replicas. Predictions come back from
       this host's replicas only: evaluate on one host.
     num_retrieved: blocks retrieved per question (for recall@k); the reader reads the top reader_beam.
+    jit_compile: compile each replica's prediction and search with XLA, as training compiles its step:
+      measured 14% less time per batch (16 SQuAD-open questions, MiniLM reader over 3 x 256 wordpieces,
+      AMD EPYC 2 cores: 2.69 -> 2.31 s), and the dev evaluation in training runs as bin/eval_orqa.
   """
 
   def __init__(self,
@@ -61,7 +64,8 @@ class OrqaPredictor:
                blocks: corpus_table.CorpusTable,
                strategy: Optional[tf.distribute.Strategy] = None,
                batch_size: int = 32,
-               num_retrieved: int = max(DEFAULT_RECALL_KS)):
+               num_retrieved: int = max(DEFAULT_RECALL_KS),
+               jit_compile: bool = True):
     self.model = model
     self.tokenizer = tokenizer
     self.blocks = blocks
@@ -77,18 +81,22 @@ class OrqaPredictor:
         input_signature=[tf.TensorSpec([None], tf.string)],
         autograph=False)
 
+    def replica_fn(fn):
+      return tf.function(fn, jit_compile=True, autograph=False) if jit_compile else fn
+
+    predict_replica = replica_fn(lambda f: model.predict_answers(
+        f, num_retrieved=num_retrieved, training=False, block_rows=f.get(orqa_features.CANDIDATE_ROWS)))
+
     @tf.function(autograph=False)
     def step(batch):
-      per_replica = self.strategy.run(lambda f: model.predict_answers(
-          f, num_retrieved=num_retrieved, training=False, block_rows=f.get(orqa_features.CANDIDATE_ROWS)),
-                                      args=(batch,))
+      per_replica = self.strategy.run(predict_replica, args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
     @tf.function(autograph=False)
-    def search(batch, depth):
-      per_replica = self.strategy.run(
-          lambda f: dict(zip(("block_rows", "retriever_logits"), model.retrieve(f, depth, training=False))),
-          args=(batch,))
+    def search(batch, depth):  # traced once per depth
+      per_replica = self.strategy.run(replica_fn(
+          lambda f: dict(zip(("block_rows", "retriever_logits"), model.retrieve(f, depth, training=False)))),
+                                      args=(batch,))
       return tf.nest.map_structure(self.strategy.experimental_local_results, per_replica)
 
     self._step = step
@@ -220,13 +228,14 @@ def evaluate_retrievers(model_dir: str,
                         skip_invalid: bool = False,
                         strategy: Optional[tf.distribute.Strategy] = None,
                         log: Callable[[str], None] = print,
-                        hybrid_bm25_weight: Optional[float] = None) -> Dict[str, Dict]:
+                        hybrid_bm25_weight: Optional[float] = None,
+                        jit_compile: bool = True) -> Dict[str, Dict]:
   """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
   returns (realm_tf.retrieval.hybrid.RETRIEVERS; the hybrid fuses by reciprocal rank fusion, or by
   hybrid_bm25_weight's weighted score sum); for each writes OUTPUT_DIR/<name>.metrics.json and
   OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults to MODEL_DIR/eval, <name> is
   output_name's of the retriever's hybrid.label). Returns {label: its metrics (with paths, checkpoint and
-  retriever)}, in order."""
+  retriever)}, in order. jit_compile: OrqaPredictor's."""
   hybrid.check_retrievers(retrievers)
   hybrid.check_bm25_weight(hybrid_bm25_weight)
   trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
@@ -239,7 +248,8 @@ def evaluate_retrievers(model_dir: str,
                             trained.blocks,
                             strategy,
                             batch_size,
-                            num_retrieved=depth)
+                            num_retrieved=depth,
+                            jit_compile=jit_compile)
   features = predictor.featurize([e.question for e in examples])
   blocks = trained.blocks
   sparse = None
