@@ -31,16 +31,21 @@ resumes from its latest checkpoint; an evaluation reruns whole):
                                                                                     -> WORK/orqa/
   4. evaluate  bin/eval_orqa --retriever=R on the 10,570 dev questions for each R of --retrievers
                (gold: the reader given each question's own paragraph)               -> WORK/eval/
-  5. report    a table, and --output JSON with the commands, the machine and its load, every metric
+  5. serve     with --serve_questions=N (> 0): bin/export_saved_model --retriever=hybrid (with
+               --hybrid_bm25_weight when given) of the trained model -> WORK/export_<label>/; bin/serve
+               on it, the first N dev questions asked over its REST API and the first in its page;
+               served exact match, and agreement with bin/eval_orqa's hybrid answers when evaluated
+  6. report    a table, and --output JSON with the commands, the machine and its load, every metric
                and the training summary.
 WORK is --work_dir (.bench_cache/squad_e2e). Each binary's output goes to WORK/logs/<stage>.log.
 """
 
 import json
 import os
+import re
 import sys
 import time
-from typing import Dict
+from typing import Dict, Sequence
 
 from absl import app
 from absl import flags
@@ -93,6 +98,9 @@ _STOP_AFTER = flags.DEFINE_enum(
     "stop_after", None, ["corpus", "questions", "train"],
     "Stop after this stage (e.g. train now, evaluate once bin/eval_orqa's "
     "retrievers are there).")
+_SERVE_QUESTIONS = flags.DEFINE_integer(
+    "serve_questions", 0, "After the evaluations, export the model with the hybrid retriever, serve it "
+    "with bin/serve and ask it this many dev questions over REST (and the first in its page); 0 skips.")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_e2e.json"),
                               "Where to write the JSON results.")
 
@@ -197,6 +205,54 @@ def _command_line(binary: str, flag_values: Dict) -> str:
       for a in demo_pipeline.binary_command(binary, **flag_values)[1:])
 
 
+def _post_json(url: str, value) -> Dict:
+  import urllib.request  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  request = urllib.request.Request(url,
+                                   json.dumps(value).encode("utf-8"), {"Content-Type": "application/json"})
+  with urllib.request.urlopen(request, timeout=600) as response:
+    return json.loads(response.read().decode("utf-8"))
+
+
+def served_answers(url: str, model_name: str, questions, batch_size: int = 25) -> Dict:
+  """bin/serve at url asked questions over TF Serving's REST predict (rows, batch_size a request), and the
+  first in its page: {"answers": [str], "retriever": the export's, "seconds": REST time, "page_question",
+  "page_shows_answer", "page_marks_answer", "page_retriever": what the page holds}."""
+  import html  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import urllib.parse  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import urllib.request  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  answers, retriever = [], None
+  start = time.time()
+  for i in range(0, len(questions), batch_size):
+    out = _post_json(f"{url}/v1/models/{model_name}:predict",
+                     {"instances": list(questions[i:i + batch_size])})
+    answers.extend(row["answers"] for row in out["predictions"])
+    retriever = out.get("retriever", retriever)
+  seconds = time.time() - start
+  with urllib.request.urlopen(f"{url}/?q={urllib.parse.quote(questions[0])}", timeout=600) as response:
+    page = response.read().decode("utf-8")
+  named = re.search(r'id="retriever">([^<]*)<', page)
+  return {
+      "answers": answers,
+      "retriever": retriever,
+      "seconds": seconds,
+      "page_question": questions[0],
+      # The page's answer (the same as REST's), its span marked in a passage, and the retriever named.
+      "page_shows_answer": f'id="answer-text">{html.escape(answers[0]) or "(no answer)"}<' in page,
+      "page_marks_answer": "<mark>" in page,
+      "page_retriever": html.unescape(named.group(1)) if named else None
+  }
+
+
+def agreement(served: Sequence[str], predictions_path: str, questions: Sequence[str]) -> Dict:
+  """How many served answers equal bin/eval_orqa's prediction for the same question (its predictions
+  JSONL), of those it predicted."""
+  with open(predictions_path, encoding="utf-8") as f:
+    predicted = {r["question"]: r["prediction"] for r in map(json.loads, f)}
+  pairs = [(a, predicted[q]) for a, q in zip(served, questions) if q in predicted]
+  same = sum(a == p for a, p in pairs)
+  return {"compared": len(pairs), "same": same, "percent": 100.0 * same / max(len(pairs), 1)}
+
+
 def _show(line: str) -> bool:
   return any(s in line for s in ("] step ", "trained to step", "dev ", "best ", "embedd", "recall",
                                  "exact_match", "Error", "error"))
@@ -230,6 +286,47 @@ def plot(results: Dict[str, Dict], path: str) -> None:
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   figure.savefig(path, dpi=100)
   pyplot.close(figure)
+
+
+def serve_stage(work_dir: str, model_dir: str, dev_path: str, eval_dir: str, logs: str) -> Dict:
+  """Stage 5: the trained model exported with the hybrid retriever, served, asked dev questions."""
+  from realm_tf import evaluation  # pylint: disable=g-import-not-at-top
+  from realm_tf.data import qa  # pylint: disable=g-import-not-at-top
+  from realm_tf.runs import orqa_evaluation  # pylint: disable=g-import-not-at-top
+  from realm_tf.testing import serve_process  # pylint: disable=g-import-not-at-top
+  label = hybrid.label(hybrid.HYBRID, _HYBRID_WEIGHT.value)
+  export_dir = os.path.join(work_dir, f"export_{_train_label()}_{label}")
+  export_flags = dict(model_dir=model_dir,
+                      output_dir=export_dir,
+                      retriever=hybrid.HYBRID,
+                      hybrid_bm25_weight=_HYBRID_WEIGHT.value)
+  stage = {"command": _command_line("export_saved_model", export_flags)}
+  saved_model = os.path.join(export_dir, "open_qa")
+  if not os.path.exists(saved_model):
+    _log(f"bin/export_saved_model --retriever=hybrid -> {export_dir}")
+    start = time.time()
+    demo_pipeline.run_binary("export_saved_model", os.path.join(logs, f"export{_runs_suffix()}_{label}.log"),
+                             _show, _log, **export_flags)
+    stage["export_seconds"] = time.time() - start
+  examples = qa.load_qa(dev_path)[:_SERVE_QUESTIONS.value]
+  questions = [e.question for e in examples]
+  start = time.time()
+  with serve_process.ServeProcess(saved_model, start_timeout_s=900) as served:
+    stage["serve_start_seconds"] = time.time() - start
+    stage["command_serve"] = f"bin/serve.py --saved_model={os.path.relpath(saved_model, _REPO)}"
+    found = served_answers(served.url, "open_qa", questions)
+  stage.update({k: v for k, v in found.items() if k != "answers"})
+  stage["questions"] = len(questions)
+  stage["metrics"] = evaluation.evaluate_predictions(examples, found["answers"])
+  stage["examples"] = [{"question": q, "answer": a} for q, a in zip(questions[:3], found["answers"])]
+  predictions = os.path.join(eval_dir, orqa_evaluation.output_name(dev_path, label) + ".predictions.jsonl")
+  if os.path.exists(predictions):
+    stage["same_answer_as_eval_orqa"] = agreement(found["answers"], predictions, questions)
+  _log(f"bin/serve ({found['retriever']}): {len(questions)} dev questions over REST in "
+       f"{found['seconds']:.1f} s, exact match {stage['metrics']['exact_match']:.1f}; page shows the "
+       f"answer: {found['page_shows_answer']}; same answers as bin/eval_orqa: "
+       f"{stage.get('same_answer_as_eval_orqa')}")
+  return stage
 
 
 def main(argv):
@@ -310,6 +407,9 @@ def main(argv):
       stages[f"eval_{label}"]["seconds"] = time.time() - start
     with open(metrics_path, encoding="utf-8") as f:
       results[label] = json.load(f)
+
+  if _SERVE_QUESTIONS.value > 0:
+    stages["serve"] = serve_stage(work_dir, model_dir, questions["dev"], out, logs)
 
   keys = ["exact_match", "f1"] + sorted((k for k in next(iter(results.values())) if k.startswith("recall@")),
                                         key=lambda k: int(k.split("@")[1]))

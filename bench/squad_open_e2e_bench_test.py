@@ -2,15 +2,22 @@
 held-out article's questions trains), and dev questions naming their paragraph by the corpus's numbering
 (what bin/eval_orqa --retriever=gold reads)."""
 
+import http.server
 import json
 import os
 import tempfile
+import threading
+from urllib import parse
 
 from absl.testing import absltest
 from absl.testing import flagsaver
 
+import numpy as np
+
 from bench import squad_open_e2e_bench
 from realm_tf.data import qa
+from realm_tf.serving import page
+from realm_tf.serving import rest_api
 
 
 def _squad(path, articles):
@@ -98,6 +105,83 @@ class TrainFlagsTest(absltest.TestCase):
         }, {
             k: v for k, v in dense.items() if k != "model_dir"
         })
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+  """bin/serve's two endpoints the serve stage reads, answering "ANSWER TO <question>" from one passage,
+  with the server's own response and page code."""
+  batches = []
+
+  @staticmethod
+  def _row(question):
+    answer = f"ANSWER TO {question}".encode("utf-8")
+    text = b"before " + answer + b" after"
+    return dict(answers=answer,
+                scores=1.0,
+                answer_block_ids=7,
+                answer_byte_starts=7,
+                answer_byte_limits=7 + len(answer),
+                block_ids=[7],
+                block_texts=[text],
+                block_titles=[b"t"],
+                doc_ids=[b"d7"],
+                retriever_scores=[0.5])
+
+  def _send(self, body: bytes, content_type: str):
+    self.send_response(200)
+    self.send_header("Content-Type", content_type)
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    self.wfile.write(body)
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    questions = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["instances"]
+    self.batches.append(questions)
+    rows = [self._row(q) for q in questions]
+    outputs = {
+        k: np.array([r[k] for r in rows], object if k in ("answers",) else None) for k in ("answers", "scores")
+    }
+    self._send(json.dumps(rest_api.format_predictions(outputs, False, "hybrid")).encode(), "application/json")
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    question = parse.parse_qs(parse.urlparse(self.path).query)["q"][0]
+    self._send(
+        page.render("open_qa", question, self._row(question), 0.1, retriever="hybrid: both").encode(),
+        "text/html")
+
+  def log_message(self, *args):
+    del args
+
+
+class ServeStageTest(absltest.TestCase):
+
+  def test_questions_go_in_batches_and_the_page_is_read(self):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    self.addCleanup(server.shutdown)
+    questions = [f"q{i} & <x>?" for i in range(5)]
+    found = squad_open_e2e_bench.served_answers(f"http://127.0.0.1:{server.server_port}",
+                                                "open_qa",
+                                                questions,
+                                                batch_size=2)
+    self.assertEqual([len(b) for b in _Handler.batches], [2, 2, 1])
+    self.assertEqual(found["answers"], [f"ANSWER TO {q}" for q in questions])
+    self.assertEqual(found["retriever"], "hybrid")
+    # The question's "&" and "<" went through the URL and the page's escaping and back.
+    self.assertTrue(found["page_shows_answer"])
+    self.assertTrue(found["page_marks_answer"])
+    self.assertEqual(found["page_retriever"], "hybrid: both")
+
+  def test_agreement_counts_the_questions_both_answered(self):
+    path = os.path.join(tempfile.mkdtemp(), "dev.hybrid.predictions.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+      for question, prediction in (("a?", "x"), ("b?", "y"), ("c?", "z")):
+        f.write(json.dumps({"question": question, "prediction": prediction}) + "\n")
+    self.assertEqual(squad_open_e2e_bench.agreement(["x", "other", "w"], path, ["a?", "b?", "d?"]), {
+        "compared": 2,
+        "same": 1,
+        "percent": 50.0
+    })
 
 
 class PlotTest(absltest.TestCase):
