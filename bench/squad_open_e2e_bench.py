@@ -396,7 +396,8 @@ def main(argv):
                       output_dir=out,
                       retriever=retriever,
                       hybrid_bm25_weight=weight,
-                      batch_size=16)
+                      batch_size=16,
+                      jit_compile=True)  # 10,570 questions: compiling pays (bin/eval_orqa --jit_compile)
     stages[f"eval_{label}"] = {"command": _command_line("eval_orqa", eval_flags)}
     metrics_path = os.path.join(out, orqa_evaluation.output_name(questions["dev"], label) + ".metrics.json")
     if not os.path.exists(metrics_path):

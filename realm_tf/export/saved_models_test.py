@@ -112,7 +112,8 @@ class ExportTest(tf.test.TestCase):
                                               trained.featurizer,
                                               trained.blocks,
                                               batch_size=len(_QUESTIONS),
-                                              num_retrieved=3)
+                                              num_retrieved=3,
+                                              jit_compile=True)  # the SavedModel's answers equal XLA's
     cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
     query_inputs = trained.featurizer.query_inputs(trained.tokenizer.tokenize(_QUESTIONS))
     cls.expected_queries = trained.model.retriever.embed_queries(tuple(query_inputs)).numpy()

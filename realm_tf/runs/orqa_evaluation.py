@@ -52,9 +52,10 @@ class OrqaPredictor:
     strategy: the model's strategy; batch_size must divide over its replicas. Predictions come back from
       this host's replicas only: evaluate on one host.
     num_retrieved: blocks retrieved per question (for recall@k); the reader reads the top reader_beam.
-    jit_compile: compile each replica's prediction and search with XLA, as training compiles its step:
-      measured 14% less time per batch (16 SQuAD-open questions, MiniLM reader over 3 x 256 wordpieces,
-      AMD EPYC 2 cores: 2.69 -> 2.31 s), and the dev evaluation in training runs as bin/eval_orqa.
+    jit_compile: compile each replica's prediction and search with XLA. It pays on large evaluations
+      only: 14% less time per batch of 16 SQuAD-open questions (MiniLM reader over 3 x 256 wordpieces,
+      AMD EPYC 2 cores: 2.69 -> 2.31 s), while compiling costs seconds a process (bin/orqa_binaries_test,
+      a few questions per run: 54 -> 64 CPU s).
   """
 
   def __init__(self,
@@ -65,7 +66,7 @@ class OrqaPredictor:
                strategy: Optional[tf.distribute.Strategy] = None,
                batch_size: int = 32,
                num_retrieved: int = max(DEFAULT_RECALL_KS),
-               jit_compile: bool = True):
+               jit_compile: bool = False):
     self.model = model
     self.tokenizer = tokenizer
     self.blocks = blocks
@@ -229,7 +230,7 @@ def evaluate_retrievers(model_dir: str,
                         strategy: Optional[tf.distribute.Strategy] = None,
                         log: Callable[[str], None] = print,
                         hybrid_bm25_weight: Optional[float] = None,
-                        jit_compile: bool = True) -> Dict[str, Dict]:
+                        jit_compile: bool = False) -> Dict[str, Dict]:
   """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
   returns (realm_tf.retrieval.hybrid.RETRIEVERS; the hybrid fuses by reciprocal rank fusion, or by
   hybrid_bm25_weight's weighted score sum); for each writes OUTPUT_DIR/<name>.metrics.json and

@@ -157,13 +157,8 @@ class OrqaTask(task_lib.Task):
 
   def build_evaluator(self, model, optimizer, strategy):
     if self.dev_examples:
-      predictor = orqa_evaluation.OrqaPredictor(model,
-                                                self.tokenizer,
-                                                self.featurizer,
-                                                self.blocks,
-                                                strategy,
-                                                self.options.eval_batch_size,
-                                                jit_compile=self.options.loop.jit_compile)
+      predictor = orqa_evaluation.OrqaPredictor(model, self.tokenizer, self.featurizer, self.blocks, strategy,
+                                                self.options.eval_batch_size)
       self.evaluator = orqa_dev_evaluator.OrqaDevEvaluator(predictor,
                                                            self.dev_examples,
                                                            self.options.loop.model_dir,
