@@ -40,8 +40,8 @@ _HYBRID_WEIGHT = flags.DEFINE_float(
     "tower's z-normalised scores (W in [0, 1], tuned on held-out questions) instead of reciprocal rank "
     "fusion.")
 _JIT = flags.DEFINE_bool(
-    "jit_compile", False, "Compile the prediction step with XLA: faster per question (14% on SQuAD-open's "
-    "MiniLM reader), after seconds of compiling; for thousands of questions.")
+    "jit_compile", False, "Compile the prediction step with XLA: faster per question after seconds of "
+    "compiling; for thousands of questions.")
 _RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
 _SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
