@@ -24,7 +24,6 @@ what bench/serve_soak_test asserts; the exit status is 1 when one fails.
 """
 
 import collections
-import html
 import http.client
 import json
 import math
@@ -48,6 +47,7 @@ from bench import throughput_lib
 from realm_tf import io_utils
 from realm_tf.export import saved_models
 from realm_tf.runs import orqa_model
+from realm_tf.serving import page
 from realm_tf.testing import random_orqa
 from realm_tf.testing import serve_process as process
 from realm_tf.testing import test_paths
@@ -138,8 +138,7 @@ def _valid_request(kind: str, question: str) -> Tuple[str, str, Optional[bytes]]
 def _answer_is(kind: str, data: bytes, expected: Dict[str, Any]) -> bool:
   """Whether a 200 response carries expected (the reference row format prediction)."""
   if kind == "page":
-    answer = expected["answers"]
-    return f'id="answer-text">{html.escape(answer) if answer else "(no answer)"}<' in data.decode("utf-8")
+    return page.shows_answer(data.decode("utf-8"), expected["answers"])
   value = json.loads(data)
   if kind == "row":
     return _close(value["predictions"][0], expected)

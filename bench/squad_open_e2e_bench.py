@@ -220,6 +220,7 @@ def served_answers(url: str, model_name: str, questions, batch_size: int = 25) -
   import html  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import urllib.parse  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import urllib.request  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from realm_tf.serving import page as page_lib  # pylint: disable=g-import-not-at-top
   answers, retriever = [], None
   start = time.time()
   for i in range(0, len(questions), batch_size):
@@ -237,7 +238,7 @@ def served_answers(url: str, model_name: str, questions, batch_size: int = 25) -
       "seconds": seconds,
       "page_question": questions[0],
       # The page's answer (the same as REST's), its span marked in a passage, and the retriever named.
-      "page_shows_answer": f'id="answer-text">{html.escape(answers[0]) or "(no answer)"}<' in page,
+      "page_shows_answer": page_lib.shows_answer(page, answers[0]),
       "page_marks_answer": "<mark>" in page,
       "page_retriever": html.unescape(named.group(1)) if named else None
   }

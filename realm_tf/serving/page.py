@@ -46,13 +46,22 @@ def _passage_html(text: bytes, start: int, limit: int) -> str:
           html.escape(_text(text[limit:])))
 
 
+def _answer_html(answer: str) -> str:
+  return f'<div class="text" id="answer-text">{html.escape(answer) if answer else "(no answer)"}</div>'
+
+
+def shows_answer(page_html: str, answer: str) -> bool:
+  """Whether a page render() made shows answer as its answer: what a client of bin/serve's page checks,
+  read here so that it follows the page's markup."""
+  return _answer_html(answer) in page_html
+
+
 def _result_html(row: Mapping[str, Any], seconds: float, num_passages: int) -> str:
   """One question's outputs (row i of every output of the open-QA signature) as the answer and passages."""
   answer = _text(row["answers"])
   parts = [
       '<section class="answer" id="answer">',
-      f'<div class="text" id="answer-text">{html.escape(answer) if answer else "(no answer)"}</div>',
-      f'<div class="meta">reader score {float(row["scores"]):.3f} &middot; answered in '
+      _answer_html(answer), f'<div class="meta">reader score {float(row["scores"]):.3f} &middot; answered in '
       f'<span id="answer-time">{seconds * 1000:.0f} ms</span></div>', "</section>"
   ]
   # Exports from before the answer's span was an output have no answer_* outputs: no marking then.

@@ -49,6 +49,13 @@ class PageTest(absltest.TestCase):
       self.assertNotIn("<mark>", html)
     self.assertIn("(no answer)", page.render("open_qa", "q", _row(answers=b"")))
 
+  def test_shows_answer_reads_the_rendered_answer(self):
+    shown = page.render("open_qa", "q", _row(answers="a <b> & c".encode("utf-8")))
+    self.assertTrue(page.shows_answer(shown, "a <b> & c"))
+    self.assertFalse(page.shows_answer(shown, "a <b>"))
+    self.assertFalse(page.shows_answer(shown, ""))
+    self.assertTrue(page.shows_answer(page.render("open_qa", "q", _row(answers=b"")), ""))
+
   def test_error_and_empty_form(self):
     html = page.render("m", "", error="the question is an <empty> question")
     self.assertIn('id="error">the question is an &lt;empty&gt; question<', html)
