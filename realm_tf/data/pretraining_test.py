@@ -317,7 +317,7 @@ class BadInputTest(PretrainingTestCase):
 
 
 class DprSampleTest(PretrainingTestCase):
-  """The annotating path on real Wikipedia passages (../shared/data/dpr_sample)."""
+  """The annotating path on real Wikipedia passages ($REALM_TF_SHARED_DATA/dpr_sample)."""
 
   def test_annotates_real_passages(self):
     path = test_paths.shared_data_path("dpr_sample", "psgs_w100.haystack_sample.tsv")

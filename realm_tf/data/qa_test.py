@@ -436,14 +436,14 @@ class TfdsTest(QATestCase):
 
 
 class SharedDataTest(QATestCase):
-  """Reads the real data sets in ../shared/data (skipped when that directory is absent)."""
+  """Reads the real data sets in $REALM_TF_SHARED_DATA (skipped when it is unset or absent)."""
 
   def setUp(self):
     super().setUp()
     self.data_dir = test_paths.shared_data_dir()
     if self.data_dir is None:
-      self.skipTest(f"shared data not found: set ${test_paths.SHARED_DATA_ENV} or provide "
-                    "<repo>/../shared/data")
+      self.skipTest(f"shared data not found: set ${test_paths.SHARED_DATA_ENV} to the "
+                    "directory of the public data sets (bin/test and conftest.py set it beside the checkout)")
 
   def _path(self, *parts):
     path = os.path.join(self.data_dir, *parts)

@@ -1,5 +1,5 @@
 """Tests for realm_tf.data.squad_open: recall of hand-made rankings, and the real SQuAD-open corpus and
-questions in ../shared/data/squad (skipped when absent)."""
+questions in $REALM_TF_SHARED_DATA/squad (skipped when absent)."""
 
 import csv
 import json
@@ -113,14 +113,14 @@ class SquadOpenTest(tf.test.TestCase):
 
 
 class SharedDataTest(tf.test.TestCase):
-  """The real SQuAD v1.1 files in ../shared/data/squad."""
+  """The real SQuAD v1.1 files in $REALM_TF_SHARED_DATA/squad."""
 
   def setUp(self):
     super().setUp()
     self.directory = test_paths.shared_data_path("squad")
     if self.directory is None:
-      self.skipTest(f"shared SQuAD data not found: set ${test_paths.SHARED_DATA_ENV} or provide "
-                    "<repo>/../shared/data/squad")
+      self.skipTest(f"shared SQuAD data not found: set ${test_paths.SHARED_DATA_ENV} to the "
+                    "directory of the public data sets (bin/test and conftest.py set it beside the checkout)")
 
   def test_squad_open(self):
     data = squad_open.load_squad_open(*squad_open.find_squad_files(self.directory))

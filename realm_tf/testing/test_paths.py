@@ -1,8 +1,8 @@
 """Where the tests find the repository and the public data sets.
 
-The public data sets the tests read live outside the repository, in ../shared/data (see its README);
-bin/test passes their location to Bazel tests as REALM_TF_SHARED_DATA. Tests that need them call
-shared_data_dir() and skip when it returns None.
+The public data sets the tests read live outside the repository; the test runners name their location in
+REALM_TF_SHARED_DATA (bin/test for Bazel, conftest.py for pytest), so that no product or test code carries
+a path outside the repository. Tests that need them call shared_data_dir() and skip when it returns None.
 """
 
 import os
@@ -17,10 +17,9 @@ def repo_root() -> str:
 
 
 def shared_data_dir() -> Optional[str]:
-  """The shared data directory: $REALM_TF_SHARED_DATA if set, else <repo>/../shared/data; None if absent."""
-  path = os.environ.get(SHARED_DATA_ENV) or os.path.join(repo_root(), "..", "shared", "data")
-  path = os.path.normpath(path)
-  return path if os.path.isdir(path) else None
+  """The shared data directory, $REALM_TF_SHARED_DATA; None when it is unset or not a directory."""
+  path = os.environ.get(SHARED_DATA_ENV)
+  return os.path.normpath(path) if path and os.path.isdir(path) else None
 
 
 def shared_data_path(*parts: str) -> Optional[str]:
