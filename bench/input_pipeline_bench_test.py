@@ -70,7 +70,12 @@ class InputPipelineBenchTest(absltest.TestCase):
       self.assertEqual((row["config"], row["index_rows"]), (host["config"], host["index_rows"]))
       self.assertLess(row["host_cpu_s_per_example"], host["total_cpu_s_per_example"])
       self.assertBetween(row["train"]["input_share_of_step"], 0, 1)
-      self.assertLess(row["train"]["input_share_of_step"], host["train"]["input_share_of_step"])
+      self.assertLess(row["train"]["input_s_per_step"], host["train"]["input_s_per_step"])
+      # The paper's in-step step is the host path's measured step plus the moved components, so its
+      # share is below the host path's by construction; the demo's two steps are measured apart (one
+      # step each here), and their order is the machine's noise, not the bench's behaviour.
+      if row["config"] == "paper":
+        self.assertLess(row["train"]["input_share_of_step"], host["train"]["input_share_of_step"])
 
 
 if __name__ == "__main__":
