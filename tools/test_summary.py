@@ -6,7 +6,8 @@ shard_count = N writes one XML per shard instead, under shard_K_of_N/test.xml.
 
 With --build_events (Bazel's --build_event_json_file), it also reports each target's time as Bazel
 measured it (the test process's whole life, TensorFlow's import included): the slowest few on stdout,
-and every target in --times_output (JSON), which is how docs/testing.md's table is made.
+and every target in --times_output (JSON), which is how docs/testing.md's table is made. Where the test
+ran under tools/cpu_time.sh (bin/test's --run_under), each target's CPU seconds come from its log too.
 """
 
 import argparse
@@ -14,6 +15,7 @@ import collections
 import glob
 import json
 import os
+import re
 import sys
 import xml.etree.ElementTree as ElementTree
 
@@ -21,6 +23,9 @@ import xml.etree.ElementTree as ElementTree
 # test and skips ("Not a test."): one per TestCase class. It checks nothing of ours, so it is not
 # counted as a skipped test.
 _NOT_A_TEST = "test_session"
+
+# The last line tools/cpu_time.sh writes into a test's log.
+_CPU_LINE = re.compile(r"^realm_tf cpu_seconds: ([0-9.]+)$", re.MULTILINE)
 
 
 def count_cases(xml_path):
@@ -38,8 +43,9 @@ def count_cases(xml_path):
   return passed, failed, skipped
 
 
-def target_xml_paths(testlogs, label):
-  """The XML files a test target wrote: its test.xml, or one per shard when it is sharded.
+def target_files(testlogs, label, file_name="test.xml"):
+  """The files of a name (test.xml, test.log) a test target wrote: its own, or one per shard when it is
+  sharded.
 
   Bazel never deletes the other kind: a target sharded since an earlier run (in the same output base)
   still has that run's test.xml beside its shard directories, and one unsharded since still has shard
@@ -47,8 +53,8 @@ def target_xml_paths(testlogs, label):
   """
   package, _, name = label.lstrip("/").partition(":")
   target_dir = os.path.join(testlogs, package, name)
-  single = [p for p in [os.path.join(target_dir, "test.xml")] if os.path.exists(p)]
-  shards = sorted(glob.glob(os.path.join(target_dir, "shard_*_of_*", "test.xml")))
+  single = [p for p in [os.path.join(target_dir, file_name)] if os.path.exists(p)]
+  shards = sorted(glob.glob(os.path.join(target_dir, "shard_*_of_*", file_name)))
   if single and shards:
     newest = lambda paths: max(os.path.getmtime(p) for p in paths)
     return shards if newest(shards) > newest(single) else single
@@ -57,7 +63,7 @@ def target_xml_paths(testlogs, label):
 
 def count_target(testlogs, label):
   """Returns (passed, failed, skipped) over all of a target's XML files, printing why it failed."""
-  paths = target_xml_paths(testlogs, label)
+  paths = target_files(testlogs, label)
   if not paths:
     print(f"{label}: no test.xml (the target did not run or crashed)", file=sys.stderr)
     return 0, 1, 0
@@ -76,6 +82,20 @@ def count_target(testlogs, label):
   if totals[1]:
     print(f"{label}: {totals[1]} failed", file=sys.stderr)
   return tuple(totals)
+
+
+def target_cpu_seconds(testlogs, label):
+  """The CPU seconds tools/cpu_time.sh wrote into the target's logs, summed over its shards; None when a
+  log has none (the test ran without it, or was killed before it could write)."""
+  total = 0.0
+  paths = target_files(testlogs, label, "test.log")
+  for path in paths:
+    with open(path, errors="replace") as f:
+      found = _CPU_LINE.findall(f.read())
+    if not found:
+      return None
+    total += float(found[-1])
+  return round(total, 1) if paths else None
 
 
 def target_times(build_events_path):
@@ -134,6 +154,7 @@ def bazel_phases(build_events_path):
 
 
 def report_times(times, output_path, slowest=5):
+  cpu = [t["cpu_seconds"] for t in times.values() if t.get("cpu_seconds") is not None]
   if output_path:
     # A build that failed before any test ran leaves no testlogs directory.
     os.makedirs(os.path.dirname(output_path) or ".", exist_ok=True)
@@ -142,7 +163,8 @@ def report_times(times, output_path, slowest=5):
     os.replace(output_path + ".tmp", output_path)
   ranked = sorted(times.items(), key=lambda item: -item[1]["seconds"])[:slowest]
   total = sum(t["seconds"] for t in times.values())
-  print(f"targets' own times add up to {total:.0f} s; the slowest: " +
+  cpu_note = f" ({sum(cpu):.0f} s of CPU in the {len(cpu)} that report it)" if cpu else ""
+  print(f"targets' own times add up to {total:.0f} s{cpu_note}; the slowest: " +
         ", ".join(f"{label} {t['seconds']:.0f} s" for label, t in ranked))
 
 
@@ -158,7 +180,10 @@ def main():
     counts = count_target(args.testlogs, label)
     totals = [t + c for t, c in zip(totals, counts)]
   if args.build_events and os.path.exists(args.build_events):
-    report_times(target_times(args.build_events), args.times_output)
+    times = target_times(args.build_events)
+    for label, entry in times.items():
+      entry["cpu_seconds"] = target_cpu_seconds(args.testlogs, label)
+    report_times(times, args.times_output)
     phases = bazel_phases(args.build_events)
     if phases:
       print(f"Bazel: {phases[0]:.0f} s before the first test (start, analysis, build), "

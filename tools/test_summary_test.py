@@ -8,6 +8,7 @@ import tempfile
 import unittest
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_summary.py")
+_CPU_TIME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_time.sh")
 
 _PASS = '<testcase name="test_a"/>'
 _FAIL = '<testcase name="test_b"><failure message="boom"/></testcase>'
@@ -76,8 +77,48 @@ class TestSummaryTest(unittest.TestCase):
         "seconds": 10.0,
         "slowest_shard": 6.0,
         "shards": 2,
-        "cached": False
+        "cached": False,
+        "cpu_seconds": None
     })
+
+  def test_cpu_seconds_from_the_logs_of_tools_cpu_time(self):
+    with tempfile.TemporaryDirectory() as logs:
+      _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
+      for shard in (1, 2):
+        _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
+      # Written by tools/cpu_time.sh itself, around a command that uses some CPU: the line it writes is
+      # the line test_summary reads.
+      log_a = os.path.join(logs, "pkg", "a_test", "test.log")
+      with open(log_a, "w") as f:
+        subprocess.run([_CPU_TIME, sys.executable, "-c", "sum(range(10000000))"], stdout=f, check=True)
+      for shard, cpu in ((1, "1.25"), (2, "2.50")):
+        with open(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.log"), "w") as f:
+          # An earlier attempt's line above the last one: the last counts.
+          f.write(f"realm_tf cpu_seconds: 99\nlog\nrealm_tf cpu_seconds: {cpu}\n")
+      events = os.path.join(logs, "events.json")
+      with open(events, "w") as f:
+        for label, shard in (("//pkg:a_test", 1), ("//pkg:b_test", 1), ("//pkg:b_test", 2)):
+          f.write(
+              json.dumps({
+                  "id": {
+                      "testResult": {
+                          "label": label,
+                          "shard": shard
+                      }
+                  },
+                  "testResult": {
+                      "testAttemptDurationMillis": "5000"
+                  }
+              }) + "\n")
+      times_path = os.path.join(logs, "times.json")
+      rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
+                               f"--times_output={times_path}")
+      with open(times_path) as f:
+        times = json.load(f)
+    self.assertEqual(rc, 0, err)
+    self.assertEqual(times["//pkg:b_test"]["cpu_seconds"], 3.8)  # 1.25 + 2.50, rounded to 0.1
+    self.assertGreater(times["//pkg:a_test"]["cpu_seconds"], 0)
+    self.assertIn("of CPU in the 2 that report it", out.splitlines()[0])
 
   def test_bazel_phases_from_build_events(self):
     with tempfile.TemporaryDirectory() as logs:

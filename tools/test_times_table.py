@@ -3,8 +3,11 @@
 Each run is given as NAME=PATH, where PATH is either the test_times.json that bin/test writes into
 bazel-testlogs, or the console log of a `bazel test` run (its summary lines, "//pkg:t  PASSED in 12.3s",
 for runs made before bin/test wrote times). Targets are sorted by the first run's time, slowest first.
+With --cpu, each test_times.json run that has them adds a column of its targets' CPU seconds (the test
+and the processes it started; tools/cpu_time.sh) beside its wall times.
 
   tools/test_times_table.py before=/tmp/before.log after=/tmp/after/test_times.json
+  tools/test_times_table.py --cpu quiet=bench/results/test_times_quiet_X.json
 """
 
 import argparse
@@ -16,12 +19,15 @@ _SUMMARY_LINE = re.compile(r"^(//\S+)\s+(PASSED|FAILED|TIMEOUT|FLAKY)(?: in (?:\
                            r"([\d.]+)s)?")
 
 
-def read_times(path):
-  """{label: (seconds, status)} from a test_times.json or a bazel console log."""
+def read_times(path, field="seconds"):
+  """{label: (seconds, status)} from a test_times.json (its wall "seconds" or its "cpu_seconds", where
+  a target has them) or a bazel console log (wall seconds only)."""
   with open(path) as f:
     text = f.read()
   if path.endswith(".json"):
-    return {label: (t["seconds"], "PASSED") for label, t in json.loads(text).items()}
+    return {label: (t[field], "PASSED") for label, t in json.loads(text).items() if t.get(field) is not None}
+  if field != "seconds":
+    return {}
   times = {}
   for line in text.splitlines():
     match = _SUMMARY_LINE.match(line.strip())
@@ -51,6 +57,7 @@ def table(runs):
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("runs", nargs="+", help="NAME=PATH")
+  parser.add_argument("--cpu", action="store_true", help="a CPU seconds column beside each run that has them")
   args = parser.parse_args()
   runs = []
   for run in args.runs:
@@ -58,6 +65,9 @@ def main():
     if not sep:
       parser.error(f"{run!r}: expected NAME=PATH")
     runs.append((name, read_times(path)))
+    cpu = read_times(path, "cpu_seconds") if args.cpu else {}
+    if cpu:
+      runs.append((f"{name} CPU", cpu))
   print(table(runs))
   return 0
 

@@ -45,6 +45,31 @@ class TestTimesTableTest(unittest.TestCase):
     self.assertEqual(lines[-2], "| **sum** | **559** | **52** |")
     self.assertEqual(lines[-1], "| targets | 3 | 3 |")
 
+  def test_cpu_seconds_column(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      times = os.path.join(tmp, "test_times.json")
+      with open(times, "w") as f:
+        json.dump(
+            {
+                "//bin:slow_test": {
+                    "seconds": 40.5,
+                    "cpu_seconds": 30.2
+                },
+                # Ran without tools/cpu_time.sh: no CPU cell.
+                "//bin:other_test": {
+                    "seconds": 3.0,
+                    "cpu_seconds": None
+                }
+            },
+            f)
+      runs = [("run", test_times_table.read_times(times)),
+              ("run CPU", test_times_table.read_times(times, "cpu_seconds"))]
+    lines = test_times_table.table(runs).splitlines()
+    self.assertEqual(lines[0], "| target | run (s) | run CPU (s) |")
+    self.assertEqual(lines[2], "| `//bin:slow_test` | 40.5 | 30.2 |")
+    self.assertEqual(lines[3], "| `//bin:other_test` | 3.0 | - |")
+    self.assertEqual(lines[-1], "| targets | 2 | 1 |")
+
 
 if __name__ == "__main__":
   unittest.main()
