@@ -31,6 +31,34 @@ class TestSummaryTest(unittest.TestCase):
         check=False)
     return result.returncode, result.stdout.strip(), result.stderr
 
+  def _run_with_times(self, logs, results):
+    """Runs the summary over //pkg:a_test and //pkg:b_test with build events holding one testResult per
+    (label, shard, milliseconds) of results; returns its exit code, stdout, stderr and times JSON."""
+    events = os.path.join(logs, "events.json")
+    with open(events, "w") as f:
+      for label, shard, millis in results:
+        f.write(
+            json.dumps({
+                "id": {
+                    "testResult": {
+                        "label": label,
+                        "shard": shard,
+                        "run": 1,
+                        "attempt": 1
+                    }
+                },
+                "testResult": {
+                    "status": "PASSED",
+                    "testAttemptDurationMillis": str(millis)
+                }
+            }) + "\n")
+      f.write(json.dumps({"id": {"progress": {}}, "progress": {}}) + "\n")
+    times_path = os.path.join(logs, "times.json")
+    rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
+                             f"--times_output={times_path}")
+    with open(times_path) as f:
+      return rc, out, err, json.load(f)
+
   def test_tf_test_sessions_are_not_counted_as_skipped(self):
     with tempfile.TemporaryDirectory() as logs:
       session = '<testcase name="test_session"><skipped message="Not a test."/></testcase>'
@@ -43,31 +71,8 @@ class TestSummaryTest(unittest.TestCase):
       _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
       for shard in (1, 2):
         _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
-      events = os.path.join(logs, "events.json")
-      with open(events, "w") as f:
-        for label, shard, millis in (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000), ("//pkg:b_test", 2,
-                                                                                            6000)):
-          f.write(
-              json.dumps({
-                  "id": {
-                      "testResult": {
-                          "label": label,
-                          "shard": shard,
-                          "run": 1,
-                          "attempt": 1
-                      }
-                  },
-                  "testResult": {
-                      "status": "PASSED",
-                      "testAttemptDurationMillis": str(millis)
-                  }
-              }) + "\n")
-        f.write(json.dumps({"id": {"progress": {}}, "progress": {}}) + "\n")
-      times_path = os.path.join(logs, "times.json")
-      rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
-                               f"--times_output={times_path}")
-      with open(times_path) as f:
-        times = json.load(f)
+      rc, out, err, times = self._run_with_times(logs, (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000),
+                                                        ("//pkg:b_test", 2, 6000)))
     self.assertEqual(rc, 0, err)
     lines = out.splitlines()
     self.assertEqual(lines[-1], "3 passed, 0 failed")
@@ -95,26 +100,8 @@ class TestSummaryTest(unittest.TestCase):
         with open(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.log"), "w") as f:
           # An earlier attempt's line above the last one: the last counts.
           f.write(f"realm_tf cpu_seconds: 99\nlog\nrealm_tf cpu_seconds: {cpu}\n")
-      events = os.path.join(logs, "events.json")
-      with open(events, "w") as f:
-        for label, shard in (("//pkg:a_test", 1), ("//pkg:b_test", 1), ("//pkg:b_test", 2)):
-          f.write(
-              json.dumps({
-                  "id": {
-                      "testResult": {
-                          "label": label,
-                          "shard": shard
-                      }
-                  },
-                  "testResult": {
-                      "testAttemptDurationMillis": "5000"
-                  }
-              }) + "\n")
-      times_path = os.path.join(logs, "times.json")
-      rc, out, err = self._run(logs, "//pkg:a_test //pkg:b_test", f"--build_events={events}",
-                               f"--times_output={times_path}")
-      with open(times_path) as f:
-        times = json.load(f)
+      rc, out, err, times = self._run_with_times(logs, (("//pkg:a_test", 1, 5000), ("//pkg:b_test", 1, 5000),
+                                                        ("//pkg:b_test", 2, 5000)))
     self.assertEqual(rc, 0, err)
     self.assertEqual(times["//pkg:b_test"]["cpu_seconds"], 3.8)  # 1.25 + 2.50, rounded to 0.1
     self.assertGreater(times["//pkg:a_test"]["cpu_seconds"], 0)
