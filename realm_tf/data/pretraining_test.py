@@ -322,7 +322,7 @@ class DprSampleTest(PretrainingTestCase):
   def test_annotates_real_passages(self):
     path = test_paths.shared_data_path("dpr_sample", "psgs_w100.haystack_sample.tsv")
     if path is None:
-      self.skipTest("shared data (dpr_sample) is absent")
+      self.skipTest(test_paths.missing_data_message("dpr_sample", "psgs_w100.haystack_sample.tsv"))
     prefix, stats = self.corpus_from(path, num_shards=3)
     self.assertEqual((stats.num_documents, stats.num_skipped, stats.num_annotated), (751, 0, 751))
     # About 100 words per passage: 3 to 10 sentences each on average; names and dates are frequent.

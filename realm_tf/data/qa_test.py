@@ -442,8 +442,7 @@ class SharedDataTest(QATestCase):
     super().setUp()
     self.data_dir = test_paths.shared_data_dir()
     if self.data_dir is None:
-      self.skipTest(f"shared data not found: set ${test_paths.SHARED_DATA_ENV} to the "
-                    "directory of the public data sets (bin/test and conftest.py set it beside the checkout)")
+      self.skipTest(test_paths.missing_data_message())
 
   def _path(self, *parts):
     path = os.path.join(self.data_dir, *parts)

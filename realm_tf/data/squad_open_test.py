@@ -119,8 +119,7 @@ class SharedDataTest(tf.test.TestCase):
     super().setUp()
     self.directory = test_paths.shared_data_path("squad")
     if self.directory is None:
-      self.skipTest(f"shared SQuAD data not found: set ${test_paths.SHARED_DATA_ENV} to the "
-                    "directory of the public data sets (bin/test and conftest.py set it beside the checkout)")
+      self.skipTest(test_paths.missing_data_message("squad"))
 
   def test_squad_open(self):
     data = squad_open.load_squad_open(*squad_open.find_squad_files(self.directory))

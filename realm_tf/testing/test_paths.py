@@ -29,3 +29,10 @@ def shared_data_path(*parts: str) -> Optional[str]:
     return None
   path = os.path.join(root, *parts)
   return path if os.path.exists(path) else None
+
+
+def missing_data_message(*parts: str) -> str:
+  """Why a test that needs the shared data (or parts of it) skips, and how to give it the data."""
+  what = f" ({os.path.join(*parts)})" if parts else ""
+  return (f"shared data not found{what}: set ${SHARED_DATA_ENV} to the directory of the public data "
+          "sets (bin/test and conftest.py set it beside the checkout)")
