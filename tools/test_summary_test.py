@@ -91,11 +91,19 @@ class TestSummaryTest(unittest.TestCase):
       _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
       for shard in (1, 2):
         _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
-      # Written by tools/cpu_time.sh itself, around a command that uses some CPU: the line it writes is
-      # the line test_summary reads.
+      # Written by tools/cpu_time.sh itself, around a command that reports its own CPU seconds: the line
+      # the wrapper writes is the line test_summary reads, and it counts the command's CPU (a `times`
+      # run in a subshell would count none).
       log_a = os.path.join(logs, "pkg", "a_test", "test.log")
       with open(log_a, "w") as f:
-        subprocess.run([_CPU_TIME, sys.executable, "-c", "sum(range(10000000))"], stdout=f, check=True)
+        subprocess.run([
+            _CPU_TIME, sys.executable, "-c", "import resource; sum(range(10000000)); "
+            "r = resource.getrusage(resource.RUSAGE_SELF); print(f'own {r.ru_utime + r.ru_stime:.3f}')"
+        ],
+                       stdout=f,
+                       check=True)
+      with open(log_a) as f:
+        own = float(next(line for line in f if line.startswith("own ")).split()[1])
       for shard, cpu in ((1, "1.25"), (2, "2.50")):
         with open(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.log"), "w") as f:
           # An earlier attempt's line above the last one: the last counts.
@@ -104,7 +112,8 @@ class TestSummaryTest(unittest.TestCase):
                                                         ("//pkg:b_test", 2, 5000)))
     self.assertEqual(rc, 0, err)
     self.assertEqual(times["//pkg:b_test"]["cpu_seconds"], 3.8)  # 1.25 + 2.50, rounded to 0.1
-    self.assertGreater(times["//pkg:a_test"]["cpu_seconds"], 0)
+    # Rounded to 0.01 by the wrapper and 0.1 by the summary.
+    self.assertGreaterEqual(times["//pkg:a_test"]["cpu_seconds"], own - 0.06)
     self.assertIn("of CPU in the 2 that report it", out.splitlines()[0])
 
   def test_bazel_phases_from_build_events(self):
