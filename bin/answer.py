@@ -6,6 +6,11 @@ passages (best first) with their retriever scores; the last line names the model
 bm25 or hybrid: bin/export_saved_model --retriever).
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import textwrap
 
 from absl import app

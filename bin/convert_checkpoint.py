@@ -25,6 +25,11 @@ document 288; ORQA query 64, document 288, reader 320) cut to the BERT's positio
       --output_dir=/export/orqa_nq
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import sys
 
 from absl import app

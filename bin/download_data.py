@@ -36,6 +36,11 @@ already present with the expected sha256 is not downloaded again. --base_url fet
 laid out like --data_dir instead; --checksums_file replaces expected checksums (another version).
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import csv
 import dataclasses
 import hashlib

@@ -16,6 +16,11 @@ one table; <name> is the QA file's base name, followed by .<retriever> for all b
 the questions you report.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 from absl import app
 from absl import flags
 from absl import logging

@@ -23,6 +23,11 @@ the model carries the BM25 postings, so it needs no corpus files where it is ser
       --input_exprs 'input_word_ids=[[101, 2040, 2626, 102]];input_mask=[[1, 1, 1, 1]]'
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import sys
 
 from absl import app

@@ -11,6 +11,11 @@ original's format: GZIP TFRecord shards of title, text, sentence_byte_{start,lim
 span_byte_{start,limit}, plus PREFIX.manifest.json.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 from absl import app
 from absl import flags
 from absl import logging

@@ -6,6 +6,11 @@ r"""Tokenizes raw documents into the sharded TFRecord retrieval corpus (realm_tf
 Input: JSONL of {"title", "body"} (or "text"; optional "id"), or a DPR-style TSV (id, text, title).
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 from absl import app
 from absl import logging
 

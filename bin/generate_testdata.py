@@ -6,6 +6,11 @@ cores: bin/train_mlm and bin/train_ict as bin/demo --from_scratch runs them).
   python bin/generate_testdata.py --output_dir=testdata --models
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import os
 import shutil
 import tempfile

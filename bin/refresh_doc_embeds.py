@@ -17,6 +17,11 @@ Every option is also a key of a config file (realm_tf/config/refresh_doc_embeds.
 the refresher writes them all to MODEL_DIR/refresh_doc_embeds.yaml, from which --config_file restarts it.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import os
 
 from absl import app

@@ -9,6 +9,11 @@ not slow; the line "serving ... at http://HOST:PORT/" says it is ready (--port=0
 chooses, named in that line). See realm_tf/serving/server.py for the API and the limits.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import signal
 import sys
 

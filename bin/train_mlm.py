@@ -15,6 +15,11 @@ Every option is also a key of a config file (realm_tf/config/train_mlm.py; docs/
 writes them all to MODEL_DIR/train_mlm.yaml, from which --config_file resumes or repeats it.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 from absl import app
 from absl import logging
 

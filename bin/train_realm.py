@@ -13,6 +13,11 @@ run writes all of them to MODEL_DIR/train_realm.yaml; resume or repeat it from t
 --help lists the daily flags, --helpfull all of them.
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 from absl import app
 from absl import logging
 

@@ -20,6 +20,11 @@ index, so they are never returned again. A bad change set stops before anything 
       --remove_ids=17
 """
 
+from realm_tf import process_start
+
+process_start.pause_collector(__name__)  # before TensorFlow's import (realm_tf/process_start.py)
+# pylint: disable=wrong-import-position
+
 import os
 import sys
 

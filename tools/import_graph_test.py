@@ -33,8 +33,9 @@ _SCANNED = ("realm_tf", "bin", "bench")
 # Why this order (each layer imports only what is below it):
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # Text and files, no model: WordPiece tokenization and packing, atomic writes, JSON configs, locks.
-    ("utilities", ("realm_tf.io_utils", "realm_tf.json_config", "realm_tf.process_lock", "realm_tf.stopping",
-                   "realm_tf.traced_once", "realm_tf.tokenization", "realm_tf.featurization")),
+    ("utilities",
+     ("realm_tf.io_utils", "realm_tf.json_config", "realm_tf.process_lock", "realm_tf.process_start",
+      "realm_tf.stopping", "realm_tf.traced_once", "realm_tf.tokenization", "realm_tf.featurization")),
     # Readers and writers of corpora and examples: they tokenize and pack (utilities).
     ("data", ("realm_tf.data",)),
     # Answer matching and scores; evaluation reads QA and FiD example files (data).
