@@ -426,9 +426,9 @@ class StepsPerLoopTest(_SeededTestCase):
   fed through distribute_datasets_from_function) give the per-step run's weights and its losses' window
   means."""
 
-  def _check_loops(self, ref, weights, seen):
+  def _check_loops(self, ref, weights, seen, loop_ends=(1, 5, 10)):
     # The first step of a process runs alone, then loops end on multiples of _STEPS_PER_LOOP.
-    loop_ends = [1, 5, 10]
+    loop_ends = list(loop_ends)
     self.assertEqual([s for s, _ in seen], loop_ends)
     for (step, got), expected in zip(seen, _window_means(ref.results, loop_ends)):
       self.assertEqual(set(expected) - {train_lib.NONFINITE_GRADIENTS}, set(got), msg=step)
@@ -447,6 +447,14 @@ class StepsPerLoopTest(_SeededTestCase):
       if run is None:
         self.skipTest(reason)
       self._check_loops(_reference("realm"), *run)
+
+  def test_one_step_loops_report_each_step(self):
+    # --steps_per_loop=1 runs each step through the step's own function, not orbit's loop function
+    # (step_loop.StepLoop): every loop's means are its one step's scalars, and the weights the same.
+    ref = _reference("ict")
+    self._check_loops(ref,
+                      *_run_loop("ict", ref.initial, 1, os.path.join(self.get_temp_dir(), "ict")),
+                      loop_ends=range(1, _STEPS + 1))
 
   def test_two_replicas_take_their_halves_of_each_global_batch(self):
     run, reason = _realm_two_replicas()
