@@ -39,25 +39,25 @@ class StepLoop(orbit.StandardTrainer):
 
   def train(self, num_steps: tf.Tensor) -> Dict[str, float]:
     steps = int(num_steps)
-    if self._sums is None or steps == 1:
-      # float32 as the loop's sums are, so that a one-step window reads the same either way.
-      first = {
-          name: float(tf.cast(value, tf.float32))
-          for name, value in self._train_step(next(self.train_dataset)).items()
-      }
-      if self._sums is not None:
-        return first
+    if self._sums is not None and steps != 1:
+      sums = super().train(num_steps)
+      return {name: total / max(steps, 1) for name, total in sums.items()}
+    # The very first step, or a loop of one: through the step's own tf.function (the class docstring).
+    # float32 as the loop's sums are, so that a one-step window reads the same either way.
+    first = {
+        name: float(tf.cast(value, tf.float32))
+        for name, value in self._train_step(next(self.train_dataset)).items()
+    }
+    if self._sums is None:
       with self._train_step.strategy.scope():
         # Float32 sums of every step's scalars, created once.
         self._sums = {
             name: tf.Variable(0.0, trainable=False, name=f"sum_{i}") for i, name in enumerate(sorted(first))
         }
-      if steps <= 1:
-        return first
-      rest = super().train(tf.constant(steps - 1, tf.int32))  # sums
-      return {name: (first[name] + rest[name]) / steps for name in first}
-    sums = super().train(num_steps)
-    return {name: total / max(steps, 1) for name, total in sums.items()}
+    if steps <= 1:
+      return first
+    rest = super().train(tf.constant(steps - 1, tf.int32))  # sums
+    return {name: (first[name] + rest[name]) / steps for name in first}
 
   def train_loop_begin(self):
     for total in self._sums.values():
