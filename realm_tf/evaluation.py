@@ -180,26 +180,33 @@ def recall_at_k(
   return _recall_of_ranks(first_hit_ranks(retrieved_has_answer), ks)
 
 
+def paired_change(now: Sequence[bool], before: Sequence[bool]) -> Dict[str, float]:
+  """Two systems' yes/no outcomes on the same questions (an answer found in the top k, an exact match):
+  "gained", the questions where only the first succeeds, "lost", the reverse, and "p_value", the exact
+  two-sided sign test of gained against lost (McNemar's exact test): the chance of a split at least that
+  uneven if the two succeeded on any given question equally often.
+  """
+  from scipy import stats  # pylint: disable=g-import-not-at-top (only here; tf-models-official's dependency)
+  now, before = np.asarray(now, bool), np.asarray(before, bool)
+  if now.shape != before.shape:
+    raise ValueError(f"paired_change: {now.shape[0]} questions against {before.shape[0]}; compare "
+                     "outcomes of the same questions")
+  gained, lost = int(np.sum(now & ~before)), int(np.sum(before & ~now))
+  p_value = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+  return {"gained": gained, "lost": lost, "p_value": float(p_value)}
+
+
 def paired_recall_change(
     first_hits: Sequence[int], baseline_first_hits: Sequence[int],
     ks: Sequence[int] = (1, 5, 20, 100)) -> Dict[str, Dict[str, float]]:
   """Two rankers' recall compared question by question, from each one's first_hit_ranks of the same
-  questions: per k, the questions the first finds in its top k and the baseline does not ("gained"), the
-  reverse ("lost"), and the exact two-sided sign test of gained against lost (McNemar's test): "p_value",
-  the chance of a split at least that uneven if the two found any given question equally often.
+  questions: per k ("@k"), paired_change of finding an answer in the top k.
   """
-  from scipy import stats  # pylint: disable=g-import-not-at-top (only here; tf-models-official's dependency)
   now, before = np.asarray(first_hits), np.asarray(baseline_first_hits)
   if now.shape != before.shape:
     raise ValueError(f"paired_recall_change: {now.shape[0]} questions against {before.shape[0]}; compare "
                      "rankings of the same questions")
-  result = {}
-  for k in ks:
-    found_now, found_before = (now > 0) & (now <= k), (before > 0) & (before <= k)
-    gained, lost = int(np.sum(found_now & ~found_before)), int(np.sum(found_before & ~found_now))
-    p_value = stats.binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
-    result[f"@{k}"] = {"gained": gained, "lost": lost, "p_value": float(p_value)}
-  return result
+  return {f"@{k}": paired_change((now > 0) & (now <= k), (before > 0) & (before <= k)) for k in ks}
 
 
 def answer_first_hits(rows,

@@ -165,6 +165,22 @@ class PairedRecallChangeTest(tf.test.TestCase):
       evaluation.paired_recall_change([1, 2], [1, 2, 3])
 
 
+class PairedChangeTest(tf.test.TestCase):
+
+  def test_exact_matches_compared_question_by_question(self):
+    before = [True, True, False, False, True, False]
+    now = [True, False, True, True, True, True]
+    self.assertEqual(
+        evaluation.paired_change(now, before),
+        {
+            "gained": 3,
+            "lost": 1,
+            "p_value": 0.625  # 1 or 3 of 4 (or fewer/more): 10 of 16 equally likely splits
+        })
+    with self.assertRaisesRegex(ValueError, "same questions"):
+      evaluation.paired_change([True], [True, False])
+
+
 class RankingsRecallTest(tf.test.TestCase):
 
   def test_answer_and_gold_recall_with_regex_answers_and_without_gold_rows(self):
