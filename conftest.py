@@ -11,9 +11,6 @@ from absl import flags
 # As .bazelrc's test --test_env: XLA's LLVM back end at -O0 (the same values, compiled about 3x faster),
 # set before TensorFlow first compiles; an XLA_FLAGS from outside wins.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-# As .bazelrc's: one thread per op and TensorFlow's own kernels, so that both runners compute alike.
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # As bin/test: the public data sets' mirror beside the checkout, which the data tests read and skip
 # without (realm_tf/testing/test_paths.py); a REALM_TF_SHARED_DATA from outside wins.
 os.environ.setdefault(
