@@ -47,8 +47,9 @@ _MODEL_DIR = flags.DEFINE_string(
 _EVAL_DIR = flags.DEFINE_string(
     "eval_dir", None, "Where that run's bin/eval_orqa predictions are (default WORK/eval_bm25); exact "
     "match is compared for the retrievers that have a dev.<retriever>.predictions.jsonl there.")
-_WEIGHT = flags.DEFINE_float("hybrid_bm25_weight", 0.5, "BM25's weight in the weighted hybrid (chosen "
-                             "on held-out train questions by bench/squad_open_hybrid_tuning_bench.py).")
+_WEIGHT = flags.DEFINE_float(
+    "hybrid_bm25_weight", 0.5, "BM25's weight in the weighted hybrid (chosen "
+    "on held-out train questions by bench/squad_open_hybrid_tuning_bench.py).")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "squad_open_paired.json"),
                               "Where to write the JSON results.")
 _KS = (1, 5, 20, 100)
@@ -116,7 +117,8 @@ def main(argv):
   model_dir = _MODEL_DIR.value or os.path.join(work, "orqa_bm25")
   eval_dir = _EVAL_DIR.value or os.path.join(work, "eval_bm25")
   dev_path = os.path.join(work, "qa", "dev.jsonl")
-  for path, flag in ((dev_path, "--work_dir"), (os.path.join(model_dir, "train_summary.json"), "--model_dir")):
+  for path, flag in ((dev_path, "--work_dir"), (os.path.join(model_dir,
+                                                             "train_summary.json"), "--model_dir")):
     if not os.path.exists(path):
       raise app.UsageError(f"{flag}: no {path}; run bench/squad_open_e2e_bench.py --train_retriever=bm25 "
                            "first")
@@ -165,17 +167,33 @@ def main(argv):
   weighted = hybrid.label(hybrid.HYBRID, _WEIGHT.value)
   zero_shot_weighted = f"zero-shot {weighted}"
   rankings = {
-      hybrid.BM25: hybrid.candidate_rows(hybrid.BM25, questions, max(_KS), trained_tower, sparse)["rows"],
-      hybrid.DENSE: hybrid.candidate_rows(hybrid.DENSE, questions, max(_KS), trained_tower, sparse)["rows"],
-      hybrid.HYBRID: hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), trained_tower, sparse)["rows"],
-      weighted: hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), trained_tower, sparse,
-                                      bm25_weight=_WEIGHT.value)["rows"],
-      "zero-shot dense": zero_shot_tower(max(_KS))[0],
-      ZERO_SHOT: hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), zero_shot_tower, sparse)["rows"],
-      zero_shot_weighted: hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), zero_shot_tower, sparse,
-                                                bm25_weight=_WEIGHT.value)["rows"],
+      hybrid.BM25:
+          hybrid.candidate_rows(hybrid.BM25, questions, max(_KS), trained_tower, sparse)["rows"],
+      hybrid.DENSE:
+          hybrid.candidate_rows(hybrid.DENSE, questions, max(_KS), trained_tower, sparse)["rows"],
+      hybrid.HYBRID:
+          hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), trained_tower, sparse)["rows"],
+      weighted:
+          hybrid.candidate_rows(hybrid.HYBRID,
+                                questions,
+                                max(_KS),
+                                trained_tower,
+                                sparse,
+                                bm25_weight=_WEIGHT.value)["rows"],
+      "zero-shot dense":
+          zero_shot_tower(max(_KS))[0],
+      ZERO_SHOT:
+          hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), zero_shot_tower, sparse)["rows"],
+      zero_shot_weighted:
+          hybrid.candidate_rows(hybrid.HYBRID,
+                                questions,
+                                max(_KS),
+                                zero_shot_tower,
+                                sparse,
+                                bm25_weight=_WEIGHT.value)["rows"],
   }
-  _log(f"{len(questions)} dev questions ranked by {len(rankings)} retrievers in {time.time() - started:.0f} s")
+  _log(
+      f"{len(questions)} dev questions ranked by {len(rankings)} retrievers in {time.time() - started:.0f} s")
   answers = [e.answers for e in examples]
   outcomes, recall = {}, {}
   for name, rows in rankings.items():
@@ -183,7 +201,8 @@ def main(argv):
     outcomes[name] = {f"recall@{k}": (hits > 0) & (hits <= k) for k in _KS}
     recall[name] = {f"recall@{k}": 100.0 * float(np.mean(outcomes[name][f"recall@{k}"])) for k in _KS}
     found = exact_matches(
-        os.path.join(eval_dir, orqa_evaluation.output_name(dev_path, name) + ".predictions.jsonl"), examples)
+        os.path.join(eval_dir,
+                     orqa_evaluation.output_name(dev_path, name) + ".predictions.jsonl"), examples)
     if found is not None:
       outcomes[name]["exact_match"] = found
       recall[name]["exact_match"] = 100.0 * float(np.mean(found))
@@ -202,8 +221,8 @@ def main(argv):
         f"(model {model_dir})")
   print(f"{'retriever':<22}" + "".join(f"{m:>13}" for m in measures) + "   bin/eval_orqa's")
   for name in rankings:
-    print(f"{name:<22}" + "".join(f"{recall[name].get(m, float('nan')):13.2f}" for m in measures) +
-          "   " + " ".join(f"{reported.get(name, {}).get(m, float('nan')):.2f}" for m in measures))
+    print(f"{name:<22}" + "".join(f"{recall[name].get(m, float('nan')):13.2f}" for m in measures) + "   " +
+          " ".join(f"{reported.get(name, {}).get(m, float('nan')):.2f}" for m in measures))
   for name, versus in paired.items():
     for baseline, changes in versus.items():
       print(f"{name:<22} {baseline:<28} " + "; ".join(f"{m} {_cell(c)}" for m, c in changes.items()))

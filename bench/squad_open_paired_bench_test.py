@@ -63,11 +63,17 @@ class ExactMatchesTest(absltest.TestCase):
         "question": "where?",
         "prediction": "London"
     }])
-    np.testing.assert_array_equal(squad_open_paired_bench.exact_matches(path, self._examples()), [True, False])
+    np.testing.assert_array_equal(squad_open_paired_bench.exact_matches(path, self._examples()),
+                                  [True, False])
 
   def test_predictions_of_other_questions_are_refused(self):
-    path = self._write([{"question": "where?", "prediction": "Paris"}, {"question": "who wrote it?",
-                                                                       "prediction": "Ada Lovelace"}])
+    path = self._write([{
+        "question": "where?",
+        "prediction": "Paris"
+    }, {
+        "question": "who wrote it?",
+        "prediction": "Ada Lovelace"
+    }])
     with self.assertRaisesRegex(ValueError, "not the QA file's"):
       squad_open_paired_bench.exact_matches(path, self._examples())
 
