@@ -29,7 +29,7 @@ Recall is bin/eval_orqa's: an answer string in a paragraph's body (evaluation.ha
 import json
 import os
 import time
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -78,6 +78,34 @@ def paired_rows(outcomes: Dict[str, Dict[str, np.ndarray]], baselines: Sequence[
   return result
 
 
+def _searched_once_per_depth(search: Callable[[int], Tuple[np.ndarray, np.ndarray]]):
+  """search(depth) -> (rows, scores), run once per depth however many rows ask for it."""
+  found = {}
+
+  def at(depth: int):
+    if depth not in found:
+      found[depth] = search(depth)
+    return found[depth]
+
+  return at
+
+
+class _Bm25SearchedOnce:
+  """A Bm25Index whose search runs once per (questions, depth): hybrid.candidate_rows searches BM25 for
+  each hybrid row, and every row here ranks the same questions."""
+
+  def __init__(self, index):
+    self._index = index
+    self.num_docs = index.num_docs
+    self._found = {}
+
+  def search(self, queries: Sequence[str], k: int):
+    key = (tuple(queries), k)
+    if key not in self._found:
+      self._found[key] = self._index.search(list(queries), k)
+    return self._found[key]
+
+
 def exact_matches(predictions_path: str, examples) -> Optional[np.ndarray]:
   """bool [questions]: bin/eval_orqa's prediction of each example an exact match (its predictions JSONL,
   one record per example in the QA file's order); None when the file is not there."""
@@ -103,6 +131,7 @@ def main(argv):
   from realm_tf import evaluation
   from realm_tf import io_utils
   from realm_tf.data import qa
+  from realm_tf.retrieval import brute_force_index
   from realm_tf.retrieval import hybrid
   from realm_tf.retrieval import text_embedder
   from realm_tf.runs import frozen_index
@@ -135,14 +164,9 @@ def main(argv):
                                             batch_size=64,
                                             num_retrieved=max(_KS))
   features = predictor.featurize(questions)
-  dense = {}  # depth -> the trained tower's (rows, scores), searched once
-
-  def trained_tower(depth):
-    if depth not in dense:
-      dense[depth] = predictor.retrieve(features, depth)
-    return dense[depth]
-
-  sparse = hybrid.build_bm25(blocks.titles, blocks.bodies)
+  trained_tower = _searched_once_per_depth(lambda depth: predictor.retrieve(features, depth))
+  # Every hybrid row asks for BM25's same top FUSION_DEPTH of the same questions: searched once.
+  sparse = _Bm25SearchedOnce(hybrid.build_bm25(blocks.titles, blocks.bodies))
   directory = minilm_lib.minilm_directory(minilm_lib.CACHE_DIR.value, minilm_lib.MINILM_DIR.value)
   embedder, tokenizer = minilm_lib.load(directory)
   zero_shot_queries = text_embedder.TextEmbedder(embedder,
@@ -152,45 +176,23 @@ def main(argv):
                                                  jit_compile=False).embed(questions)
   paragraphs = frozen_index.load_frozen_index(model_dir, trained.orqa.retrieval_corpus_path)
   paragraphs = paragraphs / np.linalg.norm(paragraphs, axis=1, keepdims=True)  # cosine, as it was trained
+  exact = brute_force_index.BruteForceIndex.build(paragraphs)
+  zero_shot_tower = _searched_once_per_depth(lambda depth: exact.search(zero_shot_queries, depth))
 
-  zero_shot = {}  # depth -> the untrained tower's (rows, scores): exact search, once per depth
-
-  def zero_shot_tower(depth):
-    if depth not in zero_shot:
-      scores = zero_shot_queries @ paragraphs.T
-      top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
-      top_scores = np.take_along_axis(scores, top, axis=1)
-      order = np.argsort(-top_scores, axis=1)
-      zero_shot[depth] = np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
-    return zero_shot[depth]
+  def ranked(retriever, tower, bm25_weight=None):
+    """bin/eval_orqa's rows for retriever (hybrid.candidate_rows), its dense side from tower."""
+    return hybrid.candidate_rows(retriever, questions, max(_KS), tower, sparse,
+                                 bm25_weight=bm25_weight)["rows"]
 
   weighted = hybrid.label(hybrid.HYBRID, _WEIGHT.value)
-  zero_shot_weighted = f"zero-shot {weighted}"
   rankings = {
-      hybrid.BM25:
-          hybrid.candidate_rows(hybrid.BM25, questions, max(_KS), trained_tower, sparse)["rows"],
-      hybrid.DENSE:
-          hybrid.candidate_rows(hybrid.DENSE, questions, max(_KS), trained_tower, sparse)["rows"],
-      hybrid.HYBRID:
-          hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), trained_tower, sparse)["rows"],
-      weighted:
-          hybrid.candidate_rows(hybrid.HYBRID,
-                                questions,
-                                max(_KS),
-                                trained_tower,
-                                sparse,
-                                bm25_weight=_WEIGHT.value)["rows"],
-      "zero-shot dense":
-          zero_shot_tower(max(_KS))[0],
-      ZERO_SHOT:
-          hybrid.candidate_rows(hybrid.HYBRID, questions, max(_KS), zero_shot_tower, sparse)["rows"],
-      zero_shot_weighted:
-          hybrid.candidate_rows(hybrid.HYBRID,
-                                questions,
-                                max(_KS),
-                                zero_shot_tower,
-                                sparse,
-                                bm25_weight=_WEIGHT.value)["rows"],
+      hybrid.BM25: ranked(hybrid.BM25, trained_tower),
+      hybrid.DENSE: ranked(hybrid.DENSE, trained_tower),
+      hybrid.HYBRID: ranked(hybrid.HYBRID, trained_tower),
+      weighted: ranked(hybrid.HYBRID, trained_tower, _WEIGHT.value),
+      "zero-shot dense": ranked(hybrid.DENSE, zero_shot_tower),
+      ZERO_SHOT: ranked(hybrid.HYBRID, zero_shot_tower),
+      f"zero-shot {weighted}": ranked(hybrid.HYBRID, zero_shot_tower, _WEIGHT.value),
   }
   _log(
       f"{len(questions)} dev questions ranked by {len(rankings)} retrievers in {time.time() - started:.0f} s")
@@ -214,7 +216,7 @@ def main(argv):
       with open(path, encoding="utf-8") as f:
         metrics = json.load(f)
       reported[name] = {k: metrics[k] for k in recall[name] if k in metrics}
-  paired = paired_rows(outcomes, [hybrid.BM25, "zero-shot dense", ZERO_SHOT, zero_shot_weighted])
+  paired = paired_rows(outcomes, [hybrid.BM25, "zero-shot dense", ZERO_SHOT, f"zero-shot {weighted}"])
 
   measures = [f"recall@{k}" for k in _KS] + ["exact_match"]
   print(f"\n{len(questions)} SQuAD-open dev questions over {len(blocks.bodies)} paragraphs "
