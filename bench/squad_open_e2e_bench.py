@@ -16,7 +16,10 @@ squad_open_e2e_hybrid_w0.5.json` adds that row without touching the others.
 With --train_retriever=bm25 (or hybrid, with --train_hybrid_bm25_weight) bin/train_orqa trains the reader
 on that retriever's paragraphs (its --retriever) in WORK/orqa_<label>/, from the dense run's frozen index
 (--index_dir: the same MiniLM document tower, so the corpus is not embedded again), and the evaluations
-go to WORK/eval_<label>/: the reader trained on what it reads, beside the dense-trained one.
+go to WORK/eval_<label>/: the reader trained on what it reads, beside the dense-trained one. With
+--retriever_learning_rate=R the query tower trains at its own peak rate R (ORQA's paper: 1e-5) beside the
+reader's --learning_rate; the label gains _qlrR (e.g. WORK/orqa_bm25_qlr1e-05/), the frozen index again
+the dense run's.
 
 Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
 resumes from its latest checkpoint; an evaluation reruns whole):
@@ -81,6 +84,9 @@ _STEPS = flags.DEFINE_integer("num_train_steps", 700, "bin/train_orqa steps.")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Training questions per step.")
 # 1e-4: the rate bench/squad_open_qa_bench.py's MiniLM reader learned at (a fresh span head, few steps).
 _LR = flags.DEFINE_float("learning_rate", 1e-4, "Peak learning rate (query tower and reader).")
+_RETRIEVER_LR = flags.DEFINE_float(
+    "retriever_learning_rate", None, "bin/train_orqa --retriever_learning_rate: the query tower's own peak "
+    "rate (the run's label gains _qlrR: WORK/orqa_<label>/, WORK/eval_<label>/).")
 _SCALE = flags.DEFINE_float("cosine_score_scale", 20.0, "Retriever logits = scale x cosine "
                             "(all-MiniLM-L6-v2 was trained with 20).")
 _READER_LEN = flags.DEFINE_integer("reader_seq_len", 256, "Reader wordpieces: [CLS] question [SEP] "
@@ -154,22 +160,30 @@ def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every:
 
 
 def _train_label() -> str:
-  return hybrid.label(_TRAIN_RETRIEVER.value, _TRAIN_HYBRID_WEIGHT.value)
+  label = hybrid.label(_TRAIN_RETRIEVER.value, _TRAIN_HYBRID_WEIGHT.value)
+  return label if _RETRIEVER_LR.value is None else f"{label}_qlr{_RETRIEVER_LR.value:g}"
+
+
+def _first_run() -> bool:
+  """The run the others start from: the dense tower's, at one learning rate (WORK/orqa, WORK/eval)."""
+  return _TRAIN_RETRIEVER.value == hybrid.DENSE and _RETRIEVER_LR.value is None
 
 
 def _runs_suffix() -> str:
-  """What the logs of a reader trained on another retriever than the dense tower add to their names."""
-  return "" if _TRAIN_RETRIEVER.value == hybrid.DENSE else f".trained_on_{_train_label()}"
+  """What the logs of the other runs add to their names."""
+  return "" if _first_run() else f".trained_on_{_train_label()}"
 
 
 def train_flags(work_dir: str, minilm: str, corpus: str, questions: Dict[str, str]) -> Dict:
   """bin/train_orqa's flags for this run."""
-  dense = _TRAIN_RETRIEVER.value == hybrid.DENSE
-  extra = {} if dense else dict(retriever=_TRAIN_RETRIEVER.value,
-                                hybrid_bm25_weight=_TRAIN_HYBRID_WEIGHT.value,
-                                index_dir=os.path.join(work_dir, "orqa", "frozen_index"))
+  first = _first_run()
+  extra = {} if first else dict(index_dir=os.path.join(work_dir, "orqa", "frozen_index"))
+  if _TRAIN_RETRIEVER.value != hybrid.DENSE:
+    extra.update(retriever=_TRAIN_RETRIEVER.value, hybrid_bm25_weight=_TRAIN_HYBRID_WEIGHT.value)
+  if _RETRIEVER_LR.value is not None:
+    extra.update(retriever_learning_rate=_RETRIEVER_LR.value)
   return dict(
-      model_dir=os.path.join(work_dir, "orqa" if dense else f"orqa_{_train_label()}"),
+      model_dir=os.path.join(work_dir, "orqa" if first else f"orqa_{_train_label()}"),
       train_path=questions["train"],
       dev_path=questions["heldout"],
       max_eval_examples=_MAX_EVAL.value,
@@ -387,7 +401,7 @@ def main(argv):
 
   from realm_tf.runs import orqa_evaluation  # pylint: disable=g-import-not-at-top
   results = {}
-  out = os.path.join(work_dir, "eval" if _TRAIN_RETRIEVER.value == hybrid.DENSE else f"eval_{_train_label()}")
+  out = os.path.join(work_dir, "eval" if _first_run() else f"eval_{_train_label()}")
   for retriever in _RETRIEVERS.value:
     # One invocation per retriever: each is resumable by itself (bin/eval_orqa takes several at once).
     weight = _HYBRID_WEIGHT.value if retriever == hybrid.HYBRID else None

@@ -105,6 +105,17 @@ class TrainFlagsTest(absltest.TestCase):
         }, {
             k: v for k, v in dense.items() if k != "model_dir"
         })
+    # A slower query tower: its own run, from the same frozen index, the tower's rate passed on.
+    with flagsaver.flagsaver(train_retriever="bm25", retriever_learning_rate=1e-5):
+      slow = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual(
+        (slow["model_dir"], slow["retriever"], slow["retriever_learning_rate"], slow["index_dir"]),
+        ("/w/orqa_bm25_qlr1e-05", "bm25", 1e-5, "/w/orqa/frozen_index"))
+    with flagsaver.flagsaver(retriever_learning_rate=1e-5):
+      slow_dense = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual((slow_dense["model_dir"], slow_dense["index_dir"]),
+                     ("/w/orqa_dense_qlr1e-05", "/w/orqa/frozen_index"))
+    self.assertNotIn("retriever", slow_dense)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

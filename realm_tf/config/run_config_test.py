@@ -318,6 +318,7 @@ _FLAGS_BEFORE = {
             "skip_invalid",
             "retriever",
             "hybrid_bm25_weight",  # added since (issue 41: train on BM25's or the hybrid's rows)
+            "retriever_learning_rate",  # added since (issue 41: the query tower's own rate)
         },
     train_fid_kd.TrainFidKdConfig:
         _RETRIEVER | {

@@ -5,7 +5,7 @@
   model      vocab_path do_lower_case bert_config
   retriever  embedder_pooling cosine_score_scale projection_size query_seq_len embedder_layer_norm_epsilon
              candidate_seq_len embedder_dropout_rate retriever_checkpoint index_dir embed_batch_size
-             retriever hybrid_bm25_weight
+             retriever hybrid_bm25_weight retriever_learning_rate
   reader     reader_checkpoint reader_seq_len span_hidden_size max_span_width retriever_beam_size
              reader_beam_size max_answers max_num_answers max_answer_len
   evaluation eval_every_steps eval_batch_size
@@ -54,6 +54,10 @@ class OrqaRetriever(sections.Retriever):
       "scores instead of reciprocal rank fusion (tune W on held-out questions).",
       lower_bound=0.0,
       upper_bound=1.0)
+  retriever_learning_rate: Optional[float] = option(
+      None, "Peak learning rate of the query tower, on the same warmup and decay; default "
+      "train.learning_rate (the original trains both at one rate).",
+      lower_bound=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +120,7 @@ class TrainOrqaConfig:
                                                              "max_eval_examples", "skip_invalid"),
                                            **sections.values(retriever, "retriever_checkpoint", "index_dir",
                                                              "embed_batch_size", "retriever",
-                                                             "hybrid_bm25_weight"),
+                                                             "hybrid_bm25_weight", "retriever_learning_rate"),
                                            reader_checkpoint=reader.reader_checkpoint,
                                            **dataclasses.asdict(self.evaluation),
                                            **sections.values(self.train, "batch_size", "learning_rate",

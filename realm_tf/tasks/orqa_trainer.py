@@ -70,6 +70,8 @@ class OrqaTrainerOptions:
   reader_checkpoint: Optional[str] = None
   batch_size: int = 8
   learning_rate: float = 1e-5
+  # The query tower's peak rate (the same schedule); None: learning_rate, as the original.
+  retriever_learning_rate: Optional[float] = None
   adam_bias_correction: bool = False
   eval_every_steps: int = 1000
   eval_batch_size: int = 32
@@ -79,6 +81,22 @@ class OrqaTrainerOptions:
   seed: int = 0
   retriever: str = hybrid.DENSE
   hybrid_bm25_weight: Optional[float] = None
+
+
+# The query tower's variables, and only they: orqa/query_embedder/... (the frozen document tower is not
+# trained; the reader is orqa/reader/...), with or without a replica's /replica_N suffix.
+QUERY_TOWER_VARIABLES = "/query_embedder/"
+
+
+def query_tower_multipliers(options: OrqaTrainerOptions):
+  """create_optimizer's learning_rate_multipliers for options.retriever_learning_rate: the query tower at
+  that peak rate on the reader's schedule."""
+  if options.retriever_learning_rate is None:
+    return ()
+  if options.learning_rate <= 0:
+    raise ValueError(f"retriever_learning_rate={options.retriever_learning_rate} needs learning_rate > 0 "
+                     f"(got {options.learning_rate}): the query tower's rate is a factor of its schedule")
+  return ((QUERY_TOWER_VARIABLES, options.retriever_learning_rate / options.learning_rate),)
 
 
 def _write_configs(config: realm_config_lib.RealmConfig, orqa: orqa_lib.OrqaConfig, model_dir: str) -> None:
@@ -135,7 +153,8 @@ class OrqaTask(task_lib.Task):
   def create_optimizer(self):
     return optimization.create_optimizer(self.options.learning_rate,
                                          self.options.loop.num_train_steps,
-                                         bias_correction=self.options.adam_bias_correction)
+                                         bias_correction=self.options.adam_bias_correction,
+                                         learning_rate_multipliers=query_tower_multipliers(self.options))
 
   def build_inputs(self, batches_done: int) -> tf.data.Dataset:
     options, examples = self.options, self.train_examples
@@ -208,6 +227,7 @@ def train(options: OrqaTrainerOptions,
   model_dir = options.loop.model_dir
   options.loop.check_between_loops("eval_every_steps", options.eval_every_steps, "dev evaluations")
   train_candidates.check_retriever(options.retriever, options.hybrid_bm25_weight)
+  query_tower_multipliers(options)  # a bad rate fails now, not after the corpus is embedded
   if options.index_dir and not options.retriever_checkpoint:
     raise ValueError(f"--index_dir={options.index_dir} needs --retriever_checkpoint: the query tower must "
                      "start from the retriever whose document tower embedded that index")

@@ -159,12 +159,29 @@ class TrainOnBm25Test(tf.test.TestCase):
     best = summary["best"]
     for key, value in best["metrics"].items():
       self.assertAllClose(result[key], value, msg=key)
-    # A restart reads the saved rows instead of searching again.
+    # A restart reads the saved rows instead of searching again. It also holds the query tower still
+    # (--retriever_learning_rate=0) while the reader trains on: the one rate reaches the tower's
+    # variables, and only them.
     with eager_functions.functions_run_eagerly():
-      orqa_trainer.train(_options(model_dir, paths, 3, orqa=orqa, retriever="bm25", dev_path=None),
+      orqa_trainer.train(_options(model_dir,
+                                  paths,
+                                  3,
+                                  orqa=orqa,
+                                  retriever="bm25",
+                                  dev_path=None,
+                                  retriever_learning_rate=0.0),
                          tf.distribute.get_strategy(),
                          log=logs.append)
     self.assertTrue(any("reusing the bm25 candidates" in line for line in logs), logs)
+    before, after = (tf.train.load_checkpoint(os.path.join(model_dir, f"ckpt-{step}")) for step in (2, 3))
+    moved = {
+        name for name in before.get_variable_to_shape_map()
+        # The weights, not Adam's slots: those still follow the tower's gradient.
+        if name.startswith("model/") and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE") and
+        ".OPTIMIZER_SLOT" not in name and not np.array_equal(before.get_tensor(name), after.get_tensor(name))
+    }
+    self.assertTrue(any("/reader/" in name for name in moved), moved)
+    self.assertFalse([name for name in moved if "query_embedder" in name])
 
     # The hybrid's dense side is the warm-start query tower (here a fresh one, seeded) over the frozen
     # index: its rows are the fusion of BM25's with that tower's exact search.
@@ -188,6 +205,17 @@ class OptionsTest(tf.test.TestCase):
   def test_gold_is_not_a_retriever_to_train_on(self):
     options = _options("/nonexistent/orqa", {"corpus": "c", "train": "t", "dev": "d"}, 1, retriever="gold")
     with self.assertRaisesRegex(ValueError, "--retriever=gold: bin/train_orqa trains on one of dense, bm25"):
+      orqa_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)
+
+  def test_retriever_learning_rate_is_the_query_towers_factor_of_the_schedule(self):
+    paths = {"corpus": "c", "train": "t", "dev": "d"}
+    self.assertEqual(orqa_trainer.query_tower_multipliers(_options("/m", paths, 1)), ())
+    self.assertEqual(
+        orqa_trainer.query_tower_multipliers(_options("/m", paths, 1, retriever_learning_rate=1e-4)),
+        (("/query_embedder/", 0.1),))
+    # Refused before anything is built (the corpus embedding can take an hour).
+    options = _options("/nonexistent/orqa", paths, 1, learning_rate=0.0, retriever_learning_rate=1e-5)
+    with self.assertRaisesRegex(ValueError, "retriever_learning_rate=1e-05 needs learning_rate > 0"):
       orqa_trainer.train(options, tf.distribute.get_strategy(), log=lambda _: None)
 
   def test_index_dir_needs_the_retriever_checkpoint(self):

@@ -33,10 +33,15 @@ Where Model Garden differs from the original, and what this module does:
   "output_layer_norm/gamma", Keras's "layer_normalization/gamma", and every ".../bias:0" are excluded;
   kernels and embedding tables are decayed. Under MirroredStrategy the replica copies are named
   ".../bias/replica_1:0", which still match.
+* Per-variable learning rates. The original has one rate for the whole model. `create_optimizer(...,
+  learning_rate_multipliers=[(regex, factor)])` steps the variables whose name matches at factor x the
+  schedule (Adam's step and the weight decay alike), in the same optimizer, so the schedule, the global
+  step and the checkpoint's slots are as without it (bin/train_orqa --retriever_learning_rate).
 * Slots are Keras's "m" and "v" (the original's "adam_m"/"adam_v" matter only for TF1 checkpoints).
 """
 
-from typing import Any, Dict, Optional, Sequence, Union
+import re
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 import tf_keras
@@ -86,6 +91,54 @@ class BertWarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
     }
 
 
+class _LearningRateMultipliers:
+  """Mixin for Keras's legacy Adam kernels: the variables whose name matches a pattern step at the
+  scheduled learning rate times that pattern's factor (the first matching pattern's), the decoupled weight
+  decay with them.
+
+  Why not scale their gradients instead: Adam divides the gradient by its own running size, so a scaled
+  gradient takes the same step. The factor is applied to the kernels' `lr_t` (the dense kernel's, which
+  also drives the weight decay) and `lr` (the sparse path's, bias-corrected or not) for those variables
+  only, so one optimizer, one schedule and one `iterations` serve the whole model.
+  """
+
+  def __init__(self, *args, learning_rate_multipliers: Sequence[Tuple[str, float]] = (), **kwargs):
+    super().__init__(*args, **kwargs)
+    self.learning_rate_multipliers = tuple((str(p), float(f)) for p, f in learning_rate_multipliers)
+
+  def _multiplier(self, var_name: str) -> float:
+    for pattern, factor in self.learning_rate_multipliers:
+      if re.search(pattern, var_name):
+        return factor
+    return 1.0
+
+  def _scaled_state(self, var, apply_state):
+    factor = self._multiplier(var.name)
+    if factor == 1.0:
+      return apply_state
+    key = (var.device, var.dtype.base_dtype)
+    coefficients = (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+    scaled = dict(coefficients)
+    for name in ("lr_t", "lr"):
+      if name in scaled:
+        scaled[name] = scaled[name] * tf.cast(factor, scaled[name].dtype)
+    return {key: scaled}
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    return super()._resource_apply_dense(grad, var, apply_state=self._scaled_state(var, apply_state))
+
+  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+    return super()._resource_apply_sparse(grad,
+                                          var,
+                                          indices,
+                                          apply_state=self._scaled_state(var, apply_state))
+
+  def get_config(self):
+    config = super().get_config()
+    config["learning_rate_multipliers"] = [list(m) for m in self.learning_rate_multipliers]
+    return config
+
+
 class AdamWeightDecayWithoutBiasCorrection(legacy_adamw.AdamWeightDecay):
   """Model Garden's AdamWeightDecay with the original BERT update (no Adam bias correction).
 
@@ -98,6 +151,15 @@ class AdamWeightDecayWithoutBiasCorrection(legacy_adamw.AdamWeightDecay):
     coefficients = apply_state[(var_device, var_dtype)]
     zero = tf.zeros([], var_dtype)
     coefficients.update(beta_1_power=zero, beta_2_power=zero, lr=coefficients["lr_t"])
+
+
+class _ScaledAdamWeightDecay(_LearningRateMultipliers, legacy_adamw.AdamWeightDecay):
+  """Model Garden's AdamWeightDecay with per-variable learning-rate factors."""
+
+
+class _ScaledAdamWeightDecayWithoutBiasCorrection(_LearningRateMultipliers,
+                                                  AdamWeightDecayWithoutBiasCorrection):
+  """The original BERT update with per-variable learning-rate factors."""
 
 
 def bert_optimization_config(
@@ -143,7 +205,9 @@ def create_optimizer(
     num_warmup_steps: Optional[int] = None,  # pylint: disable=redefined-outer-name
     weight_decay_rate: float = 0.01,
     clip_norm: Optional[float] = 1.0,
-    bias_correction: bool = True) -> tf_keras.optimizers.legacy.Optimizer:
+    bias_correction: bool = True,
+    learning_rate_multipliers: Sequence[Tuple[str, float]] = ()
+) -> tf_keras.optimizers.legacy.Optimizer:
   """The BERT AdamW optimizer with its warmup + linear-decay schedule (see the module docstring).
 
   Create it under the training strategy's scope; apply gradients with `optimizer.apply_gradients` in
@@ -157,7 +221,13 @@ def create_optimizer(
     weight_decay_rate: decoupled weight decay, except on layer norms and biases.
     clip_norm: global-norm clip of the aggregated gradient; None or 0 disables clipping.
     bias_correction: True: Model Garden's (Keras) bias-corrected Adam; False: the original BERT update.
+    learning_rate_multipliers: (regex, factor) pairs: a variable whose name the regex searches
+      (re.search, the first pattern that matches) steps at factor x the schedule's learning rate, its
+      weight decay too (e.g. ORQA's query tower slower than its reader).
   """
+  for pattern, factor in learning_rate_multipliers:
+    if factor < 0:
+      raise ValueError(f"learning rate multiplier of {pattern!r} must be >= 0, got {factor}")
   if num_train_steps <= 0:
     raise ValueError(f"num_train_steps must be positive, got {num_train_steps}")
   if num_warmup_steps is None:
@@ -167,14 +237,21 @@ def create_optimizer(
   config = bert_optimization_config(learning_rate, num_train_steps, weight_decay_rate, clip_norm)
   factory = optimization.OptimizerFactory(config)
   schedule = BertWarmupSchedule(learning_rate, factory.build_learning_rate(), num_warmup_steps)
-  if bias_correction:
+  # Every factor 1 changes nothing: Model Garden's own optimizer (or the uncorrected one) as before.
+  multipliers = tuple(learning_rate_multipliers) if any(
+      f != 1.0 for _, f in learning_rate_multipliers) else ()
+  if bias_correction and not multipliers:
     return factory.build_optimizer(schedule)
+  # What OptimizerFactory.build_optimizer passes its class, given to one of this module's.
   kwargs = {
       k: v
       for k, v in config.optimizer.adamw.as_dict().items()
       if not (k in ("clipnorm", "clipvalue", "global_clipnorm") and v is None)
   }
-  return AdamWeightDecayWithoutBiasCorrection(learning_rate=schedule, **kwargs)
+  if not multipliers:
+    return AdamWeightDecayWithoutBiasCorrection(learning_rate=schedule, **kwargs)
+  cls = _ScaledAdamWeightDecay if bias_correction else _ScaledAdamWeightDecayWithoutBiasCorrection
+  return cls(learning_rate=schedule, learning_rate_multipliers=multipliers, **kwargs)
 
 
 def learning_rate_at(optimizer_or_schedule: Union[tf_keras.optimizers.legacy.Optimizer,

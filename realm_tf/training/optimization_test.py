@@ -28,10 +28,15 @@ _BETA_1, _BETA_2, _EPSILON = (float(np.float32(x)) for x in (0.9, 0.999, 1e-6))
 _WEIGHT_DECAY = 0.01
 
 
-def _reference_adamw(params: Sequence[np.ndarray], grads_per_step: Sequence[Sequence[np.ndarray]],
-                     learning_rates: Sequence[float], decayed: Sequence[bool], bias_correction: bool,
-                     clip_norm: float) -> List[np.ndarray]:
-  """Original BERT AdamW (bias_correction=False) or its bias-corrected form, in float64."""
+def _reference_adamw(params: Sequence[np.ndarray],
+                     grads_per_step: Sequence[Sequence[np.ndarray]],
+                     learning_rates: Sequence[float],
+                     decayed: Sequence[bool],
+                     bias_correction: bool,
+                     clip_norm: float,
+                     multipliers: Sequence[float] = ()) -> List[np.ndarray]:
+  """Original BERT AdamW (bias_correction=False) or its bias-corrected form, in float64; parameter i
+  steps at multipliers[i] x the learning rate (1 when not given)."""
   params = [np.array(p, np.float64) for p in params]
   m = [np.zeros_like(p) for p in params]
   v = [np.zeros_like(p) for p in params]
@@ -42,9 +47,10 @@ def _reference_adamw(params: Sequence[np.ndarray], grads_per_step: Sequence[Sequ
     for i, g in enumerate(grads):
       m[i] = _BETA_1 * m[i] + (1 - _BETA_1) * g
       v[i] = _BETA_2 * v[i] + (1 - _BETA_2) * g * g
-      step_lr = lr * np.sqrt(1 - _BETA_2**t) / (1 - _BETA_1**t) if bias_correction else lr
+      var_lr = lr * (multipliers[i] if multipliers else 1.0)
+      step_lr = var_lr * np.sqrt(1 - _BETA_2**t) / (1 - _BETA_1**t) if bias_correction else var_lr
       decay = _WEIGHT_DECAY * params[i] if decayed[i] else 0.0
-      params[i] = params[i] - step_lr * m[i] / (np.sqrt(v[i]) + _EPSILON) - lr * decay
+      params[i] = params[i] - step_lr * m[i] / (np.sqrt(v[i]) + _EPSILON) - var_lr * decay
   return params
 
 
@@ -140,6 +146,77 @@ class UpdateTest(tf.test.TestCase):
         optimizer.apply_gradients([(sparse, table), (tf.convert_to_tensor(sparse), dense_table)])
       self.assertAllClose(table.numpy(), dense_table.numpy(), rtol=1e-6)
       self.assertNotAllClose(table.numpy()[1], [1.0, 1.0])
+
+
+class LearningRateMultiplierTest(tf.test.TestCase):
+  """A slower query tower beside its reader, in one optimizer (ORQA's --retriever_learning_rate)."""
+
+  def test_matching_variables_step_at_their_factor_of_the_schedule(self):
+    params = [
+        np.array([[0.5, -1.0], [2.0, 0.25]], np.float32),
+        np.array([0.3, -0.7], np.float32),
+        np.array([[1.5, 0.5], [-0.5, 1.0]], np.float32)
+    ]
+    base = [
+        np.array([[0.3, -0.2], [0.1, 0.4]], np.float32),
+        np.array([0.1, -0.05], np.float32),
+        np.array([[0.2, 0.2], [-0.1, 0.3]], np.float32)
+    ]
+    grads_per_step = [[g * s for g in base] for s in (1.0, -0.5, 2.5)]  # step 3 is clipped
+    learning_rates = [0.1 * (1 - step / 10) for step in range(3)]
+    for bias_correction in (True, False):
+      optimizer = optimization.create_optimizer(0.1,
+                                                num_train_steps=10,
+                                                num_warmup_steps=0,
+                                                bias_correction=bias_correction,
+                                                learning_rate_multipliers=[("/query_embedder/", 0.1),
+                                                                           ("reader/", 1.0)])
+      variables = [
+          tf.Variable(params[0], name="orqa/query_embedder/dense/kernel"),
+          tf.Variable(params[1], name="orqa/query_embedder/dense/bias"),
+          tf.Variable(params[2], name="orqa/reader/dense/kernel")
+      ]
+      for grads in grads_per_step:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in grads], variables))
+      want = _reference_adamw(params,
+                              grads_per_step,
+                              learning_rates,
+                              decayed=[True, False, True],
+                              bias_correction=bias_correction,
+                              clip_norm=1.0,
+                              multipliers=[0.1, 0.1, 1.0])
+      for variable, w in zip(variables, want):
+        self.assertAllClose(variable.numpy(),
+                            w,
+                            rtol=1e-5,
+                            atol=1e-6,
+                            msg=f"{variable.name} "
+                            f"bias_correction={bias_correction}")
+      # The schedule itself is the one given: the factor is per variable, not the optimizer's rate.
+      self.assertAllClose(optimization.learning_rate_at(optimizer, 0), 0.1)
+      self.assertEqual(optimizer.get_config()["learning_rate_multipliers"],
+                       [["/query_embedder/", 0.1], ["reader/", 1.0]])
+
+  def test_sparse_gradients_are_scaled_too(self):
+    # Step 1 of Adam + decoupled decay is proportional to the learning rate: a factor f moves f as far.
+    for bias_correction in (True, False):
+      optimizer = optimization.create_optimizer(0.1,
+                                                num_train_steps=10,
+                                                num_warmup_steps=0,
+                                                bias_correction=bias_correction,
+                                                learning_rate_multipliers=[("query_embedder", 0.25)])
+      slow = tf.Variable(np.ones([3, 2], np.float32), name="query_embedder/word_embeddings/embeddings")
+      fast = tf.Variable(np.ones([3, 2], np.float32), name="reader/word_embeddings/embeddings")
+      sparse = tf.IndexedSlices(tf.constant([[0.2, -0.1]]), tf.constant([1]), tf.constant([3, 2]))
+      optimizer.apply_gradients([(sparse, slow), (sparse, fast)])
+      self.assertAllClose(1.0 - slow.numpy()[1], 0.25 * (1.0 - fast.numpy()[1]), rtol=1e-5)
+      self.assertNotAllClose(fast.numpy()[1], [1.0, 1.0])
+
+  def test_factor_one_is_model_gardens_own_optimizer_and_negative_is_refused(self):
+    self.assertIs(type(optimization.create_optimizer(1e-3, 100, learning_rate_multipliers=[("query", 1.0)])),
+                  optimization.legacy_adamw.AdamWeightDecay)
+    with self.assertRaisesRegex(ValueError, "multiplier of 'query' must be >= 0"):
+      optimization.create_optimizer(1e-3, 100, learning_rate_multipliers=[("query", -0.5)])
 
 
 class WeightDecayTest(tf.test.TestCase):
