@@ -50,6 +50,7 @@ def main(argv):
   from realm_tf import evaluation
   from realm_tf import io_utils
   from realm_tf.data import corpus_table
+  from realm_tf.retrieval import brute_force_index
   from realm_tf.retrieval import hybrid
   from realm_tf.retrieval import text_embedder
   from realm_tf.runs import frozen_index
@@ -86,10 +87,9 @@ def main(argv):
                                        max_seq_length=48,
                                        batch_size=64,
                                        jit_compile=False).embed(questions)
-  scores = queries @ paragraphs.T
   depth = min(hybrid.FUSION_DEPTH, len(bodies))
-  dense_rows = np.argsort(-scores, axis=1)[:, :depth]
-  dense_scores = np.take_along_axis(scores, dense_rows, axis=1)
+  # Exact search; without doc ids the index returns row numbers, as the frozen index and BM25 count.
+  dense_rows, dense_scores = brute_force_index.BruteForceIndex.build(paragraphs).search(queries, depth)
   sparse = hybrid.build_bm25(blocks.titles, blocks.bodies)
   sparse_rows, sparse_scores = sparse.search(questions, depth)
   _log(f"{len(questions)} held-out train questions ranked by both in {time.time() - started:.0f} s")
