@@ -306,10 +306,13 @@ _TARGETS = np.array([[1.0], [-1.0], [0.5], [2.0]], np.float32)
 
 class TrainStepTest(tf.test.TestCase):
 
-  def _train_single_device(self, jit_compile: bool, steps: int = 3) -> List[np.ndarray]:
+  def _train_single_device(self, jit_compile: bool, steps: int = 3, multipliers=()) -> List[np.ndarray]:
     tf_keras.utils.set_random_seed(7)
     model = _tiny_model()
-    optimizer = optimization.create_optimizer(0.05, num_train_steps=10, num_warmup_steps=2)
+    optimizer = optimization.create_optimizer(0.05,
+                                              num_train_steps=10,
+                                              num_warmup_steps=2,
+                                              learning_rate_multipliers=multipliers)
 
     @tf.function(jit_compile=jit_compile)
     def train_step(x, y):
@@ -336,12 +339,28 @@ class TrainStepTest(tf.test.TestCase):
   def test_two_replica_mirrored_step_matches_the_single_device_step(self):
     if _SPLIT_ERROR:
       self.skipTest(_SPLIT_ERROR)
+    self._check_two_replica_step(())
+
+  def test_two_replica_step_applies_learning_rate_multipliers_on_every_replica(self):
+    # Replica 1's copies are named ".../replica_1:0": the pattern must still find them, or the replicas
+    # diverge.
+    if _SPLIT_ERROR:
+      self.skipTest(_SPLIT_ERROR)
+    self._check_two_replica_step((("^dense/", 0.1),))
+    self.assertNotAllClose(
+        self._train_single_device(False, multipliers=(("^dense/", 0.1),))[0],
+        self._train_single_device(False)[0])
+
+  def _check_two_replica_step(self, multipliers):
     strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
     self.assertEqual(strategy.num_replicas_in_sync, 2)
     with strategy.scope():
       tf_keras.utils.set_random_seed(7)
       model = _tiny_model()
-      optimizer = optimization.create_optimizer(0.05, num_train_steps=10, num_warmup_steps=2)
+      optimizer = optimization.create_optimizer(0.05,
+                                                num_train_steps=10,
+                                                num_warmup_steps=2,
+                                                learning_rate_multipliers=multipliers)
     dataset = tf.data.Dataset.from_tensor_slices((_FEATURES, _TARGETS)).batch(4).repeat()
     batches = iter(strategy.experimental_distribute_dataset(dataset))
 
@@ -361,7 +380,7 @@ class TrainStepTest(tf.test.TestCase):
     for _ in range(3):
       sizes = train_step(next(batches))
     self.assertEqual([int(s) for s in strategy.experimental_local_results(sizes)], [2, 2])
-    expected = self._train_single_device(jit_compile=False)
+    expected = self._train_single_device(jit_compile=False, multipliers=multipliers)
     for variable, want in zip(model.trainable_variables, expected):
       replicas = strategy.experimental_local_results(variable)
       self.assertLen(replicas, 2)
