@@ -150,6 +150,11 @@ def sentence_transformers_embedder(config: bert.BertConfig,
                            encoder=encoder)
 
 
+# The query tower's layer name: its variables are named .../query_embedder/... (what a per-tower learning
+# rate selects them by, realm_tf.tasks.orqa_trainer).
+QUERY_TOWER_NAME = "query_embedder"
+
+
 class Retriever(tf_keras.Model):
   """Query and document towers; scores are raw inner products (no temperature), as in REALM.
 
@@ -183,7 +188,7 @@ class Retriever(tf_keras.Model):
         projection_size,
         layer_norm_epsilon,
         dropout_rate,
-        name="query_embedder",
+        name=QUERY_TOWER_NAME,
         pooling=pooling,
         cosine_score_scale=cosine_score_scale)
 

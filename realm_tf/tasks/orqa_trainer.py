@@ -85,7 +85,7 @@ class OrqaTrainerOptions:
 
 # The query tower's variables, and only they: orqa/query_embedder/... (the frozen document tower is not
 # trained; the reader is orqa/reader/...), with or without a replica's /replica_N suffix.
-QUERY_TOWER_VARIABLES = "/query_embedder/"
+QUERY_TOWER_VARIABLES = f"/{embedder_lib.QUERY_TOWER_NAME}/"
 
 
 def query_tower_multipliers(options: OrqaTrainerOptions):
