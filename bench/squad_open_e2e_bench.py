@@ -19,7 +19,8 @@ on that retriever's paragraphs (its --retriever) in WORK/orqa_<label>/, from the
 go to WORK/eval_<label>/: the reader trained on what it reads, beside the dense-trained one. With
 --retriever_learning_rate=R the query tower trains at its own peak rate R (ORQA's paper: 1e-5) beside the
 reader's --learning_rate; the label gains _qlrR (e.g. WORK/orqa_bm25_qlr1e-05/), the frozen index again
-the dense run's.
+the dense run's. A --num_train_steps other than the default is a run of its own too: the label gains
+_stepsN (e.g. WORK/orqa_bm25_qlr1e-05_steps2100/).
 
 Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
 resumes from its latest checkpoint; an evaluation reruns whole):
@@ -161,12 +162,20 @@ def write_questions(train_path: str, dev_path: str, out_dir: str, heldout_every:
 
 def _train_label() -> str:
   label = hybrid.label(_TRAIN_RETRIEVER.value, _TRAIN_HYBRID_WEIGHT.value)
-  return label if _RETRIEVER_LR.value is None else f"{label}_qlr{_RETRIEVER_LR.value:g}"
+  if _RETRIEVER_LR.value is not None:
+    label += f"_qlr{_RETRIEVER_LR.value:g}"
+  # Another length is another run: in the same model dir bin/train_orqa would resume the shorter run's
+  # checkpoints under the longer run's warmup and decay, a schedule neither length has.
+  if _STEPS.value != _STEPS.default:
+    label += f"_steps{_STEPS.value}"
+  return label
 
 
 def _first_run() -> bool:
-  """The run the others start from: the dense tower's, at one learning rate (WORK/orqa, WORK/eval)."""
-  return _TRAIN_RETRIEVER.value == hybrid.DENSE and _RETRIEVER_LR.value is None
+  """The run the others start from: the dense tower's, at one learning rate and the default length
+  (WORK/orqa, WORK/eval)."""
+  return (_TRAIN_RETRIEVER.value == hybrid.DENSE and _RETRIEVER_LR.value is None and
+          _STEPS.value == _STEPS.default)
 
 
 def _runs_suffix() -> str:

@@ -116,6 +116,15 @@ class TrainFlagsTest(absltest.TestCase):
     self.assertEqual((slow_dense["model_dir"], slow_dense["index_dir"]),
                      ("/w/orqa_dense_qlr1e-05", "/w/orqa/frozen_index"))
     self.assertNotIn("retriever", slow_dense)
+    # A longer run: its own model dir, not the default-length run's checkpoints resumed under its schedule.
+    with flagsaver.flagsaver(train_retriever="bm25", retriever_learning_rate=1e-5, num_train_steps=2100):
+      longer = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual((longer["model_dir"], longer["num_train_steps"], longer["index_dir"]),
+                     ("/w/orqa_bm25_qlr1e-05_steps2100", 2100, "/w/orqa/frozen_index"))
+    with flagsaver.flagsaver(num_train_steps=2100):
+      longer_dense = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual((longer_dense["model_dir"], longer_dense["index_dir"]),
+                     ("/w/orqa_dense_steps2100", "/w/orqa/frozen_index"))
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
