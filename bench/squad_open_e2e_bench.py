@@ -172,10 +172,9 @@ def _train_label() -> str:
 
 
 def _first_run() -> bool:
-  """The run the others start from: the dense tower's, at one learning rate and the default length
-  (WORK/orqa, WORK/eval)."""
-  return (_TRAIN_RETRIEVER.value == hybrid.DENSE and _RETRIEVER_LR.value is None and
-          _STEPS.value == _STEPS.default)
+  """The run the others start from (WORK/orqa, WORK/eval): the dense tower's, at one learning rate and
+  the default length, i.e. the run whose label adds nothing to the dense retriever's."""
+  return _train_label() == hybrid.DENSE
 
 
 def _runs_suffix() -> str:
