@@ -11,15 +11,15 @@ command, the machine, its load at start and end) to --output.
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict
 
 from absl import app
 from absl import flags
 
+from bench import demo_transcript
 from bench import throughput_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,44 +32,6 @@ _KEEP = flags.DEFINE_bool("keep", False, "Keep each run's output directory.")
 _OUTPUT = flags.DEFINE_string("output", os.path.join(_REPO, "bench", "results", "demo_bench.json"),
                               "Where to write the JSON results.")
 
-# The summary lines of bin/run_demo.py that carry numbers.
-_RECALL = re.compile(r"recall@(\d+) on (\d+) testdata questions .*: ([\d.]+)% \(.*\) -> ([\d.]+)%")
-_ORQA = re.compile(r"ORQA on (\d+) test questions .*exact match ([\d.]+), F1 ([\d.]+), retriever "
-                   r"recall@1/5/20/100 (\d+) / (\d+) / (\d+) / (\d+)")
-_LOSS = re.compile(r"REALM loss: ([\d.]+) at the first step -> ([\d.]+) at step (\d+)")
-_INDEXES = re.compile(r"indexes trained on \(steps\): (\[[\d, ]*\])")
-_STAGES = re.compile(r"seconds by stage: (.*)")
-_TOTAL = re.compile(r"total (\d+) s;")
-
-
-def parse(transcript: str) -> Dict:
-  """The numbers of one demo transcript; a transcript without its summary is an error."""
-  result: Dict = {"recall": {}}
-  for line in transcript.splitlines():
-    if m := _RECALL.search(line):
-      result["recall"][f"@{m.group(1)}"] = [float(m.group(3)), float(m.group(4))]
-    elif m := _ORQA.search(line):
-      result["orqa"] = {
-          "exact_match": float(m.group(2)),
-          "f1": float(m.group(3)),
-          "recall@1/5/20/100": [int(m.group(i)) for i in range(4, 8)]
-      }
-    elif m := _LOSS.search(line):
-      result["realm_loss"] = [float(m.group(1)), float(m.group(2))]
-    elif m := _INDEXES.search(line):
-      result["indexes_trained_on"] = json.loads(m.group(1))
-    elif m := _STAGES.search(line):
-      result["stage_seconds"] = {
-          name: float(seconds) for name, seconds in re.findall(r"(?:^|, )(.+?) (\d+) s(?=, |$)", m.group(1))
-      }
-    elif m := _TOTAL.search(line):
-      result["total_seconds"] = float(m.group(1))
-  missing = [k for k in ("total_seconds", "realm_loss", "indexes_trained_on") if k not in result]
-  if missing or not result["recall"]:
-    raise ValueError(f"not a finished bin/demo transcript (no {missing or 'recall'} line); its end:\n" +
-                     transcript[-1500:])
-  return result
-
 
 def _run_demo(output_dir: str) -> Dict:
   command = [sys.executable, os.path.join(_REPO, "bin", "run_demo.py"), f"--output_dir={output_dir}"]
@@ -78,7 +40,7 @@ def _run_demo(output_dir: str) -> Dict:
   done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
   if done.returncode:
     raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout[-2000:]}")
-  return dict(parse(done.stdout), wall_seconds=time.time() - start)
+  return dict(demo_transcript.parse(done.stdout), wall_seconds=time.time() - start)
 
 
 def main(argv):
@@ -88,7 +50,7 @@ def main(argv):
   if _LOGS.value:
     for path in _LOGS.value:
       with open(path, errors="replace") as f:
-        results["runs"].append(dict(parse(f.read()), log=path))
+        results["runs"].append(dict(demo_transcript.parse(f.read()), log=path))
   else:
     import shutil  # pylint: disable=g-import-not-at-top
     for i in range(_RUNS.value):

@@ -1,9 +1,9 @@
-"""bench/demo_bench.py reads the numbers of a bin/demo transcript (its summary lines as
+"""bench/demo_transcript.py reads the numbers of a bin/demo transcript (its summary lines as
 bin/run_demo.py prints them) and refuses one that did not finish."""
 
 from absl.testing import absltest
 
-from bench import demo_bench
+from bench import demo_transcript
 
 _TRANSCRIPT = """== 1. testdata
   step 300/300: examples_per_second=25.9, loss=3.28
@@ -20,10 +20,10 @@ demo done.
 """
 
 
-class DemoBenchTest(absltest.TestCase):
+class DemoTranscriptTest(absltest.TestCase):
 
   def test_reads_the_summary(self):
-    result = demo_bench.parse(_TRANSCRIPT)
+    result = demo_transcript.parse(_TRANSCRIPT)
     self.assertEqual(result["recall"], {"@1": [4.5, 6.0], "@5": [19.5, 21.0]})
     self.assertEqual(result["realm_loss"], [5.313, 3.28])
     self.assertEqual(result["indexes_trained_on"], [0, 50, 100])
@@ -43,7 +43,7 @@ class DemoBenchTest(absltest.TestCase):
 
   def test_refuses_an_unfinished_run(self):
     with self.assertRaisesRegex(ValueError, "not a finished bin/demo transcript"):
-      demo_bench.parse(_TRANSCRIPT.split("== summary")[0])
+      demo_transcript.parse(_TRANSCRIPT.split("== summary")[0])
 
 
 if __name__ == "__main__":

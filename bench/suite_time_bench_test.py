@@ -1,0 +1,171 @@
+"""bench/suite_time_bench.py on a stand-in repository whose bin/test and bin/demo print what the real ones
+print: it measures a clone of the committed HEAD, starts each command in a session of its own (the demo
+first), reads their output and per-target times, and removes the clones and their Bazel output bases."""
+
+import json
+import os
+import stat
+import subprocess
+import textwrap
+from unittest import mock
+
+from absl.testing import absltest
+
+from bench import suite_time_bench
+
+# The stand-in commands record where and when they ran: their session, their start time, what the bench
+# passed them, and the committed file a clone holds.
+_FAKE_TEST = """#!/bin/bash
+echo "sid=$(awk '{print $6}' /proc/$$/stat) start=$(date +%s.%N) shared=$REALM_TF_SHARED_DATA version=$(cat version.txt)" > "$RECORD_DIR/test"
+echo "[realm_tf setup] set-up (venv, Debian packages): 3 s"
+echo "INFO: Elapsed time: 12.500s, Critical Path: 4.00s"
+mkdir -p bazel-testlogs
+echo '{"//a:slow_test": {"seconds": 9.0, "cpu_seconds": 7.5}, "//a:fast_test": {"seconds": 2.0, "cpu_seconds": null}}' > bazel-testlogs/test_times.json
+echo "12 passed, 0 failed, 1 skipped"
+
+"""
+
+_FAKE_DEMO = """#!/bin/bash
+echo "sid=$(awk '{print $6}' /proc/$$/stat) start=$(date +%s.%N)" > "$RECORD_DIR/demo"
+cat <<'END'
+== summary
+  REALM loss: 5.313 at the first step -> 3.280 at step 300
+  indexes trained on (steps): [0, 50] (refresher exit code 0)
+  retriever recall@5 on 200 testdata questions (gold document): 19.5% (ICT warm start) -> 21.0% (after REALM)
+  seconds by stage: corpora 7 s, REALM 308 s
+  total 436 s; logs and checkpoints under /x/demo_output/pipeline
+demo done.
+END
+"""
+
+# Stands in for the Bazel that bin/test set up: the bench expunges each clone's output base with it.
+_FAKE_BAZEL = """#!/bin/bash
+echo "$PWD $*" >> "$RECORD_DIR/bazel"
+"""
+
+
+def _executable(path, text):
+  with open(path, "w") as f:
+    f.write(text)
+  os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+def _record(path):
+  with open(path) as f:
+    return dict(item.split("=", 1) for item in f.read().split())
+
+
+class SuiteTimeBenchTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    root = self.create_tempdir().full_path
+    self.repo = os.path.join(root, "repo")
+    os.makedirs(os.path.join(self.repo, "bin"))
+    _executable(os.path.join(self.repo, "bin", "test"), _FAKE_TEST)
+    _executable(os.path.join(self.repo, "bin", "demo"), _FAKE_DEMO)
+    with open(os.path.join(self.repo, "version.txt"), "w") as f:
+      f.write("committed\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "c"]):
+      subprocess.run(git + args, cwd=self.repo, check=True)
+    self.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                 cwd=self.repo,
+                                 check=True,
+                                 capture_output=True,
+                                 text=True).stdout.strip()
+    self.records = os.path.join(root, "records")
+    tools = os.path.join(root, "tools")
+    os.makedirs(self.records)
+    os.makedirs(tools)
+    _executable(os.path.join(tools, "bazel"), _FAKE_BAZEL)
+    self.work_dir = os.path.join(root, "work")
+    self.results = os.path.join(root, "results")
+    env = {"RECORD_DIR": self.records, "PATH": tools + os.pathsep + os.environ["PATH"]}
+    patcher = mock.patch.dict(os.environ, env)
+    patcher.start()
+    self.addCleanup(patcher.stop)
+    os.environ.pop("REALM_TF_SHARED_DATA", None)
+
+  def _run(self, beside_demo, keep=False):
+    # A head start of 2 s: a loaded machine may start either script's shell late, but not by that much.
+    output = os.path.join(self.results, "suite.json")
+    return suite_time_bench.run(self.repo, self.work_dir, beside_demo, 2.0, output, keep)
+
+  def test_a_quiet_run_records_the_suite_and_removes_its_clone(self):
+    # An uncommitted edit is not what a fresh clone gets: the bench measures HEAD and says so.
+    with open(os.path.join(self.repo, "version.txt"), "w") as f:
+      f.write("edited\n")
+    result = self._run(beside_demo=False)
+    test = result["test"]
+    self.assertEqual((test["exit_status"], test["setup_seconds"], test["bazel_elapsed_seconds"]),
+                     (0, 3.0, 12.5))
+    self.assertEqual((test["passed"], test["failed"], test["skipped"]), (12, 0, 1))
+    self.assertEqual(
+        (test["targets"], test["targets_seconds"], test["targets_cpu_seconds"], test["targets_with_cpu"]),
+        (2, 11.0, 7.5, 1))
+    self.assertEqual((test["slowest_target"], test["slowest_target_seconds"]), ("//a:slow_test", 9.0))
+    self.assertEqual((result["commit"], result["run"]), (self.commit, "quiet"))
+    self.assertTrue(result["uncommitted_changes_not_measured"])
+    self.assertNotIn("demo", result)
+    with open(os.path.join(self.results, "suite.json")) as f:
+      self.assertEqual(json.load(f)["test"], test)
+    with open(os.path.join(self.results, f"test_times_quiet_{self.commit}.json")) as f:
+      self.assertEqual(set(json.load(f)), {"//a:slow_test", "//a:fast_test"})
+    ran = _record(os.path.join(self.records, "test"))
+    self.assertEqual(ran["version"], "committed")
+    self.assertNotEqual(int(ran["sid"]), os.getsid(0))
+    # bin/test's own default for the shared data, for the measured checkout rather than the clone.
+    self.assertEqual(ran["shared"], os.path.join(os.path.dirname(self.repo), "shared", "data"))
+    clone = os.path.join(self.work_dir, f"quiet_{self.commit}", "test")
+    self.assertFalse(os.path.exists(clone))
+    with open(os.path.join(self.records, "bazel")) as f:
+      self.assertEqual(f.read().split(), [clone, "clean", "--expunge"])
+
+  def test_beside_the_demo_each_runs_in_its_own_session_the_demo_first(self):
+    result = self._run(beside_demo=True, keep=True)
+    demo, test = _record(os.path.join(self.records, "demo")), _record(os.path.join(self.records, "test"))
+    self.assertLen({int(demo["sid"]), int(test["sid"]), os.getsid(0)}, 3)
+    self.assertLess(float(demo["start"]), float(test["start"]))
+    self.assertGreaterEqual(result["demo_started_seconds_before_test"], 2.0)
+    self.assertEqual(result["demo"]["exit_status"], 0)
+    self.assertEqual(result["demo"]["total_seconds"], 436.0)
+    self.assertEqual(result["demo"]["stage_seconds"], {"corpora": 7.0, "REALM": 308.0})
+    self.assertEqual(result["test"]["passed"], 12)
+    self.assertEqual(result["run"], "beside_demo")
+    # --keep: both clones stay, with their output bases.
+    for name in ("test", "demo"):
+      self.assertTrue(os.path.isdir(os.path.join(self.work_dir, f"beside_demo_{self.commit}", name)))
+    self.assertFalse(os.path.exists(os.path.join(self.records, "bazel")))
+
+  def test_a_suite_that_did_not_finish_is_recorded_as_such(self):
+    # No summary line and a failing status: the JSON says so instead of inventing a count.
+    test_script = os.path.join(self.repo, "bin", "test")
+    _executable(test_script, "#!/bin/bash\necho 'ERROR: build failed'\nexit 3\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "b"],
+                   cwd=self.repo,
+                   check=True)
+    result = self._run(beside_demo=False)
+    self.assertEqual(result["test"]["exit_status"], 3)
+    self.assertIn("bin/test did not finish", result["test"]["error"])
+    self.assertIn("ERROR: build failed", result["test"]["error"])
+    self.assertNotIn("passed", result["test"])
+
+  def test_parse_reads_the_last_summary_line(self):
+    text = textwrap.dedent("""\
+        [realm_tf setup] set-up (venv, Debian packages): 65 s
+        INFO: Elapsed time: 554.741s, Critical Path: 105.39s
+        959 passed, 0 failed, 1 skipped
+        """)
+    self.assertEqual(suite_time_bench.parse_test_log(text), {
+        "setup_seconds": 65.0,
+        "bazel_elapsed_seconds": 554.741,
+        "passed": 959,
+        "failed": 0,
+        "skipped": 1
+    })
+    self.assertEqual(suite_time_bench.parse_test_log("3 passed, 2 failed\n")["failed"], 2)
+
+
+if __name__ == "__main__":
+  absltest.main()
