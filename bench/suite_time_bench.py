@@ -111,6 +111,13 @@ def _remove_clone(clone: str, env: Dict[str, str]) -> None:
   shutil.rmtree(clone, ignore_errors=True)
 
 
+def _shown(path: str, repo: str) -> str:
+  """A path as the JSON records it: relative to the repository when inside it, so that a committed
+  result names its files as a clone sees them."""
+  relative = os.path.relpath(os.path.abspath(path), os.path.abspath(repo))
+  return path if relative.startswith(os.pardir) else relative
+
+
 def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, output: Optional[str],
         keep: bool) -> Dict:
   """Clones, runs, records; returns the summary it wrote to `output`."""
@@ -126,21 +133,15 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
   # bin/test's own default, computed for this checkout instead of the clone (nothing lies beside it).
   env.setdefault("REALM_TF_SHARED_DATA", os.path.join(os.path.dirname(os.path.abspath(repo)), "shared",
                                                       "data"))
+  dirty = bool(_git("status", "--porcelain", "--untracked-files=no", cwd=repo))
   result = {
-      "command":
-          " ".join(sys.argv),
-      "machine":
-          throughput_lib.machine(),
-      "commit":
-          commit,
-      "uncommitted_changes_not_measured":
-          bool(_git("status", "--porcelain", "--untracked-files=no", cwd=repo)),
-      "run":
-          label,
-      "shared_data":
-          env["REALM_TF_SHARED_DATA"],
-      "output":
-          output,
+      "command": " ".join(sys.argv),
+      "machine": throughput_lib.machine(),
+      "commit": commit,
+      "uncommitted_changes_not_measured": dirty,
+      "run": label,
+      "shared_data": env["REALM_TF_SHARED_DATA"],
+      "output": _shown(output, repo),
   }
   clones = {"test": os.path.join(run_dir, "test")}
   if beside_demo:
@@ -184,7 +185,7 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
       times = json.load(f)
     test.update(target_sums(times))
     io_utils.write_json_atomic(times_output, times)
-    test["times"] = times_output
+    test["times"] = _shown(times_output, repo)
   result["test"] = test
   if beside_demo:
     with open(os.path.join(run_dir, "demo.log"), errors="replace") as f:

@@ -166,6 +166,10 @@ class SuiteTimeBenchTest(absltest.TestCase):
     })
     self.assertEqual(suite_time_bench.parse_test_log("3 passed, 2 failed\n")["failed"], 2)
 
+  def test_paths_in_the_repository_are_recorded_relative_to_it(self):
+    self.assertEqual(suite_time_bench._shown("/r/bench/results/x.json", "/r"), "bench/results/x.json")
+    self.assertEqual(suite_time_bench._shown("/elsewhere/x.json", "/r"), "/elsewhere/x.json")
+
 
 if __name__ == "__main__":
   absltest.main()
