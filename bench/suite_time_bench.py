@@ -89,7 +89,10 @@ def target_sums(times: Dict[str, Dict]) -> Dict:
 
 
 def _git(*args: str, cwd: str) -> str:
-  return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+  done = subprocess.run(["git", *args], cwd=cwd, check=False, capture_output=True, text=True)
+  if done.returncode:
+    raise RuntimeError(f"git {' '.join(args)} in {cwd} failed: {done.stderr.strip()}")
+  return done.stdout.strip()
 
 
 def _start(command: str, clone: str, log_path: str, env: Dict[str, str]) -> subprocess.Popen:
@@ -121,7 +124,12 @@ def _shown(path: str, repo: str) -> str:
 def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, output: Optional[str],
         keep: bool) -> Dict:
   """Clones, runs, records; returns the summary it wrote to `output`."""
-  commit = _git("rev-parse", "--short", "HEAD", cwd=repo)
+  if not os.path.isdir(repo):
+    raise ValueError(f"--repo={repo} is not a directory: pass a git checkout of realm_tf")
+  try:
+    commit = _git("rev-parse", "--short", "HEAD", cwd=repo)
+  except RuntimeError as e:
+    raise ValueError(f"--repo={repo} has no commit to clone ({e}): pass a git checkout of realm_tf") from None
   label = "beside_demo" if beside_demo else "quiet"
   output = output or os.path.join(repo, "bench", "results", f"suite_time_{label}_{commit}.json")
   times_output = os.path.join(os.path.dirname(output), f"test_times_{label}_{commit}.json")

@@ -151,6 +151,12 @@ class SuiteTimeBenchTest(absltest.TestCase):
     self.assertIn("ERROR: build failed", result["test"]["error"])
     self.assertNotIn("passed", result["test"])
 
+  def test_a_repo_that_is_not_a_git_checkout_is_refused_by_its_flag(self):
+    plain = self.create_tempdir().full_path
+    with self.assertRaisesRegex(ValueError, f"--repo={plain} has no commit to clone .*pass a git checkout"):
+      suite_time_bench.run(plain, self.work_dir, False, 2.0, None, False)
+    self.assertFalse(os.path.exists(self.work_dir))
+
   def test_parse_reads_the_last_summary_line(self):
     text = textwrap.dedent("""\
         [realm_tf setup] set-up (venv, Debian packages): 65 s
