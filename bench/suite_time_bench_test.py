@@ -22,7 +22,6 @@ echo "INFO: Elapsed time: 12.500s, Critical Path: 4.00s"
 mkdir -p bazel-testlogs
 echo '{"//a:slow_test": {"seconds": 9.0, "cpu_seconds": 7.5}, "//a:fast_test": {"seconds": 2.0, "cpu_seconds": null}}' > bazel-testlogs/test_times.json
 echo "12 passed, 0 failed, 1 skipped"
-
 """
 
 _FAKE_DEMO = """#!/bin/bash
