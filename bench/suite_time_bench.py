@@ -20,6 +20,7 @@ Each clone's Bazel output base is removed (`bazel clean --expunge`) and the clon
 --keep. Exits 1 when bin/test or bin/demo failed, after writing both files.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -74,18 +75,14 @@ def parse_test_log(text: str) -> Dict:
   }
 
 
-def target_sums(times: Dict[str, Dict]) -> Dict:
-  """Sums over a test_times.json: the targets' wall seconds, and CPU seconds where a target has them."""
-  cpu = [t["cpu_seconds"] for t in times.values() if t.get("cpu_seconds") is not None]
-  slowest = max(times, key=lambda label: times[label]["seconds"]) if times else None
-  return {
-      "targets": len(times),
-      "targets_seconds": round(sum(t["seconds"] for t in times.values()), 1),
-      "targets_cpu_seconds": round(sum(cpu), 1),
-      "targets_with_cpu": len(cpu),
-      "slowest_target": slowest,
-      "slowest_target_seconds": times[slowest]["seconds"] if slowest else None,
-  }
+def _test_summary():
+  """tools/test_summary.py, whose sums bin/test prints: tools/ holds scripts, not an installed package,
+  so it is loaded from its file."""
+  spec = importlib.util.spec_from_file_location("realm_tf_tools_test_summary",
+                                                os.path.join(_REPO, "tools", "test_summary.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def _git(*args: str, cwd: str) -> str:
@@ -191,7 +188,7 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
   if os.path.exists(times_path):
     with open(times_path) as f:
       times = json.load(f)
-    test.update(target_sums(times))
+    test.update(_test_summary().time_sums(times))
     io_utils.write_json_atomic(times_output, times)
     test["times"] = _shown(times_output, repo)
   result["test"] = test

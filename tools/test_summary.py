@@ -153,8 +153,22 @@ def bazel_phases(build_events_path):
   return (first_test - start) / 1000, (finish - first_test) / 1000
 
 
-def report_times(times, output_path, slowest=5):
+def time_sums(times):
+  """Sums over every target's time (target_times, with cpu_seconds where the log has them): what the
+  summary prints and bench/suite_time_bench.py records."""
   cpu = [t["cpu_seconds"] for t in times.values() if t.get("cpu_seconds") is not None]
+  slowest = max(times, key=lambda label: times[label]["seconds"]) if times else None
+  return {
+      "targets": len(times),
+      "targets_seconds": round(sum(t["seconds"] for t in times.values()), 1),
+      "targets_cpu_seconds": round(sum(cpu), 1),
+      "targets_with_cpu": len(cpu),
+      "slowest_target": slowest,
+      "slowest_target_seconds": times[slowest]["seconds"] if slowest else None,
+  }
+
+
+def report_times(times, output_path, slowest=5):
   if output_path:
     # A build that failed before any test ran leaves no testlogs directory.
     os.makedirs(os.path.dirname(output_path) or ".", exist_ok=True)
@@ -162,9 +176,11 @@ def report_times(times, output_path, slowest=5):
       json.dump(dict(sorted(times.items(), key=lambda item: -item[1]["seconds"])), f, indent=1)
     os.replace(output_path + ".tmp", output_path)
   ranked = sorted(times.items(), key=lambda item: -item[1]["seconds"])[:slowest]
-  total = sum(t["seconds"] for t in times.values())
-  cpu_note = f" ({sum(cpu):.0f} s of CPU in the {len(cpu)} that report it)" if cpu else ""
-  print(f"targets' own times add up to {total:.0f} s{cpu_note}; the slowest: " +
+  sums = time_sums(times)
+  cpu_note = (
+      f" ({sums['targets_cpu_seconds']:.0f} s of CPU in the {sums['targets_with_cpu']} that report it)"
+      if sums["targets_with_cpu"] else "")
+  print(f"targets' own times add up to {sums['targets_seconds']:.0f} s{cpu_note}; the slowest: " +
         ", ".join(f"{label} {t['seconds']:.0f} s" for label, t in ranked))
 
 
