@@ -35,6 +35,26 @@ realm_tf_python() {
   realm_tf_apt_install python3 python3-venv && command -v python3
 }
 
+# Installs requirements.txt into the venv with uv (pip's fallback on failure is the caller's): the same
+# pins, every index searched as pip searches them; it downloads and unpacks in parallel and links from its
+# cache: requirements.txt installed in 14 s where pip took 62 (AMD EPYC, 2 cores, from local
+# wheels; docs/testing.md). uv reads neither pip.conf nor PIP_*: pip's index settings and certificate
+# are passed on.
+_realm_uv_install() {
+  local venv_pip="$REALM_TF_VENV/bin/pip" value item
+  local args=(--python "$REALM_TF_VENV/bin/python" --index-strategy unsafe-best-match)
+  "$venv_pip" install -q --disable-pip-version-check uv >/dev/null 2>&1 || return 1
+  value="${PIP_INDEX_URL:-$("$venv_pip" config get global.index-url 2>/dev/null || true)}"
+  [ -n "$value" ] && args+=(--index-url "$value")
+  value="${PIP_EXTRA_INDEX_URL:-$("$venv_pip" config get global.extra-index-url 2>/dev/null || true)}"
+  for item in $value; do args+=(--extra-index-url "$item"); done
+  value="${PIP_FIND_LINKS:-$("$venv_pip" config get global.find-links 2>/dev/null || true)}"
+  for item in $value; do args+=(--find-links "$item"); done
+  value="${SSL_CERT_FILE:-${PIP_CERT:-$("$venv_pip" config get global.cert 2>/dev/null || true)}}"
+  env ${value:+SSL_CERT_FILE="$value"} "$REALM_TF_VENV/bin/uv" pip install -q "${args[@]}" \
+    -r "$REALM_TF_ROOT/requirements.txt" >&2
+}
+
 realm_tf_setup_venv() {
   local python deps_stamp stamp
   python="$(realm_tf_python)"
@@ -49,12 +69,15 @@ realm_tf_setup_venv() {
     return 0
   fi
   if [ "$(cat "$REALM_TF_VENV/.deps.sha256" 2>/dev/null)" != "$deps_stamp" ]; then
-    _realm_log "creating venv $REALM_TF_VENV from requirements.txt (about 2 minutes, once)"
+    _realm_log "creating venv $REALM_TF_VENV from requirements.txt (under a minute with uv, a few with pip; once)"
     rm -rf "$REALM_TF_VENV"
     "$python" -m venv "$REALM_TF_VENV"
     "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
-    "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
-      | grep -v "is ignored" >&2 || true
+    if ! _realm_uv_install; then
+      _realm_log "uv was not available or failed: installing with pip"
+      "$REALM_TF_VENV/bin/pip" install -q --disable-pip-version-check -r "$REALM_TF_ROOT/requirements.txt" 2>&1 \
+        | grep -v "is ignored" >&2 || true
+    fi
     "$REALM_TF_VENV/bin/python" -c 'import tensorflow, tensorflow_text, tf_keras, official, orbit, scann' \
       || { _realm_log "the venv at $REALM_TF_VENV did not install; see the pip output above"; exit 1; }
     echo "$deps_stamp" > "$REALM_TF_VENV/.deps.sha256"
