@@ -99,13 +99,16 @@ def target_cpu_seconds(testlogs, label):
 
 
 def target_times(build_events_path):
-  """{label: {"seconds": sum over shards, "slowest_shard": seconds, "shards": n, "cached": bool}}.
+  """{label: {"seconds": sum over shards, "slowest_shard": seconds, "shards": n, "cached": bool,
+  "started_seconds": when its first shard started, seconds after the run's first test started}}.
 
   Read from the testResult events of Bazel's build event protocol (one JSON object a line). A cached
-  result carries the time of the run that produced it, so it is flagged.
+  result carries the time of the run that produced it, so it is flagged, and has no start in this run.
+  The starts show which targets ran last, and how few ran at once then.
   """
   shards = collections.defaultdict(dict)
   cached = collections.defaultdict(bool)
+  starts = {}
   with open(build_events_path) as f:
     for line in f:
       event = json.loads(line)
@@ -119,12 +122,24 @@ def target_times(build_events_path):
       shards[label][test_id.get("shard", 1)] = seconds
       cached[label] |= bool(result.get("cachedLocally")) or bool(
           result.get("executionInfo", {}).get("cachedRemotely"))
+      if "testAttemptStartMillisEpoch" in result:
+        start = int(result["testAttemptStartMillisEpoch"]) / 1000
+        starts[label] = min(start, starts.get(label, start))
+  ran = [starts[label] for label in starts if not cached[label]]
+  first = min(ran) if ran else None
   return {
       label: {
-          "seconds": round(sum(times.values()), 1),
-          "slowest_shard": round(max(times.values()), 1),
-          "shards": len(times),
-          "cached": cached[label]
+          "seconds":
+              round(sum(times.values()), 1),
+          "slowest_shard":
+              round(max(times.values()), 1),
+          "shards":
+              len(times),
+          "cached":
+              cached[label],
+          "started_seconds":
+              (round(starts[label] -
+                     first, 1) if label in starts and not cached[label] and first is not None else None)
       } for label, times in shards.items()
   }
 

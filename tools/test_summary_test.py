@@ -33,10 +33,14 @@ class TestSummaryTest(unittest.TestCase):
 
   def _run_with_times(self, logs, results):
     """Runs the summary over //pkg:a_test and //pkg:b_test with build events holding one testResult per
-    (label, shard, milliseconds) of results; returns its exit code, stdout, stderr and times JSON."""
+    (label, shard, milliseconds[, start epoch milliseconds]) of results; returns its exit code, stdout,
+    stderr and times JSON."""
     events = os.path.join(logs, "events.json")
     with open(events, "w") as f:
-      for label, shard, millis in results:
+      for label, shard, millis, *start in results:
+        attempt = {"status": "PASSED", "testAttemptDurationMillis": str(millis)}
+        if start:  # epoch milliseconds of the attempt's start
+          attempt["testAttemptStartMillisEpoch"] = str(start[0])
         f.write(
             json.dumps({
                 "id": {
@@ -47,10 +51,7 @@ class TestSummaryTest(unittest.TestCase):
                         "attempt": 1
                     }
                 },
-                "testResult": {
-                    "status": "PASSED",
-                    "testAttemptDurationMillis": str(millis)
-                }
+                "testResult": attempt
             }) + "\n")
       f.write(json.dumps({"id": {"progress": {}}, "progress": {}}) + "\n")
     times_path = os.path.join(logs, "times.json")
@@ -71,20 +72,25 @@ class TestSummaryTest(unittest.TestCase):
       _write(os.path.join(logs, "pkg", "a_test", "test.xml"), [_PASS])
       for shard in (1, 2):
         _write(os.path.join(logs, "pkg", "b_test", f"shard_{shard}_of_2", "test.xml"), [_PASS])
-      rc, out, err, times = self._run_with_times(logs, (("//pkg:a_test", 1, 2500), ("//pkg:b_test", 1, 4000),
-                                                        ("//pkg:b_test", 2, 6000)))
+      # a_test starts first, b_test's first shard 1.5 s later, its second after that: the earlier counts.
+      rc, out, err, times = self._run_with_times(logs, (("//pkg:a_test", 1, 2500, 1795950000000),
+                                                        ("//pkg:b_test", 1, 4000, 1795950001500),
+                                                        ("//pkg:b_test", 2, 6000, 1795950004000)))
     self.assertEqual(rc, 0, err)
     lines = out.splitlines()
     self.assertEqual(lines[-1], "3 passed, 0 failed")
     self.assertIn("add up to 12 s; the slowest: //pkg:b_test 10 s, //pkg:a_test 2 s", lines[0])
     self.assertEqual(list(times), ["//pkg:b_test", "//pkg:a_test"])
-    self.assertEqual(times["//pkg:b_test"], {
-        "seconds": 10.0,
-        "slowest_shard": 6.0,
-        "shards": 2,
-        "cached": False,
-        "cpu_seconds": None
-    })
+    self.assertEqual(
+        times["//pkg:b_test"], {
+            "seconds": 10.0,
+            "slowest_shard": 6.0,
+            "shards": 2,
+            "cached": False,
+            "started_seconds": 1.5,
+            "cpu_seconds": None
+        })
+    self.assertEqual(times["//pkg:a_test"]["started_seconds"], 0.0)
 
   def test_cpu_seconds_from_the_logs_of_tools_cpu_time(self):
     with tempfile.TemporaryDirectory() as logs:
