@@ -40,7 +40,7 @@ realm_tf_python() {
 # from its cache: the whole set-up 26-42 s where pip's took 69 (AMD EPYC, 2 cores; docs/testing.md). uv
 # reads neither pip.conf nor PIP_*: pip's index settings and certificate are passed on. Bytecode is
 # compiled at install, as pip does: without it, where PYTHONDONTWRITEBYTECODE is set, every process
-# compiles TensorFlow's modules again (its import took 8.8 s of CPU instead of 3.6).
+# compiles TensorFlow's modules again (its import took 8.8 s of CPU instead of 3.3).
 _realm_uv_install() {
   local venv_pip="$REALM_TF_VENV/bin/pip" value item
   local args=(--python "$REALM_TF_VENV/bin/python" --index-strategy unsafe-best-match)

@@ -125,21 +125,19 @@ def target_times(build_events_path):
       if "testAttemptStartMillisEpoch" in result:
         start = int(result["testAttemptStartMillisEpoch"]) / 1000
         starts[label] = min(start, starts.get(label, start))
-  ran = [starts[label] for label in starts if not cached[label]]
-  first = min(ran) if ran else None
+  first = min((start for label, start in starts.items() if not cached[label]), default=None)
+
+  def started(label):
+    # A cached result ran in an earlier run; any other start counts in `first`, so `first` is set here.
+    return round(starts[label] - first, 1) if label in starts and not cached[label] else None
+
   return {
       label: {
-          "seconds":
-              round(sum(times.values()), 1),
-          "slowest_shard":
-              round(max(times.values()), 1),
-          "shards":
-              len(times),
-          "cached":
-              cached[label],
-          "started_seconds":
-              (round(starts[label] -
-                     first, 1) if label in starts and not cached[label] and first is not None else None)
+          "seconds": round(sum(times.values()), 1),
+          "slowest_shard": round(max(times.values()), 1),
+          "shards": len(times),
+          "cached": cached[label],
+          "started_seconds": started(label)
       } for label, times in shards.items()
   }
 
