@@ -20,7 +20,10 @@ go to WORK/eval_<label>/: the reader trained on what it reads, beside the dense-
 --retriever_learning_rate=R the query tower trains at its own peak rate R (ORQA's paper: 1e-5) beside the
 reader's --learning_rate; the label gains _qlrR (e.g. WORK/orqa_bm25_qlr1e-05/), the frozen index again
 the dense run's. A --num_train_steps other than the default is a run of its own too: the label gains
-_stepsN (e.g. WORK/orqa_bm25_qlr1e-05_steps2100/).
+_stepsN (e.g. WORK/orqa_bm25_qlr1e-05_steps2100/). With --continue_from=LABEL a run starts from the run
+LABEL's newest checkpoint (weights, optimizer moments, step) instead of all-MiniLM-L6-v2 and trains on to
+--num_train_steps under that length's warmup and decay (a warm restart: at the step it starts from, the
+rate jumps from the finished run's ~0 back to that schedule's value); the label gains _from_LABEL.
 
 Every stage is skipped when its output exists, so a stopped run resumes where it was (bin/train_orqa
 resumes from its latest checkpoint; an evaluation reruns whole):
@@ -44,9 +47,11 @@ resumes from its latest checkpoint; an evaluation reruns whole):
 WORK is --work_dir (.bench_cache/squad_e2e). Each binary's output goes to WORK/logs/<stage>.log.
 """
 
+import glob
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from typing import Dict, Sequence
@@ -76,6 +81,9 @@ _TRAIN_RETRIEVER = flags.DEFINE_enum(
     "bin/train_orqa --retriever: what the reader trains on (and the held-out selection reads).")
 _TRAIN_HYBRID_WEIGHT = flags.DEFINE_float(
     "train_hybrid_bm25_weight", None, "bin/train_orqa --hybrid_bm25_weight, with --train_retriever=hybrid.")
+_CONTINUE_FROM = flags.DEFINE_string(
+    "continue_from", None, "Another run's label (e.g. bm25_qlr1e-05_steps2100, WORK/orqa_<label>/): "
+    "this run starts from its newest checkpoint and trains on to --num_train_steps (module docstring).")
 _HELDOUT_EVERY = flags.DEFINE_integer(
     "heldout_every", 20, "Every N-th SQuAD train article is held out of "
     "training (checkpoint selection reads its questions).")
@@ -168,7 +176,41 @@ def _train_label() -> str:
   # checkpoints under the longer run's warmup and decay, a schedule neither length has.
   if _STEPS.value != _STEPS.default:
     label += f"_steps{_STEPS.value}"
+  if _CONTINUE_FROM.value:
+    label += f"_from_{_CONTINUE_FROM.value}"
   return label
+
+
+def start_from_run(source_dir: str, model_dir: str) -> int:
+  """Makes model_dir hold source_dir's newest checkpoint, so that bin/train_orqa resumes from it; returns
+  its step, or 0 when model_dir exists already (this continuation's own resume).
+
+  Only the checkpoint and train_state.json (the batch size a resume must keep) are copied: the best
+  checkpoint, its metric and the summary belong to the finished run, and this one selects among its own.
+  The copy is made beside model_dir and renamed into place, so a copy cut short is never resumed from.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if os.path.exists(model_dir):
+    return 0
+  state = tf.train.get_checkpoint_state(source_dir)
+  if state is None:
+    raise app.UsageError(f"--continue_from: no checkpoint in {source_dir}; name a run that trained "
+                         "(WORK/orqa_<label>/ with a 'checkpoint' file)")
+  prefix = os.path.join(source_dir, os.path.basename(state.model_checkpoint_path))
+  name = os.path.basename(prefix)
+  partial = model_dir + ".partial"
+  shutil.rmtree(partial, ignore_errors=True)
+  os.makedirs(partial)
+  for path in glob.glob(glob.escape(prefix) + ".*"):
+    shutil.copy2(path, partial)
+  if os.path.exists(os.path.join(source_dir, "train_state.json")):
+    shutil.copy2(os.path.join(source_dir, "train_state.json"), partial)
+  # The state file CheckpointManager reads (a text proto), naming the one checkpoint copied, relative to
+  # the directory as CheckpointManager writes it; TensorFlow's writer of it is deprecated.
+  with open(os.path.join(partial, "checkpoint"), "w", encoding="utf-8") as f:
+    f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+  os.rename(partial, model_dir)
+  return int(name.rsplit("-", 1)[1])
 
 
 def _first_run() -> bool:
@@ -396,6 +438,10 @@ def main(argv):
   model_dir = flags_of_train["model_dir"]
   stages["train"] = {"command": _command_line("train_orqa", flags_of_train)}
   summary_path = os.path.join(model_dir, "train_summary.json")
+  if _CONTINUE_FROM.value:
+    step = start_from_run(os.path.join(work_dir, f"orqa_{_CONTINUE_FROM.value}"), model_dir)
+    if step:
+      _log(f"{model_dir}: starts from step {step} of orqa_{_CONTINUE_FROM.value}")
   if not os.path.exists(summary_path):
     train_log = os.path.join(logs, f"train{_runs_suffix()}.log")
     _log(f"bin/train_orqa: {_STEPS.value} steps (resumes from {model_dir}); log {train_log}")

@@ -9,6 +9,7 @@ import tempfile
 import threading
 from urllib import parse
 
+from absl import app
 from absl.testing import absltest
 from absl.testing import flagsaver
 
@@ -125,6 +126,60 @@ class TrainFlagsTest(absltest.TestCase):
       longer_dense = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
     self.assertEqual((longer_dense["model_dir"], longer_dense["index_dir"]),
                      ("/w/orqa_dense_steps2100", "/w/orqa/frozen_index"))
+    # A continuation: its own model dir, named after the run it starts from.
+    with flagsaver.flagsaver(train_retriever="bm25",
+                             retriever_learning_rate=1e-5,
+                             num_train_steps=4200,
+                             continue_from="bm25_qlr1e-05_steps2100"):
+      continued = squad_open_e2e_bench.train_flags("/w", "/minilm", "/w/corpus/blocks", questions)
+    self.assertEqual((continued["model_dir"], continued["num_train_steps"]),
+                     ("/w/orqa_bm25_qlr1e-05_steps4200_from_bm25_qlr1e-05_steps2100", 4200))
+
+
+class StartFromRunTest(absltest.TestCase):
+
+  def _finished_run(self, steps=(5, 7)):
+    """A model dir as bin/train_orqa leaves it: checkpoints (a variable holding each one's step), the
+    best checkpoint and its metric, the summary, the batch size."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    source = self.create_tempdir().full_path
+    value = tf.Variable(0.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=value), source, max_to_keep=2)
+    for step in steps:
+      value.assign(float(step))
+      manager.save(checkpoint_number=step)
+    os.makedirs(os.path.join(source, "best"))
+    for name, content in (("best_metric.json", '{"value": 37.0}'), ("train_summary.json", "{}"),
+                          ("train_state.json", '{"global_batch_size": 8}')):
+      with open(os.path.join(source, name), "w", encoding="utf-8") as f:
+        f.write(content)
+    return source
+
+  def test_the_newest_checkpoint_alone_is_copied_and_restores(self):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    source = self._finished_run()
+    model_dir = os.path.join(self.create_tempdir().full_path, "orqa_continued")
+    self.assertEqual(squad_open_e2e_bench.start_from_run(source, model_dir), 7)
+    self.assertEqual(os.path.basename(tf.train.latest_checkpoint(model_dir)), "ckpt-7")
+    restored = tf.Variable(0.0)
+    tf.train.Checkpoint(v=restored).restore(tf.train.latest_checkpoint(model_dir)).assert_consumed()
+    self.assertEqual(restored.numpy(), 7.0)
+    # What the finished run selected and summarised is not this run's: bin/train_orqa would otherwise
+    # skip training (a summary) or keep the old best against a metric of another retriever.
+    self.assertCountEqual(os.listdir(model_dir),
+                          ["checkpoint", "train_state.json", "ckpt-7.index", "ckpt-7.data-00000-of-00001"])
+    self.assertFalse(os.path.exists(model_dir + ".partial"))
+    # Resumed: the model dir is this run's now, left as it is.
+    os.remove(os.path.join(model_dir, "train_state.json"))
+    self.assertEqual(squad_open_e2e_bench.start_from_run(source, model_dir), 0)
+    self.assertFalse(os.path.exists(os.path.join(model_dir, "train_state.json")))
+
+  def test_a_run_without_checkpoints_is_refused_by_name(self):
+    source = self.create_tempdir().full_path
+    model_dir = os.path.join(self.create_tempdir().full_path, "orqa_continued")
+    with self.assertRaisesRegex(app.UsageError, f"--continue_from: no checkpoint in {source}"):
+      squad_open_e2e_bench.start_from_run(source, model_dir)
+    self.assertFalse(os.path.exists(model_dir))
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
