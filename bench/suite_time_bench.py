@@ -13,7 +13,8 @@ between two users' jobs, where two children of one session would share that sess
 
 Writes --output (default bench/results/suite_time_<quiet|beside_demo>_<commit>.json): the command, the
 machine and its load, the commit, bin/test's set-up seconds, Bazel's elapsed time, its summary line,
-the targets' wall and CPU sums, and the demo's numbers, stage seconds, total and exit status. Beside it,
+the targets' wall and CPU sums, how the machine's cores spent the run (busy, niced background, idle:
+whether it was CPU-bound), and the demo's numbers, stage seconds, total and exit status. Beside it,
 test_times_<quiet|beside_demo>_<commit>.json: the clone's per-target times (its
 bazel-testlogs/test_times.json), which tools/test_times_table.py turns into docs/testing.md's tables.
 Each clone's Bazel output base is removed (`bazel clean --expunge`) and the clones deleted, unless
@@ -155,6 +156,7 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
     _git("clone", "-q", os.path.abspath(repo), clone, cwd=run_dir)
   processes = {}
   started = {}
+  cpu_before = throughput_lib.cpu_times()
   try:
     if beside_demo:
       started["demo"] = time.time()
@@ -176,6 +178,7 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
         os.killpg(process.pid, signal.SIGKILL)
     raise
   result["load_average_at_end"] = throughput_lib.load_average()
+  result["machine_cpu"] = throughput_lib.cpu_use(cpu_before, throughput_lib.cpu_times())
 
   with open(os.path.join(run_dir, "test.log"), errors="replace") as f:
     test_log = f.read()
@@ -218,6 +221,10 @@ def main(argv):
         f"{test.get('setup_seconds')} s, Bazel {test.get('bazel_elapsed_seconds')} s, "
         f"{test.get('passed')} passed, {test.get('failed')} failed; the targets' CPU "
         f"{test.get('targets_cpu_seconds')} s")
+  shares = result["machine_cpu"].get("shares")
+  if shares:
+    print("the cores from the first start to the last exit: " +
+          ", ".join(f"{kind} {100 * share:.1f}%" for kind, share in shares.items()))
   if "demo" in result:
     demo = result["demo"]
     print(f"bin/demo beside it: exit status {demo['exit_status']}, total {demo.get('total_seconds')} s")

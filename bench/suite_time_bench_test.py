@@ -12,6 +12,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from bench import suite_time_bench
+from bench import throughput_lib
 
 # The stand-in commands record where and when they ran: their session, their start time, what the bench
 # passed them, and the committed file a clone holds.
@@ -105,6 +106,9 @@ class SuiteTimeBenchTest(absltest.TestCase):
         (2, 11.0, 7.5, 1))
     self.assertEqual((test["slowest_target"], test["slowest_target_seconds"]), ("//a:slow_test", 9.0))
     self.assertEqual((result["commit"], result["run"]), (self.commit, "quiet"))
+    # The machine's cores over the run, split by kind: the shares of the whole.
+    self.assertEqual(set(result["machine_cpu"]["shares"]), {"busy", "niced", "idle", "stolen"})
+    self.assertAlmostEqual(sum(result["machine_cpu"]["shares"].values()), 1.0, delta=0.005)
     self.assertTrue(result["uncommitted_changes_not_measured"])
     self.assertNotIn("demo", result)
     with open(os.path.join(self.results, "suite.json")) as f:
@@ -170,6 +174,26 @@ class SuiteTimeBenchTest(absltest.TestCase):
         "skipped": 1
     })
     self.assertEqual(suite_time_bench.parse_test_log("3 passed, 2 failed\n")["failed"], 2)
+
+  def test_cpu_use_splits_the_cores_time_between_two_readings(self):
+    stat_path = os.path.join(self.create_tempdir().full_path, "stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def reading(user, nice, system, idle, iowait, irq, softirq, steal):
+      with open(stat_path, "w") as f:
+        # Ticks, then the per-core lines, which cpu_times reads no further than the first line.
+        values = [int(v * ticks) for v in (user, nice, system, idle, iowait, irq, softirq, steal)]
+        f.write("cpu  " + " ".join(map(str, values)) + " 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+      return throughput_lib.cpu_times(stat_path)
+
+    before = reading(100, 50, 20, 1000, 5, 1, 2, 0)
+    # 60 s of user, 10 of system, 2 of interrupts at nice <= 0; 30 niced; 16 idle + 2 I/O wait.
+    after = reading(160, 80, 30, 1016, 7, 2, 3, 0)
+    use = throughput_lib.cpu_use(before, after)
+    self.assertEqual(use["seconds"], {"busy": 72.0, "niced": 30.0, "idle": 18.0, "stolen": 0.0})
+    self.assertEqual(use["shares"], {"busy": 0.6, "niced": 0.25, "idle": 0.15, "stolen": 0.0})
+    self.assertEqual(throughput_lib.cpu_use({}, after), {})
+    self.assertEqual(throughput_lib.cpu_times(stat_path + ".missing"), {})
 
   def test_paths_in_the_repository_are_recorded_relative_to_it(self):
     self.assertEqual(suite_time_bench._shown("/r/bench/results/x.json", "/r"), "bench/results/x.json")

@@ -31,6 +31,46 @@ def load_average() -> Tuple[float, float, float]:
   return os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
 
 
+# /proc/stat's first line: the cores' cumulative time by kind since boot, in clock ticks (proc(5)).
+_PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_times(path: str = "/proc/stat") -> Dict[str, float]:
+  """The machine's cumulative CPU seconds by kind (Linux); {} where there is no /proc/stat."""
+  try:
+    with open(path) as f:
+      fields = f.readline().split()
+  except OSError:
+    return {}
+  ticks = os.sysconf("SC_CLK_TCK")
+  return {name: int(value) / ticks for name, value in zip(_PROC_STAT_FIELDS, fields[1:])}
+
+
+def cpu_use(before: Dict[str, float], after: Dict[str, float]) -> Dict:
+  """How the cores' time between two cpu_times() went: `busy` (user and system time at nice 0 or below,
+  interrupts: the measured jobs), `niced` (user time at a positive nice value: background jobs), `idle`
+  (I/O wait included) and `stolen` (by the hypervisor), in seconds and shares of the whole. Whether a
+  run's wall time was CPU-bound, which a load average cannot say. {} without both."""
+  if not before or not after:
+    return {}
+  spent = {kind: after[kind] - before[kind] for kind in _PROC_STAT_FIELDS}
+  groups = {
+      "busy": spent["user"] + spent["system"] + spent["irq"] + spent["softirq"],
+      "niced": spent["nice"],
+      "idle": spent["idle"] + spent["iowait"],
+      "stolen": spent["steal"],
+  }
+  total = sum(groups.values())
+  return {
+      "seconds": {
+          kind: round(value, 1) for kind, value in groups.items()
+      },
+      "shares": {
+          kind: round(value / total, 3) if total else 0.0 for kind, value in groups.items()
+      },
+  }
+
+
 def machine() -> Dict:
   """Where the numbers were taken; timings on a shared machine mean little without the load."""
   try:
