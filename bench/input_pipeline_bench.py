@@ -118,6 +118,9 @@ _QUERIES = flags.DEFINE_integer(
 _DEMO_QUERIES = flags.DEFINE_integer("demo_queries", 512, "Examples timed per component at the demo.")
 _DEMO_E2E_BATCHES = flags.DEFINE_integer("demo_e2e_batches", 30,
                                          "realm_dataset batches timed end to end at the demo.")
+_DEMO_BATCH = flags.DEFINE_integer(
+    "demo_batch_size", None, "The demo configuration's REALM batch (its pipeline batches and train step); "
+    "default: bin/demo's.")
 _PAPER_BATCH = flags.DEFINE_integer(
     "paper_batch_size", 64, "Examples per retrieval call at the paper configuration (a host's "
     "share of the 512 of a step on 8 hosts; also the brute-force index's query batch).")
@@ -166,6 +169,7 @@ class Options:
   queries: int = 64
   demo_queries: int = 512
   demo_e2e_batches: int = 30
+  demo_batch_size: Optional[int] = None  # None: the demo's REALM batch
   paper_batch_size: int = 64
   implementations: Sequence[str] = ("brute_force", "scann")
   max_resident_rows: int = 14000000
@@ -457,7 +461,7 @@ def _demo_settings(options: Options) -> Dict:
       "projection_size": demo.projection_size,
       "max_masks": demo.max_masks,
       "embedder_pooling": demo.embedder_pooling,
-      "batch_size": demo.realm_batch_size,
+      "batch_size": options.demo_batch_size or demo.realm_batch_size,
       "realm_pretraining": demo.realm_pretraining,
       "seed": demo.seed
   }
@@ -1164,6 +1168,7 @@ def main(argv):
                     queries=_QUERIES.value,
                     demo_queries=_DEMO_QUERIES.value,
                     demo_e2e_batches=_DEMO_E2E_BATCHES.value,
+                    demo_batch_size=_DEMO_BATCH.value,
                     paper_batch_size=_PAPER_BATCH.value,
                     implementations=_IMPLEMENTATIONS.value,
                     max_resident_rows=_MAX_RESIDENT.value,
