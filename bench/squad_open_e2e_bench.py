@@ -205,10 +205,16 @@ def start_from_run(source_dir: str, model_dir: str) -> int:
     shutil.copy2(path, partial)
   if os.path.exists(os.path.join(source_dir, "train_state.json")):
     shutil.copy2(os.path.join(source_dir, "train_state.json"), partial)
-  # The state file CheckpointManager reads (a text proto), naming the one checkpoint copied, relative to
-  # the directory as CheckpointManager writes it; TensorFlow's writer of it is deprecated.
+  # The state file CheckpointManager reads (a text proto; TensorFlow's writer of it is deprecated), naming
+  # the one checkpoint copied relative to the directory, as CheckpointManager writes it. With the source's
+  # timestamps: the manager counts as its own only checkpoints saved after last_preserved_timestamp, and
+  # without them saw none, so bin/train_orqa warm-started from all-MiniLM-L6-v2 at step 0.
+  saved = dict(zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps))
+  timestamp = saved.get(state.model_checkpoint_path, time.time())
+  preserved = min(state.last_preserved_timestamp, timestamp - 1.0)
   with open(os.path.join(partial, "checkpoint"), "w", encoding="utf-8") as f:
-    f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
+            f"all_model_checkpoint_timestamps: {timestamp!r}\nlast_preserved_timestamp: {preserved!r}\n")
   os.rename(partial, model_dir)
   return int(name.rsplit("-", 1)[1])
 

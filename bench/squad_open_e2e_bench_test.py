@@ -160,15 +160,24 @@ class StartFromRunTest(absltest.TestCase):
     source = self._finished_run()
     model_dir = os.path.join(self.create_tempdir().full_path, "orqa_continued")
     self.assertEqual(squad_open_e2e_bench.start_from_run(source, model_dir), 7)
-    self.assertEqual(os.path.basename(tf.train.latest_checkpoint(model_dir)), "ckpt-7")
-    restored = tf.Variable(0.0)
-    tf.train.Checkpoint(v=restored).restore(tf.train.latest_checkpoint(model_dir)).assert_consumed()
-    self.assertEqual(restored.numpy(), 7.0)
     # What the finished run selected and summarised is not this run's: bin/train_orqa would otherwise
     # skip training (a summary) or keep the old best against a metric of another retriever.
     self.assertCountEqual(os.listdir(model_dir),
                           ["checkpoint", "train_state.json", "ckpt-7.index", "ckpt-7.data-00000-of-00001"])
     self.assertFalse(os.path.exists(model_dir + ".partial"))
+    self.assertEqual(os.path.basename(tf.train.latest_checkpoint(model_dir)), "ckpt-7")
+    # What bin/train_orqa's loop asks (realm_tf/training/loop.py): a manager of the directory that lists
+    # a checkpoint restores it; one that lists none warm-starts from scratch at step 0.
+    restored = tf.Variable(0.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=restored), model_dir, max_to_keep=2)
+    self.assertEqual([os.path.basename(p) for p in manager.checkpoints], ["ckpt-7"])
+    self.assertEqual(os.path.basename(manager.restore_or_initialize()), "ckpt-7")
+    self.assertEqual(restored.numpy(), 7.0)
+    # It is the manager's own: the next saves rotate it out as they would have in the source run.
+    for step in (8, 9):
+      manager.save(checkpoint_number=step)
+    self.assertEqual([os.path.basename(p) for p in manager.checkpoints], ["ckpt-8", "ckpt-9"])
+    self.assertFalse(os.path.exists(os.path.join(model_dir, "ckpt-7.index")))
     # Resumed: the model dir is this run's now, left as it is.
     os.remove(os.path.join(model_dir, "train_state.json"))
     self.assertEqual(squad_open_e2e_bench.start_from_run(source, model_dir), 0)
