@@ -54,6 +54,9 @@ class TrainingRowsTest(tf.test.TestCase):
 
   def test_bm25_rows_are_searched_once_and_reused(self):
     rows = self._rows()
+    # Said before the search (minutes on a real training set) and after it.
+    self.assertEqual(self.logs[0], "searching 3 training questions with bm25 (top 5) before the first step")
+    self.assertStartsWith(self.logs[1], "searched 3 training questions with bm25 (top 5)")
     self.assertEqual(rows.dtype, np.int32)
     self.assertAllEqual(rows, self.sparse.search(self.questions, 5)[0])
     self.assertEqual(self.searches, ["bm25"])
@@ -85,6 +88,9 @@ class TrainingRowsTest(tf.test.TestCase):
   def test_hybrid_fuses_bm25_with_the_dense_ranking(self):
     rows = self._rows("hybrid", depth=4)
     self.assertCountEqual(self.searches, ["bm25", "dense"])
+    self.assertEqual(
+        self.logs[0], "searching 3 training questions with hybrid (top 4) before the first step, each "
+        "embedded by the warm-start query tower")
     sparse_rows, sparse_scores = self.sparse.search(self.questions, hybrid.FUSION_DEPTH)
     dense_rows, _ = self._dense_fn(self.sparse.num_docs)
     expected = hybrid.fuse(hybrid.unmatched_as_padding(sparse_rows, sparse_scores), dense_rows, 4)
