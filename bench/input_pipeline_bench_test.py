@@ -18,9 +18,8 @@ class InputPipelineBenchTest(absltest.TestCase):
         configs=("demo", "paper"),
         paper_index_rows=(1000, 2000),
         queries=8,
-        # The demo's path at a batch of 4, not its 32: the same
-        # pieces, an eighth of the work (the test checks that
-        # the bench runs and reports, not the demo's rates).
+        # The demo's path at a batch of 4, not its 32: the same pieces, an eighth of the work (the
+        # test checks that the bench runs and reports, not the demo's rates).
         demo_batch_size=4,
         demo_queries=8,
         demo_e2e_batches=1,

@@ -190,33 +190,34 @@ def start_from_run(source_dir: str, model_dir: str) -> int:
   The copy is made beside model_dir and renamed into place, so a copy cut short is never resumed from.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from realm_tf.checkpoints import training_state  # pylint: disable=g-import-not-at-top
+  from realm_tf.training import loop  # pylint: disable=g-import-not-at-top
   if os.path.exists(model_dir):
     return 0
   state = tf.train.get_checkpoint_state(source_dir)
   if state is None:
     raise app.UsageError(f"--continue_from: no checkpoint in {source_dir}; name a run that trained "
                          "(WORK/orqa_<label>/ with a 'checkpoint' file)")
-  prefix = os.path.join(source_dir, os.path.basename(state.model_checkpoint_path))
-  name = os.path.basename(prefix)
+  name = os.path.basename(state.model_checkpoint_path)
+  prefix = os.path.join(source_dir, name)
   partial = model_dir + ".partial"
   shutil.rmtree(partial, ignore_errors=True)
   os.makedirs(partial)
   for path in glob.glob(glob.escape(prefix) + ".*"):
     shutil.copy2(path, partial)
-  if os.path.exists(os.path.join(source_dir, "train_state.json")):
-    shutil.copy2(os.path.join(source_dir, "train_state.json"), partial)
-  # The state file CheckpointManager reads (a text proto; TensorFlow's writer of it is deprecated), naming
-  # the one checkpoint copied relative to the directory, as CheckpointManager writes it. With the source's
-  # timestamps: the manager counts as its own only checkpoints saved after last_preserved_timestamp, and
-  # without them saw none, so bin/train_orqa warm-started from all-MiniLM-L6-v2 at step 0.
+  if os.path.exists(os.path.join(source_dir, loop.TRAIN_STATE_NAME)):
+    shutil.copy2(os.path.join(source_dir, loop.TRAIN_STATE_NAME), partial)
+  # With the source's timestamps, so that bin/train_orqa's CheckpointManager counts the copy as its own
+  # and resumes from it (without them it warm-started from all-MiniLM-L6-v2 at step 0).
   saved = dict(zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps))
   timestamp = saved.get(state.model_checkpoint_path, time.time())
-  preserved = min(state.last_preserved_timestamp, timestamp - 1.0)
-  with open(os.path.join(partial, "checkpoint"), "w", encoding="utf-8") as f:
-    f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
-            f"all_model_checkpoint_timestamps: {timestamp!r}\nlast_preserved_timestamp: {preserved!r}\n")
+  training_state.write_checkpoint_state(partial,
+                                        name,
+                                        timestamp=timestamp,
+                                        last_preserved_timestamp=min(state.last_preserved_timestamp,
+                                                                     timestamp - 1.0))
   os.rename(partial, model_dir)
-  return int(name.rsplit("-", 1)[1])
+  return training_state.checkpoint_step(name)
 
 
 def _first_run() -> bool:

@@ -508,8 +508,7 @@ def write_models(options: PipelineOptions, models_dir: str, echo: Callable[[str]
   shutil.copytree(reader, os.path.join(tmp, READER_BERT))
   checkpoint = f"ckpt-{options.ict_steps}"
   tf.train.Checkpoint(retriever=retriever).write(os.path.join(tmp, ICT_START, checkpoint))
-  with open(os.path.join(tmp, ICT_START, "checkpoint"), "w") as f:
-    f.write(f'model_checkpoint_path: "{checkpoint}"\nall_model_checkpoint_paths: "{checkpoint}"\n')
+  training_state.write_checkpoint_state(os.path.join(tmp, ICT_START), checkpoint)
   with open(os.path.join(reader, "eval.json")) as f:
     reader_eval = {k: v for k, v in json.load(f).items() if k != "seconds"}
   retriever_config = {

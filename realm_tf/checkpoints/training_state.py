@@ -110,6 +110,27 @@ def restore_retriever(retriever, checkpoint_path: str) -> str:
   return checkpoint_path
 
 
+def write_checkpoint_state(directory: str,
+                           checkpoint_name: str,
+                           timestamp: Optional[float] = None,
+                           last_preserved_timestamp: Optional[float] = None) -> None:
+  """Writes DIRECTORY/checkpoint, the state file tf.train.latest_checkpoint and tf.train.CheckpointManager
+  read, naming the one checkpoint checkpoint_name (ckpt-<step>), relative to the directory as the manager
+  writes it, so the directory can be renamed (TensorFlow's own writer of it is deprecated).
+
+  Without timestamps the checkpoint is found by latest_checkpoint, enough for an export read by path. A
+  directory a trainer resumes from needs them: a CheckpointManager counts as its own only checkpoints
+  saved after last_preserved_timestamp, and a trainer whose manager lists none warm-starts at step 0.
+  """
+  lines = [f'model_checkpoint_path: "{checkpoint_name}"', f'all_model_checkpoint_paths: "{checkpoint_name}"']
+  if timestamp is not None:
+    lines.append(f"all_model_checkpoint_timestamps: {timestamp!r}")
+  if last_preserved_timestamp is not None:
+    lines.append(f"last_preserved_timestamp: {last_preserved_timestamp!r}")
+  with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
 def write_done_marker(model_dir: str) -> None:
   """Tells the refresher that training finished (it exits once it has seen the last checkpoint)."""
   with tf.io.gfile.GFile(os.path.join(model_dir, DONE_MARKER), "w") as f:

@@ -80,6 +80,21 @@ class LatestStepAndDoneMarkerTest(tf.test.TestCase):
     os.makedirs(empty)
     self.assertIsNone(training_state.latest_step(empty))
 
+  def test_checkpoint_state_written_for_a_reader_or_for_a_resuming_manager(self):
+    model_dir = self.get_temp_dir()
+    value = tf.Variable(3.0)
+    tf.train.Checkpoint(v=value).write(os.path.join(model_dir, "ckpt-3"))
+    training_state.write_checkpoint_state(model_dir, "ckpt-3")
+    self.assertEqual(training_state.latest_step(model_dir), 3)
+    # Without timestamps a CheckpointManager of the directory does not count it as its own.
+    self.assertEqual(tf.train.CheckpointManager(tf.train.Checkpoint(v=value), model_dir, 2).checkpoints, [])
+    training_state.write_checkpoint_state(model_dir, "ckpt-3", timestamp=20.0, last_preserved_timestamp=10.0)
+    restored = tf.Variable(0.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=restored), model_dir, 2)
+    self.assertEqual([os.path.basename(p) for p in manager.checkpoints], ["ckpt-3"])
+    manager.restore_or_initialize()
+    self.assertEqual(restored.numpy(), 3.0)
+
   def test_done_marker(self):
     model_dir = self.get_temp_dir()
     self.assertFalse(training_state.training_done(model_dir))

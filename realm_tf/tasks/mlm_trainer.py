@@ -28,6 +28,7 @@ from realm_tf import io_utils
 from realm_tf import tokenization
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import sources
+from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import mlm as mlm_data
 from realm_tf.data import text_records
@@ -154,8 +155,7 @@ def export_reader(model: masked_lm_lib.MaskedLmPretrainer, options: MlmTrainerOp
   tmp = io_utils.temporary_path(final)
   tf.io.gfile.makedirs(tmp)
   tf.train.Checkpoint(**model.reader_items()).write(os.path.join(tmp, f"ckpt-{step}"))
-  with tf.io.gfile.GFile(os.path.join(tmp, "checkpoint"), "w") as f:
-    f.write(f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n')
+  training_state.write_checkpoint_state(tmp, f"ckpt-{step}")
   io_utils.write_json_atomic(os.path.join(tmp, _CONFIG_NAME), options.bert_config.to_dict())
   tf.io.gfile.copy(options.vocab_path, os.path.join(tmp, _VOCAB_NAME), overwrite=True)
   io_utils.write_json_atomic(os.path.join(tmp, EVAL_NAME), dict(metrics, step=step))
