@@ -23,6 +23,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from realm_tf import io_utils
 from realm_tf.checkpoints import bert_mapping
 from realm_tf.checkpoints import sources
 
@@ -127,7 +128,8 @@ def write_checkpoint_state(directory: str,
     lines.append(f"all_model_checkpoint_timestamps: {timestamp!r}")
   if last_preserved_timestamp is not None:
     lines.append(f"last_preserved_timestamp: {last_preserved_timestamp!r}")
-  with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
+  # Atomic: a trainer resuming from a directory cut short mid-write would find no checkpoint and start over.
+  with io_utils.atomic_write(os.path.join(directory, "checkpoint")) as f:
     f.write("\n".join(lines) + "\n")
 
 
