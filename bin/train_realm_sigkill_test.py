@@ -26,6 +26,7 @@ from realm_tf import tokenization
 from realm_tf.checkpoints import training_state
 from realm_tf.data import corpus
 from realm_tf.data import pretraining
+from realm_tf.retrieval import published_index
 from realm_tf.testing import in_process
 from realm_tf.testing import tiny_inputs
 from realm_tf.training import preemption
@@ -104,12 +105,21 @@ class SigkillTest(tf.test.TestCase):
       self.assertNotEmpty(tf.train.list_variables(path))
     self.assertFalse(training_state.training_done(model_dir))
 
+    # A trainer killed while it published its bootstrap index leaves the temporary directory of it (found
+    # by bench/fault_soak: a SIGKILL during the publication, and the refresher, which removes such
+    # directories when it starts, never restarted); the resumed trainer removes it.
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    leftover = os.path.join(published_index.index_root(model_dir), f".tmp-0-{exited.pid}-0123abcd")
+    os.makedirs(os.path.join(leftover, "mips"))
     resumed_steps = killed_at + 10
     result = in_process.run_main(
         "train_realm.py",
         *demo_pipeline.binary_command("train_realm", num_train_steps=resumed_steps, **flags)[2:])
     self.assertIsNone(result.error, result.traceback)
     second = result.log
+    self.assertFalse(os.path.exists(leftover), second[-3000:])
+    self.assertIn(f"removing unfinished index {leftover}", second)
     self.assertIn(f"resumed from {os.path.join(model_dir, f'ckpt-{killed_at}')} at step {killed_at}", second)
     self.assertEqual(training_state.latest_step(model_dir), resumed_steps)
     self.assertTrue(training_state.training_done(model_dir))

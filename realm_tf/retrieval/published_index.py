@@ -253,10 +253,12 @@ def remove_damaged(model_dir: str, step: int, reason: str, log: Callable[[str], 
   shutil.rmtree(doomed, ignore_errors=True)
 
 
-def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
+def clean_temporary(model_dir: str, log: Callable[[str], None] = print, worker_rows: bool = True) -> int:
   """Removes temporary directories whose writer has exited (a killed refresher or trainer); returns how
   many. One whose writer still runs (a trainer publishing its bootstrap index, another process's
-  publication) is left alone: its pid is in its name (io_utils.temporary_path), checked on this host."""
+  publication) is left alone: its pid is in its name (io_utils.temporary_path), checked on this host.
+  worker_rows: also the rows of an unfinished multi-host refresh (written on other hosts, so no pid
+  tells whether they are still being written): only the refresher, which owns them, removes them."""
   root = index_root(model_dir)
   if not tf.io.gfile.isdir(root):
     return 0
@@ -270,7 +272,7 @@ def clean_temporary(model_dir: str, log: Callable[[str], None] = print) -> int:
         log(f"leaving {os.path.join(root, name)}: its writer (pid {pid}) is still running")
         continue
       log(f"removing unfinished index {os.path.join(root, name)} (its writer stopped while writing it)")
-    elif name.startswith(".embeddings-"):
+    elif worker_rows and name.startswith(".embeddings-"):
       log(f"removing worker rows {os.path.join(root, name)} of an unfinished multi-host refresh")
     else:
       continue

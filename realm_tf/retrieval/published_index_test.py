@@ -224,10 +224,16 @@ class PublishIndexTest(tf.test.TestCase):
     # A live writer's (this process's) directory, e.g. the trainer publishing its bootstrap index.
     live = io_utils.temporary_path(os.path.join(root, "7"))
     os.makedirs(os.path.join(live, "mips"))
+    # Worker rows of a multi-host refresh: a trainer (worker_rows=False) leaves them to the refresher.
+    rows = os.path.join(root, ".embeddings-8")
+    os.makedirs(rows)
     messages = []
-    self.assertEqual(published_index.clean_temporary(model_dir, log=messages.append), 2)
+    self.assertEqual(published_index.clean_temporary(model_dir, log=messages.append, worker_rows=False), 2)
+    self.assertCountEqual(os.listdir(root), ["3", os.path.basename(live), ".embeddings-8"])
+    self.assertEqual(published_index.clean_temporary(model_dir, log=messages.append), 1)
     self.assertCountEqual(os.listdir(root), ["3", os.path.basename(live)])
-    self.assertLen(messages, 3)
+    self.assertLen(messages, 5)
+    self.assertEqual(sum("removing worker rows" in m for m in messages), 1, messages)
     self.assertEqual(sum("removing unfinished index" in m for m in messages), 2, messages)
     self.assertTrue(any(f"its writer (pid {os.getpid()}) is still running" in m for m in messages), messages)
     published_index.verify_published(complete)

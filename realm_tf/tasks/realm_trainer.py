@@ -126,6 +126,11 @@ class RealmTask(task_lib.Task):
     self.tokenizer = config.tokenizer()
     self.featurizer = config.featurizer(self.tokenizer)
     model_dir = options.loop.model_dir
+    if options.bootstrap_index:
+      # A trainer killed while it published its bootstrap index left the temporary directory behind; the
+      # refresher removes such leftovers only when it starts, which may be long before (or never after).
+      # Every start, not only initialize's: a resumed run restores instead.
+      published_index.clean_temporary(model_dir, log, worker_rows=False)
     # After bin/update_index the indexes embed a corpus derived from --retrieval_corpus_path; a
     # (re)started trainer reads that one, so the index rows and the documents it featurizes agree. An
     # update published while this process runs is swapped in live, corpus and index together
