@@ -14,8 +14,8 @@ between two users' jobs, where two children of one session would share that sess
 Writes --output (default bench/results/suite_time_<quiet|beside_demo>_<commit>.json): the command, the
 machine and its load, the commit, bin/test's set-up seconds, Bazel's elapsed time, its summary line,
 the targets' wall and CPU sums, how the machine's cores spent the run (busy, niced background, idle:
-whether it was CPU-bound), and the demo's numbers, stage seconds, total and exit status. Beside it,
-test_times_<quiet|beside_demo>_<commit>.json: the clone's per-target times (its
+whether it was CPU-bound), the machine's speed that hour (--speed_probe's CPU seconds before and after
+the run), and the demo's numbers, stage seconds, total and exit status. Beside it, test_times_<quiet|beside_demo>_<commit>.json: the clone's per-target times (its
 bazel-testlogs/test_times.json), which tools/test_times_table.py turns into docs/testing.md's tables.
 Each clone's Bazel output base is removed (`bazel clean --expunge`) and the clones deleted, unless
 --keep. Exits 1 when bin/test or bin/demo failed, after writing both files.
@@ -25,12 +25,13 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from absl import app
 from absl import flags
@@ -52,6 +53,14 @@ _OUTPUT = flags.DEFINE_string(
     "output", None, "The JSON summary (default bench/results/suite_time_<quiet|beside_demo>_<commit>.json); "
     "the per-target times go beside it as test_times_<quiet|beside_demo>_<commit>.json.")
 _KEEP = flags.DEFINE_bool("keep", False, "Keep the clones and their Bazel output bases.")
+# The same code has taken 1,879 and 2,107 s of CPU on this machine hours apart (docs/testing.md): a
+# fixed piece of work timed before and after each run says how fast the machine was that hour, so runs
+# of different hours compare. TensorFlow's import is that piece: 3-4 s of CPU, the suite's commonest.
+SPEED_PROBE = "import tensorflow"
+_SPEED_PROBE = flags.DEFINE_string(
+    "speed_probe", SPEED_PROBE,
+    "Python code whose CPU seconds (in a new process of this venv, twice before the run and twice after) "
+    "the summary records as the machine's speed that hour; empty: none.")
 
 _SETUP = re.compile(r"\[realm_tf setup\] set-up \(venv, Debian packages\): (\d+) s")
 _ELAPSED = re.compile(r"INFO: Elapsed time: ([\d.]+)s")
@@ -112,6 +121,22 @@ def _remove_clone(clone: str, env: Dict[str, str]) -> None:
   shutil.rmtree(clone, ignore_errors=True)
 
 
+def speed_probe(code: str, times: int = 2) -> List[float]:
+  """CPU seconds (user + system) of `code` run by a new process of this Python, `times` times, one after
+  the other."""
+  seconds = []
+  for _ in range(times):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", code],
+                   check=True,
+                   stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds.append(round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2))
+  return seconds
+
+
 def _shown(path: str, repo: str) -> str:
   """A path as the JSON records it: relative to the repository when inside it, so that a committed
   result names its files as a clone sees them."""
@@ -119,8 +144,13 @@ def _shown(path: str, repo: str) -> str:
   return path if relative.startswith(os.pardir) else relative
 
 
-def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, output: Optional[str],
-        keep: bool) -> Dict:
+def run(repo: str,
+        work_dir: str,
+        beside_demo: bool,
+        head_start_seconds: float,
+        output: Optional[str],
+        keep: bool,
+        probe: str = SPEED_PROBE) -> Dict:
   """Clones, runs, records; returns the summary it wrote to `output`."""
   if not os.path.isdir(repo):
     raise ValueError(f"--repo={repo} is not a directory: pass a git checkout of realm_tf")
@@ -154,6 +184,7 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
     clones["demo"] = os.path.join(run_dir, "demo")
   for clone in clones.values():
     _git("clone", "-q", os.path.abspath(repo), clone, cwd=run_dir)
+  speed = {"code": probe, "cpu_seconds_before": speed_probe(probe)} if probe else None
   processes = {}
   started = {}
   cpu_before = throughput_lib.cpu_times()
@@ -179,6 +210,9 @@ def run(repo: str, work_dir: str, beside_demo: bool, head_start_seconds: float, 
     raise
   result["load_average_at_end"] = throughput_lib.load_average()
   result["machine_cpu"] = throughput_lib.cpu_use(cpu_before, throughput_lib.cpu_times())
+  if speed:
+    speed["cpu_seconds_after"] = speed_probe(probe)
+    result["speed_probe"] = speed
 
   with open(os.path.join(run_dir, "test.log"), errors="replace") as f:
     test_log = f.read()
@@ -215,7 +249,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   result = run(_REPO_FLAG.value, _WORK_DIR.value, _BESIDE_DEMO.value, _HEAD_START.value, _OUTPUT.value,
-               _KEEP.value)
+               _KEEP.value, _SPEED_PROBE.value)
   test = result["test"]
   print(f"{result['run']} bin/test at {result['commit']} on {result['machine']['processor']}: set-up "
         f"{test.get('setup_seconds')} s, Bazel {test.get('bazel_elapsed_seconds')} s, "
@@ -225,6 +259,10 @@ def main(argv):
   if shares:
     print("the cores from the first start to the last exit: " +
           ", ".join(f"{kind} {100 * share:.1f}%" for kind, share in shares.items()))
+  if "speed_probe" in result:
+    speed = result["speed_probe"]
+    print(f"the machine's speed: `{speed['code']}` took {speed['cpu_seconds_before']} s of CPU before the "
+          f"run, {speed['cpu_seconds_after']} s after")
   if "demo" in result:
     demo = result["demo"]
     print(f"bin/demo beside it: exit status {demo['exit_status']}, total {demo.get('total_seconds')} s")

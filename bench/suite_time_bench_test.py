@@ -90,7 +90,8 @@ class SuiteTimeBenchTest(absltest.TestCase):
   def _run(self, beside_demo, keep=False):
     # A head start of 2 s: a loaded machine may start either script's shell late, but not by that much.
     output = os.path.join(self.results, "suite.json")
-    return suite_time_bench.run(self.repo, self.work_dir, beside_demo, 2.0, output, keep)
+    # The speed probe: a cheap one here (the bench's own imports TensorFlow, 3-4 s of CPU each time).
+    return suite_time_bench.run(self.repo, self.work_dir, beside_demo, 2.0, output, keep, probe="pass")
 
   def test_a_quiet_run_records_the_suite_and_removes_its_clone(self):
     # An uncommitted edit is not what a fresh clone gets: the bench measures HEAD and says so.
@@ -111,6 +112,11 @@ class SuiteTimeBenchTest(absltest.TestCase):
     self.assertAlmostEqual(sum(result["machine_cpu"]["shares"].values()), 1.0, delta=0.005)
     self.assertTrue(result["uncommitted_changes_not_measured"])
     self.assertNotIn("demo", result)
+    # The machine's speed that hour: the probe's CPU seconds, twice before the run and twice after.
+    speed = result["speed_probe"]
+    self.assertEqual(speed["code"], "pass")
+    self.assertLen(speed["cpu_seconds_before"], 2)
+    self.assertLen(speed["cpu_seconds_after"], 2)
     with open(os.path.join(self.results, "suite.json")) as f:
       self.assertEqual(json.load(f)["test"], test)
     with open(os.path.join(self.results, f"test_times_quiet_{self.commit}.json")) as f:
@@ -159,6 +165,16 @@ class SuiteTimeBenchTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, f"--repo={plain} has no commit to clone .*pass a git checkout"):
       suite_time_bench.run(plain, self.work_dir, False, 2.0, None, False)
     self.assertFalse(os.path.exists(self.work_dir))
+
+  def test_the_speed_probe_counts_the_cpu_of_its_process(self):
+    # About 0.5-1 s of CPU against an empty program's few hundredths: the probe times the code's own
+    # work, not its wall time.
+    busy = suite_time_bench.speed_probe("sum(i * i for i in range(10_000_000))", times=1)
+    idle = suite_time_bench.speed_probe("import time; time.sleep(0.3)", times=1)
+    self.assertLen(busy, 1)
+    self.assertGreater(busy[0], 0.15)
+    self.assertLess(idle[0], busy[0])
+    self.assertLess(idle[0], 0.15)
 
   def test_parse_reads_the_last_summary_line(self):
     text = textwrap.dedent("""\
