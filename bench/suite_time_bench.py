@@ -15,7 +15,8 @@ Writes --output (default bench/results/suite_time_<quiet|beside_demo>_<commit>.j
 machine and its load, the commit, bin/test's set-up seconds, Bazel's elapsed time, its summary line,
 the targets' wall and CPU sums, how the machine's cores spent the run (busy, niced background, idle:
 whether it was CPU-bound), the machine's speed that hour (--speed_probe's CPU seconds before and after
-the run), and the demo's numbers, stage seconds, total and exit status. Beside it, test_times_<quiet|beside_demo>_<commit>.json: the clone's per-target times (its
+the run), and the demo's numbers, stage seconds, total and exit status. Beside it,
+test_times_<quiet|beside_demo>_<commit>.json: the clone's per-target times (its
 bazel-testlogs/test_times.json), which tools/test_times_table.py turns into docs/testing.md's tables.
 Each clone's Bazel output base is removed (`bazel clean --expunge`) and the clones deleted, unless
 --keep. Exits 1 when bin/test or bin/demo failed, after writing both files.
