@@ -24,6 +24,7 @@ import tensorflow as tf
 from realm_tf import featurization
 from realm_tf import io_utils
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import untuned
 
 # Four padded lengths: on SQuAD's paragraphs (mean 155 of 288 wordpieces) about half of a fully padded
 # batch is padding; four static shapes keep XLA's compilation to a handful of programs.
@@ -207,7 +208,8 @@ class CorpusEmbedder:
                                   rows).enumerate().group_by_window(bucket_of,
                                                                     batches_of,
                                                                     window_size=batch_size)
-      return _per_replica_batches(dataset, context).prefetch(2)
+      # Untuned: an autotuned iterator's deletion, at the end of a pass, could stall up to a minute.
+      return untuned.untuned(_per_replica_batches(dataset, context).prefetch(2))
 
     key = (corpus_prefix, corpus_lib.fingerprint(corpus_prefix), num_workers, worker_index)
     if self._pipeline is None or self._pipeline[0] != key:

@@ -8,6 +8,7 @@ first, and then those tests skip with the reason.
 
 import json
 import os
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -16,6 +17,7 @@ import tf_keras
 from realm_tf import featurization
 from realm_tf import tokenization
 from realm_tf.data import corpus as corpus_lib
+from realm_tf.data import untuned
 from realm_tf.modeling import bert
 from realm_tf.modeling import embedder as embedder_lib
 from realm_tf.retrieval import corpus_embedding
@@ -95,6 +97,12 @@ class CorpusEmbeddingTest(tf.test.TestCase):
       first_ids = [json.loads(line)["id"] for line in f][:_NUM_DOCS]
     self.assertEqual([d["doc_id"] for d in self.documents], first_ids)
     self.assertLen({row.tobytes() for row in self.expected}, _NUM_DOCS)  # every row distinct
+
+  def test_its_pipeline_runs_untuned(self):
+    # An autotuned iterator's deletion, at the end of a pass, could stall up to a minute.
+    with mock.patch.object(untuned, "untuned", wraps=untuned.untuned) as untune:
+      self._embed(batch_size=5)
+    self.assertEqual(untune.call_count, 1)
 
   def test_row_i_is_document_i_and_the_last_batch_is_padded_then_trimmed(self):
     seen_shapes = []

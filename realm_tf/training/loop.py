@@ -33,6 +33,7 @@ import tensorflow as tf
 from realm_tf import io_utils
 from realm_tf import stopping
 from realm_tf.checkpoints import training_state
+from realm_tf.data import untuned
 from realm_tf.training import preemption
 from realm_tf.training import step_loop
 from realm_tf.training import task as task_lib
@@ -326,7 +327,8 @@ def _distribute(strategy: tf.distribute.Strategy, dataset_fn: Callable[[int], tf
   are."""
 
   def dataset_for(context: tf.distribute.InputContext) -> tf.data.Dataset:
-    dataset = dataset_fn(batches_done)
+    # Untuned: an autotuned iterator's deletion, at the end of training, could stall up to a minute.
+    dataset = untuned.untuned(dataset_fn(batches_done))
     if context.num_replicas_in_sync == 1:
       return dataset
     batch = global_batch_size

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import traceback
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +19,7 @@ import tf_keras
 from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-direct-tensorflow-import
 
 from realm_tf.checkpoints import training_state
+from realm_tf.data import untuned
 from realm_tf.modeling import losses
 from realm_tf.training import loop
 from realm_tf.training import task as task_lib
@@ -426,6 +428,13 @@ class InputTeardownTest(tf.test.TestCase):
     self._train(_Regression(), os.path.join(self.get_temp_dir(), "finished"), lambda: stops.append(1))
     self.assertEqual(stops, [1])
     self.assertEmpty(_live_iterators())
+
+  def test_the_input_runs_untuned(self):
+    # Its iterator dies at the end of every run: autotuned, that deletion could stall up to a minute
+    # (realm_tf.data.untuned).
+    with mock.patch.object(untuned, "untuned", wraps=untuned.untuned) as untune:
+      self._train(_Regression(), os.path.join(self.get_temp_dir(), "untuned"), lambda: None)
+    self.assertEqual(untune.call_count, 1)
 
   def test_nor_a_failed_one_whose_traceback_still_names_the_step(self):
     stops = []
