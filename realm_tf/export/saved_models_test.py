@@ -17,10 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 
+from realm_tf.data import untuned
 from realm_tf.export import loader
 from realm_tf.export import saved_models
 from realm_tf.retrieval import scann_index
@@ -114,7 +116,9 @@ class ExportTest(tf.test.TestCase):
                                               batch_size=len(_QUESTIONS),
                                               num_retrieved=3,
                                               jit_compile=True)  # the SavedModel's answers equal XLA's
-    cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
+    with mock.patch.object(untuned, "untuned", wraps=untuned.untuned) as untune:
+      cls.expected = predictor.predict(predictor.featurize(_QUESTIONS))
+    cls.untuned_pipelines = untune.call_count
     query_inputs = trained.featurizer.query_inputs(trained.tokenizer.tokenize(_QUESTIONS))
     cls.expected_queries = trained.model.retriever.embed_queries(tuple(query_inputs)).numpy()
     cls.titles = [d.title for d in cls.documents[:4]]
@@ -222,6 +226,11 @@ class ExportTest(tf.test.TestCase):
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
     self.assertEqual(run.returncode, 0, run.stderr[-3000:])
     return _read_outdir(outdir)
+
+  def test_the_predictor_reads_its_questions_untuned(self):
+    # bin/eval_orqa's pass over 10,570 questions ends in the iterator's deletion: autotuned, it could stall
+    # up to a minute (realm_tf.data.untuned).
+    self.assertEqual(self.untuned_pipelines, 1)
 
   def test_fresh_process_matches_python_model(self):
     paths, trained = dict(self.paths), self.trained

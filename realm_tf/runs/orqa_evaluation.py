@@ -22,6 +22,7 @@ from realm_tf import io_utils
 from realm_tf.data import corpus_table
 from realm_tf.data import orqa_features
 from realm_tf.data import qa as qa_lib
+from realm_tf.data import untuned
 from realm_tf.modeling import orqa as orqa_lib
 from realm_tf.retrieval import hybrid
 from realm_tf.runs import orqa_model
@@ -140,8 +141,11 @@ class OrqaPredictor:
       # Per-replica batches in input order: the replicas of one input pipeline take consecutive
       # batches, so their local results, concatenated in replica order, keep the questions' order.
       per_replica = context.get_per_replica_batch_size(self.batch_size)
-      return (tf.data.Dataset.from_tensor_slices(padded).batch(per_replica, drop_remainder=True).shard(
-          context.num_input_pipelines, context.input_pipeline_id))
+      # Untuned: an autotuned iterator's deletion, after a pass over 10,570 questions, could stall up to
+      # a minute.
+      return untuned.untuned(
+          tf.data.Dataset.from_tensor_slices(padded).batch(per_replica, drop_remainder=True).shard(
+              context.num_input_pipelines, context.input_pipeline_id))
 
     parts: Dict[str, List[np.ndarray]] = {}
     for batch in self.strategy.distribute_datasets_from_function(dataset_fn):
