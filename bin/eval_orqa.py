@@ -47,6 +47,11 @@ _HYBRID_WEIGHT = flags.DEFINE_float(
 _JIT = flags.DEFINE_bool(
     "jit_compile", False, "Compile the prediction step with XLA: faster per question after seconds of "
     "compiling; for thousands of questions.")
+_READER_BEAM = flags.DEFINE_integer(
+    "reader_beam_size",
+    None, "Blocks the reader reads of each retriever's ranking, instead of the run's own "
+    "(train_orqa.yaml); the output files' names then end in .reader_beamN.",
+    lower_bound=1)
 _RECALL = trainer_flags.define_recall_flags(orqa_evaluation.DEFAULT_RECALL_KS)
 _SKIP_INVALID = trainer_flags.define_skip_invalid_flag()
 _DEVICE = trainer_flags.define_device_flags()
@@ -73,7 +78,8 @@ def main(argv):
                                                 strategy=strategy,
                                                 log=logging.info,
                                                 hybrid_bm25_weight=_HYBRID_WEIGHT.value,
-                                                jit_compile=_JIT.value)
+                                                jit_compile=_JIT.value,
+                                                reader_beam_size=_READER_BEAM.value)
   for retriever, result in results.items():
     table = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k != "seconds"}
     print(f"{result['qa_path']} with {result['checkpoint']}, retriever {retriever}:")

@@ -157,6 +157,9 @@ class OrqaBinariesTest(tf.test.TestCase):
     self.assertIsInstance(result.error, app.UsageError)
     self.assertIn("--hybrid_bm25_weight=1.5: the BM25 weight of the hybrid's score sum must be in [0, 1]",
                   str(result.error))
+    result = in_process.run_main("eval_orqa.py", f"--model_dir={self.tmp}/none", "--qa_path=x.jsonl",
+                                 "--reader_beam_size=0")
+    self.assertIn("flag --reader_beam_size=0: 0 is not a positive integer", str(result.error))
 
   def test_export_then_answer(self):
     self.assertEqual(self.train.returncode, 0, self.train.stderr[-3000:])

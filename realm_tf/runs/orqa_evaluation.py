@@ -234,17 +234,20 @@ def evaluate_retrievers(model_dir: str,
                         strategy: Optional[tf.distribute.Strategy] = None,
                         log: Callable[[str], None] = print,
                         hybrid_bm25_weight: Optional[float] = None,
-                        jit_compile: bool = False) -> Dict[str, Dict]:
+                        jit_compile: bool = False,
+                        reader_beam_size: Optional[int] = None) -> Dict[str, Dict]:
   """bin/eval_orqa: evaluates a trained model dir on a QA file, the reader reading what each retriever
   returns (realm_tf.retrieval.hybrid.RETRIEVERS; the hybrid fuses by reciprocal rank fusion, or by
   hybrid_bm25_weight's weighted score sum); for each writes OUTPUT_DIR/<name>.metrics.json and
   OUTPUT_DIR/<name>.predictions.jsonl atomically (OUTPUT_DIR defaults to MODEL_DIR/eval, <name> is
   output_name's of the retriever's hybrid.label). Returns {label: its metrics (with paths, checkpoint and
-  retriever)}, in order. jit_compile: OrqaPredictor's."""
+  retriever)}, in order. jit_compile: OrqaPredictor's. reader_beam_size: blocks the reader reads instead
+  of the run's (<name> then ends in .reader_beamN, so that the run's own evaluation is kept)."""
   hybrid.check_retrievers(retrievers)
   hybrid.check_bm25_weight(hybrid_bm25_weight)
-  trained = orqa_model.load_trained(model_dir, checkpoint, strategy)
-  log(f"evaluating {trained.checkpoint} on {qa_path} with retrievers {', '.join(retrievers)}")
+  trained = orqa_model.load_trained(model_dir, checkpoint, strategy, reader_beam_size)
+  log(f"evaluating {trained.checkpoint} on {qa_path} with retrievers {', '.join(retrievers)}, the reader "
+      f"reading the top {trained.model.reader_beam} blocks")
   examples = load_examples(qa_path, skip_invalid, log)
   depth = max(max(ks), trained.model.reader_beam)
   predictor = OrqaPredictor(trained.model,
@@ -281,6 +284,8 @@ def evaluate_retrievers(model_dir: str,
     metrics["seconds"] = time.time() - started
     retriever_label = hybrid.label(retriever, hybrid_bm25_weight)
     name = output_name(qa_path, retriever_label)
+    if reader_beam_size is not None:
+      name += f".reader_beam{reader_beam_size}"
     predictions_path = os.path.join(output_dir, f"{name}.predictions.jsonl")
     metrics_path = os.path.join(output_dir, f"{name}.metrics.json")
     evaluation.write_predictions_jsonl(predictions_path, records)
@@ -288,6 +293,7 @@ def evaluate_retrievers(model_dir: str,
                   checkpoint=trained.checkpoint,
                   qa_path=qa_path,
                   retriever=retriever_label,
+                  reader_beam_size=trained.model.reader_beam,
                   predictions_path=predictions_path)
     if retriever == hybrid.HYBRID:
       result["hybrid_bm25_weight"] = hybrid_bm25_weight  # None: reciprocal rank fusion

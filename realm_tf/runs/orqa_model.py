@@ -61,10 +61,16 @@ def resolve_trained_checkpoint(model_dir: str, checkpoint: Optional[str] = None)
 
 def load_trained(model_dir: str,
                  checkpoint: Optional[str] = None,
-                 strategy: Optional[tf.distribute.Strategy] = None) -> TrainedOrqa:
-  """Rebuilds a bin/train_orqa run's model from its model dir and restores a checkpoint into it."""
+                 strategy: Optional[tf.distribute.Strategy] = None,
+                 reader_beam_size: Optional[int] = None) -> TrainedOrqa:
+  """Rebuilds a bin/train_orqa run's model from its model dir and restores a checkpoint into it.
+
+  reader_beam_size: blocks the reader reads, instead of the run's (the weights do not depend on it).
+  """
   config = realm_config_lib.RealmConfig.load(model_dir)
   orqa = orqa_lib.OrqaConfig.load(model_dir)
+  if reader_beam_size is not None:
+    orqa = dataclasses.replace(orqa, reader_beam_size=reader_beam_size)
   corpus_lib.check_vocab(config.vocab_path,
                          orqa.retrieval_corpus_path,
                          config.vocab_sha256,

@@ -159,6 +159,23 @@ class TrainOnBm25Test(tf.test.TestCase):
     best = summary["best"]
     for key, value in best["metrics"].items():
       self.assertAllClose(result[key], value, msg=key)
+    # bin/eval_orqa --reader_beam_size=5: the reader reads BM25's top 5 instead of the run's 3, into files
+    # of their own beside the run's evaluation.
+    with eager_functions.functions_run_eagerly():
+      wider = orqa_evaluation.evaluate_retrievers(model_dir,
+                                                  paths["dev"], ["bm25"],
+                                                  batch_size=4,
+                                                  log=logs.append,
+                                                  reader_beam_size=5)["bm25"]
+    self.assertEqual((result["reader_beam_size"], wider["reader_beam_size"]), (3, 5))
+    self.assertEqual(os.path.dirname(wider["metrics_path"]), os.path.dirname(result["metrics_path"]))
+    self.assertTrue(wider["metrics_path"].endswith(".bm25.reader_beam5.metrics.json"), wider["metrics_path"])
+    self.assertTrue(os.path.exists(result["metrics_path"]))
+    with open(paths["dev"], encoding="utf-8") as f:
+      dev_questions = [json.loads(line)["question"] for line in f]
+    with open(wider["predictions_path"], encoding="utf-8") as f:
+      read = [json.loads(line)["retrieved_ids"] for line in f]
+    self.assertEqual(read, [[blocks.doc_ids[r] for r in rows] for rows in sparse.search(dev_questions, 5)[0]])
     # A restart reads the saved rows instead of searching again. It also holds the query tower still
     # (--retriever_learning_rate=0) while the reader trains on: the one rate reaches the tower's
     # variables, and only them.
