@@ -39,7 +39,6 @@ import numpy as np
 import tensorflow as tf
 
 from realm_tf import tokenization
-from realm_tf.data import untuned
 
 # RE2's metacharacters; escaping exactly these makes an answer a literal pattern (escaping a non-ASCII
 # letter would be an invalid RE2 escape).
@@ -501,5 +500,4 @@ def qa_dataset(questions: Sequence[str],
   data = data.ragged_batch(batch_size, drop_remainder=True).map(featurize)
   if skip_batches:
     data = data.skip(skip_batches)
-  # Untuned: an autotuned iterator's deletion, after an evaluation's pass, could stall up to a minute.
-  return untuned.untuned(data.prefetch(2))
+  return data.prefetch(2)

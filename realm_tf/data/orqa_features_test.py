@@ -157,8 +157,6 @@ class QaDatasetTest(tf.test.TestCase):
                                     max_num_answers=3,
                                     max_answer_len=4,
                                     repeat=False)
-    # Untuned: an autotuned iterator's deletion, after an evaluation's pass, could stall up to a minute.
-    self.assertIs(data.options().autotune.enabled, False)  # None is the default: on
     batches = list(data)
     self.assertLen(batches, 2)  # 3 examples, the last batch padded with the first
     first = batches[0]
