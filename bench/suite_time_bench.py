@@ -64,12 +64,14 @@ _SPEED_PROBE = flags.DEFINE_string(
     "the summary records as the machine's speed that hour; empty: none.")
 
 _SETUP = re.compile(r"\[realm_tf setup\] set-up \(venv, Debian packages\): (\d+) s")
+_ALLOCATOR = re.compile(r"\[realm_tf setup\] the tests' allocator: (.+)")
 _ELAPSED = re.compile(r"INFO: Elapsed time: ([\d.]+)s")
 _SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$", re.MULTILINE)
 
 
 def parse_test_log(text: str) -> Dict:
-  """bin/test's console output: its set-up seconds, Bazel's elapsed time and the summary line (the last
+  """bin/test's console output: its set-up seconds, the tests' allocator (jemalloc's library, or glibc's
+  malloc where it is missing: about a sixth more CPU), Bazel's elapsed time and the summary line (the last
   one printed); a log without the summary is a run that did not finish, and an error."""
   summaries = _SUMMARY.findall(text)
   if not summaries:
@@ -77,8 +79,10 @@ def parse_test_log(text: str) -> Dict:
   passed, failed, skipped = summaries[-1]
   setup = _SETUP.findall(text)
   elapsed = _ELAPSED.findall(text)
+  allocator = _ALLOCATOR.findall(text)
   return {
       "setup_seconds": float(setup[-1]) if setup else None,
+      "allocator": allocator[-1].strip() if allocator else None,
       "bazel_elapsed_seconds": float(elapsed[-1]) if elapsed else None,
       "passed": int(passed),
       "failed": int(failed),
@@ -255,7 +259,7 @@ def main(argv):
   print(f"{result['run']} bin/test at {result['commit']} on {result['machine']['processor']}: set-up "
         f"{test.get('setup_seconds')} s, Bazel {test.get('bazel_elapsed_seconds')} s, "
         f"{test.get('passed')} passed, {test.get('failed')} failed; the targets' CPU "
-        f"{test.get('targets_cpu_seconds')} s")
+        f"{test.get('targets_cpu_seconds')} s; the tests' allocator: {test.get('allocator')}")
   shares = result["machine_cpu"].get("shares")
   if shares:
     print("the cores from the first start to the last exit: " +

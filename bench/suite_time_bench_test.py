@@ -179,17 +179,22 @@ class SuiteTimeBenchTest(absltest.TestCase):
   def test_parse_reads_the_last_summary_line(self):
     text = textwrap.dedent("""\
         [realm_tf setup] set-up (venv, Debian packages): 65 s
+        [realm_tf setup] the tests' allocator: /usr/lib/x86_64-linux-gnu/libjemalloc.so.2
         INFO: Elapsed time: 554.741s, Critical Path: 105.39s
         959 passed, 0 failed, 1 skipped
         """)
-    self.assertEqual(suite_time_bench.parse_test_log(text), {
-        "setup_seconds": 65.0,
-        "bazel_elapsed_seconds": 554.741,
-        "passed": 959,
-        "failed": 0,
-        "skipped": 1
-    })
+    self.assertEqual(
+        suite_time_bench.parse_test_log(text), {
+            "setup_seconds": 65.0,
+            "allocator": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "bazel_elapsed_seconds": 554.741,
+            "passed": 959,
+            "failed": 0,
+            "skipped": 1
+        })
     self.assertEqual(suite_time_bench.parse_test_log("3 passed, 2 failed\n")["failed"], 2)
+    # A log from before bin/test printed its allocator: none recorded.
+    self.assertIsNone(suite_time_bench.parse_test_log("3 passed, 2 failed\n")["allocator"])
 
   def test_cpu_use_splits_the_cores_time_between_two_readings(self):
     stat_path = os.path.join(self.create_tempdir().full_path, "stat")
