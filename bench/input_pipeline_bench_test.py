@@ -2,8 +2,10 @@
 the real pipeline pieces, and the JSON holds every component, positive rates and the scaled index
 size."""
 
+import gc
 import json
 import os
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -11,6 +13,20 @@ from bench import input_pipeline_bench
 
 
 class InputPipelineBenchTest(absltest.TestCase):
+
+  def test_timed_calls_run_with_the_collector_paused_and_it_comes_back(self):
+    self.assertTrue(gc.isenabled())
+    collector_on = []
+    # No minimum duration: exactly the 3 calls asked for.
+    with mock.patch.object(input_pipeline_bench, "MIN_SECONDS", [0.0]):
+      timing = input_pipeline_bench._timed(lambda: collector_on.append(gc.isenabled()),
+                                           calls=3,
+                                           examples_per_call=2,
+                                           warmup=1)
+    # The warm-up call runs with the collector on, the timed calls with it off; afterwards it is on.
+    self.assertEqual(collector_on, [True, False, False, False])
+    self.assertTrue(gc.isenabled())
+    self.assertEqual((timing["calls"], timing["examples"]), (3, 6))
 
   def test_both_configs_report_every_component_and_positive_rates(self):
     out = self.create_tempdir().full_path
