@@ -7,8 +7,9 @@ therefore also grouped into one py_test (realm_tf/test_group.bzl's py_test_group
 manual, for a focused `bazel test //pkg:x_test`.
 
 Usage (the py_test's args, which the macro writes): run_test_group.py PACKAGE_DIR FILE... Each file's test classes run as they do alone: tf.test.TestCase reseeds every
-test, and no grouped file changes a process-wide setting it does not restore (the logical CPU split
-keeps distribute_test and optimization_test alone).
+test, and no grouped file changes a process-wide setting it does not restore, except the logical CPU
+split: a file that makes it is grouped only with files that make the same split
+(//realm_tf/training:two_cpu_tests).
 """
 
 import importlib
