@@ -53,7 +53,6 @@ from as far apart). The trainer's step is measured at --paper_train_batch_size e
 linearly to 512.
 """
 
-import contextlib
 import dataclasses
 import gc
 import math
@@ -212,27 +211,13 @@ def _peak_rss_mib() -> float:
 MIN_SECONDS = [1.0]
 
 
-@contextlib.contextmanager
-def _collector_paused():
-  """Python's collector off for a timed region, as timeit times: a collection that the warm-up's garbage
-  triggers would otherwise land in a timed call. A full collection before the region did the same and
-  walked every model and trace the bench holds, 0.3 s each time (7 s of the smoke test's minute)."""
-  enabled = gc.isenabled()
-  gc.disable()
-  try:
-    yield
-  finally:
-    if enabled:
-      gc.enable()
-
-
 def _timed(fn: Callable[[], object], calls: int, examples_per_call: int, warmup: int = 1) -> Dict:
   """Wall and process CPU seconds of at least `calls` calls of fn (more until MIN_SECONDS have
   passed) after `warmup` untimed ones (the first traces or compiles), per example. fn returns only
   once its work is done (numpy results or tf.data batches)."""
   for _ in range(warmup):
     fn()
-  with _collector_paused():
+  with throughput_lib.collector_paused():
     wall, cpu = time.perf_counter(), time.process_time()
     done = 0
     while done < calls or time.perf_counter() - wall < MIN_SECONDS[0]:
@@ -443,7 +428,7 @@ def _train_step_timing(config: realm_config_lib.RealmConfig,
     return time.perf_counter() - wall, time.process_time() - cpu
 
   first_wall, _ = one()
-  with _collector_paused():
+  with throughput_lib.collector_paused():
     runs = [one() for _ in range(steps)]
   walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
   median = statistics.median(walls)
