@@ -67,7 +67,22 @@ realm_tf_setup_venv() {
   stamp="$( (cat "$REALM_TF_ROOT/requirements.txt" "$REALM_TF_ROOT/pyproject.toml"; echo "$REALM_TF_ROOT";
              "$python" --version) | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$REALM_TF_VENV/.requirements.sha256" 2>/dev/null)" = "$stamp" ]; then
+    # The stamp names this checkout; a venv made before .realm_tf_root existed gets it here.
+    [ -f "$REALM_TF_VENV/.realm_tf_root" ] || echo "$REALM_TF_ROOT" > "$REALM_TF_VENV/.realm_tf_root"
     return 0
+  fi
+  # A venv named by REALM_TF_VENV that another checkout, still there, made and installed realm_tf into
+  # (editable, from that checkout): rebuilding it here would delete it under that checkout's running
+  # programs and point its realm_tf at this one. A checkout's own .venv is rebuilt as before, also when the
+  # checkout was moved or copied (its stamp names the old path).
+  local owner
+  owner="$(cat "$REALM_TF_VENV/.realm_tf_root" 2>/dev/null || true)"
+  if [ "$REALM_TF_VENV" != "$REALM_TF_ROOT/.venv" ] && [ -n "$owner" ] && [ "$owner" != "$REALM_TF_ROOT" ] \
+     && [ -f "$owner/bin/setup_env.sh" ]; then
+    _realm_log "REALM_TF_VENV=$REALM_TF_VENV is the venv of the checkout $owner (realm_tf is installed into it" \
+               "from there); making it this checkout's would delete it under that checkout's programs. Unset" \
+               "REALM_TF_VENV to use $REALM_TF_ROOT/.venv, or name a directory of this checkout's own."
+    exit 1
   fi
   if [ "$(cat "$REALM_TF_VENV/.deps.sha256" 2>/dev/null)" != "$deps_stamp" ]; then
     _realm_log "creating venv $REALM_TF_VENV from requirements.txt (under a minute with uv, a few with pip; once)"
@@ -99,6 +114,7 @@ realm_tf_setup_venv() {
     _realm_log "pip install -e $REALM_TF_ROOT failed (output above, also in $pip_log)"
     exit 1
   fi
+  echo "$REALM_TF_ROOT" > "$REALM_TF_VENV/.realm_tf_root"
   echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
 }
 

@@ -1,0 +1,111 @@
+"""bin/setup_env.sh's venv set-up with a venv named by REALM_TF_VENV: one that another checkout made is
+refused by name and left as it is; a checkout's own venv is rebuilt when its stamp differs, also after the
+checkout was moved or copied.
+
+A stand-in Python answers the set-up's checks, and fails `-m venv`: a run that gets as far as building
+a venv stops there, having printed that it would, so no case installs anything.
+"""
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+
+from absl.testing import absltest
+
+_SETUP_ENV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "setup_env.sh")
+_VERSION = "Python 3.11.7"
+
+_FAKE_PYTHON = f"""#!/usr/bin/env bash
+case "$1" in
+  --version) echo "{_VERSION}" ;;
+  -c) exit 0 ;;
+  *) echo "stand-in python: $*" >&2; exit 3 ;;
+esac
+"""
+
+
+class SetupVenvTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.tmp = self.create_tempdir().full_path
+    self.checkout = self._checkout("checkout")
+    self.python = os.path.join(self.tmp, "python")
+    with open(self.python, "w") as f:
+      f.write(_FAKE_PYTHON)
+    os.chmod(self.python, os.stat(self.python).st_mode | stat.S_IXUSR)
+
+  def _checkout(self, name):
+    root = os.path.join(self.tmp, name)
+    os.makedirs(os.path.join(root, "bin"))
+    shutil.copy(_SETUP_ENV, os.path.join(root, "bin", "setup_env.sh"))
+    for file, text in (("requirements.txt", "tensorflow==2.20.0\n"), ("pyproject.toml", "[project]\n")):
+      with open(os.path.join(root, file), "w") as f:
+        f.write(text)
+    return root
+
+  def _venv(self, path, owner):
+    os.makedirs(path)
+    with open(os.path.join(path, ".realm_tf_root"), "w") as f:
+      f.write(owner + "\n")
+    with open(os.path.join(path, "kept"), "w") as f:
+      f.write("a file of the venv\n")
+    return path
+
+  def _setup(self, venv=None):
+    env = {k: v for k, v in os.environ.items() if k != "REALM_TF_VENV"}
+    env["REALM_TF_PYTHON"] = self.python
+    if venv:
+      env["REALM_TF_VENV"] = venv
+    return subprocess.run(["bash", "-c", f'source "{self.checkout}/bin/setup_env.sh" && realm_tf_setup_venv'],
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=60)
+
+  def test_another_live_checkouts_venv_is_refused_and_kept(self):
+    other = self._checkout("other")
+    venv = self._venv(os.path.join(self.tmp, "shared_venv"), other)
+    result = self._setup(venv)
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertIn(f"REALM_TF_VENV={venv} is the venv of the checkout {other}", result.stderr)
+    self.assertIn(f"Unset REALM_TF_VENV to use {self.checkout}/.venv", result.stderr)
+    self.assertNotIn("creating venv", result.stderr)
+    self.assertTrue(os.path.exists(os.path.join(venv, "kept")))
+
+  def test_a_venv_whose_checkout_is_gone_is_rebuilt(self):
+    venv = self._venv(os.path.join(self.tmp, "moved_venv"), os.path.join(self.tmp, "gone"))
+    result = self._setup(venv)
+    self.assertIn(f"creating venv {venv}", result.stderr)
+    self.assertIn("stand-in python: -m venv", result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(venv, "kept")))
+
+  def test_a_copied_checkouts_own_venv_is_rebuilt(self):
+    # cp -r of a checkout: its .venv names the original, which is still there.
+    other = self._checkout("other")
+    venv = self._venv(os.path.join(self.checkout, ".venv"), other)
+    result = self._setup()
+    self.assertIn(f"creating venv {venv}", result.stderr)
+    self.assertFalse(os.path.exists(os.path.join(venv, "kept")))
+
+  def test_a_current_venv_made_before_the_owner_file_gets_it(self):
+    venv = os.path.join(self.tmp, "current_venv")
+    os.makedirs(venv)
+    stamped = b""
+    for file in ("requirements.txt", "pyproject.toml"):
+      with open(os.path.join(self.checkout, file), "rb") as f:
+        stamped += f.read()
+    stamped += f"{self.checkout}\n{_VERSION}\n".encode()
+    with open(os.path.join(venv, ".requirements.sha256"), "w") as f:
+      f.write(hashlib.sha256(stamped).hexdigest() + "\n")
+    result = self._setup(venv)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stderr, "")
+    with open(os.path.join(venv, ".realm_tf_root")) as f:
+      self.assertEqual(f.read(), self.checkout + "\n")
+
+
+if __name__ == "__main__":
+  absltest.main()
