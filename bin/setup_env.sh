@@ -128,7 +128,10 @@ realm_tf_setup_venv() {
 realm_tf_jemalloc() {
   realm_tf_apt_install libjemalloc2 >&2 || _realm_log "no libjemalloc2: running on glibc's malloc"
   local lib
-  for lib in /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 \
+  # Where the package put it (any Debian architecture), else the usual places (a library installed
+  # without dpkg).
+  lib="$(dpkg -L libjemalloc2 2>/dev/null | grep '/libjemalloc\.so\.2$' | head -n 1 || true)"
+  for lib in $lib /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 \
              /usr/lib64/libjemalloc.so.2 /usr/lib/libjemalloc.so.2; do
     [ -f "$lib" ] && { echo "$lib"; return 0; }
   done

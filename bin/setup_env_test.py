@@ -1,6 +1,6 @@
 """bin/setup_env.sh's venv set-up with a venv named by REALM_TF_VENV: one that another checkout made is
 refused by name and left as it is; a checkout's own venv is rebuilt when its stamp differs, also after the
-checkout was moved or copied.
+checkout was moved or copied. And the tests' allocator: the jemalloc library is where its package put it.
 
 A stand-in Python answers the set-up's checks, and fails `-m venv`: a run that gets as far as building
 a venv stops there, having printed that it would, so no case installs anything.
@@ -105,6 +105,55 @@ class SetupVenvTest(absltest.TestCase):
     self.assertEqual(result.stderr, "")
     with open(os.path.join(venv, ".realm_tf_root")) as f:
       self.assertEqual(f.read(), self.checkout + "\n")
+
+
+_FAKE_DPKG = """#!/usr/bin/env bash
+# -s PACKAGE: installed; -L PACKAGE: the files listed in $FAKE_DPKG_FILES.
+case "$1" in
+  -s) exit 0 ;;
+  -L) cat "$FAKE_DPKG_FILES" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+class JemallocTest(absltest.TestCase):
+
+  def _jemalloc(self, listed):
+    tmp = self.create_tempdir().full_path
+    bin_dir = os.path.join(tmp, "bin")
+    os.makedirs(bin_dir)
+    dpkg = os.path.join(bin_dir, "dpkg")
+    with open(dpkg, "w") as f:
+      f.write(_FAKE_DPKG)
+    os.chmod(dpkg, os.stat(dpkg).st_mode | stat.S_IXUSR)
+    files = os.path.join(tmp, "files")
+    with open(files, "w") as f:
+      f.write("".join(path + "\n" for path in listed))
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DPKG_FILES=files)
+    return subprocess.run(["bash", "-c", f'source "{_SETUP_ENV}" && realm_tf_jemalloc'],
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=60)
+
+  def test_the_library_is_where_the_package_put_it(self):
+    lib_dir = self.create_tempdir().full_path
+    lib = os.path.join(lib_dir, "libjemalloc.so.2")
+    with open(lib, "w") as f:
+      f.write("")
+    result = self._jemalloc([lib_dir, os.path.join(lib_dir, "libjemalloc_pic.a"), lib])
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(result.stdout, lib + "\n")
+
+  def test_a_listed_library_that_is_not_there_is_not_preloaded(self):
+    missing = os.path.join(self.create_tempdir().full_path, "libjemalloc.so.2")
+    result = self._jemalloc([missing])
+    self.assertEqual(result.returncode, 0, result.stderr)
+    # Whatever the usual places hold on this machine, never the missing file.
+    self.assertNotIn(missing, result.stdout)
+    for line in result.stdout.splitlines():
+      self.assertTrue(os.path.isfile(line), line)
 
 
 if __name__ == "__main__":
