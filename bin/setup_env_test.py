@@ -26,16 +26,30 @@ esac
 """
 
 
+def _write_script(path: str, text: str) -> str:
+  """An executable stand-in for a program the set-up runs."""
+  with open(path, "w") as f:
+    f.write(text)
+  os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+  return path
+
+
+def _run(setup_env: str, function: str, env: dict) -> subprocess.CompletedProcess:
+  """Sources setup_env and calls one of its functions, as bin/test and bin/demo do."""
+  return subprocess.run(["bash", "-c", f'source "{setup_env}" && {function}'],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=60)
+
+
 class SetupVenvTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
     self.tmp = self.create_tempdir().full_path
     self.checkout = self._checkout("checkout")
-    self.python = os.path.join(self.tmp, "python")
-    with open(self.python, "w") as f:
-      f.write(_FAKE_PYTHON)
-    os.chmod(self.python, os.stat(self.python).st_mode | stat.S_IXUSR)
+    self.python = _write_script(os.path.join(self.tmp, "python"), _FAKE_PYTHON)
 
   def _checkout(self, name):
     root = os.path.join(self.tmp, name)
@@ -59,11 +73,7 @@ class SetupVenvTest(absltest.TestCase):
     env["REALM_TF_PYTHON"] = self.python
     if venv:
       env["REALM_TF_VENV"] = venv
-    return subprocess.run(["bash", "-c", f'source "{self.checkout}/bin/setup_env.sh" && realm_tf_setup_venv'],
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=60)
+    return _run(os.path.join(self.checkout, "bin", "setup_env.sh"), "realm_tf_setup_venv", env)
 
   def test_another_live_checkouts_venv_is_refused_and_kept(self):
     other = self._checkout("other")
@@ -123,19 +133,12 @@ class JemallocTest(absltest.TestCase):
     tmp = self.create_tempdir().full_path
     bin_dir = os.path.join(tmp, "bin")
     os.makedirs(bin_dir)
-    dpkg = os.path.join(bin_dir, "dpkg")
-    with open(dpkg, "w") as f:
-      f.write(_FAKE_DPKG)
-    os.chmod(dpkg, os.stat(dpkg).st_mode | stat.S_IXUSR)
+    _write_script(os.path.join(bin_dir, "dpkg"), _FAKE_DPKG)
     files = os.path.join(tmp, "files")
     with open(files, "w") as f:
       f.write("".join(path + "\n" for path in listed))
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DPKG_FILES=files)
-    return subprocess.run(["bash", "-c", f'source "{_SETUP_ENV}" && realm_tf_jemalloc'],
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=60)
+    return _run(_SETUP_ENV, "realm_tf_jemalloc", env)
 
   def test_the_library_is_where_the_package_put_it(self):
     lib_dir = self.create_tempdir().full_path
