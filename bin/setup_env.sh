@@ -67,8 +67,10 @@ realm_tf_setup_venv() {
   stamp="$( (cat "$REALM_TF_ROOT/requirements.txt" "$REALM_TF_ROOT/pyproject.toml"; echo "$REALM_TF_ROOT";
              "$python" --version) | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$REALM_TF_VENV/.requirements.sha256" 2>/dev/null)" = "$stamp" ]; then
-    # The stamp names this checkout; a venv made before .realm_tf_root existed gets it here.
-    [ -f "$REALM_TF_VENV/.realm_tf_root" ] || echo "$REALM_TF_ROOT" > "$REALM_TF_VENV/.realm_tf_root"
+    # The stamp names this checkout; a venv made before .realm_tf_root existed gets it here (a read-only
+    # venv is used as it is).
+    [ -f "$REALM_TF_VENV/.realm_tf_root" ] || echo "$REALM_TF_ROOT" 2>/dev/null > "$REALM_TF_VENV/.realm_tf_root" \
+      || true
     return 0
   fi
   # A venv named by REALM_TF_VENV that another checkout, still there, made and installed realm_tf into
