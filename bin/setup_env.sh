@@ -69,8 +69,8 @@ realm_tf_setup_venv() {
   if [ "$(cat "$REALM_TF_VENV/.requirements.sha256" 2>/dev/null)" = "$stamp" ]; then
     # The stamp names this checkout; a venv made before .realm_tf_root existed gets it here (a read-only
     # venv is used as it is).
-    [ -f "$REALM_TF_VENV/.realm_tf_root" ] || echo "$REALM_TF_ROOT" 2>/dev/null > "$REALM_TF_VENV/.realm_tf_root" \
-      || true
+    [ -f "$REALM_TF_VENV/.realm_tf_root" ] \
+      || echo "$REALM_TF_ROOT" 2>/dev/null > "$REALM_TF_VENV/.realm_tf_root" || true
     return 0
   fi
   # A venv named by REALM_TF_VENV that another checkout, still there, made and installed realm_tf into
@@ -81,9 +81,10 @@ realm_tf_setup_venv() {
   owner="$(cat "$REALM_TF_VENV/.realm_tf_root" 2>/dev/null || true)"
   if [ "$REALM_TF_VENV" != "$REALM_TF_ROOT/.venv" ] && [ -n "$owner" ] && [ "$owner" != "$REALM_TF_ROOT" ] \
      && [ -f "$owner/bin/setup_env.sh" ]; then
-    _realm_log "REALM_TF_VENV=$REALM_TF_VENV is the venv of the checkout $owner (realm_tf is installed into it" \
-               "from there); making it this checkout's would delete it under that checkout's programs. Unset" \
-               "REALM_TF_VENV to use $REALM_TF_ROOT/.venv, or name a directory of this checkout's own."
+    _realm_log "REALM_TF_VENV=$REALM_TF_VENV is the venv of the checkout $owner (realm_tf is installed" \
+               "into it from there); making it this checkout's would delete it under that checkout's" \
+               "programs. Unset REALM_TF_VENV to use $REALM_TF_ROOT/.venv, or name a directory of this" \
+               "checkout's own."
     exit 1
   fi
   if [ "$(cat "$REALM_TF_VENV/.deps.sha256" 2>/dev/null)" != "$deps_stamp" ]; then
