@@ -67,18 +67,18 @@ realm_tf_setup_venv() {
   stamp="$( (cat "$REALM_TF_ROOT/requirements.txt" "$REALM_TF_ROOT/pyproject.toml"; echo "$REALM_TF_ROOT";
              "$python" --version) | sha256sum | cut -d' ' -f1)"
   if [ "$(cat "$REALM_TF_VENV/.requirements.sha256" 2>/dev/null)" = "$stamp" ]; then
-    # The stamp names this checkout; a venv made before .realm_tf_root existed gets it here (a read-only
-    # venv is used as it is).
-    [ -f "$REALM_TF_VENV/.realm_tf_root" ] \
-      || echo "$REALM_TF_ROOT" 2>/dev/null > "$REALM_TF_VENV/.realm_tf_root" || true
     return 0
   fi
   # A venv named by REALM_TF_VENV that another checkout, still there, made and installed realm_tf into
   # (editable, from that checkout): rebuilding it here would delete it under that checkout's running
   # programs and point its realm_tf at this one. A checkout's own .venv is rebuilt as before, also when the
-  # checkout was moved or copied (its stamp names the old path).
+  # checkout was moved or copied (its stamp names the old path). The owner is where pip's record of the
+  # editable install (PEP 610's direct_url.json) says it came from, percent-decoded.
   local owner
-  owner="$(cat "$REALM_TF_VENV/.realm_tf_root" 2>/dev/null || true)"
+  owner="$(sed -n 's|.*"url": *"file://\([^"]*\)".*|\1|p' \
+             "$REALM_TF_VENV"/lib/python*/site-packages/realm_tf-*.dist-info/direct_url.json 2>/dev/null \
+           | head -n 1 || true)"
+  owner="$(printf '%b' "${owner//%/\\x}")"
   if [ "$REALM_TF_VENV" != "$REALM_TF_ROOT/.venv" ] && [ -n "$owner" ] && [ "$owner" != "$REALM_TF_ROOT" ] \
      && [ -f "$owner/bin/setup_env.sh" ]; then
     _realm_log "REALM_TF_VENV=$REALM_TF_VENV is the venv of the checkout $owner (realm_tf is installed" \
@@ -117,7 +117,6 @@ realm_tf_setup_venv() {
     _realm_log "pip install -e $REALM_TF_ROOT failed (output above, also in $pip_log)"
     exit 1
   fi
-  echo "$REALM_TF_ROOT" > "$REALM_TF_VENV/.realm_tf_root"
   echo "$stamp" > "$REALM_TF_VENV/.requirements.sha256"
 }
 

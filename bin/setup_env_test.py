@@ -6,11 +6,12 @@ A stand-in Python answers the set-up's checks, and fails `-m venv`: a run that g
 a venv stops there, having printed that it would, so no case installs anything.
 """
 
-import hashlib
+import json
 import os
 import shutil
 import stat
 import subprocess
+import urllib.parse
 
 from absl.testing import absltest
 
@@ -61,9 +62,11 @@ class SetupVenvTest(absltest.TestCase):
     return root
 
   def _venv(self, path, owner):
-    os.makedirs(path)
-    with open(os.path.join(path, ".realm_tf_root"), "w") as f:
-      f.write(owner + "\n")
+    # pip's record of an editable install from owner (PEP 610), as `pip install -e` writes it.
+    record = os.path.join(path, "lib", "python3.11", "site-packages", "realm_tf-0.1.0.dist-info")
+    os.makedirs(record)
+    with open(os.path.join(record, "direct_url.json"), "w") as f:
+      json.dump({"dir_info": {"editable": True}, "url": "file://" + urllib.parse.quote(owner)}, f)
     with open(os.path.join(path, "kept"), "w") as f:
       f.write("a file of the venv\n")
     return path
@@ -100,21 +103,13 @@ class SetupVenvTest(absltest.TestCase):
     self.assertIn(f"creating venv {venv}", result.stderr)
     self.assertFalse(os.path.exists(os.path.join(venv, "kept")))
 
-  def test_a_current_venv_made_before_the_owner_file_gets_it(self):
-    venv = os.path.join(self.tmp, "current_venv")
-    os.makedirs(venv)
-    stamped = b""
-    for file in ("requirements.txt", "pyproject.toml"):
-      with open(os.path.join(self.checkout, file), "rb") as f:
-        stamped += f.read()
-    stamped += f"{self.checkout}\n{_VERSION}\n".encode()
-    with open(os.path.join(venv, ".requirements.sha256"), "w") as f:
-      f.write(hashlib.sha256(stamped).hexdigest() + "\n")
+  def test_a_checkout_path_pip_percent_encodes_is_read_back(self):
+    other = self._checkout("other checkout")
+    venv = self._venv(os.path.join(self.tmp, "shared_venv"), other)
     result = self._setup(venv)
-    self.assertEqual(result.returncode, 0, result.stderr)
-    self.assertEqual(result.stderr, "")
-    with open(os.path.join(venv, ".realm_tf_root")) as f:
-      self.assertEqual(f.read(), self.checkout + "\n")
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertIn(f"is the venv of the checkout {other} (", result.stderr)
+    self.assertTrue(os.path.exists(os.path.join(venv, "kept")))
 
 
 _FAKE_DPKG = """#!/usr/bin/env bash
